@@ -1,0 +1,45 @@
+// Vision Transformer hyper-parameters, as torchvision's VisionTransformer takes them.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace vitddp {
+
+/// Shape of a ViT (torchvision.models.vision_transformer.VisionTransformer arguments).
+/// Images are [batch, channels, image_size, image_size] float32 (NCHW); the conv patch embedding
+/// cuts them into (image_size/patch_size)^2 patches; a class token is prepended, so the encoder
+/// sees seq_len() = num_patches() + 1 tokens of width `hidden`.
+struct ViTConfig {
+  std::string name;
+  int image_size = 224;
+  int patch_size = 32;
+  int channels = 3;
+  int layers = 24;
+  int heads = 16;
+  int hidden = 1024;
+  int mlp_dim = 4096;
+  int num_classes = 1000;
+  double ln_eps = 1e-6;  ///< LayerNorm epsilon (torchvision: partial(nn.LayerNorm, eps=1e-6))
+
+  int grid() const { return image_size / patch_size; }
+  int num_patches() const { return grid() * grid(); }
+  int seq_len() const { return num_patches() + 1; }
+  int head_dim() const { return hidden / heads; }
+  int patch_dim() const { return channels * patch_size * patch_size; }
+};
+
+/// Known variants: vit_b_32, vit_b_16, vit_l_32, vit_l_16, vit_h_14 (torchvision sizes, 1000
+/// classes) and test sizes vit_tiny (32x32 images, 4 blocks of width 64) and vit_micro (2 blocks of
+/// width 16, for finite differences). `num_classes` overrides the class count when > 0.
+/// Throws std::invalid_argument naming the variant when it is unknown.
+ViTConfig vit_config(const std::string& name, int num_classes = 0);
+
+/// Names accepted by vit_config, for --help and error messages.
+std::vector<std::string> vit_variant_names();
+
+/// Forward FLOPs of one image (multiply-add = 2 FLOPs): GEMMs of the patch embedding, encoder
+/// (QKV, attention scores, attention-weighted values, out-projection, MLP) and head.
+/// vit_l_32: about 30.8e9 (ANCHORS.md). A training step is counted as 3x the forward.
+double forward_flops_per_image(const ViTConfig& cfg);
+
+}  // namespace vitddp
