@@ -1,0 +1,2 @@
+// vitddp entry point (being written).
+int main() { return 0; }
