@@ -4,10 +4,18 @@
 #include <cmath>
 #include <cstdint>
 
+/// Marks a function usable from host and device code: `__host__ __device__` when compiled by nvcc,
+/// nothing otherwise (host behaviour is the same either way).
+#if defined(__CUDACC__)
+#define VITDDP_HD __host__ __device__
+#else
+#define VITDDP_HD
+#endif
+
 namespace vitddp {
 
 /// SplitMix64 finaliser (Steele, Lea, Flood 2014, "Fast splittable pseudorandom number generators").
-inline uint64_t mix64(uint64_t z) {
+VITDDP_HD inline uint64_t mix64(uint64_t z) {
   z += 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -15,20 +23,26 @@ inline uint64_t mix64(uint64_t z) {
 }
 
 /// 64 random bits for (seed, stream, index).
-inline uint64_t rand_bits(uint64_t seed, uint64_t stream, uint64_t index) {
+VITDDP_HD inline uint64_t rand_bits(uint64_t seed, uint64_t stream, uint64_t index) {
   return mix64(mix64(seed ^ mix64(stream + 0x632BE59BD9B4E019ull)) + index);
 }
 
 /// Uniform double in (0, 1): 53 random bits, never exactly 0 or 1.
-inline double rand_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
+VITDDP_HD inline double rand_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
   return ((rand_bits(seed, stream, index) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
 /// Standard normal by Box-Muller on two uniforms of the same counter.
-inline double rand_normal(uint64_t seed, uint64_t stream, uint64_t index) {
+/// On the device, CUDA's double-precision log/cos (at most 1-2 ulp from glibc's) are used, so a
+/// device value may differ from the host value in the last bits of the double.
+VITDDP_HD inline double rand_normal(uint64_t seed, uint64_t stream, uint64_t index) {
   const double u1 = rand_uniform(seed, stream, 2 * index);
   const double u2 = rand_uniform(seed, stream, 2 * index + 1);
+#if defined(__CUDA_ARCH__)
+  return ::sqrt(-2.0 * ::log(u1)) * ::cos(6.283185307179586 * u2);
+#else
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+#endif
 }
 
 }  // namespace vitddp

@@ -1,1 +1,220 @@
-// placeholder
+#include "src/options.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+
+#include "model/vit_config.h"
+
+namespace vitddp {
+namespace {
+
+[[noreturn]] void bad(const std::string& opt, const std::string& why) {
+  throw OptionError(opt + ": " + why);
+}
+
+long long parse_int(const std::string& opt, const std::string& v, long long lo, long long hi) {
+  errno = 0;
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno == ERANGE)
+    bad(opt, "expected an integer, got '" + v + "'");
+  if (x < lo || x > hi)
+    bad(opt, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'");
+  return x;
+}
+
+double parse_double(const std::string& opt, const std::string& v, double lo, double hi, bool lo_open) {
+  errno = 0;
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x))
+    bad(opt, "expected a finite number, got '" + v + "'");
+  if ((lo_open ? x <= lo : x < lo) || x > hi) {
+    std::ostringstream s;
+    s << "must be in " << (lo_open ? "(" : "[") << lo << ", " << hi << "], got '" << v << "'";
+    bad(opt, s.str());
+  }
+  return x;
+}
+
+std::string fmt(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
+std::string one_of(const std::string& opt, const std::string& v, const std::vector<std::string>& ok) {
+  for (const auto& k : ok)
+    if (v == k) return v;
+  std::string list;
+  for (const auto& k : ok) list += (list.empty() ? "" : ", ") + k;
+  bad(opt, "unknown value '" + v + "' (choose one of: " + list + ")");
+}
+
+/// One row of the option table.
+struct Spec {
+  const char* name;      ///< without the leading "--"
+  const char* metavar;   ///< nullptr: a flag without value
+  const char* help;
+  std::function<void(Options&, const std::string&)> set;
+  std::function<std::string(const Options&)> get;
+};
+
+constexpr long long kMaxSteps = 100000000;
+
+const std::vector<Spec>& table() {
+  static const std::vector<Spec> specs = {
+      {"model", "NAME", "ViT variant: vit_l_32, vit_b_32, vit_l_16, vit_b_16, vit_h_14 (torchvision sizes) or the test sizes vit_tiny, vit_micro",
+       [](Options& o, const std::string& v) { o.model = one_of("--model", v, vit_variant_names()); },
+       [](const Options& o) { return o.model; }},
+      {"num-classes", "K", "classes of the head; 0 = the variant's own (1000; vit_tiny 10)",
+       [](Options& o, const std::string& v) { o.num_classes = (int)parse_int("--num-classes", v, 0, 1000000); },
+       [](const Options& o) { return std::to_string(o.num_classes); }},
+      {"batch-size", "B", "images per rank per step",
+       [](Options& o, const std::string& v) { o.batch_size = (int)parse_int("--batch-size", v, 1, 65536); },
+       [](const Options& o) { return std::to_string(o.batch_size); }},
+      {"warmup-steps", "N", "untimed steps before the timed window (the article: 10)",
+       [](Options& o, const std::string& v) { o.warmup_steps = (int)parse_int("--warmup-steps", v, 0, kMaxSteps); },
+       [](const Options& o) { return std::to_string(o.warmup_steps); }},
+      {"steps", "N", "timed steps; the profiler capture range covers exactly them (the article: 3)",
+       [](Options& o, const std::string& v) { o.steps = (int)parse_int("--steps", v, 1, kMaxSteps); },
+       [](const Options& o) { return std::to_string(o.steps); }},
+      {"cooldown-steps", "N", "untimed steps after the timed window (the article: 1)",
+       [](Options& o, const std::string& v) { o.cooldown_steps = (int)parse_int("--cooldown-steps", v, 0, kMaxSteps); },
+       [](const Options& o) { return std::to_string(o.cooldown_steps); }},
+      {"backend", "gpu|cpu|auto", "gpu: CUDA + NCCL; cpu: the C++ reference + MPI all-reduce (slow: use a small model); auto: gpu when a CUDA device is visible",
+       [](Options& o, const std::string& v) { o.backend = one_of("--backend", v, {"gpu", "cpu", "auto"}); },
+       [](const Options& o) { return o.backend; }},
+      {"data", "SOURCE", "synthetic: random normal images and labels made by host worker threads into pinned memory (the article's FakeDataset); device: made on the GPU; idx:DIR: an MNIST-format data set (e.g. idx:/usr/share/datasets/fashion-mnist), resized to the model's input",
+       [](Options& o, const std::string& v) {
+         if (v != "synthetic" && v != "device" && v.rfind("idx:", 0) != 0)
+           bad("--data", "unknown source '" + v + "' (choose synthetic, device or idx:DIR)");
+         if (v == "idx:") bad("--data", "idx: needs a directory, e.g. idx:/usr/share/datasets/fashion-mnist");
+         o.data = v;
+       },
+       [](const Options& o) { return o.data; }},
+      {"data-workers", "N", "host threads that prepare batches ahead of the training loop",
+       [](Options& o, const std::string& v) { o.data_workers = (int)parse_int("--data-workers", v, 1, 256); },
+       [](const Options& o) { return std::to_string(o.data_workers); }},
+      {"bucket-cap-mb", "MB", "DDP bucket capacity in MiB (PyTorch bucket_cap_mb); a bucket closes once it reaches this size",
+       [](Options& o, const std::string& v) { o.bucket_cap_mb = parse_double("--bucket-cap-mb", v, 0, 1e6, true); },
+       [](const Options& o) { return fmt(o.bucket_cap_mb); }},
+      {"first-bucket-mb", "MB", "capacity of the first bucket in MiB (PyTorch: 1 MiB), which holds the first gradients ready",
+       [](Options& o, const std::string& v) { o.first_bucket_mb = parse_double("--first-bucket-mb", v, 0, 1e6, true); },
+       [](const Options& o) { return fmt(o.first_bucket_mb); }},
+      {"no-ddp", nullptr, "train without any reducer or communication (the article's single-GPU baseline); requires 1 rank",
+       [](Options& o, const std::string&) { o.ddp = false; },
+       [](const Options& o) { return o.ddp ? std::string("false") : std::string("true"); }},
+      {"no-overlap", nullptr, "launch every bucket's all-reduce after backward instead of as soon as the bucket is ready",
+       [](Options& o, const std::string&) { o.overlap = false; },
+       [](const Options& o) { return o.overlap ? std::string("false") : std::string("true"); }},
+      {"lr", "X", "SGD learning rate",
+       [](Options& o, const std::string& v) { o.lr = parse_double("--lr", v, 0, 1e6, false); },
+       [](const Options& o) { return fmt(o.lr); }},
+      {"momentum", "X", "SGD momentum (torch.optim.SGD)",
+       [](Options& o, const std::string& v) { o.momentum = parse_double("--momentum", v, 0, 1, false); },
+       [](const Options& o) { return fmt(o.momentum); }},
+      {"weight-decay", "X", "SGD weight decay (L2, added to the gradient as torch.optim.SGD)",
+       [](Options& o, const std::string& v) { o.weight_decay = parse_double("--weight-decay", v, 0, 1e3, false); },
+       [](const Options& o) { return fmt(o.weight_decay); }},
+      {"seed", "N", "seed of parameter initialisation and synthetic data (same on every rank)",
+       [](Options& o, const std::string& v) { o.seed = (uint64_t)parse_int("--seed", v, 0, (1ll << 62)); },
+       [](const Options& o) { return std::to_string(o.seed); }},
+      {"init", "torchvision|random", "parameter initialisation: torchvision's (zero head) or random everywhere",
+       [](Options& o, const std::string& v) { o.init = one_of("--init", v, {"torchvision", "random"}); },
+       [](const Options& o) { return o.init; }},
+      {"out", "FILE", "HDF5 results file written by rank 0 (default: vitddp-<model>-np<ranks>-<time>.h5); never overwritten unless --overwrite",
+       [](Options& o, const std::string& v) {
+         if (v.empty()) bad("--out", "empty file name");
+         o.out = v;
+       },
+       [](const Options& o) { return o.out; }},
+      {"overwrite", nullptr, "allow replacing an existing results file",
+       [](Options& o, const std::string&) { o.overwrite = true; },
+       [](const Options& o) { return o.overwrite ? std::string("true") : std::string("false"); }},
+      {"progress-every", "N", "rank 0 prints a progress line every N steps",
+       [](Options& o, const std::string& v) { o.progress_every = (int)parse_int("--progress-every", v, 1, kMaxSteps); },
+       [](const Options& o) { return std::to_string(o.progress_every); }},
+      {"flush-every", "N", "flush the results file every N steps (a killed run keeps what was flushed)",
+       [](Options& o, const std::string& v) { o.flush_every = (int)parse_int("--flush-every", v, 1, kMaxSteps); },
+       [](const Options& o) { return std::to_string(o.flush_every); }},
+      {"help", nullptr, "print this help and exit",
+       [](Options& o, const std::string&) { o.help = true; }, [](const Options&) { return std::string("false"); }},
+      {"version", nullptr, "print the version (git commit) and exit",
+       [](Options& o, const std::string&) { o.version = true; }, [](const Options&) { return std::string("false"); }},
+  };
+  return specs;
+}
+
+}  // namespace
+
+Options parse_options(int argc, const char* const* argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0) throw OptionError(arg + ": unexpected argument (options start with --; see --help)");
+    std::string name = arg.substr(2), value;
+    const size_t eq = name.find('=');
+    const bool has_eq = eq != std::string::npos;
+    if (has_eq) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    const Spec* spec = nullptr;
+    for (const auto& s : table())
+      if (name == s.name) spec = &s;
+    if (!spec) throw OptionError("--" + name + ": unknown option (see --help)");
+    if (spec->metavar) {
+      if (!has_eq) {
+        if (i + 1 >= argc) throw OptionError("--" + name + ": missing value " + spec->metavar);
+        value = argv[++i];
+      }
+    } else if (has_eq) {
+      throw OptionError("--" + name + ": takes no value");
+    }
+    spec->set(o, value);
+  }
+  if (o.first_bucket_mb > o.bucket_cap_mb)
+    throw OptionError("--first-bucket-mb: must not exceed --bucket-cap-mb (" + fmt(o.first_bucket_mb) +
+                      " > " + fmt(o.bucket_cap_mb) + ")");
+  return o;
+}
+
+std::string help_text() {
+  std::ostringstream s;
+  s << "vitddp: data-parallel Vision Transformer training (MPI + NCCL), timings in HDF5.\n\n"
+       "Usage: mpirun -np <ranks> vitddp [options]\n"
+       "One MPI rank per GPU. Each step: get batch -> forward -> backward with bucketed all-reduce\n"
+       "overlapped on a separate stream -> SGD step. Every phase and bucket is timed with CUDA events\n"
+       "and written by rank 0 to the results file (see results/SCHEMA.md).\n\nOptions (default in brackets):\n";
+  const Options d;
+  for (const auto& sp : table()) {
+    std::string head = std::string("  --") + sp.name + (sp.metavar ? std::string(" ") + sp.metavar : "");
+    s << head;
+    if (head.size() < 30) s << std::string(30 - head.size(), ' ');
+    else s << "\n" << std::string(30, ' ');
+    s << sp.help;
+    const std::string def = sp.get(d);
+    if (sp.metavar) s << " [" << (def.empty() ? "auto" : def) << "]";
+    s << "\n";
+  }
+  s << "\nExamples:\n"
+       "  mpirun -np 2 vitddp --out run.h5                       # ViT-L/32, batch 32, fp32, 25 MiB buckets\n"
+       "  mpirun -np 1 vitddp --no-ddp --out single.h5           # the article's single-GPU baseline\n"
+       "  mpirun -np 2 vitddp --backend cpu --model vit_tiny     # CPU reference backend, small model\n"
+       "  mpirun -np 2 vitddp --data idx:/usr/share/datasets/fashion-mnist --model vit_tiny --steps 500\n"
+       "Environment: NCCL_DEBUG=INFO shows NCCL's transport; keep NCCL_NVLS_ENABLE=0 on shared machines.\n";
+  return s.str();
+}
+
+std::vector<std::pair<std::string, std::string>> option_values(const Options& o) {
+  std::vector<std::pair<std::string, std::string>> v;
+  for (const auto& sp : table())
+    if (std::string(sp.name) != "help" && std::string(sp.name) != "version") v.emplace_back(sp.name, sp.get(o));
+  return v;
+}
+
+}  // namespace vitddp

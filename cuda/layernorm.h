@@ -1,0 +1,35 @@
+// LayerNorm over the last dimension (torch.nn.LayerNorm, biased variance), fp32, on a stream.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace vitddp {
+
+/// Forward: for each of `rows` rows of width D,
+///   mean = sum(x)/D, var = sum((x-mean)^2)/D, rstd = 1/sqrt(var+eps),
+///   y = (x-mean)*rstd*gamma + beta.
+/// x: [rows, D] with leading dimension ldx (>= D); y: [rows, D] with ldy; gamma, beta: [D];
+/// mean, rstd: [rows] (saved for the backward). Two-pass statistics in fp32. D <= 4096.
+void layernorm_forward(const float* x, int ldx, const float* gamma, const float* beta, float* y,
+                       int ldy, float* mean, float* rstd, int rows, int D, float eps,
+                       cudaStream_t stream);
+
+/// Floats of scratch that layernorm_backward needs for `rows` x D (per-block parameter-gradient
+/// partials).
+size_t layernorm_backward_scratch_floats(int rows, int D);
+
+/// Backward of layernorm_forward given dy = dL/dy ([rows, D], leading dimension lddy):
+///   xhat = (x-mean)*rstd, g = gamma*dy,
+///   dx = rstd*(g - mean(g) - xhat*mean(g*xhat)),
+/// written to dx ([rows, D], leading dimension lddx) when add_dx is false, or added to it (the
+/// residual-stream gradient) when add_dx is true. dx must not alias dy or x.
+/// dgamma[D] = sum_rows dy*xhat and dbeta[D] = sum_rows dy are written (accumulate=false) or
+/// added (accumulate=true); the row sums are done in two deterministic stages (per-block partials
+/// in `scratch`, then a fixed-order sum), no atomics. scratch: layernorm_backward_scratch_floats.
+void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, const float* mean,
+                        const float* rstd, const float* gamma, float* dx, int lddx, bool add_dx,
+                        float* dgamma, float* dbeta, bool accumulate, int rows, int D,
+                        float* scratch, cudaStream_t stream);
+
+}  // namespace vitddp

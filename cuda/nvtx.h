@@ -1,0 +1,39 @@
+// NVTX ranges with the seed article's names and colours (header-only NVTX3: no library to link;
+// the ranges cost nothing unless a tool such as nsys injects itself).
+#pragma once
+#include <nvtx3/nvToolsExt.h>
+
+#include <cstdint>
+#include <string>
+
+namespace vitddp {
+
+/// ARGB colours of the article's annotations.
+enum class NvtxColor : uint32_t {
+  Blue = 0xFF1F77B4,    ///< "Batch i"
+  Red = 0xFFD62728,     ///< "get batch"
+  Green = 0xFF2CA02C,   ///< "forward"
+  Purple = 0xFF9467BD,  ///< "backward"
+  Yellow = 0xFFFFD700,  ///< "optimizer step"
+  Orange = 0xFFFF7F0E,  ///< "all-reduce bucket k"
+};
+
+/// Scoped push/pop range on the calling thread.
+class NvtxRange {
+ public:
+  NvtxRange(const std::string& name, NvtxColor color) {
+    nvtxEventAttributes_t a = {};
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    a.colorType = NVTX_COLOR_ARGB;
+    a.color = static_cast<uint32_t>(color);
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = name.c_str();
+    nvtxRangePushEx(&a);
+  }
+  ~NvtxRange() { nvtxRangePop(); }
+  NvtxRange(const NvtxRange&) = delete;
+  NvtxRange& operator=(const NvtxRange&) = delete;
+};
+
+}  // namespace vitddp

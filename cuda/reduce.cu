@@ -1,0 +1,69 @@
+#include "cuda/reduce.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "cuda/check.h"
+
+namespace vitddp {
+namespace {
+
+constexpr int kChunkRows = 128;  // rows per stage-1 block
+constexpr int kColsPerBlock = 32;
+constexpr int kRowThreads = 8;
+
+// Block (32, 8): 32 columns, 8 threads down the rows of one chunk; fixed-order combination.
+__global__ void column_partial_kernel(const float* __restrict__ x, int rows, int cols, int ld,
+                                      float* __restrict__ partial) {
+  __shared__ float s[kRowThreads][kColsPerBlock + 1];
+  const int c = blockIdx.x * kColsPerBlock + threadIdx.x;
+  const int r0 = blockIdx.y * kChunkRows;
+  const int r1 = min(rows, r0 + kChunkRows);
+  float acc = 0.0f;
+  if (c < cols)
+    for (int r = r0 + threadIdx.y; r < r1; r += kRowThreads) acc += x[(size_t)r * ld + c];
+  s[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float t = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kRowThreads; ++i) t += s[i][threadIdx.x];
+    partial[(size_t)blockIdx.y * cols + c] = t;
+  }
+}
+
+__global__ void column_final_kernel(const float* __restrict__ partial, int nchunks, int cols,
+                                    float* __restrict__ out, bool accumulate) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float t = 0.0f;
+  for (int k = 0; k < nchunks; ++k) t += partial[(size_t)k * cols + c];
+  out[c] = accumulate ? out[c] + t : t;
+}
+
+}  // namespace
+
+size_t column_sum_scratch_floats(int rows, int cols) {
+  const size_t nchunks = rows > 0 ? (size_t)(rows + kChunkRows - 1) / kChunkRows : 0;
+  return nchunks * (size_t)(cols > 0 ? cols : 0);
+}
+
+void column_sum(const float* x, int rows, int cols, int ld, float* out, bool accumulate,
+                float* scratch, cudaStream_t stream) {
+  if (rows < 0 || cols < 0 || ld < cols)
+    throw std::invalid_argument("column_sum: bad shape rows=" + std::to_string(rows) +
+                                " cols=" + std::to_string(cols) + " ld=" + std::to_string(ld));
+  if (cols == 0) return;
+  const int nchunks = (rows + kChunkRows - 1) / kChunkRows;
+  if (nchunks > 0) {
+    dim3 grid((cols + kColsPerBlock - 1) / kColsPerBlock, nchunks);
+    column_partial_kernel<<<grid, dim3(kColsPerBlock, kRowThreads), 0, stream>>>(x, rows, cols, ld,
+                                                                                scratch);
+    CUDA_CHECK_LAUNCH();
+  }
+  column_final_kernel<<<(cols + 255) / 256, 256, 0, stream>>>(scratch, nchunks, cols, out,
+                                                              accumulate);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace vitddp

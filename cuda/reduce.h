@@ -1,0 +1,19 @@
+// Deterministic column sums (bias gradients), fp32, on a stream.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace vitddp {
+
+/// Floats of scratch column_sum needs for a [rows, cols] input.
+size_t column_sum_scratch_floats(int rows, int cols);
+
+/// out[c] = sum_{r < rows} x[r*ld + c] for c < cols (accumulate=false), or out[c] += that sum
+/// (accumulate=true). x: [rows, cols] fp32 with leading dimension ld >= cols. Two deterministic
+/// stages: per row-chunk partials into `scratch` (column_sum_scratch_floats), then a fixed-order
+/// sum per column. out must not alias x or scratch.
+void column_sum(const float* x, int rows, int cols, int ld, float* out, bool accumulate,
+                float* scratch, cudaStream_t stream);
+
+}  // namespace vitddp

@@ -1,0 +1,32 @@
+#include "mpi/nccl_comm.h"
+
+#include "cuda/check.h"
+
+namespace vitddp {
+
+NcclComm::NcclComm(const World& w) {
+  ncclUniqueId id;
+  if (w.rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD));
+  NCCL_CHECK(ncclCommInitRank(&comm_, w.world_size, id, w.rank));
+}
+
+NcclComm::~NcclComm() {
+  if (comm_) ncclCommDestroy(comm_);
+}
+
+void NcclComm::check_async_error() const {
+  ncclResult_t async = ncclSuccess;
+  NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+  if (async != ncclSuccess && async != ncclInProgress)
+    throw std::runtime_error(launcher_rank_label() + ": NCCL asynchronous error: " + ncclGetErrorString(async));
+}
+
+std::string nccl_version_string() {
+  int v = 0;
+  NCCL_CHECK(ncclGetVersion(&v));
+  // NCCL_VERSION(X,Y,Z) = X*10000 + Y*100 + Z for versions >= 2.9
+  return std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) + "." + std::to_string(v % 100);
+}
+
+}  // namespace vitddp

@@ -1,0 +1,31 @@
+// NCCL communicator bootstrapped over MPI.
+#pragma once
+#include <nccl.h>
+
+#include <string>
+
+#include "mpi/world.h"
+
+namespace vitddp {
+
+/// Owns an NCCL communicator over MPI_COMM_WORLD: rank 0 calls ncclGetUniqueId, MPI_Bcast sends
+/// the id to all ranks, every rank calls ncclCommInitRank(world_size, id, rank) on its current
+/// CUDA device. Destruction calls ncclCommDestroy. Errors throw std::runtime_error (NCCL_CHECK).
+class NcclComm {
+ public:
+  explicit NcclComm(const World& w);
+  ~NcclComm();
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+  ncclComm_t get() const { return comm_; }
+  /// Throws if the communicator reports an asynchronous error (a peer died, a network error).
+  void check_async_error() const;
+
+ private:
+  ncclComm_t comm_ = nullptr;
+};
+
+/// "2.28.3" from ncclGetVersion.
+std::string nccl_version_string();
+
+}  // namespace vitddp

@@ -1,0 +1,141 @@
+// The CPU backend: the double-accumulating reference model, MPI all-reduce, host SGD. It runs the
+// same trainer as the GPU backend for CI, tests and machines without a GPU.
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "cuda/nvtx.h"
+#include "model/cpu_vit.h"
+#include "model/init.h"
+#include "model/sgd.h"
+#include "src/data.h"
+#include "src/engine.h"
+
+namespace vitddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+class CpuEngine final : public Engine {
+ public:
+  CpuEngine(const Options& o, const World& w, const ParamLayout& layout, std::vector<Bucket> buckets)
+      : opts_(o), world_(w), layout_(layout), buckets_(std::move(buckets)), model_(layout, o.batch_size),
+        params_(layout.total), grads_(layout.total, 0.0f), momentum_(o.momentum != 0 ? layout.total : 0) {
+    init_params(layout, parse_init_scheme(o.init), o.seed, params_.data());
+    const auto& c = layout.cfg;
+    images_.resize((size_t)o.batch_size * c.channels * c.image_size * c.image_size);
+    labels_.resize(o.batch_size);
+    if (o.ddp) reducer_ = std::make_unique<MpiReducer>(layout, buckets_, grads_.data(), w.world_size, o.overlap);
+  }
+
+  void* alloc_host(size_t bytes) override {
+    void* p = std::malloc(bytes);
+    if (!p) throw std::runtime_error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+  void free_host(void* p) override { std::free(p); }
+
+  void stage(const HostBatch& b) override {
+    std::memcpy(images_.data(), b.images, images_.size() / opts_.batch_size * b.batch * sizeof(float));
+    std::memcpy(labels_.data(), b.labels, b.batch * sizeof(int32_t));
+    batch_ = b.batch;
+  }
+
+  void stage_generated(uint64_t seed, int rank, uint64_t step, int batch) override {
+    const auto& c = layout_.cfg;
+    fill_synthetic_batch(images_.data(), labels_.data(), batch, c.channels, c.image_size, c.num_classes, seed,
+                         rank, step);
+    batch_ = batch;
+  }
+
+  void run_step() override {
+    rec_ = StepRecord{};
+    const auto t0 = Clock::now();
+    {
+      NvtxRange r("forward", NvtxColor::Green);
+      rec_.loss = model_.forward(params_.data(), images_.data(), labels_.data(), batch_);
+    }
+    const auto t1 = Clock::now();
+    Clock::time_point t2;
+    {
+      NvtxRange r("backward", NvtxColor::Purple);
+      if (reducer_) {
+        reducer_->prepare_for_backward(t0);
+        model_.backward(params_.data(), grads_.data(), false,
+                        [this](const std::vector<size_t>& p) { reducer_->mark_ready(p); });
+        t2 = Clock::now();
+        reducer_->finalize();
+      } else {
+        model_.backward(params_.data(), grads_.data(), false);
+        t2 = Clock::now();
+      }
+    }
+    const auto t3 = Clock::now();
+    {
+      NvtxRange r("optimizer step", NvtxColor::Yellow);
+      sgd_step_host(params_.data(), grads_.data(), momentum_.empty() ? nullptr : momentum_.data(), layout_.total,
+                    SgdConfig{opts_.lr, opts_.momentum, opts_.weight_decay}, first_step_);
+      first_step_ = false;
+    }
+    const auto t4 = Clock::now();
+    rec_.forward_ms = ms_between(t0, t1);
+    rec_.backward_ms = ms_between(t1, t2);
+    rec_.exposed_comm_ms = ms_between(t2, t3);
+    rec_.optimizer_ms = ms_between(t3, t4);
+    rec_.step_ms = ms_between(t0, t4);
+    if (reducer_) rec_.buckets = reducer_->times();
+  }
+
+  void finish_step(StepRecord* rec) override {
+    *rec = rec_;
+  }
+
+  const std::vector<Bucket>& buckets() const override { return buckets_; }
+
+  EngineInfo info() const override {
+    EngineInfo i;
+    i.backend = "cpu";
+    i.device_name = cpu_model_name();
+    i.versions = "CPU reference (double accumulation), MPI all-reduce";
+    i.device_bytes = (params_.size() + grads_.size() + momentum_.size()) * sizeof(float);
+    return i;
+  }
+
+  void profiler(bool) override {}
+
+ private:
+  Options opts_;
+  World world_;
+  const ParamLayout& layout_;
+  std::vector<Bucket> buckets_;
+  CpuViT<float> model_;
+  std::vector<float> params_, grads_, momentum_, images_;
+  std::vector<int32_t> labels_;
+  int batch_ = 0;
+  bool first_step_ = true;
+  std::unique_ptr<MpiReducer> reducer_;
+  StepRecord rec_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cpu_engine(const Options& o, const World& w, const ParamLayout& layout,
+                                        std::vector<Bucket> buckets) {
+  return std::make_unique<CpuEngine>(o, w, layout, std::move(buckets));
+}
+
+}  // namespace vitddp

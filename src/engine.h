@@ -1,0 +1,84 @@
+// One training step on one rank, for either backend: the trainer loop drives an Engine.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/param_layout.h"
+#include "mpi/buckets.h"
+#include "mpi/reducer.h"
+#include "mpi/world.h"
+#include "src/options.h"
+
+namespace vitddp {
+
+/// A batch in host memory: images [batch, C, H, W] fp32 NCHW, labels [batch] int32.
+struct HostBatch {
+  const float* images = nullptr;
+  const int32_t* labels = nullptr;
+  int batch = 0;
+};
+
+/// Timings of one step on one rank, milliseconds. GPU: from CUDA events on the compute stream,
+/// relative to the step-start event; CPU: host clock.
+struct StepRecord {
+  double data_wait_ms = 0;      ///< host time blocked waiting for the data source (trainer)
+  double input_wait_ms = 0;     ///< compute stream waiting for the batch's host-to-device copy
+  double forward_ms = 0;        ///< forward + loss
+  double backward_ms = 0;       ///< backward compute (the all-reduces it overlaps included)
+  double exposed_comm_ms = 0;   ///< after backward compute, waiting for the last all-reduce
+  double optimizer_ms = 0;      ///< SGD step
+  double step_ms = 0;           ///< step start to step end on the device
+  double wall_ms = 0;           ///< host wall time of the whole step (trainer)
+  double loss = 0;              ///< this rank's mean cross-entropy
+  BucketTimes buckets;          ///< per bucket all-reduce start/end, relative to step start
+};
+
+/// Static facts an engine reports for the results file.
+struct EngineInfo {
+  std::string backend;          ///< "gpu" or "cpu"
+  std::string device_name;      ///< e.g. "NVIDIA H200" or the CPU model
+  std::string device_uuid;
+  int device_index = -1;
+  std::string versions;         ///< "CUDA 13.0, NCCL 2.28.3, cuBLASLt 130100" etc.
+  size_t device_bytes = 0;      ///< memory allocated for parameters, gradients, activations
+};
+
+/// A rank's model replica, optimizer and reducer.
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  /// Host memory for a data-source buffer (pinned for the GPU backend, so copies are async).
+  virtual void* alloc_host(size_t bytes) = 0;
+  virtual void free_host(void* p) = 0;
+  /// Starts moving the next step's batch to the device (async for the GPU backend). The host
+  /// buffer must stay unchanged until finish_step() of the step that consumes it returns.
+  virtual void stage(const HostBatch& b) = 0;
+  /// For --data device: the next step's batch is generated on the device from (seed, rank, step).
+  virtual void stage_generated(uint64_t seed, int rank, uint64_t step, int batch) = 0;
+  /// Enqueues forward, backward (with bucketed all-reduce when DDP is on) and the optimizer on
+  /// the staged batch. Returns without waiting for the device.
+  virtual void run_step() = 0;
+  /// Waits for the step to finish and fills the engine's part of `rec`. Throws on device or
+  /// communicator errors.
+  virtual void finish_step(StepRecord* rec) = 0;
+  virtual const std::vector<Bucket>& buckets() const = 0;
+  virtual EngineInfo info() const = 0;
+  /// Marks the timed window for profilers (cudaProfilerStart/Stop for the GPU backend).
+  virtual void profiler(bool start) = 0;
+};
+
+/// Builds the engine for opts.backend ("gpu" or "cpu"; "auto" must be resolved by the caller).
+/// Parameters are initialised identically on every rank from opts.seed (DDP broadcasts rank 0's
+/// parameters; a shared seed gives the same bits without the broadcast).
+std::unique_ptr<Engine> make_gpu_engine(const Options& opts, const World& w, const ParamLayout& layout,
+                                        std::vector<Bucket> buckets);
+std::unique_ptr<Engine> make_cpu_engine(const Options& opts, const World& w, const ParamLayout& layout,
+                                        std::vector<Bucket> buckets);
+
+/// Number of CUDA devices visible to this process (0 when no driver or device).
+int visible_cuda_devices();
+
+}  // namespace vitddp

@@ -1,0 +1,224 @@
+// The GPU backend: GpuViT on this rank's device, NCCL reducer on a comm stream, fused SGD.
+#include <cuda_profiler_api.h>
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "cuda/check.h"
+#include "cuda/gpu_vit.h"
+#include "cuda/nvtx.h"
+#include "cuda/sgd.h"
+#include "cuda/synthetic_data.h"
+#include "model/init.h"
+#include "mpi/nccl_comm.h"
+#include "src/engine.h"
+#include "cuda/device_buffer.h"
+
+namespace vitddp {
+namespace {
+
+float elapsed(cudaEvent_t a, cudaEvent_t b) {
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  return ms;
+}
+
+class GpuEngine final : public Engine {
+ public:
+  GpuEngine(const Options& o, const World& w, const ParamLayout& layout, std::vector<Bucket> buckets)
+      : opts_(o), world_(w), layout_(layout), buckets_(std::move(buckets)) {
+    device_ = select_device(w, visible_cuda_devices());
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+    for (cudaEvent_t* e : {&ev_start_, &ev_input_, &ev_fwd_, &ev_bwd_, &ev_opt_, &ev_end_})
+      CUDA_CHECK(cudaEventCreate(e));
+    for (auto& e : ev_copied_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+
+    const size_t n = layout.total;
+    params_ = DeviceBuffer<float>(n, "parameters");
+    grads_ = DeviceBuffer<float>(n, "gradients");
+    if (o.momentum != 0) momentum_ = DeviceBuffer<float>(n, "SGD momentum buffer");
+    const size_t img = (size_t)o.batch_size * layout.cfg.channels * layout.cfg.image_size * layout.cfg.image_size;
+    for (int s = 0; s < 2; ++s) {
+      images_[s] = DeviceBuffer<float>(img, "input images");
+      labels_[s] = DeviceBuffer<int32_t>(o.batch_size, "input labels");
+    }
+    loss_ = DeviceBuffer<float>(1, "loss");
+    CUDA_CHECK(cudaMallocHost(&loss_host_, sizeof(float)));
+
+    // Same seed on every rank -> identical replicas (what DDP's initial broadcast guarantees).
+    std::vector<float> host(n);
+    init_params(layout, parse_init_scheme(o.init), o.seed, host.data());
+    CUDA_CHECK(cudaMemcpy(params_.get(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(grads_.get(), 0, n * sizeof(float)));
+
+    model_ = std::make_unique<GpuViT>(layout, o.batch_size, compute_);
+    if (o.ddp) {
+      comm_ = std::make_unique<NcclComm>(w);
+      reducer_ = std::make_unique<NcclReducer>(layout, buckets_, grads_.get(), comm_->get(), compute_, o.overlap);
+    }
+  }
+
+  ~GpuEngine() override {
+    cudaDeviceSynchronize();
+    reducer_.reset();
+    comm_.reset();
+    model_.reset();
+    cudaFreeHost(loss_host_);
+    for (cudaEvent_t e : {ev_start_, ev_input_, ev_fwd_, ev_bwd_, ev_opt_, ev_end_}) cudaEventDestroy(e);
+    for (auto e : ev_copied_) cudaEventDestroy(e);
+    cudaStreamDestroy(copy_);
+    cudaStreamDestroy(compute_);
+  }
+
+  void* alloc_host(size_t bytes) override {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMallocHost(&p, bytes));
+    return p;
+  }
+  void free_host(void* p) override { cudaFreeHost(p); }
+
+  void stage(const HostBatch& b) override {
+    const int s = next_slot();
+    const size_t img = images_[s].size() / opts_.batch_size * b.batch;
+    CUDA_CHECK(cudaMemcpyAsync(images_[s].get(), b.images, img * sizeof(float), cudaMemcpyHostToDevice, copy_));
+    CUDA_CHECK(cudaMemcpyAsync(labels_[s].get(), b.labels, b.batch * sizeof(int32_t), cudaMemcpyHostToDevice, copy_));
+    CUDA_CHECK(cudaEventRecord(ev_copied_[s], copy_));
+    staged_batch_ = b.batch;
+    staged_ = true;
+  }
+
+  void stage_generated(uint64_t seed, int rank, uint64_t step, int batch) override {
+    const int s = next_slot();
+    const auto& c = layout_.cfg;
+    generate_synthetic_batch_gpu(images_[s].get(), labels_[s].get(), batch, c.channels, c.image_size,
+                                 c.num_classes, seed, rank, step, copy_);
+    CUDA_CHECK(cudaEventRecord(ev_copied_[s], copy_));
+    staged_batch_ = batch;
+    staged_ = true;
+  }
+
+  void run_step() override {
+    if (!staged_) throw std::logic_error("run_step without a staged batch");
+    slot_ = next_slot();
+    staged_ = false;
+    CUDA_CHECK(cudaEventRecord(ev_start_, compute_));
+    CUDA_CHECK(cudaStreamWaitEvent(compute_, ev_copied_[slot_], 0));
+    CUDA_CHECK(cudaEventRecord(ev_input_, compute_));
+    {
+      NvtxRange r("forward", NvtxColor::Green);
+      model_->forward(params_.get(), images_[slot_].get(), labels_[slot_].get(), staged_batch_, loss_.get());
+      CUDA_CHECK(cudaEventRecord(ev_fwd_, compute_));
+    }
+    {
+      NvtxRange r("backward", NvtxColor::Purple);
+      if (reducer_) {
+        reducer_->prepare_for_backward();
+        model_->backward(params_.get(), grads_.get(), false,
+                         [this](const std::vector<size_t>& p) { reducer_->mark_ready(p); });
+        CUDA_CHECK(cudaEventRecord(ev_bwd_, compute_));
+        reducer_->finalize();
+      } else {
+        model_->backward(params_.get(), grads_.get(), false, {});
+        CUDA_CHECK(cudaEventRecord(ev_bwd_, compute_));
+      }
+      CUDA_CHECK(cudaEventRecord(ev_opt_, compute_));
+    }
+    {
+      NvtxRange r("optimizer step", NvtxColor::Yellow);
+      sgd_step_gpu(params_.get(), grads_.get(), momentum_.get(), layout_.total, sgd_config(), first_step_,
+                   compute_);
+      first_step_ = false;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(loss_host_, loss_.get(), sizeof(float), cudaMemcpyDeviceToHost, compute_));
+    CUDA_CHECK(cudaEventRecord(ev_end_, compute_));
+  }
+
+  void finish_step(StepRecord* rec) override {
+    CUDA_CHECK(cudaEventSynchronize(ev_end_));
+    if (comm_) comm_->check_async_error();
+    rec->input_wait_ms = elapsed(ev_start_, ev_input_);
+    rec->forward_ms = elapsed(ev_input_, ev_fwd_);
+    rec->backward_ms = elapsed(ev_fwd_, ev_bwd_);
+    rec->exposed_comm_ms = elapsed(ev_bwd_, ev_opt_);
+    rec->optimizer_ms = elapsed(ev_opt_, ev_end_);
+    rec->step_ms = elapsed(ev_start_, ev_end_);
+    rec->loss = *loss_host_;
+    rec->buckets = reducer_ ? reducer_->times(ev_start_) : BucketTimes{};
+    // The next batch's copy may still be in flight on the copy stream; the trainer reuses its host
+    // buffer only after the following finish_step, which this wait covers.
+    CUDA_CHECK(cudaStreamSynchronize(copy_));
+  }
+
+  const std::vector<Bucket>& buckets() const override { return buckets_; }
+
+  EngineInfo info() const override {
+    EngineInfo i;
+    i.backend = "gpu";
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    i.device_name = prop.name;
+    char uuid[64];
+    const unsigned char* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+    std::snprintf(uuid, sizeof(uuid), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                  u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    i.device_uuid = uuid;
+    i.device_index = device_;
+    int drv = 0, rt = 0;
+    CUDA_CHECK(cudaDriverGetVersion(&drv));
+    CUDA_CHECK(cudaRuntimeGetVersion(&rt));
+    i.versions = "CUDA driver " + std::to_string(drv) + ", CUDA runtime " + std::to_string(rt) + ", NCCL " +
+                 nccl_version_string() + ", cuBLASLt " + std::to_string(cublasLtGetVersion()) + ", cuDNN " +
+                 std::to_string(cudnnGetVersion());
+    i.device_bytes = (params_.size() + grads_.size() + momentum_.size()) * sizeof(float) + model_->device_bytes();
+    return i;
+  }
+
+  void profiler(bool start) override {
+    if (start) CUDA_CHECK(cudaProfilerStart());
+    else CUDA_CHECK(cudaProfilerStop());
+  }
+
+ private:
+  int next_slot() const { return slot_ ^ 1; }
+  SgdConfig sgd_config() const { return SgdConfig{opts_.lr, opts_.momentum, opts_.weight_decay}; }
+
+  Options opts_;
+  World world_;
+  const ParamLayout& layout_;
+  std::vector<Bucket> buckets_;
+  int device_ = 0;
+  cudaStream_t compute_ = nullptr, copy_ = nullptr;
+  cudaEvent_t ev_start_, ev_input_, ev_fwd_, ev_bwd_, ev_opt_, ev_end_;
+  cudaEvent_t ev_copied_[2];
+  DeviceBuffer<float> params_, grads_, momentum_, loss_;
+  DeviceBuffer<float> images_[2];
+  DeviceBuffer<int32_t> labels_[2];
+  float* loss_host_ = nullptr;
+  std::unique_ptr<GpuViT> model_;
+  std::unique_ptr<NcclComm> comm_;
+  std::unique_ptr<NcclReducer> reducer_;
+  int slot_ = 1;          // slot of the running step; the next batch goes to slot_ ^ 1
+  int staged_batch_ = 0;
+  bool staged_ = false;
+  bool first_step_ = true;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_gpu_engine(const Options& o, const World& w, const ParamLayout& layout,
+                                        std::vector<Bucket> buckets) {
+  return std::make_unique<GpuEngine>(o, w, layout, std::move(buckets));
+}
+
+int visible_cuda_devices() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace vitddp

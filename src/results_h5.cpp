@@ -1,0 +1,471 @@
+#include "src/results_h5.h"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <stdexcept>
+#include <utility>
+
+static_assert(sizeof(hid_t) == sizeof(int64_t), "ResultsFile stores hid_t in int64_t");
+
+namespace vitddp {
+namespace {
+
+// HDF5's own description of the failure that just happened (its error stack, outermost call
+// first). Must be called before any other HDF5 API call, which would clear the stack.
+std::string h5_error_text() {
+  std::string text;
+  auto walk = [](unsigned, const H5E_error2_t* e, void* out) -> herr_t {
+    std::string& s = *static_cast<std::string*>(out);
+    if (!s.empty()) s += "; ";
+    s += std::string(e->func_name ? e->func_name : "?") + ": " + (e->desc ? e->desc : "?");
+    return 0;
+  };
+  if (H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk, &text) < 0 || text.empty())
+    text = "no HDF5 error description";
+  return text;
+}
+
+template <class T>
+T h5_check(T result, const char* call, const std::string& object, const char* file, int line) {
+  if (result < 0)
+    throw std::runtime_error("HDF5 call failed at " + std::string(file) + ":" + std::to_string(line) +
+                             ": " + call + " on '" + object + "': " + h5_error_text());
+  return result;
+}
+
+// Checks an HDF5 call (negative return = failure) and throws std::runtime_error naming the call,
+// this file and line, `object` (the HDF5 object or file the call was about) and HDF5's reason.
+#define H5_CHECK(call, object) h5_check((call), #call, (object), __FILE__, __LINE__)
+
+// While alive, HDF5 does not print its error stack to stderr (the stack goes into our
+// exception messages instead); the previous handler is restored afterwards.
+class QuietH5Errors {
+ public:
+  QuietH5Errors() {
+    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~QuietH5Errors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+  QuietH5Errors(const QuietH5Errors&) = delete;
+  QuietH5Errors& operator=(const QuietH5Errors&) = delete;
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+// Owns one HDF5 identifier and closes it with the matching H5?close.
+class Handle {
+ public:
+  Handle(hid_t id, herr_t (*closer)(hid_t)) : id_(id), closer_(closer) {}
+  ~Handle() {
+    if (id_ >= 0) closer_(id_);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  hid_t get() const { return id_; }
+  hid_t release() { return std::exchange(id_, -1); }
+
+ private:
+  hid_t id_;
+  herr_t (*closer_)(hid_t);
+};
+
+Handle vlen_string_type(const std::string& object) {
+  Handle t(H5_CHECK(H5Tcopy(H5T_C_S1), object), H5Tclose);
+  H5_CHECK(H5Tset_size(t.get(), H5T_VARIABLE), object);
+  H5_CHECK(H5Tset_cset(t.get(), H5T_CSET_UTF8), object);
+  return t;
+}
+
+// Link creation properties that create missing intermediate groups ("a/b/c" creates a and b).
+Handle intermediate_groups_lcpl(const std::string& object) {
+  Handle lcpl(H5_CHECK(H5Pcreate(H5P_LINK_CREATE), object), H5Pclose);
+  H5_CHECK(H5Pset_create_intermediate_group(lcpl.get(), 1), object);
+  return lcpl;
+}
+
+// True when every component of the '/'-separated `name` exists (H5Lexists fails, rather than
+// answering false, when an intermediate component is missing).
+bool link_exists(hid_t loc, const std::string& name) {
+  size_t pos = 0;
+  while (true) {
+    const size_t slash = name.find('/', pos);
+    const std::string prefix = name.substr(0, slash);
+    if (!prefix.empty() && H5_CHECK(H5Lexists(loc, prefix.c_str(), H5P_DEFAULT), name) <= 0)
+      return false;
+    if (slash == std::string::npos) return true;
+    pos = slash + 1;
+  }
+}
+
+hid_t file_type(H5Dtype t) { return t == H5Dtype::f64 ? H5T_IEEE_F64LE : H5T_STD_I64LE; }
+
+std::vector<const char*> c_strings(const std::vector<std::string>& v) {
+  std::vector<const char*> out;
+  out.reserve(v.size());
+  for (const auto& s : v) out.push_back(s.c_str());
+  return out;
+}
+
+}  // namespace
+
+ResultsFile::ResultsFile(std::string path, int64_t file) : path_(std::move(path)), file_(file) {}
+
+ResultsFile ResultsFile::create(const std::string& path, bool overwrite) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  if (path.empty()) throw std::runtime_error("ResultsFile: cannot create a results file with an empty path");
+  fs::path parent = p.parent_path();
+  if (parent.empty()) parent = ".";
+  std::error_code ec;
+  if (!fs::exists(parent, ec))
+    throw std::runtime_error("ResultsFile: cannot create '" + path + "': parent directory '" +
+                             parent.string() + "' does not exist");
+  if (!fs::is_directory(parent, ec))
+    throw std::runtime_error("ResultsFile: cannot create '" + path + "': '" + parent.string() +
+                             "' is not a directory");
+  if (!overwrite && fs::exists(fs::symlink_status(p, ec)))
+    throw std::runtime_error("ResultsFile: refusing to overwrite existing file '" + path +
+                             "' (overwrite not requested)");
+
+  QuietH5Errors quiet;
+  // HDF5 1.8 format: dense attribute storage for large attributes, and no file-consistency flags
+  // (those of the 1.10 v3 superblock would make a crashed file unreadable without h5clear).
+  Handle fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), path), H5Pclose);
+  H5_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18), path);
+  const hid_t file = H5_CHECK(
+      H5Fcreate(path.c_str(), overwrite ? H5F_ACC_TRUNC : H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()), path);
+  return ResultsFile(path, file);
+}
+
+ResultsFile::ResultsFile(ResultsFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      file_(std::exchange(other.file_, -1)),
+      series_(std::move(other.series_)) {
+  other.series_.clear();
+}
+
+ResultsFile& ResultsFile::operator=(ResultsFile&& other) noexcept {
+  if (this != &other) {
+    try {
+      close();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ResultsFile: closing '%s' failed: %s\n", path_.c_str(), e.what());
+    }
+    path_ = std::move(other.path_);
+    file_ = std::exchange(other.file_, -1);
+    series_ = std::move(other.series_);
+    other.series_.clear();
+  }
+  return *this;
+}
+
+ResultsFile::~ResultsFile() {
+  try {
+    close();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ResultsFile: closing '%s' failed: %s\n", path_.c_str(), e.what());
+  }
+}
+
+void ResultsFile::require_open(const char* what) const {
+  if (file_ < 0)
+    throw std::runtime_error(std::string("ResultsFile::") + what + ": file '" + path_ + "' is not open");
+}
+
+void ResultsFile::write_attr(int64_t obj, const std::string& obj_name, const std::string& name,
+                             int64_t type, int rank, uint64_t count, const void* data) {
+  const std::string where = path_ + ":" + obj_name + "@" + name;
+  if (H5_CHECK(H5Aexists(obj, name.c_str()), where) > 0) H5_CHECK(H5Adelete(obj, name.c_str()), where);
+  const hsize_t dims[1] = {count};
+  Handle space(rank == 0 ? H5_CHECK(H5Screate(H5S_SCALAR), where) : H5_CHECK(H5Screate_simple(1, dims, nullptr), where),
+               H5Sclose);
+  Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT), where),
+              H5Aclose);
+  if (rank == 0 || count > 0) H5_CHECK(H5Awrite(attr.get(), type, data), where);
+}
+
+void ResultsFile::set_attr(const std::string& name, const std::string& value) {
+  require_open("set_attr");
+  QuietH5Errors quiet;
+  Handle t = vlen_string_type(name);
+  const char* p = value.c_str();
+  write_attr(file_, "/", name, t.get(), 0, 1, &p);
+}
+
+void ResultsFile::set_attr(const std::string& name, const char* value) {
+  set_attr(name, std::string(value ? value : ""));
+}
+
+void ResultsFile::set_attr(const std::string& name, int64_t value) {
+  require_open("set_attr");
+  QuietH5Errors quiet;
+  write_attr(file_, "/", name, H5T_NATIVE_INT64, 0, 1, &value);
+}
+
+void ResultsFile::set_attr(const std::string& name, double value) {
+  require_open("set_attr");
+  QuietH5Errors quiet;
+  write_attr(file_, "/", name, H5T_NATIVE_DOUBLE, 0, 1, &value);
+}
+
+void ResultsFile::set_attr(const std::string& name, const std::vector<std::string>& value) {
+  require_open("set_attr");
+  QuietH5Errors quiet;
+  Handle t = vlen_string_type(name);
+  const auto ptrs = c_strings(value);
+  write_attr(file_, "/", name, t.get(), 1, value.size(), ptrs.data());
+}
+
+void ResultsFile::set_attr(const std::string& name, const std::vector<int64_t>& value) {
+  require_open("set_attr");
+  QuietH5Errors quiet;
+  write_attr(file_, "/", name, H5T_NATIVE_INT64, 1, value.size(), value.data());
+}
+
+void ResultsFile::set_attr(const std::string& name, const std::vector<double>& value) {
+  require_open("set_attr");
+  QuietH5Errors quiet;
+  write_attr(file_, "/", name, H5T_NATIVE_DOUBLE, 1, value.size(), value.data());
+}
+
+void ResultsFile::create_series(const std::string& name, const std::string& units,
+                                const std::string& description, int64_t ranks, int64_t buckets,
+                                H5Dtype dtype) {
+  require_open("create_series");
+  if (ranks < 1 || buckets < 0)
+    throw std::invalid_argument("ResultsFile::create_series: '" + name + "' needs ranks >= 1 and buckets >= 0, got ranks=" +
+                                std::to_string(ranks) + " buckets=" + std::to_string(buckets));
+  if (series_.count(name))
+    throw std::invalid_argument("ResultsFile::create_series: series '" + name + "' already exists");
+  QuietH5Errors quiet;
+  const std::string where = path_ + ":" + name;
+  const int rank = buckets == 0 ? 2 : 3;
+  const int64_t per_step = ranks * std::max<int64_t>(buckets, 1);
+  // About 64 KiB per chunk, at least one step and at most 1024 steps.
+  const hsize_t chunk_steps = static_cast<hsize_t>(std::clamp<int64_t>(65536 / (per_step * 8), 1, 1024));
+  const hsize_t dims[3] = {static_cast<hsize_t>(ranks), 0, static_cast<hsize_t>(buckets)};
+  const hsize_t maxdims[3] = {static_cast<hsize_t>(ranks), H5S_UNLIMITED, static_cast<hsize_t>(buckets)};
+  const hsize_t chunk[3] = {static_cast<hsize_t>(ranks), chunk_steps, static_cast<hsize_t>(buckets)};
+  Handle space(H5_CHECK(H5Screate_simple(rank, dims, maxdims), where), H5Sclose);
+  Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), where), H5Pclose);
+  H5_CHECK(H5Pset_chunk(dcpl.get(), rank, chunk), where);
+  if (dtype == H5Dtype::f64) {
+    const double zero = 0;
+    H5_CHECK(H5Pset_fill_value(dcpl.get(), H5T_NATIVE_DOUBLE, &zero), where);
+  } else {
+    const int64_t zero = 0;
+    H5_CHECK(H5Pset_fill_value(dcpl.get(), H5T_NATIVE_INT64, &zero), where);
+  }
+  Handle lcpl = intermediate_groups_lcpl(where);
+  Handle dset(H5_CHECK(H5Dcreate2(file_, name.c_str(), file_type(dtype), space.get(), lcpl.get(), dcpl.get(),
+                                  H5P_DEFAULT),
+                       where),
+              H5Dclose);
+  Handle str = vlen_string_type(where);
+  for (const auto& [key, value] : {std::pair<const char*, std::string>{"units", units},
+                                   {"description", description},
+                                   {"axes", buckets == 0 ? "rank,step" : "rank,step,bucket"}}) {
+    const char* p = value.c_str();
+    write_attr(dset.get(), name, key, str.get(), 0, 1, &p);
+  }
+  Series s;
+  s.ranks = ranks;
+  s.buckets = buckets;
+  s.dtype = dtype;
+  s.dataset = dset.release();
+  series_.emplace(name, s);
+}
+
+ResultsFile::Series& ResultsFile::series(const std::string& name) {
+  auto it = series_.find(name);
+  if (it == series_.end())
+    throw std::invalid_argument("ResultsFile: no series '" + name + "' in '" + path_ + "' (create_series first)");
+  return it->second;
+}
+
+const ResultsFile::Series& ResultsFile::series(const std::string& name) const {
+  return const_cast<ResultsFile*>(this)->series(name);
+}
+
+int64_t ResultsFile::series_steps(const std::string& name) const { return series(name).steps; }
+
+template <class T>
+void ResultsFile::append_raw(const std::string& name, Series& s, const T* values) {
+  const std::string where = path_ + ":" + name;
+  const int rank = s.buckets == 0 ? 2 : 3;
+  const hsize_t new_dims[3] = {static_cast<hsize_t>(s.ranks), static_cast<hsize_t>(s.steps + 1),
+                               static_cast<hsize_t>(s.buckets)};
+  H5_CHECK(H5Dset_extent(s.dataset, new_dims), where);
+  Handle file_space(H5_CHECK(H5Dget_space(s.dataset), where), H5Sclose);
+  const hsize_t start[3] = {0, static_cast<hsize_t>(s.steps), 0};
+  const hsize_t count[3] = {static_cast<hsize_t>(s.ranks), 1, static_cast<hsize_t>(s.buckets)};
+  H5_CHECK(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), where);
+  Handle mem_space(H5_CHECK(H5Screate_simple(rank, count, nullptr), where), H5Sclose);
+  const hid_t mem_type = std::is_same<T, double>::value ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64;
+  H5_CHECK(H5Dwrite(s.dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, values), where);
+  ++s.steps;
+}
+
+void ResultsFile::append_step(const std::string& name, const double* values) {
+  require_open("append_step");
+  Series& s = series(name);
+  QuietH5Errors quiet;
+  if (s.dtype == H5Dtype::f64) return append_raw(name, s, values);
+  const size_t n = static_cast<size_t>(s.ranks * std::max<int64_t>(s.buckets, 1));
+  std::vector<int64_t> ints(n);
+  for (size_t i = 0; i < n; ++i) {
+    const double v = values[i];
+    // 2^63 is exact in double; int64 holds [-2^63, 2^63).
+    if (!(v == std::trunc(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0))
+      throw std::invalid_argument("ResultsFile::append_step: int64 series '" + name + "' got non-integer value " +
+                                  std::to_string(v) + " at index " + std::to_string(i));
+    ints[i] = static_cast<int64_t>(v);
+  }
+  append_raw(name, s, ints.data());
+}
+
+void ResultsFile::append_step(const std::string& name, const int64_t* values) {
+  require_open("append_step");
+  Series& s = series(name);
+  QuietH5Errors quiet;
+  if (s.dtype == H5Dtype::i64) return append_raw(name, s, values);
+  const size_t n = static_cast<size_t>(s.ranks * std::max<int64_t>(s.buckets, 1));
+  std::vector<double> dbl(values, values + n);
+  append_raw(name, s, dbl.data());
+}
+
+void ResultsFile::append_step(const std::string& name, const std::vector<double>& values) {
+  const Series& s = series(name);
+  const size_t n = static_cast<size_t>(s.ranks * std::max<int64_t>(s.buckets, 1));
+  if (values.size() != n)
+    throw std::invalid_argument("ResultsFile::append_step: series '" + name + "' takes " + std::to_string(n) +
+                                " values per step, got " + std::to_string(values.size()));
+  append_step(name, values.data());
+}
+
+void ResultsFile::append_step(const std::string& name, const std::vector<int64_t>& values) {
+  const Series& s = series(name);
+  const size_t n = static_cast<size_t>(s.ranks * std::max<int64_t>(s.buckets, 1));
+  if (values.size() != n)
+    throw std::invalid_argument("ResultsFile::append_step: series '" + name + "' takes " + std::to_string(n) +
+                                " values per step, got " + std::to_string(values.size()));
+  append_step(name, values.data());
+}
+
+namespace {
+
+// Creates a fixed-size dataset and writes `data` (memory type `mem_type`) plus units/description.
+void write_fixed(hid_t file, const std::string& where, const std::string& name, const std::vector<uint64_t>& shape,
+                 hid_t file_type_id, hid_t mem_type, const void* data, const std::string& units,
+                 const std::string& description,
+                 const std::function<void(hid_t, const std::string&, const std::string&)>& set_str) {
+  if (shape.empty() || shape.size() > 32)
+    throw std::invalid_argument("ResultsFile: dataset '" + name + "' needs a shape of 1 to 32 dimensions");
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  hsize_t total = 1;
+  for (hsize_t d : dims) total *= d;
+  Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), where), H5Sclose);
+  Handle lcpl = intermediate_groups_lcpl(where);
+  Handle dset(H5_CHECK(H5Dcreate2(file, name.c_str(), file_type_id, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
+                       where),
+              H5Dclose);
+  if (total > 0) H5_CHECK(H5Dwrite(dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), where);
+  set_str(dset.get(), "units", units);
+  set_str(dset.get(), "description", description);
+}
+
+}  // namespace
+
+void ResultsFile::write_array(const std::string& name, const std::vector<uint64_t>& shape, const double* data,
+                              const std::string& units, const std::string& description) {
+  require_open("write_array");
+  QuietH5Errors quiet;
+  const std::string where = path_ + ":" + name;
+  Handle str = vlen_string_type(where);
+  write_fixed(file_, where, name, shape, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, data, units, description,
+              [&](hid_t obj, const std::string& key, const std::string& value) {
+                const char* p = value.c_str();
+                write_attr(obj, name, key, str.get(), 0, 1, &p);
+              });
+}
+
+void ResultsFile::write_array(const std::string& name, const std::vector<uint64_t>& shape, const int64_t* data,
+                              const std::string& units, const std::string& description) {
+  require_open("write_array");
+  QuietH5Errors quiet;
+  const std::string where = path_ + ":" + name;
+  Handle str = vlen_string_type(where);
+  write_fixed(file_, where, name, shape, H5T_STD_I64LE, H5T_NATIVE_INT64, data, units, description,
+              [&](hid_t obj, const std::string& key, const std::string& value) {
+                const char* p = value.c_str();
+                write_attr(obj, name, key, str.get(), 0, 1, &p);
+              });
+}
+
+void ResultsFile::write_strings(const std::string& name, const std::vector<std::string>& values,
+                                const std::string& units, const std::string& description) {
+  require_open("write_strings");
+  QuietH5Errors quiet;
+  const std::string where = path_ + ":" + name;
+  Handle str = vlen_string_type(where);
+  const auto ptrs = c_strings(values);
+  write_fixed(file_, where, name, {values.size()}, str.get(), str.get(), ptrs.data(), units, description,
+              [&](hid_t obj, const std::string& key, const std::string& value) {
+                const char* p = value.c_str();
+                write_attr(obj, name, key, str.get(), 0, 1, &p);
+              });
+}
+
+void ResultsFile::write_summary(const std::string& name, double value, const std::string& units,
+                                const std::string& description) {
+  require_open("write_summary");
+  QuietH5Errors quiet;
+  const std::string full = "summary/" + name;
+  const std::string where = path_ + ":" + full;
+  hid_t id;
+  if (link_exists(file_, full)) {
+    id = H5_CHECK(H5Dopen2(file_, full.c_str(), H5P_DEFAULT), where);
+  } else {
+    Handle space(H5_CHECK(H5Screate(H5S_SCALAR), where), H5Sclose);
+    Handle lcpl = intermediate_groups_lcpl(where);
+    id = H5_CHECK(H5Dcreate2(file_, full.c_str(), H5T_IEEE_F64LE, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
+                  where);
+  }
+  Handle dset(id, H5Dclose);
+  H5_CHECK(H5Dwrite(dset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value), where);
+  Handle str = vlen_string_type(where);
+  for (const auto& [key, text] : {std::pair<const char*, const std::string&>{"units", units}, {"description", description}}) {
+    const char* p = text.c_str();
+    write_attr(dset.get(), full, key, str.get(), 0, 1, &p);
+  }
+}
+
+void ResultsFile::flush() {
+  require_open("flush");
+  QuietH5Errors quiet;
+  H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL), path_);
+}
+
+void ResultsFile::close() {
+  if (file_ < 0) return;
+  QuietH5Errors quiet;
+  std::string first_error;
+  for (auto& [name, s] : series_) {
+    if (s.dataset >= 0 && H5Dclose(s.dataset) < 0 && first_error.empty())
+      first_error = "H5Dclose on '" + path_ + ":" + name + "': " + h5_error_text();
+    s.dataset = -1;
+  }
+  series_.clear();
+  const hid_t file = std::exchange(file_, -1);
+  if (H5Fclose(file) < 0 && first_error.empty()) first_error = "H5Fclose on '" + path_ + "': " + h5_error_text();
+  if (!first_error.empty()) throw std::runtime_error("ResultsFile::close: " + first_error);
+}
+
+}  // namespace vitddp

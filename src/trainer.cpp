@@ -1,0 +1,273 @@
+#include "src/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <numeric>
+
+#include "cuda/nvtx.h"
+#include "model/param_layout.h"
+#include "mpi/buckets.h"
+#include "src/batch_feed.h"
+#include "src/engine.h"
+#include "src/results_h5.h"
+
+#ifndef VITDDP_GIT_COMMIT
+#define VITDDP_GIT_COMMIT "unknown"
+#endif
+
+namespace vitddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Scalars of a StepRecord, in the order of kStepSeries.
+constexpr int kScalars = 9;
+struct SeriesSpec {
+  const char* name;
+  const char* units;
+  const char* description;
+};
+const SeriesSpec kStepSeries[kScalars] = {
+    {"data_wait", "s", "host time blocked waiting for the data source ('get batch')"},
+    {"input_wait", "s", "compute stream waiting for the batch's host-to-device copy"},
+    {"forward", "s", "forward pass and loss (CUDA events on the compute stream)"},
+    {"backward", "s", "backward compute; the all-reduces it overlaps run meanwhile on the comm stream"},
+    {"exposed_comm", "s", "after backward compute, time the compute stream waited for the last all-reduce"},
+    {"optimizer", "s", "SGD step over the flat parameter buffer"},
+    {"step_time", "s", "device time of the step, step-start event to step-end event"},
+    {"wall_time", "s", "host wall time of the step, get batch to step end"},
+    {"loss", "1", "this rank's mean cross-entropy of the step"},
+};
+
+std::vector<double> pack(const StepRecord& r, size_t nb) {
+  std::vector<double> v = {r.data_wait_ms / 1e3, r.input_wait_ms / 1e3, r.forward_ms / 1e3,
+                           r.backward_ms / 1e3,  r.exposed_comm_ms / 1e3, r.optimizer_ms / 1e3,
+                           r.step_ms / 1e3,      r.wall_ms / 1e3,         r.loss};
+  for (size_t b = 0; b < nb; ++b) v.push_back(b < r.buckets.start_ms.size() ? r.buckets.start_ms[b] / 1e3 : 0.0);
+  for (size_t b = 0; b < nb; ++b) v.push_back(b < r.buckets.end_ms.size() ? r.buckets.end_ms[b] / 1e3 : 0.0);
+  return v;
+}
+
+/// Gathers a fixed-size string from every rank to rank 0.
+std::vector<std::string> gather_strings(const std::string& s, const World& w) {
+  constexpr int kLen = 256;
+  char buf[kLen] = {0};
+  std::strncpy(buf, s.c_str(), kLen - 1);
+  std::vector<char> all(w.rank == 0 ? (size_t)kLen * w.world_size : 0);
+  MPI_CHECK(MPI_Gather(buf, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, 0, MPI_COMM_WORLD));
+  std::vector<std::string> out;
+  for (int r = 0; w.rank == 0 && r < w.world_size; ++r) out.emplace_back(&all[(size_t)r * kLen]);
+  return out;
+}
+
+std::string now_iso8601() {
+  char buf[64];
+  std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string mpi_library_version() {
+  char v[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  MPI_Get_library_version(v, &len);
+  std::string s(v);
+  const size_t nl = s.find_first_of("\n,");
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+const char* phase_of(int step, const Options& o) {
+  if (step < o.warmup_steps) return "warm-up";
+  if (step < o.warmup_steps + o.steps) return "timed";
+  return "cool-down";
+}
+
+/// Rank 0: creates the results file and writes the configuration. Returns "" or the error.
+void write_header(ResultsFile& f, const Options& o, const World& w, const ParamLayout& layout,
+                  const std::vector<Bucket>& buckets, const EngineInfo& info, const std::string& cmd,
+                  const std::vector<std::string>& hosts, const std::vector<std::string>& devices,
+                  const std::vector<std::string>& uuids) {
+  f.set_attr("program", "vitddp");
+  f.set_attr("git_commit", VITDDP_GIT_COMMIT);
+  f.set_attr("command_line", cmd);
+  f.set_attr("start_time", now_iso8601());
+  f.set_attr("model", layout.cfg.name);
+  f.set_attr("parameter_count", (int64_t)layout.parameter_count());
+  f.set_attr("world_size", (int64_t)w.world_size);
+  f.set_attr("batch_size", (int64_t)o.batch_size);
+  f.set_attr("global_batch_size", (int64_t)o.batch_size * w.world_size);
+  f.set_attr("backend", info.backend);
+  f.set_attr("precision", "fp32");
+  f.set_attr("ddp", (int64_t)o.ddp);
+  f.set_attr("overlap", (int64_t)o.overlap);
+  f.set_attr("gradient_as_bucket_view", (int64_t)1);
+  f.set_attr("num_buckets", (int64_t)buckets.size());
+  f.set_attr("forward_flops_per_image", forward_flops_per_image(layout.cfg));
+  f.set_attr("versions", info.versions + ", MPI: " + mpi_library_version());
+  f.set_attr("hostnames", hosts);
+  f.set_attr("device_names", devices);
+  f.set_attr("device_uuids", uuids);
+  for (const auto& [k, v] : option_values(o)) f.set_attr("option." + k, v);
+
+  std::vector<int64_t> bytes, ntensors, offsets;
+  std::vector<std::string> first, last;
+  for (const auto& b : buckets) {
+    bytes.push_back((int64_t)b.bytes());
+    offsets.push_back((int64_t)b.offset);
+    ntensors.push_back((int64_t)b.params.size());
+    first.push_back(layout.params[b.params.front()].name);
+    last.push_back(layout.params[b.params.back()].name);
+  }
+  const std::vector<uint64_t> nb = {buckets.size()};
+  f.write_array("bucket_bytes", nb, bytes.data(), "bytes", "size of each bucket as all-reduced (fp32)");
+  f.write_array("bucket_offset", nb, offsets.data(), "elements", "first element of each bucket in the flat gradient buffer");
+  f.write_array("bucket_num_tensors", nb, ntensors.data(), "1", "parameter tensors in each bucket");
+  f.write_strings("bucket_first_param", first, "", "first parameter of each bucket (gradient-ready order)");
+  f.write_strings("bucket_last_param", last, "", "last parameter of each bucket (gradient-ready order)");
+
+  const int64_t R = w.world_size, B = (int64_t)buckets.size();
+  for (const auto& s : kStepSeries) f.create_series(s.name, s.units, s.description, R, 0, H5Dtype::f64);
+  f.create_series("allreduce_start", "s", "all-reduce start of each bucket on the comm stream, from the step-start event", R, B, H5Dtype::f64);
+  f.create_series("allreduce_end", "s", "all-reduce end of each bucket on the comm stream, from the step-start event", R, B, H5Dtype::f64);
+  f.create_series("timed", "1", "1 for the steps of the timed window, 0 for warm-up and cool-down", 1, 0, H5Dtype::i64);
+  f.flush();
+}
+
+}  // namespace
+
+int run_training(const Options& o, const World& w, const std::string& cmd) {
+  const ParamLayout layout = make_param_layout(vit_config(o.model, o.num_classes));
+  const std::vector<Bucket> buckets = assign_buckets(layout, (size_t)(o.first_bucket_mb * 1048576.0),
+                                                     (size_t)(o.bucket_cap_mb * 1048576.0));
+  // Every rank must hold the same bucket layout, or all-reduces would mix unrelated gradients.
+  uint64_t fp = bucket_fingerprint(buckets), fp_min = 0, fp_max = 0;
+  MPI_CHECK(MPI_Allreduce(&fp, &fp_min, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allreduce(&fp, &fp_max, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD));
+  if (fp_min != fp_max) throw std::runtime_error("ranks disagree on the bucket layout (different options or model?)");
+
+  // Rank 0 owns the results file; it is created before any device work so a bad path fails fast.
+  ResultsFile results;
+  std::string file_error;
+  if (w.rank == 0) {
+    try {
+      results = ResultsFile::create(o.out, o.overwrite);
+    } catch (const std::exception& e) {
+      file_error = e.what();
+    }
+  }
+  if (!all_ranks_ok(file_error.empty())) {
+    if (w.rank == 0) std::fprintf(stderr, "vitddp: error: --out: %s\n", file_error.c_str());
+    return 2;
+  }
+
+  if (w.rank == 0)
+    std::printf("[vitddp] %s (%zu parameters), %d rank(s), backend %s, batch %d per rank, %zu bucket(s)%s\n",
+                layout.cfg.name.c_str(), layout.parameter_count(), w.world_size, o.backend.c_str(), o.batch_size,
+                buckets.size(), o.ddp ? "" : " (no DDP)");
+  std::unique_ptr<Engine> engine = o.backend == "gpu" ? make_gpu_engine(o, w, layout, buckets)
+                                                      : make_cpu_engine(o, w, layout, buckets);
+  const EngineInfo info = engine->info();
+  const auto hosts = gather_strings(w.hostname, w);
+  const auto devices = gather_strings(info.device_name, w);
+  const auto uuids = gather_strings(info.device_uuid, w);
+  if (w.rank == 0) write_header(results, o, w, layout, buckets, info, cmd, hosts, devices, uuids);
+  std::fflush(stdout);
+
+  BatchFeed feed(o, w, layout.cfg, *engine);
+  const size_t nb = buckets.size();
+  const int total = o.total_steps();
+  std::vector<double> gathered(w.rank == 0 ? (size_t)w.world_size * (kScalars + 2 * nb) : 0);
+  std::vector<double> timed_steps_ms;
+  double window_s = 0;
+  Clock::time_point window_start;
+  double data_wait_next_ms = feed.stage_next(0);  // first batch before the loop
+  int late_buckets = 0, timed_buckets = 0;
+
+  for (int i = 0; i < total; ++i) {
+    if (i == o.warmup_steps) {
+      engine->profiler(true);
+      window_start = Clock::now();
+    }
+    const auto t0 = Clock::now();
+    StepRecord rec;
+    {
+      NvtxRange batch_range("Batch " + std::to_string(i), NvtxColor::Blue);
+      engine->run_step();
+      double wait = 0;
+      if (i + 1 < total) wait = feed.stage_next(i + 1);  // overlaps the running step
+      engine->finish_step(&rec);
+      rec.data_wait_ms = data_wait_next_ms;
+      data_wait_next_ms = wait;
+    }
+    rec.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (i == o.warmup_steps + o.steps - 1) {
+      window_s = std::chrono::duration<double>(Clock::now() - window_start).count();
+      engine->profiler(false);
+    }
+    const bool timed = i >= o.warmup_steps && i < o.warmup_steps + o.steps;
+    if (timed) {
+      timed_steps_ms.push_back(rec.step_ms);
+      const double bwd_end = rec.input_wait_ms + rec.forward_ms + rec.backward_ms;
+      for (size_t b = 0; b < rec.buckets.start_ms.size(); ++b) {
+        ++timed_buckets;
+        if (rec.buckets.start_ms[b] >= bwd_end) ++late_buckets;
+      }
+    }
+
+    const std::vector<double> row = pack(rec, nb);
+    MPI_CHECK(MPI_Gather(row.data(), (int)row.size(), MPI_DOUBLE, gathered.data(), (int)row.size(), MPI_DOUBLE, 0,
+                         MPI_COMM_WORLD));
+    if (w.rank == 0) {
+      const size_t stride = kScalars + 2 * nb;
+      std::vector<double> col(w.world_size), bk((size_t)w.world_size * nb);
+      for (int s = 0; s < kScalars; ++s) {
+        for (int r = 0; r < w.world_size; ++r) col[r] = gathered[r * stride + s];
+        results.append_step(kStepSeries[s].name, col);
+      }
+      for (int which = 0; which < 2; ++which) {
+        for (int r = 0; r < w.world_size; ++r)
+          for (size_t b = 0; b < nb; ++b) bk[r * nb + b] = gathered[r * stride + kScalars + which * nb + b];
+        results.append_step(which == 0 ? "allreduce_start" : "allreduce_end", bk);
+      }
+      results.append_step("timed", std::vector<int64_t>{timed ? 1 : 0});
+      if ((i + 1) % o.flush_every == 0) results.flush();
+      if ((i + 1) % o.progress_every == 0 || i + 1 == total)
+        std::printf("[vitddp] step %d/%d (%s) loss %.4f | step %.1f ms: fwd %.1f, bwd %.1f, exposed comm %.1f, opt %.1f, data wait %.1f\n",
+                    i + 1, total, phase_of(i, o), rec.loss, rec.step_ms, rec.forward_ms, rec.backward_ms,
+                    rec.exposed_comm_ms, rec.optimizer_ms, rec.data_wait_ms);
+      std::fflush(stdout);
+    }
+  }
+
+  if (w.rank == 0) {
+    const double sps = o.steps / window_s;
+    const double img_rank = sps * o.batch_size;
+    const double tflops = 3.0 * forward_flops_per_image(layout.cfg) * img_rank / 1e12;
+    std::vector<double> sorted = timed_steps_ms;
+    std::sort(sorted.begin(), sorted.end());
+    const double median_ms = sorted[sorted.size() / 2];
+    results.write_summary("steps_per_second", sps, "1/s", "timed steps / host wall time of the timed window (rank 0)");
+    results.write_summary("images_per_second_per_rank", img_rank, "1/s", "steps_per_second x batch_size");
+    results.write_summary("images_per_second", img_rank * w.world_size, "1/s", "all ranks together");
+    results.write_summary("tflops_per_rank", tflops, "TFLOP/s", "3 x forward FLOPs x images per second per rank");
+    results.write_summary("median_step_time", median_ms / 1e3, "s", "median device step time of the timed window (rank 0)");
+    results.write_summary("timed_window", window_s, "s", "host wall time of the timed window (rank 0)");
+    results.write_summary("buckets_started_after_backward", late_buckets, "1",
+                          "bucket all-reduces of the timed window (rank 0) that started after backward compute ended");
+    results.write_summary("buckets_timed", timed_buckets, "1", "bucket all-reduces in the timed window (rank 0)");
+    results.close();
+    std::printf("[vitddp] timed window: %d steps in %.3f s: %.2f steps/s per rank, %.1f images/s per rank, "
+                "%.1f images/s total, %.1f TFLOP/s per rank; median step %.1f ms\n",
+                o.steps, window_s, sps, img_rank, img_rank * w.world_size, tflops, median_ms);
+    if (o.ddp && w.world_size > 1)
+      std::printf("[vitddp] %d of %d bucket all-reduces started after backward compute ended\n", late_buckets,
+                  timed_buckets);
+    std::printf("[vitddp] results written to %s\n", o.out.c_str());
+  }
+  return 0;
+}
+
+}  // namespace vitddp
