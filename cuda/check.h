@@ -39,7 +39,7 @@ inline std::string launcher_rank_label() {
   do {                                                                                      \
     cublasStatus_t st_ = (call);                                                            \
     if (st_ != CUBLAS_STATUS_SUCCESS)                                                       \
-      ::vitddp::throw_api_error("cuBLASLt", #call, cublasGetStatusString(st_), __FILE__, __LINE__); \
+      ::vitddp::throw_api_error("cuBLASLt", #call, cublasLtGetStatusString(st_), __FILE__, __LINE__); \
   } while (0)
 
 #define CUDNN_CHECK(call)                                                                 \

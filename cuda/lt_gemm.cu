@@ -7,7 +7,7 @@
 #include <tuple>
 
 #include "cuda/check.h"
-#include "cuda/device_buffer.h"
+#include "cuda/device_arena.h"
 
 namespace vitddp {
 namespace {

@@ -24,21 +24,52 @@ namespace {
 
 // ---- dense building blocks (all single-threaded, double accumulation) ----
 
+/// C[m, :] += sum_k A(m, k) * B[k, :] for m < rows, k < kdim, where A(m, k) = A[m * a_rs + k * a_cs]
+/// (the strides let A be a transposed view) and B is row-major [kdim, n]. The multiply-add
+/// kernel of every linear layer. Output rows are done four at a time so that each row of B,
+/// streamed contiguously, serves four rows of C; every C entry is still summed in order of k.
+template <typename BT>
+void gemm_acc(int rows, int n, int kdim, const double* A, size_t a_rs, size_t a_cs, const BT* B,
+              double* C) {
+  int m = 0;
+  for (; m + 4 <= rows; m += 4) {
+    double* __restrict c0 = C + static_cast<size_t>(m) * n;
+    double* __restrict c1 = c0 + n;
+    double* __restrict c2 = c1 + n;
+    double* __restrict c3 = c2 + n;
+    const double* a = A + static_cast<size_t>(m) * a_rs;
+    for (int k = 0; k < kdim; ++k) {
+      const double* ak = a + static_cast<size_t>(k) * a_cs;
+      const double a0 = ak[0], a1 = ak[a_rs], a2 = ak[2 * a_rs], a3 = ak[3 * a_rs];
+      const BT* __restrict b = B + static_cast<size_t>(k) * n;
+      for (int j = 0; j < n; ++j) {
+        const double bj = static_cast<double>(b[j]);
+        c0[j] += a0 * bj;
+        c1[j] += a1 * bj;
+        c2[j] += a2 * bj;
+        c3[j] += a3 * bj;
+      }
+    }
+  }
+  for (; m < rows; ++m) {
+    double* __restrict c = C + static_cast<size_t>(m) * n;
+    for (int k = 0; k < kdim; ++k) {
+      const double am = A[static_cast<size_t>(m) * a_rs + static_cast<size_t>(k) * a_cs];
+      const BT* __restrict b = B + static_cast<size_t>(k) * n;
+      for (int j = 0; j < n; ++j) c[j] += am * static_cast<double>(b[j]);
+    }
+  }
+}
+
 /// Y[r, :] (=|+=) b + X[r, :] W^T for r < rows, with W^T given as Wt [in, out] row-major.
 /// `add` = true adds the result onto Y (used for the residual connections).
 void linear_fwd(const double* X, int rows, int in, const double* Wt, const double* b, int out,
                 double* Y, bool add) {
   for (int r = 0; r < rows; ++r) {
-    const double* x = X + static_cast<size_t>(r) * in;
     double* y = Y + static_cast<size_t>(r) * out;
-    if (!add) std::fill(y, y + out, 0.0);
-    for (int o = 0; o < out; ++o) y[o] += b[o];
-    for (int i = 0; i < in; ++i) {
-      const double xi = x[i];
-      const double* w = Wt + static_cast<size_t>(i) * out;
-      for (int o = 0; o < out; ++o) y[o] += xi * w[o];
-    }
+    for (int o = 0; o < out; ++o) y[o] = (add ? y[o] : 0.0) + b[o];
   }
+  gemm_acc(rows, out, in, X, in, 1, Wt, Y);
 }
 
 /// Backward of Y = X W^T + b over `rows` rows, W [out, in] row-major:
@@ -47,20 +78,14 @@ template <typename W>
 void linear_bwd(const double* X, const double* dY, int rows, int in, int out, const W* w,
                 double* dW, double* db, double* dX) {
   for (int r = 0; r < rows; ++r) {
-    const double* x = X + static_cast<size_t>(r) * in;
     const double* dy = dY + static_cast<size_t>(r) * out;
-    double* dx = dX ? dX + static_cast<size_t>(r) * in : nullptr;
-    if (dx) std::fill(dx, dx + in, 0.0);
-    for (int o = 0; o < out; ++o) {
-      const double g = dy[o];
-      db[o] += g;
-      double* dw = dW + static_cast<size_t>(o) * in;
-      for (int i = 0; i < in; ++i) dw[i] += g * x[i];
-      if (dx) {
-        const W* wr = w + static_cast<size_t>(o) * in;
-        for (int i = 0; i < in; ++i) dx[i] += g * static_cast<double>(wr[i]);
-      }
-    }
+    for (int o = 0; o < out; ++o) db[o] += dy[o];
+  }
+  // dW[o, :] += sum_r dY[r, o] X[r, :]: A = dY viewed transposed (row stride 1, column stride out).
+  gemm_acc(out, in, rows, dY, 1, static_cast<size_t>(out), X, dW);
+  if (dX) {
+    std::fill(dX, dX + static_cast<size_t>(rows) * in, 0.0);
+    gemm_acc(rows, in, out, dY, static_cast<size_t>(out), 1, w, dX);
   }
 }
 
@@ -108,13 +133,15 @@ void layernorm_row_bwd(const double* dy, const double* xhat, double rstd, int n,
   }
 }
 
+constexpr double kInvSqrt2 = 0.7071067811865476;    // 1 / sqrt(2)
+constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
+
 /// GELU (exact, erf form, torch.nn.GELU() default): 0.5 u (1 + erf(u / sqrt(2))).
-inline double gelu(double u) { return 0.5 * u * (1.0 + std::erf(u * M_SQRT1_2)); }
+inline double gelu(double u) { return 0.5 * u * (1.0 + std::erf(u * kInvSqrt2)); }
 
 /// d gelu / du = Phi(u) + u phi(u), Phi/phi the standard normal CDF/density.
 inline double gelu_grad(double u) {
-  const double inv_sqrt_2pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
-  return 0.5 * (1.0 + std::erf(u * M_SQRT1_2)) + u * inv_sqrt_2pi * std::exp(-0.5 * u * u);
+  return 0.5 * (1.0 + std::erf(u * kInvSqrt2)) + u * kInvSqrt2Pi * std::exp(-0.5 * u * u);
 }
 
 inline double dot(const double* a, const double* b, int n) {

@@ -10,7 +10,6 @@
 #include "model/cpu_vit.h"
 #include "model/init.h"
 #include "model/sgd.h"
-#include "src/data.h"
 #include "src/engine.h"
 
 namespace vitddp {
@@ -55,11 +54,8 @@ class CpuEngine final : public Engine {
     batch_ = b.batch;
   }
 
-  void stage_generated(uint64_t seed, int rank, uint64_t step, int batch) override {
-    const auto& c = layout_.cfg;
-    fill_synthetic_batch(images_.data(), labels_.data(), batch, c.channels, c.image_size, c.num_classes, seed,
-                         rank, step);
-    batch_ = batch;
+  void stage_generated(uint64_t, int, uint64_t, int) override {
+    throw std::logic_error("--data device needs the GPU backend");
   }
 
   void run_step() override {

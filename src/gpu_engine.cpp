@@ -92,8 +92,9 @@ class GpuEngine final : public Engine {
   void stage_generated(uint64_t seed, int rank, uint64_t step, int batch) override {
     const int s = next_slot();
     const auto& c = layout_.cfg;
-    generate_synthetic_batch_gpu(images_[s].get(), labels_[s].get(), batch, c.channels, c.image_size,
-                                 c.num_classes, seed, rank, step, copy_);
+    const DeviceSyntheticSource gen(batch, (size_t)c.channels * c.image_size * c.image_size, c.num_classes, seed,
+                                    rank);
+    gen.generate((int64_t)step, images_[s].get(), labels_[s].get(), copy_);
     CUDA_CHECK(cudaEventRecord(ev_copied_[s], copy_));
     staged_batch_ = batch;
     staged_ = true;

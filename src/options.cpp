@@ -166,7 +166,7 @@ Options parse_options(int argc, const char* const* argv) {
     const Spec* spec = nullptr;
     for (const auto& s : table())
       if (name == s.name) spec = &s;
-    if (!spec) throw OptionError("--" + name + ": unknown option (see --help)");
+    if (!spec) throw OptionError("--" + name + ": unknown option");
     if (spec->metavar) {
       if (!has_eq) {
         if (i + 1 >= argc) throw OptionError("--" + name + ": missing value " + spec->metavar);

@@ -2,6 +2,7 @@
 // --help and the configuration attributes written to the results file.
 #pragma once
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>

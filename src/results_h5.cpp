@@ -66,8 +66,10 @@ class Handle {
   ~Handle() {
     if (id_ >= 0) closer_(id_);
   }
+  Handle(Handle&& o) noexcept : id_(std::exchange(o.id_, -1)), closer_(o.closer_) {}
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
+  Handle& operator=(Handle&&) = delete;
   hid_t get() const { return id_; }
   hid_t release() { return std::exchange(id_, -1); }
 

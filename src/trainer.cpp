@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 #include <numeric>
+#include <optional>
 
 #include "cuda/nvtx.h"
 #include "model/param_layout.h"
@@ -149,11 +150,11 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   if (fp_min != fp_max) throw std::runtime_error("ranks disagree on the bucket layout (different options or model?)");
 
   // Rank 0 owns the results file; it is created before any device work so a bad path fails fast.
-  ResultsFile results;
+  std::optional<ResultsFile> results;
   std::string file_error;
   if (w.rank == 0) {
     try {
-      results = ResultsFile::create(o.out, o.overwrite);
+      results.emplace(ResultsFile::create(o.out, o.overwrite));
     } catch (const std::exception& e) {
       file_error = e.what();
     }
@@ -173,7 +174,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   const auto hosts = gather_strings(w.hostname, w);
   const auto devices = gather_strings(info.device_name, w);
   const auto uuids = gather_strings(info.device_uuid, w);
-  if (w.rank == 0) write_header(results, o, w, layout, buckets, info, cmd, hosts, devices, uuids);
+  if (w.rank == 0) write_header(*results, o, w, layout, buckets, info, cmd, hosts, devices, uuids);
   std::fflush(stdout);
 
   BatchFeed feed(o, w, layout.cfg, *engine);
@@ -225,15 +226,15 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
       std::vector<double> col(w.world_size), bk((size_t)w.world_size * nb);
       for (int s = 0; s < kScalars; ++s) {
         for (int r = 0; r < w.world_size; ++r) col[r] = gathered[r * stride + s];
-        results.append_step(kStepSeries[s].name, col);
+        results->append_step(kStepSeries[s].name, col);
       }
       for (int which = 0; which < 2; ++which) {
         for (int r = 0; r < w.world_size; ++r)
           for (size_t b = 0; b < nb; ++b) bk[r * nb + b] = gathered[r * stride + kScalars + which * nb + b];
-        results.append_step(which == 0 ? "allreduce_start" : "allreduce_end", bk);
+        results->append_step(which == 0 ? "allreduce_start" : "allreduce_end", bk);
       }
-      results.append_step("timed", std::vector<int64_t>{timed ? 1 : 0});
-      if ((i + 1) % o.flush_every == 0) results.flush();
+      results->append_step("timed", std::vector<int64_t>{timed ? 1 : 0});
+      if ((i + 1) % o.flush_every == 0) results->flush();
       if ((i + 1) % o.progress_every == 0 || i + 1 == total)
         std::printf("[vitddp] step %d/%d (%s) loss %.4f | step %.1f ms: fwd %.1f, bwd %.1f, exposed comm %.1f, opt %.1f, data wait %.1f\n",
                     i + 1, total, phase_of(i, o), rec.loss, rec.step_ms, rec.forward_ms, rec.backward_ms,
@@ -249,16 +250,16 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
     std::vector<double> sorted = timed_steps_ms;
     std::sort(sorted.begin(), sorted.end());
     const double median_ms = sorted[sorted.size() / 2];
-    results.write_summary("steps_per_second", sps, "1/s", "timed steps / host wall time of the timed window (rank 0)");
-    results.write_summary("images_per_second_per_rank", img_rank, "1/s", "steps_per_second x batch_size");
-    results.write_summary("images_per_second", img_rank * w.world_size, "1/s", "all ranks together");
-    results.write_summary("tflops_per_rank", tflops, "TFLOP/s", "3 x forward FLOPs x images per second per rank");
-    results.write_summary("median_step_time", median_ms / 1e3, "s", "median device step time of the timed window (rank 0)");
-    results.write_summary("timed_window", window_s, "s", "host wall time of the timed window (rank 0)");
-    results.write_summary("buckets_started_after_backward", late_buckets, "1",
+    results->write_summary("steps_per_second", sps, "1/s", "timed steps / host wall time of the timed window (rank 0)");
+    results->write_summary("images_per_second_per_rank", img_rank, "1/s", "steps_per_second x batch_size");
+    results->write_summary("images_per_second", img_rank * w.world_size, "1/s", "all ranks together");
+    results->write_summary("tflops_per_rank", tflops, "TFLOP/s", "3 x forward FLOPs x images per second per rank");
+    results->write_summary("median_step_time", median_ms / 1e3, "s", "median device step time of the timed window (rank 0)");
+    results->write_summary("timed_window", window_s, "s", "host wall time of the timed window (rank 0)");
+    results->write_summary("buckets_started_after_backward", late_buckets, "1",
                           "bucket all-reduces of the timed window (rank 0) that started after backward compute ended");
-    results.write_summary("buckets_timed", timed_buckets, "1", "bucket all-reduces in the timed window (rank 0)");
-    results.close();
+    results->write_summary("buckets_timed", timed_buckets, "1", "bucket all-reduces in the timed window (rank 0)");
+    results->close();
     std::printf("[vitddp] timed window: %d steps in %.3f s: %.2f steps/s per rank, %.1f images/s per rank, "
                 "%.1f images/s total, %.1f TFLOP/s per rank; median step %.1f ms\n",
                 o.steps, window_s, sps, img_rank, img_rank * w.world_size, tflops, median_ms);

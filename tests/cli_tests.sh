@@ -1,2 +1,62 @@
 #!/usr/bin/env bash
-echo "1 passed, 0 failed"
+# Command-line behaviour of the real vitddp binary on the CPU backend:
+# bad input -> one line naming the option, exit code 2, on 1 and 2 ranks; a CPU run writes a
+# complete results file; an existing results file is never overwritten.
+# Usage: cli_tests.sh <vitddp binary> <mpirun>
+set -u
+BIN=$1
+MPIRUN="$2 --oversubscribe --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE=0"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "ok   - $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
+
+# expect_error NAME EXPECTED_SUBSTRING ARGS...: exit code 2 and the message on stderr.
+expect_error() {
+  local name=$1 want=$2
+  shift 2
+  local out rc
+  out=$(timeout 120 $MPIRUN -np 2 "$BIN" --backend cpu "$@" 2>&1)
+  rc=$?
+  if [ $rc -eq 2 ] && grep -qF -- "$want" <<<"$out"; then ok "$name (exit 2: $(grep -F -- "$want" <<<"$out" | head -1))"
+  else bad "$name: rc=$rc, wanted exit 2 and '$want', got: $out"; fi
+}
+
+expect_error "zero batch" "--batch-size: must be in [1, 65536], got '0'" --batch-size 0
+expect_error "negative steps" "--steps: must be in [1," --steps -1
+expect_error "unknown model" "--model: unknown value 'vit_x'" --model vit_x
+expect_error "unknown option" "--bogus: unknown option" --bogus
+expect_error "bad bucket size" "--bucket-cap-mb: must be in (0" --bucket-cap-mb 0
+expect_error "missing data dir" "--data: directory '$TMP/nope' does not exist" --data idx:$TMP/nope
+expect_error "no-ddp with 2 ranks" "--no-ddp: trains one replica" --no-ddp --model vit_micro
+expect_error "missing output dir" "--out:" --model vit_micro --out $TMP/missing/dir/run.h5
+
+# --help: exit 0, every option listed.
+out=$("$BIN" --help 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -q -- "--bucket-cap-mb" <<<"$out" && grep -q -- "--no-overlap" <<<"$out"; then ok "--help"; else bad "--help rc=$rc"; fi
+
+# A real CPU run on 2 ranks: exit 0, progress lines, summary, datasets in the file.
+out=$(timeout 300 $MPIRUN -np 2 "$BIN" --backend cpu --model vit_micro --batch-size 4 --warmup-steps 1 --steps 3 \
+      --cooldown-steps 1 --bucket-cap-mb 0.001 --first-bucket-mb 0.0005 --out "$TMP/run.h5" 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -q "step 5/5 (cool-down)" <<<"$out" && grep -q "steps/s per rank" <<<"$out"; then ok "CPU run on 2 ranks"
+else bad "CPU run rc=$rc: $out"; fi
+if command -v h5ls >/dev/null; then
+  listing=$(h5ls -r "$TMP/run.h5" 2>&1)
+  for d in /forward /backward /exposed_comm /allreduce_start /allreduce_end /bucket_bytes /loss /summary/steps_per_second; do
+    if grep -q "^$d " <<<"$listing"; then ok "dataset $d"; else bad "dataset $d missing: $listing"; fi
+  done
+  if grep -q "^/forward .*{2, 5/Inf}" <<<"$listing"; then ok "forward is [2 ranks, 5 steps]"; else bad "forward shape: $(grep ^/forward <<<"$listing")"; fi
+else
+  bad "h5ls not installed (hdf5-tools)"
+fi
+
+# The existing file is refused and left untouched.
+sum_before=$(md5sum "$TMP/run.h5" | cut -d' ' -f1)
+expect_error "existing results file" "refusing to overwrite existing file" --model vit_micro --out "$TMP/run.h5"
+sum_after=$(md5sum "$TMP/run.h5" | cut -d' ' -f1)
+if [ "$sum_before" = "$sum_after" ]; then ok "existing file untouched"; else bad "existing file was modified"; fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

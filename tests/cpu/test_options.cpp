@@ -53,7 +53,7 @@ TEST_CASE("bad options give one line naming the option and the reason", "[option
   CHECK(error_of({"--model", "resnet50"}).rfind("--model: unknown value 'resnet50'", 0) == 0);
   CHECK(error_of({"--backend", "tpu"}).rfind("--backend: unknown value 'tpu'", 0) == 0);
   CHECK(error_of({"--data", "imagenet"}).rfind("--data: unknown source 'imagenet'", 0) == 0);
-  CHECK(error_of({"--frobnicate"}) == "--frobnicate: unknown option (see --help)");
+  CHECK(error_of({"--frobnicate"}) == "--frobnicate: unknown option");
   CHECK(error_of({"--steps"}) == "--steps: missing value N");
   CHECK(error_of({"--no-ddp=1"}) == "--no-ddp: takes no value");
   CHECK(error_of({"--steps", "0"}).rfind("--steps: must be in [1,", 0) == 0);

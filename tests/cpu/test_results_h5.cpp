@@ -173,7 +173,7 @@ TEST_CASE("ResultsFile writes attributes, series, arrays and summary that read b
     f.create_series("timing/bucket_bytes", "bytes", "bytes per bucket", 3, 4, H5Dtype::i64);
     f.create_series("loss", "1", "training loss", 3, 0, H5Dtype::f64);
     for (int step = 0; step < 5; ++step) {
-      std::vector<double> fw = {step + 0.1, step + 0.2, step + 0.3};
+      std::vector<double> fw = {step + 0.1 * 1, step + 0.1 * 2, step + 0.1 * 3};
       f.append_step("timing/forward", fw.data());
       std::vector<int64_t> bytes(12);
       for (int r = 0; r < 3; ++r)

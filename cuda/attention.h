@@ -1,0 +1,31 @@
+// Multi-head self-attention core softmax(Q K^T / sqrt(dh)) V, forward and backward, fp32.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace vitddp {
+
+/// Layout (torch.nn.MultiheadAttention with packed in_proj): qkv is [B*T, 3D] row-major, D = H*dh;
+/// for batch b, token t, head h: q = qkv[b*T+t, h*dh : (h+1)*dh], k = the same columns + D,
+/// v = the same columns + 2D. Output o is [B*T, D] with head h in columns h*dh..(h+1)*dh-1
+/// (heads concatenated, ready for out_proj). probs is [B, H, T, T]: probs[b,h,i,j] = softmax_j
+/// (q_i . k_j / sqrt(dh)). Limits: 1 <= T <= 512, 1 <= dh <= 128.
+
+/// Forward: writes probs (kept for the backward) and o. fp32 arithmetic, exact expf.
+void attention_forward(const float* qkv, float* probs, float* out, int batch, int T, int heads,
+                       int head_dim, cudaStream_t stream);
+
+/// Floats of scratch attention_backward needs (the score gradients, [B, H, T, T]).
+size_t attention_backward_scratch_floats(int batch, int T, int heads);
+
+/// Backward given dout = dL/do ([B*T, D]): with s = q k^T / sqrt(dh), p = softmax(s),
+///   dv_j = sum_i p_ij do_i,  dp_ij = do_i . v_j,  ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik),
+///   dq_i = sum_j ds_ij k_j / sqrt(dh),  dk_j = sum_i ds_ij q_i / sqrt(dh).
+/// Writes (overwrites) dqkv [B*T, 3D] in the qkv layout. Deterministic (no atomics).
+/// scratch: attention_backward_scratch_floats.
+void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv,
+                        float* scratch, int batch, int T, int heads, int head_dim,
+                        cudaStream_t stream);
+
+}  // namespace vitddp

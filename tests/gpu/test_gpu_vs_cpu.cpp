@@ -1,0 +1,301 @@
+// GpuViT (cuda/gpu_vit.h) against the CPU reference CpuViT<float> (model/cpu_vit.h), plus the
+// gradient-ready protocol, accumulation and argument checks. A hidden [.bench] case times a
+// vit_l_32 training step.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cuda/gpu_vit.h"
+#include "model/cpu_vit.h"
+#include "model/init.h"
+#include "model/rng.h"
+#include "tests/catch.h"
+#include "tests/gpu/gpu_test_util.h"
+
+using namespace vitddp;
+using namespace vitddp_test;
+
+namespace {
+
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(s); }
+};
+
+std::vector<float> random_images(const ViTConfig& c, int batch, uint64_t seed) {
+  std::vector<float> img(static_cast<size_t>(batch) * c.channels * c.image_size * c.image_size);
+  for (size_t i = 0; i < img.size(); ++i) img[i] = static_cast<float>(rand_normal(seed, 0, i));
+  return img;
+}
+
+std::vector<int32_t> random_labels(const ViTConfig& c, int batch, uint64_t seed) {
+  std::vector<int32_t> lab(batch);
+  for (int b = 0; b < batch; ++b)
+    lab[b] = static_cast<int32_t>(rand_bits(seed, 1, b) % static_cast<uint64_t>(c.num_classes));
+  return lab;
+}
+
+std::vector<float> random_params(const ParamLayout& L, uint64_t seed) {
+  std::vector<float> p(L.total);
+  init_params(L, InitScheme::Random, seed, p.data());
+  return p;
+}
+
+/// The documented gradient-ready groups (model/grad_ready.h), as sets of registration indices.
+std::vector<std::set<size_t>> expected_groups(const ParamLayout& L) {
+  std::vector<std::set<size_t>> groups;
+  auto grp = [&](std::vector<std::string> names) {
+    std::set<size_t> s;
+    for (const auto& n : names) s.insert(L.index_of(n));
+    groups.push_back(s);
+  };
+  grp({"heads.head.weight", "heads.head.bias"});
+  grp({"encoder.ln.weight", "encoder.ln.bias"});
+  for (int l = L.cfg.layers - 1; l >= 0; --l) {
+    const std::string b = "encoder.layers.encoder_layer_" + std::to_string(l) + ".";
+    grp({b + "mlp.3.weight", b + "mlp.3.bias"});
+    grp({b + "mlp.0.weight", b + "mlp.0.bias"});
+    grp({b + "ln_2.weight", b + "ln_2.bias"});
+    grp({b + "self_attention.out_proj.weight", b + "self_attention.out_proj.bias"});
+    grp({b + "self_attention.in_proj_weight", b + "self_attention.in_proj_bias"});
+    grp({b + "ln_1.weight", b + "ln_1.bias"});
+  }
+  grp({"encoder.pos_embedding", "class_token"});
+  grp({"conv_proj.weight", "conv_proj.bias"});
+  return groups;
+}
+
+using Groups = std::vector<std::set<size_t>>;
+
+/// One GPU forward + backward on fresh device copies; returns logits, loss, grads, groups.
+struct GpuRun {
+  std::vector<float> logits, grads;
+  float loss = 0;
+  Groups groups;
+};
+
+/// Runs GPU and CPU on the same inputs and checks logits, loss and every gradient tensor.
+void compare_with_cpu(const ViTConfig& cfg, int max_batch, int batch, uint64_t seed,
+                      double logit_tol, double loss_tol, double grad_tol) {
+  const ParamLayout L = make_param_layout(cfg);
+  const std::vector<float> params = random_params(L, seed);
+  const std::vector<float> img = random_images(cfg, batch, seed + 1);
+  const std::vector<int32_t> lab = random_labels(cfg, batch, seed + 2);
+
+  // CPU reference.
+  CpuViT<float> cpu(L, batch);
+  const double cpu_loss = cpu.forward(params.data(), img.data(), lab.data(), batch);
+  std::vector<float> cpu_grads(L.total, 0.0f);
+  Groups cpu_groups;
+  cpu.backward(params.data(), cpu_grads.data(), false, [&](const std::vector<size_t>& idx) {
+    cpu_groups.emplace_back(idx.begin(), idx.end());
+  });
+  const std::vector<double>& cpu_logits = cpu.logits();
+
+  // GPU.
+  Stream st;
+  DevVec<float> dp(params), dimg(img), dg(L.total), dloss(1);
+  DevVec<int32_t> dlab(lab);
+  GpuViT gpu(L, max_batch, st.s);
+  gpu.forward(dp.get(), dimg.get(), dlab.get(), batch, dloss.get());
+  Groups gpu_groups;
+  gpu.backward(dp.get(), dg.get(), false, [&](const std::vector<size_t>& idx) {
+    gpu_groups.emplace_back(idx.begin(), idx.end());
+  });
+  CUDA_CHECK(cudaStreamSynchronize(st.s));
+  std::vector<float> logits((size_t)batch * cfg.num_classes);
+  CUDA_CHECK(cudaMemcpy(logits.data(), gpu.logits(), logits.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  const float loss = dloss.download()[0];
+  const std::vector<float> grads = dg.download();
+
+  const double logit_err = norm_rel_err(logits.data(), cpu_logits.data(), logits.size());
+  const double loss_err = std::fabs(loss - cpu_loss) / std::fabs(cpu_loss);
+  std::printf("[%s, %d layers, batch %d] logits norm-rel err %.3g, loss %.9g vs %.9g (rel %.3g)\n",
+              cfg.name.c_str(), cfg.layers, batch, logit_err, (double)loss, cpu_loss, loss_err);
+  CHECK(logit_err <= logit_tol);
+  CHECK(loss_err <= loss_tol);
+
+  double worst = 0;
+  std::string worst_name;
+  for (const ParamInfo& p : L.params) {
+    const double e = norm_rel_err(grads.data() + p.offset, cpu_grads.data() + p.offset, p.numel);
+    INFO("gradient of " << p.name << ": norm-relative error " << e);
+    CHECK(e <= grad_tol);
+    if (!(e <= worst)) {
+      worst = e;
+      worst_name = p.name;
+    }
+  }
+  std::printf("  worst gradient norm-rel err %.3g (%s)\n", worst, worst_name.c_str());
+  CHECK(gpu_groups == expected_groups(L));
+  CHECK(gpu_groups == cpu_groups);
+}
+
+}  // namespace
+
+TEST_CASE("gpu_vit: matches CpuViT<float> (vit_b_32 layers, 2 blocks, batch 4)", "[gpu][gpu_vit]") {
+  REQUIRE_GPU();
+  ViTConfig cfg = vit_config("vit_b_32");
+  cfg.layers = 2;
+  REQUIRE(cfg.num_classes == 1000);
+  compare_with_cpu(cfg, 4, 4, 101, 1e-5, 1e-6, 1e-4);
+}
+
+TEST_CASE("gpu_vit: matches CpuViT<float> (vit_tiny, batch 3 of max 5)", "[gpu][gpu_vit]") {
+  REQUIRE_GPU();
+  compare_with_cpu(vit_config("vit_tiny"), 5, 3, 202, 1e-5, 1e-6, 1e-4);
+}
+
+TEST_CASE("gpu_vit: on_ready reports every parameter once, in the documented order, when final",
+          "[gpu][gpu_vit]") {
+  REQUIRE_GPU();
+  const ParamLayout L = make_param_layout(vit_config("vit_tiny"));
+  const int B = 4;
+  const auto params = random_params(L, 303);
+  Stream st;
+  DevVec<float> dp(params), dimg(random_images(L.cfg, B, 304)), dg(L.total), dloss(1);
+  DevVec<int32_t> dlab(random_labels(L.cfg, B, 305));
+  GpuViT gpu(L, B, st.s);
+  gpu.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
+  Groups groups;
+  std::map<size_t, std::vector<float>> at_report;
+  gpu.backward(dp.get(), dg.get(), false, [&](const std::vector<size_t>& idx) {
+    groups.emplace_back(idx.begin(), idx.end());
+    // Test only: wait for the enqueued work and snapshot the reported slices.
+    CUDA_CHECK(cudaStreamSynchronize(st.s));
+    for (size_t i : idx) {
+      std::vector<float> s(L.params[i].numel);
+      CUDA_CHECK(cudaMemcpy(s.data(), dg.get() + L.params[i].offset, s.size() * sizeof(float),
+                            cudaMemcpyDeviceToHost));
+      at_report[i] = s;
+    }
+  });
+  const Groups expected = expected_groups(L);
+  REQUIRE(groups.size() == expected.size());
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    INFO("group " << gi);
+    CHECK(groups[gi] == expected[gi]);
+  }
+  std::multiset<size_t> all;
+  for (const auto& g : groups) all.insert(g.begin(), g.end());
+  REQUIRE(all.size() == L.params.size());
+  for (size_t i = 0; i < L.params.size(); ++i) CHECK(all.count(i) == 1);
+  // A reported gradient is final: later kernels do not change it.
+  const std::vector<float> final_grads = dg.download();
+  for (const auto& [i, slice] : at_report) {
+    INFO(L.params[i].name);
+    CHECK(std::equal(slice.begin(), slice.end(), final_grads.begin() + L.params[i].offset));
+  }
+}
+
+TEST_CASE("gpu_vit: accumulate=true adds (2x), padding is left untouched, runs repeat exactly",
+          "[gpu][gpu_vit]") {
+  REQUIRE_GPU();
+  for (const char* name : {"vit_micro", "vit_tiny"}) {
+    INFO(name);
+    const ParamLayout L = make_param_layout(vit_config(name));
+    const int B = 3;
+    Stream st;
+    DevVec<float> dp(random_params(L, 404)), dimg(random_images(L.cfg, B, 405)), dloss(1);
+    DevVec<int32_t> dlab(random_labels(L.cfg, B, 406));
+    const float sentinel = 12345.0f;
+    DevVec<float> once(std::vector<float>(L.total, sentinel)), twice(std::vector<float>(L.total, sentinel));
+    GpuViT gpu(L, B, st.s);
+    gpu.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
+    gpu.backward(dp.get(), once.get(), false, {});
+    gpu.backward(dp.get(), twice.get(), false, {});
+    const auto twice1 = twice.download();
+    gpu.backward(dp.get(), twice.get(), true, {});
+    const auto h1 = once.download(), h2 = twice.download();
+    CHECK(twice1 == h1);  // deterministic
+    std::vector<bool> is_param(L.total, false);
+    for (const ParamInfo& p : L.params)
+      for (size_t i = 0; i < p.numel; ++i) is_param[p.offset + i] = true;
+    double num = 0, den = 0;
+    size_t padding_touched = 0, unwritten = 0;
+    for (size_t i = 0; i < L.total; ++i) {
+      if (is_param[i]) {
+        unwritten += h1[i] == sentinel;
+        num += (h2[i] - 2.0 * h1[i]) * (h2[i] - 2.0 * h1[i]);
+        den += 4.0 * h1[i] * h1[i];
+      } else {
+        padding_touched += (h1[i] != sentinel) + (h2[i] != sentinel);
+      }
+    }
+    CHECK(unwritten == 0);
+    CHECK(padding_touched == 0);
+    CHECK(std::sqrt(num / den) <= 1e-6);
+    // Same forward again: identical loss.
+    const float l1 = dloss.download()[0];
+    gpu.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
+    CHECK(dloss.download()[0] == l1);
+  }
+}
+
+TEST_CASE("gpu_vit: invalid arguments are rejected", "[gpu][gpu_vit]") {
+  REQUIRE_GPU();
+  const ParamLayout L = make_param_layout(vit_config("vit_micro"));
+  Stream st;
+  CHECK_THROWS_AS(GpuViT(L, 0, st.s), std::invalid_argument);
+  GpuViT gpu(L, 2, st.s);
+  CHECK(gpu.device_bytes() > 0);
+  DevVec<float> dp(L.total), dimg((size_t)3 * 3 * 8 * 8), dg(L.total), dloss(1);
+  DevVec<int32_t> dlab(3);
+  CHECK_THROWS_AS(gpu.backward(dp.get(), dg.get(), false, {}), std::logic_error);
+  CHECK_THROWS_AS(gpu.forward(dp.get(), dimg.get(), dlab.get(), 3, dloss.get()), std::invalid_argument);
+  CHECK_THROWS_AS(gpu.forward(dp.get(), dimg.get(), dlab.get(), 0, dloss.get()), std::invalid_argument);
+}
+
+TEST_CASE("gpu_vit: time of a vit_l_32 batch-32 step (forward + backward)", "[.bench][gpu]") {
+  REQUIRE_GPU();
+  const ParamLayout L = make_param_layout(vit_config("vit_l_32"));
+  const int B = 32;
+  Stream st;
+  DevVec<float> dp(random_params(L, 505)), dimg(random_images(L.cfg, B, 506)), dg(L.total), dloss(1);
+  DevVec<int32_t> dlab(random_labels(L.cfg, B, 507));
+  GpuViT gpu(L, B, st.s);
+  std::printf("GpuViT vit_l_32 batch %d: %.1f MiB of device memory\n", B, gpu.device_bytes() / 1048576.0);
+  cudaEvent_t e0, e1, e2;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  CUDA_CHECK(cudaEventCreate(&e2));
+  for (int i = 0; i < 3; ++i) {  // warm-up (plans, clocks)
+    gpu.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
+    gpu.backward(dp.get(), dg.get(), false, {});
+  }
+  CUDA_CHECK(cudaStreamSynchronize(st.s));
+  const int iters = 10;
+  double fwd = 0, bwd = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) {
+    CUDA_CHECK(cudaEventRecord(e0, st.s));
+    gpu.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
+    CUDA_CHECK(cudaEventRecord(e1, st.s));
+    gpu.backward(dp.get(), dg.get(), false, {});
+    CUDA_CHECK(cudaEventRecord(e2, st.s));
+    CUDA_CHECK(cudaEventSynchronize(e2));
+    float a = 0, b = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&a, e0, e1));
+    CUDA_CHECK(cudaEventElapsedTime(&b, e1, e2));
+    fwd += a;
+    bwd += b;
+  }
+  const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double flops = 3.0 * forward_flops_per_image(L.cfg) * B;
+  std::printf("vit_l_32 batch %d: forward %.2f ms, backward %.2f ms, step %.2f ms (wall %.2f ms), %.1f TFLOP/s\n",
+              B, fwd / iters, bwd / iters, (fwd + bwd) / iters, wall / iters,
+              flops / ((fwd + bwd) / iters * 1e-3) / 1e12);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaEventDestroy(e2);
+  CHECK(std::isfinite(dloss.download()[0]));
+}
