@@ -1,0 +1,136 @@
+// The NCCL reducer on 2 GPUs (`mpirun -np 2`): averaging and data-parallel equivalence.
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "cuda/check.h"
+#include "cuda/device_buffer.h"
+#include "cuda/gpu_vit.h"
+#include "model/init.h"
+#include "model/rng.h"
+#include "mpi/nccl_comm.h"
+#include "mpi/reducer.h"
+#include "mpi/world.h"
+#include "tests/catch.h"
+
+using namespace vitddp;
+
+namespace {
+
+World test_world() {
+  World w;
+  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &w.world_size);
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, &w.local_rank);
+  MPI_Comm_size(local, &w.local_size);
+  MPI_Comm_free(&local);
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) FAIL("no CUDA device: this test needs 2 GPUs");
+  CUDA_CHECK(cudaSetDevice(select_device(w, n)));
+  return w;
+}
+
+std::vector<float> to_host(const DeviceBuffer<float>& d) {
+  std::vector<float> h(d.size());
+  CUDA_CHECK(cudaMemcpy(h.data(), d.get(), d.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+double norm_rel_err(const float* a, const float* ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
+    den += (double)ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+}  // namespace
+
+TEST_CASE("NCCL reducer averages every bucket: rank r holds r+1", "[gpu][mpi][reducer]") {
+  const World w = test_world();
+  REQUIRE(w.world_size == 2);
+  const ParamLayout L = make_param_layout(vit_config("vit_b_32"));
+  const auto buckets = assign_buckets(L, 1 << 20, 25 << 20);
+  DeviceBuffer<float> grads(L.total, "gradients");
+  std::vector<float> host(L.total, (float)(w.rank + 1));
+  CUDA_CHECK(cudaMemcpy(grads.get(), host.data(), L.total * sizeof(float), cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  NcclComm comm(w);
+  {
+    NcclReducer reducer(L, buckets, grads.get(), comm.get(), stream, true);
+    cudaEvent_t start;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    reducer.prepare_for_backward();
+    for (size_t p : L.ready_order()) reducer.mark_ready({p});
+    reducer.finalize();
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const auto out = to_host(grads);
+    size_t wrong = 0;
+    for (float v : out) wrong += v != 1.5f;
+    CHECK(wrong == 0u);
+    const BucketTimes t = reducer.times(start);
+    REQUIRE(t.start_ms.size() == buckets.size());
+    for (size_t b = 0; b < buckets.size(); ++b) CHECK(t.end_ms[b] >= t.start_ms[b]);
+    cudaEventDestroy(start);
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST_CASE("2 GPUs with batch b equal 1 GPU with batch 2b", "[gpu][mpi][reducer]") {
+  const World w = test_world();
+  REQUIRE(w.world_size == 2);
+  ViTConfig cfg = vit_config("vit_b_32");
+  cfg.layers = 2;  // vit_b_32-sized layers, fewer of them
+  const ParamLayout L = make_param_layout(cfg);
+  const int b = 4;
+  std::vector<float> params(L.total);
+  init_params(L, InitScheme::Random, 5, params.data());
+  const size_t img = (size_t)cfg.channels * cfg.image_size * cfg.image_size;
+  std::vector<float> images(2 * b * img);
+  std::vector<int32_t> labels(2 * b);
+  for (size_t i = 0; i < images.size(); ++i) images[i] = (float)rand_normal(3, 0, i);
+  for (int i = 0; i < 2 * b; ++i) labels[i] = (int32_t)(rand_bits(3, 1, i) % cfg.num_classes);
+
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  DeviceBuffer<float> d_params(L.total, "params"), d_ref(L.total, "reference grads"), d_grads(L.total, "grads");
+  DeviceBuffer<float> d_images(images.size(), "images"), d_loss(1, "loss");
+  DeviceBuffer<int32_t> d_labels(labels.size(), "labels");
+  CUDA_CHECK(cudaMemcpy(d_params.get(), params.data(), L.total * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(d_images.get(), images.data(), images.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(d_labels.get(), labels.data(), labels.size() * 4, cudaMemcpyHostToDevice));
+
+  // Reference on this GPU: the whole batch of 2b, no communication.
+  GpuViT whole(L, 2 * b, stream);
+  whole.forward(d_params.get(), d_images.get(), d_labels.get(), 2 * b, d_loss.get());
+  whole.backward(d_params.get(), d_ref.get(), false, {});
+
+  // Data parallel: rank r takes samples [r b, (r+1) b); the reducer runs inside backward.
+  NcclComm comm(w);
+  NcclReducer reducer(L, assign_buckets(L, 1 << 20, 25 << 20), d_grads.get(), comm.get(), stream, true);
+  GpuViT half(L, b, stream);
+  half.forward(d_params.get(), d_images.get() + w.rank * b * img, d_labels.get() + w.rank * b, b, d_loss.get());
+  reducer.prepare_for_backward();
+  half.backward(d_params.get(), d_grads.get(), false, [&](const std::vector<size_t>& p) { reducer.mark_ready(p); });
+  reducer.finalize();
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  const auto ref = to_host(d_ref), got = to_host(d_grads);
+  double worst = 0;
+  for (const auto& p : L.params) {
+    const double e = norm_rel_err(got.data() + p.offset, ref.data() + p.offset, p.numel);
+    worst = std::max(worst, e);
+    INFO(p.name);
+    CHECK(e <= 1e-5);
+  }
+  if (w.rank == 0) std::printf("data-parallel equivalence on 2 GPUs: worst norm-relative error %.3g\n", worst);
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
