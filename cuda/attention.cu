@@ -267,12 +267,259 @@ __global__ void attn_bwd_key_kernel(const float* __restrict__ qkv, const float* 
   }
 }
 
+// ---- Small-sequence path (T <= 64, dh <= 64: the /32 ViTs): one block of 256 threads per
+// (batch, head), everything in shared memory, each thread owning a 4x4 register tile of every
+// T x T or T x dh product (rows ty + 16a, columns tx + 16b). Row indices past T are clamped for
+// loads and skipped for stores. Shared arrays are [T][kLd].
+constexpr int kSmallThreads = 256;
+constexpr int kLd = 65;
+
+// Copies the [T, dh] slice (row stride ld) at src into dst[T][kLd].
+__device__ __forceinline__ void load_tile(float* dst, const float* src, size_t ld, int T, int dh) {
+  for (int idx = threadIdx.x; idx < T * dh; idx += kSmallThreads) {
+    const int t = idx / dh, d = idx % dh;
+    dst[t * kLd + d] = src[(size_t)t * ld + d];
+  }
+}
+
+__global__ void __launch_bounds__(kSmallThreads)
+attn_fwd_small_kernel(const float* __restrict__ qkv, float* __restrict__ probs,
+                      float* __restrict__ out, Dims m) {
+  extern __shared__ float smem[];
+  const int T = m.T, dh = m.dh;
+  float* Qs = smem;  // later reused for P
+  float* Ks = Qs + T * kLd;
+  float* Vs = Ks + T * kLd;
+  float* Ps = Qs;
+  const int b = blockIdx.y, h = blockIdx.x;
+  const float* base = qkv + (size_t)b * T * m.ld + h * dh;
+  load_tile(Qs, base, m.ld, T, dh);
+  load_tile(Ks, base + m.D, m.ld, T, dh);
+  load_tile(Vs, base + 2 * m.D, m.ld, T, dh);
+  __syncthreads();
+  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+  int ri[4], cj[4];
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    ri[a] = min(ty + 16 * a, T - 1);
+    cj[a] = min(tx + 16 * a, T - 1);
+  }
+  float acc[4][4] = {};
+  for (int d = 0; d < dh; ++d) {
+    float q[4], k[4];
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      q[a] = Qs[ri[a] * kLd + d];
+      k[a] = Ks[cj[a] * kLd + d];
+    }
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[a][c] = fmaf(q[a], k[c], acc[a][c]);
+  }
+  __syncthreads();  // Q is dead: its space becomes P
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int i = ty + 16 * a, j = tx + 16 * c;
+      if (i < T && j < T) Ps[i * kLd + j] = acc[a][c] * m.scale;
+    }
+  __syncthreads();
+  // Row softmax, one warp per row, two key slots per lane.
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* pg = probs + ((size_t)b * m.H + h) * T * T;
+  for (int i = warp; i < T; i += kSmallThreads / 32) {
+    const bool v0 = lane < T, v1 = lane + 32 < T;
+    const float s0 = v0 ? Ps[i * kLd + lane] : -INFINITY;
+    const float s1 = v1 ? Ps[i * kLd + lane + 32] : -INFINITY;
+    const float mx = warp_max(fmaxf(s0, s1));
+    const float e0 = v0 ? expf(s0 - mx) : 0.0f, e1 = v1 ? expf(s1 - mx) : 0.0f;
+    const float sum = warp_sum(e0 + e1);
+    if (v0) {
+      const float p = e0 / sum;
+      Ps[i * kLd + lane] = p;
+      pg[(size_t)i * T + lane] = p;
+    }
+    if (v1) {
+      const float p = e1 / sum;
+      Ps[i * kLd + lane + 32] = p;
+      pg[(size_t)i * T + lane + 32] = p;
+    }
+  }
+  __syncthreads();
+  // O = P V.
+  float o[4][4] = {};
+  int dc[4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c) dc[c] = min(tx + 16 * c, dh - 1);
+  for (int j = 0; j < T; ++j) {
+    float p[4], v[4];
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      p[a] = Ps[ri[a] * kLd + j];
+      v[a] = Vs[j * kLd + dc[a]];
+    }
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) o[a][c] = fmaf(p[a], v[c], o[a][c]);
+  }
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    const int i = ty + 16 * a;
+    if (i >= T) continue;
+    float* orow = out + ((size_t)b * T + i) * m.D + h * dh;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int d = tx + 16 * c;
+      if (d < dh) orow[d] = o[a][c];
+    }
+  }
+}
+
+// Backward, one block per (batch, head), three [T][kLd] arrays:
+//  A: P, dO, V loaded; dV = P^T dO (stored); dP = dO V^T (registers).
+//  B: dP -> V's space; dS = P (dP - rowsum(P dP)) in place.
+//  C: Q -> dO's space, K -> P's space; dQ = dS K * scale, dK = dS^T Q * scale (stored).
+__global__ void __launch_bounds__(kSmallThreads)
+attn_bwd_small_kernel(const float* __restrict__ qkv, const float* __restrict__ probs,
+                      const float* __restrict__ dout, float* __restrict__ dqkv, Dims m) {
+  extern __shared__ float smem[];
+  const int T = m.T, dh = m.dh;
+  float* Ps = smem;          // P, later K
+  float* dOs = Ps + T * kLd;  // dO, later Q
+  float* Vs = dOs + T * kLd;  // V, later dP / dS
+  const int b = blockIdx.y, h = blockIdx.x;
+  const float* base = qkv + (size_t)b * T * m.ld + h * dh;
+  const float* pg = probs + ((size_t)b * m.H + h) * T * T;
+  load_tile(Ps, pg, T, T, T);
+  load_tile(dOs, dout + (size_t)b * T * m.D + h * dh, m.D, T, dh);
+  load_tile(Vs, base + 2 * m.D, m.ld, T, dh);
+  __syncthreads();
+  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+  int r[4], cT[4], cD[4];
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    r[a] = min(ty + 16 * a, T - 1);
+    cT[a] = min(tx + 16 * a, T - 1);
+    cD[a] = min(tx + 16 * a, dh - 1);
+  }
+  float* row_base = dqkv + (size_t)b * T * m.ld + h * dh;
+  {
+    // dV[j][d] = sum_i P[i][j] dO[i][d]; rows j = ty + 16a, columns d = tx + 16c.
+    float acc[4][4] = {};
+    for (int i = 0; i < T; ++i) {
+      float p[4], g[4];
+#pragma unroll
+      for (int a = 0; a < 4; ++a) {
+        p[a] = Ps[i * kLd + r[a]];
+        g[a] = dOs[i * kLd + cD[a]];
+      }
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[a][c] = fmaf(p[a], g[c], acc[a][c]);
+    }
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      const int j = ty + 16 * a;
+      if (j >= T) continue;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int d = tx + 16 * c;
+        if (d < dh) row_base[(size_t)j * m.ld + 2 * m.D + d] = acc[a][c];
+      }
+    }
+  }
+  float dp[4][4] = {};
+  // dP[i][j] = sum_d dO[i][d] V[j][d]; rows i = ty + 16a, columns j = tx + 16c.
+  for (int d = 0; d < dh; ++d) {
+    float g[4], v[4];
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      g[a] = dOs[r[a] * kLd + d];
+      v[a] = Vs[cT[a] * kLd + d];
+    }
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) dp[a][c] = fmaf(g[a], v[c], dp[a][c]);
+  }
+  __syncthreads();  // V and dO are dead
+  float* dSs = Vs;
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int i = ty + 16 * a, j = tx + 16 * c;
+      if (i < T && j < T) dSs[i * kLd + j] = dp[a][c];
+    }
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int i = warp; i < T; i += kSmallThreads / 32) {
+    const bool v0 = lane < T, v1 = lane + 32 < T;
+    const float p0 = v0 ? Ps[i * kLd + lane] : 0.0f, p1 = v1 ? Ps[i * kLd + lane + 32] : 0.0f;
+    const float g0 = v0 ? dSs[i * kLd + lane] : 0.0f, g1 = v1 ? dSs[i * kLd + lane + 32] : 0.0f;
+    const float delta = warp_sum(fmaf(p0, g0, p1 * g1));
+    if (v0) dSs[i * kLd + lane] = p0 * (g0 - delta);
+    if (v1) dSs[i * kLd + lane + 32] = p1 * (g1 - delta);
+  }
+  __syncthreads();  // P is dead
+  float* Ks = Ps;
+  float* Qs = dOs;
+  load_tile(Ks, base + m.D, m.ld, T, dh);
+  load_tile(Qs, base, m.ld, T, dh);
+  __syncthreads();
+  // dQ[i][d] = sum_t dS[i][t] K[t][d]; dK[j][d] = sum_t dS[t][j] Q[t][d].
+  float dq[4][4] = {}, dk[4][4] = {};
+  for (int t = 0; t < T; ++t) {
+    float si[4], sj[4], k[4], q[4];
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      si[a] = dSs[r[a] * kLd + t];
+      sj[a] = dSs[t * kLd + r[a]];
+      k[a] = Ks[t * kLd + cD[a]];
+      q[a] = Qs[t * kLd + cD[a]];
+    }
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        dq[a][c] = fmaf(si[a], k[c], dq[a][c]);
+        dk[a][c] = fmaf(sj[a], q[c], dk[a][c]);
+      }
+  }
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    const int i = ty + 16 * a;
+    if (i >= T) continue;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int d = tx + 16 * c;
+      if (d < dh) {
+        row_base[(size_t)i * m.ld + d] = dq[a][c] * m.scale;
+        row_base[(size_t)i * m.ld + m.D + d] = dk[a][c] * m.scale;
+      }
+    }
+  }
+}
+
+bool use_small(int T, int dh) { return T <= 64 && dh <= 64; }
+
 }  // namespace
 
 void attention_forward(const float* qkv, float* probs, float* out, int batch, int T, int heads,
                        int head_dim, cudaStream_t stream) {
   check(batch, T, heads, head_dim, "attention_forward");
   const Dims m = make_dims(T, heads, head_dim);
+  if (use_small(T, head_dim)) {
+    const size_t smem = sizeof(float) * 3 * (size_t)T * kLd;
+    set_smem(attn_fwd_small_kernel, smem);
+    attn_fwd_small_kernel<<<dim3(heads, batch), kSmallThreads, smem, stream>>>(qkv, probs, out, m);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   const size_t smem = sizeof(float) * ((size_t)m.Tpad * (m.dh + 1) + (size_t)T * m.dh +
                                        (size_t)kTile * m.dh + (size_t)kWarps * m.Tpad);
   set_smem(attn_fwd_kernel, smem);
@@ -282,7 +529,7 @@ void attention_forward(const float* qkv, float* probs, float* out, int batch, in
 }
 
 size_t attention_backward_scratch_floats(int batch, int T, int heads) {
-  return (size_t)batch * heads * T * T;
+  return (size_t)batch * heads * T * T;  // used by the T > 64 or head_dim > 64 path only
 }
 
 void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv,
@@ -290,6 +537,14 @@ void attention_backward(const float* qkv, const float* probs, const float* dout,
                         cudaStream_t stream) {
   check(batch, T, heads, head_dim, "attention_backward");
   const Dims m = make_dims(T, heads, head_dim);
+  if (use_small(T, head_dim)) {
+    const size_t smem = sizeof(float) * 3 * (size_t)T * kLd;
+    set_smem(attn_bwd_small_kernel, smem);
+    attn_bwd_small_kernel<<<dim3(heads, batch), kSmallThreads, smem, stream>>>(qkv, probs, dout,
+                                                                               dqkv, m);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   const dim3 grid((T + kTile - 1) / kTile, heads, batch);
   const size_t smem_a = sizeof(float) * (2 * (size_t)m.Tpad * (m.dh + 1) + (size_t)kTile * m.dh +
                                          (size_t)kWarps * m.Tpad);

@@ -11,6 +11,9 @@ namespace vitddp {
 /// v = the same columns + 2D. Output o is [B*T, D] with head h in columns h*dh..(h+1)*dh-1
 /// (heads concatenated, ready for out_proj). probs is [B, H, T, T]: probs[b,h,i,j] = softmax_j
 /// (q_i . k_j / sqrt(dh)). Limits: 1 <= T <= 512, 1 <= dh <= 128.
+/// Two implementations: T <= 64 and dh <= 64 (the /32 ViTs) run one block per (batch, head) with
+/// Q, K, V, P in shared memory and 4x4 register tiles; larger shapes run one warp per query / key
+/// row over query or key tiles. Both are fp32 with fp32 accumulation and exact expf.
 
 /// Forward: writes probs (kept for the backward) and o. fp32 arithmetic, exact expf.
 void attention_forward(const float* qkv, float* probs, float* out, int batch, int T, int heads,

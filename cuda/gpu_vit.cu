@@ -9,7 +9,9 @@
 //   g [N,M] (GELU(u)).  x[l+1] = xmid + fc2(g).
 //   xf [B, D] final LN of the class-token rows only (the head sees nothing else), logits [B, K].
 // GEMMs are nn.Linear forms (lt_gemm.h): biases and residual adds are fused into the cuBLASLt
-// epilogue (D = A@B^T + bias + C).
+// epilogue (D = A@B^T + bias + C); in backward, bias gradients come from the weight-gradient
+// GEMM's BGRADB epilogue (or column_sum when accumulating). The residual-stream gradient lives in
+// one [N, D] buffer that each LayerNorm backward adds into (the residual branch's identity path).
 #include "cuda/gpu_vit.h"
 
 #include <algorithm>
@@ -59,11 +61,20 @@ struct GpuViT::Impl {
   float *reduce_scratch = nullptr;  // column sums / LN partials / loss rows
   size_t reduce_scratch_floats = 0;
 
+  bool fused_bias_grad = true;
   int batch = 0;  // of the last forward
   bool have_forward = false;
 
-  Impl(const ParamLayout& l, int mb, cudaStream_t s)
-      : layout(l), cfg(l.cfg), max_batch(mb), stream(s), lt(s) {}
+  static LtGemmOptions gemm_options(const GpuViTOptions& o) {
+    LtGemmOptions g;
+    g.compute = CUBLAS_COMPUTE_32F_PEDANTIC;  // plain fp32 FMA, no reduced-precision shortcuts
+    g.autotune_candidates = o.gemm_autotune_candidates;
+    return g;
+  }
+
+  Impl(const ParamLayout& l, int mb, cudaStream_t s, const GpuViTOptions& o)
+      : layout(l), cfg(l.cfg), max_batch(mb), stream(s), lt(s, gemm_options(o)),
+        fused_bias_grad(o.fused_bias_grad) {}
 
   PatchGeometry geometry(int b) const {
     PatchGeometry g;
@@ -126,7 +137,8 @@ struct GpuViT::Impl {
   }
 };
 
-GpuViT::GpuViT(const ParamLayout& layout, int max_batch, cudaStream_t stream) {
+GpuViT::GpuViT(const ParamLayout& layout, int max_batch, cudaStream_t stream,
+               const GpuViTOptions& options) {
   const ViTConfig& c = layout.cfg;
   if (max_batch < 1) throw std::invalid_argument("GpuViT: max_batch must be >= 1");
   if (c.hidden % c.heads != 0 || c.image_size % c.patch_size != 0)
@@ -136,7 +148,7 @@ GpuViT::GpuViT(const ParamLayout& layout, int max_batch, cudaStream_t stream) {
   if (c.seq_len() > 512 || c.head_dim() > 128 || c.hidden > 4096)
     throw std::invalid_argument("GpuViT: " + c.name +
                                 " exceeds the kernels' limits (T <= 512, head_dim <= 128, D <= 4096)");
-  impl_.reset(new Impl(layout, max_batch, stream));
+  impl_.reset(new Impl(layout, max_batch, stream, options));
   impl_->allocate();
 }
 
@@ -211,10 +223,19 @@ void GpuViT::backward(const float* d_params, float* d_grads, bool accumulate,
   auto ready = [&](std::vector<size_t> idx) {
     if (on_ready) on_ready(idx);
   };
+  // nn.Linear weight and bias gradients: dW (+)= dY^T X, db (+)= colsum(dY); dY is [m, n].
+  auto linear_grads = [&](const float* dy, const float* xin, float* dw, float* db, int m, int n,
+                          int k) {
+    if (!acc && s.fused_bias_grad) {
+      linear_backward_weight_bias(s.lt, dy, xin, dw, db, m, n, k);
+    } else {
+      linear_backward_weight(s.lt, dy, xin, dw, m, n, k, acc);
+      column_sum(dy, m, n, n, db, acc, scratch, st);
+    }
+  };
 
   // Head: dW = dlogits^T @ xf, db = colsum(dlogits), dxf = dlogits @ W.
-  linear_backward_weight(s.lt, s.dlogits, s.xf, gr.head_w, B, K, D, acc);
-  column_sum(s.dlogits, B, K, K, gr.head_b, acc, scratch, st);
+  linear_grads(s.dlogits, s.xf, gr.head_w, gr.head_b, B, K, D);
   ready({P - 1, P - 2});
   linear_backward_input(s.lt, s.dlogits, p.head_w, s.dxf, B, K, D);
 
@@ -229,14 +250,12 @@ void GpuViT::backward(const float* d_params, float* d_grads, bool accumulate,
     const BlockTensors<float>& g = gr.blocks[l];
     BlockActs& a = s.acts[l];
     // s.dx = dL/dx[l+1]. MLP down-projection (mlp.3).
-    linear_backward_weight(s.lt, s.dx, a.g, g.fc2_w, N, D, M, acc);
-    column_sum(s.dx, N, D, D, g.fc2_b, acc, scratch, st);
+    linear_grads(s.dx, a.g, g.fc2_w, g.fc2_b, N, D, M);
     ready({block_index(l, 11), block_index(l, 10)});
     linear_backward_input(s.lt, s.dx, w.fc2_w, s.dwide, N, D, M);
     gelu_backward(s.dwide, a.u, s.dwide, (size_t)N * M, st);
     // MLP up-projection (mlp.0).
-    linear_backward_weight(s.lt, s.dwide, a.z, g.fc1_w, N, M, D, acc);
-    column_sum(s.dwide, N, M, M, g.fc1_b, acc, scratch, st);
+    linear_grads(s.dwide, a.z, g.fc1_w, g.fc1_b, N, M, D);
     ready({block_index(l, 9), block_index(l, 8)});
     linear_backward_input(s.lt, s.dwide, w.fc1_w, s.dnarrow, N, M, D);
     // ln_2, plus the residual path: s.dx becomes dL/dxmid.
@@ -244,14 +263,12 @@ void GpuViT::backward(const float* d_params, float* d_grads, bool accumulate,
                        g.ln2_b, acc, N, D, scratch, st);
     ready({block_index(l, 7), block_index(l, 6)});
     // out_proj.
-    linear_backward_weight(s.lt, s.dx, a.attn, g.proj_w, N, D, D, acc);
-    column_sum(s.dx, N, D, D, g.proj_b, acc, scratch, st);
+    linear_grads(s.dx, a.attn, g.proj_w, g.proj_b, N, D, D);
     ready({block_index(l, 5), block_index(l, 4)});
     linear_backward_input(s.lt, s.dx, w.proj_w, s.dnarrow, N, D, D);
     // Attention core, then in_proj.
     attention_backward(a.qkv, a.probs, s.dnarrow, s.dwide, s.dscores, B, T, H, c.head_dim(), st);
-    linear_backward_weight(s.lt, s.dwide, a.y1, g.qkv_w, N, 3 * D, D, acc);
-    column_sum(s.dwide, N, 3 * D, 3 * D, g.qkv_b, acc, scratch, st);
+    linear_grads(s.dwide, a.y1, g.qkv_w, g.qkv_b, N, 3 * D, D);
     ready({block_index(l, 3), block_index(l, 2)});
     linear_backward_input(s.lt, s.dwide, w.qkv_w, s.dnarrow, N, 3 * D, D);
     // ln_1, plus the residual path: s.dx becomes dL/dx[l].
@@ -264,8 +281,7 @@ void GpuViT::backward(const float* d_params, float* d_grads, bool accumulate,
   const PatchGeometry geo = s.geometry(B);
   assemble_tokens_backward(s.dx, s.demb, gr.class_token, gr.pos_embedding, acc, geo, st);
   ready({3, 0});
-  linear_backward_weight(s.lt, s.demb, s.patches, gr.conv_w, B * Np, D, PD, acc);
-  column_sum(s.demb, B * Np, D, D, gr.conv_b, acc, scratch, st);
+  linear_grads(s.demb, s.patches, gr.conv_w, gr.conv_b, B * Np, D, PD);
   ready({2, 1});
 }
 

@@ -17,7 +17,7 @@ int ln_threads(int D) {
   return std::min(1024, std::max(32, t));
 }
 
-// Rows handled by one backward block: about two blocks per SM of an H100/H200 for B*T rows.
+// Rows handled by one backward block: about two blocks per SM of an H100/H200 (132 SMs).
 int ln_rows_per_block(int rows) { return std::max(1, (rows + 263) / 264); }
 
 void check_dims(int rows, int D, const char* what) {
@@ -82,22 +82,40 @@ __global__ void ln_backward_kernel(const float* __restrict__ dy, int lddy,
     pdb[i] = 0.0f;
   }
   const float inv_d = 1.0f / D;
+  // Software pipelining: the next row's dy, x (and dx when adding) are loaded before this row's
+  // block reduction, so the loads overlap the synchronisation.
+  float ndy[kVpt], nx[kVpt], ndx[kVpt];
+  auto load_row = [&](int r) {
+#pragma unroll
+    for (int i = 0; i < kVpt; ++i) {
+      const int d = threadIdx.x + i * blockDim.x;
+      const bool in = r < r1 && d < D;
+      ndy[i] = in ? dy[(size_t)r * lddy + d] : 0.0f;
+      nx[i] = in ? x[(size_t)r * ldx + d] : 0.0f;
+      ndx[i] = in && add_dx ? dx[(size_t)r * lddx + d] : 0.0f;
+    }
+  };
+  load_row(r0);
   for (int r = r0; r < r1; ++r) {
-    const float* dyr = dy + (size_t)r * lddy;
-    const float* xr = x + (size_t)r * ldx;
+    float cdy[kVpt], cx[kVpt], cdx[kVpt];
+#pragma unroll
+    for (int i = 0; i < kVpt; ++i) {
+      cdy[i] = ndy[i];
+      cx[i] = nx[i];
+      cdx[i] = ndx[i];
+    }
+    load_row(r + 1);
     const float mu = mean[r], rs = rstd[r];
     float xh[kVpt], gy[kVpt];
     float a = 0.0f, b = 0.0f;
 #pragma unroll
     for (int i = 0; i < kVpt; ++i) {
-      const int d = threadIdx.x + i * blockDim.x;
-      const float dyv = d < D ? dyr[d] : 0.0f;
-      xh[i] = d < D ? (xr[d] - mu) * rs : 0.0f;
-      gy[i] = g[i] * dyv;
+      xh[i] = (cx[i] - mu) * rs;
+      gy[i] = g[i] * cdy[i];
       a += gy[i];
       b = fmaf(gy[i], xh[i], b);
-      pdg[i] = fmaf(dyv, xh[i], pdg[i]);
-      pdb[i] += dyv;
+      pdg[i] = fmaf(cdy[i], xh[i], pdg[i]);
+      pdb[i] += cdy[i];
     }
     const float2 ab = block_sum2(a, b, scratch);
     const float ma = ab.x * inv_d, mb = ab.y * inv_d;
@@ -107,7 +125,7 @@ __global__ void ln_backward_kernel(const float* __restrict__ dy, int lddy,
       const int d = threadIdx.x + i * blockDim.x;
       if (d < D) {
         const float v = rs * (gy[i] - ma - xh[i] * mb);
-        dxr[d] = add_dx ? dxr[d] + v : v;
+        dxr[d] = add_dx ? cdx[i] + v : v;
       }
     }
   }
@@ -121,20 +139,33 @@ __global__ void ln_backward_kernel(const float* __restrict__ dy, int lddy,
   }
 }
 
-// dgamma[d] (+)= sum over blocks of the partials, in block order.
+// dgamma[d] (+)= sum over blocks of the partials. Block (32, 8): 32 columns, 8 threads striding
+// over the partial rows, combined in a fixed order (deterministic).
 __global__ void ln_param_grad_kernel(const float* __restrict__ part_dgamma,
                                      const float* __restrict__ part_dbeta, int nblocks, int D,
                                      float* __restrict__ dgamma, float* __restrict__ dbeta,
                                      bool accumulate) {
-  const int d = blockIdx.x * blockDim.x + threadIdx.x;
-  if (d >= D) return;
-  float sg = 0.0f, sb = 0.0f;
-  for (int k = 0; k < nblocks; ++k) {
-    sg += part_dgamma[(size_t)k * D + d];
-    sb += part_dbeta[(size_t)k * D + d];
+  __shared__ float sg[8][33], sb[8][33];
+  const int d = blockIdx.x * 32 + threadIdx.x;
+  float ag = 0.0f, ab = 0.0f;
+  if (d < D)
+    for (int k = threadIdx.y; k < nblocks; k += 8) {
+      ag += part_dgamma[(size_t)k * D + d];
+      ab += part_dbeta[(size_t)k * D + d];
+    }
+  sg[threadIdx.y][threadIdx.x] = ag;
+  sb[threadIdx.y][threadIdx.x] = ab;
+  __syncthreads();
+  if (threadIdx.y == 0 && d < D) {
+    float tg = 0.0f, tb = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      tg += sg[i][threadIdx.x];
+      tb += sb[i][threadIdx.x];
+    }
+    dgamma[d] = accumulate ? dgamma[d] + tg : tg;
+    dbeta[d] = accumulate ? dbeta[d] + tb : tb;
   }
-  dgamma[d] = accumulate ? dgamma[d] + sg : sg;
-  dbeta[d] = accumulate ? dbeta[d] + sb : sb;
 }
 
 }  // namespace
@@ -170,8 +201,8 @@ void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, cons
                                                               part_dbeta, rows, D, rpb);
     CUDA_CHECK_LAUNCH();
   }
-  ln_param_grad_kernel<<<(D + 255) / 256, 256, 0, stream>>>(part_dgamma, part_dbeta, nblocks, D,
-                                                            dgamma, dbeta, accumulate);
+  ln_param_grad_kernel<<<(D + 31) / 32, dim3(32, 8), 0, stream>>>(part_dgamma, part_dbeta, nblocks,
+                                                                   D, dgamma, dbeta, accumulate);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,6 @@
 #include "cuda/lt_gemm.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <stdexcept>
@@ -21,7 +22,8 @@ uint32_t alignment_of(const void* p) {
 }
 
 // Everything that determines the descriptors and the algorithm choice.
-using PlanKey = std::tuple<bool, bool, int, int, int, int, int, int, int, bool, bool, uint32_t,
+// Epilogue kinds: 0 none, 1 bias (D += bias[n] per row), 2 row sums of op(A) (cuBLASLt BGRADB).
+using PlanKey = std::tuple<bool, bool, int, int, int, int, int, int, int, bool, int, uint32_t,
                            uint32_t, uint32_t, uint32_t>;
 
 struct Plan {
@@ -39,9 +41,18 @@ std::string shape_string(bool ta, bool tb, int m, int n, int k, int lda, int ldb
 
 }  // namespace
 
+// The operands of one call (used by autotuning).
+struct Operands {
+  const float *a, *b, *c;
+  float* d;
+  const float* epi_ptr;  // bias or bias-gradient output, as CUBLASLT_MATMUL_DESC_BIAS_POINTER
+  float alpha, beta;
+};
+
 struct LtGemm::Impl {
   cudaStream_t stream = nullptr;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  int autotune = 0;
   cublasLtHandle_t handle = nullptr;
   DeviceArena arena;
   void* workspace = nullptr;
@@ -63,10 +74,10 @@ struct LtGemm::Impl {
 
   // Column-major view of the row-major problem: D^T[n,m] = op(B)^T[n,k] @ op(A)^T[k,m], so
   // cuBLASLt's "A" is our B buffer and its "B" is our A buffer.
-  Plan& plan_for(const PlanKey& key) {
+  Plan& plan_for(const PlanKey& key, const Operands& ops) {
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
-    const auto [ta, tb, m, n, k, lda, ldb, ldc, ldd, beta_nonzero, has_bias, al_a, al_b, al_c,
+    const auto [ta, tb, m, n, k, lda, ldb, ldc, ldd, beta_nonzero, epi_kind, al_a, al_b, al_c,
                 al_d] = key;
     (void)beta_nonzero;
     Plan p;
@@ -75,7 +86,9 @@ struct LtGemm::Impl {
       const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // on our B buffer
       const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // on our A buffer
       const cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_HOST;
-      const cublasLtEpilogue_t epi = has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+      const cublasLtEpilogue_t epi = epi_kind == 1   ? CUBLASLT_EPILOGUE_BIAS
+                                     : epi_kind == 2 ? CUBLASLT_EPILOGUE_BGRADB
+                                                     : CUBLASLT_EPILOGUE_DEFAULT;
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof(pm)));
@@ -89,7 +102,9 @@ struct LtGemm::Impl {
 
       cublasLtMatmulPreference_t pref = nullptr;
       CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-      cublasLtMatmulHeuristicResult_t result{};
+      constexpr int kMaxCandidates = 32;
+      cublasLtMatmulHeuristicResult_t results[kMaxCandidates] = {};
+      const int want = std::max(1, std::min(autotune, kMaxCandidates));
       int found = 0;
       cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
       {
@@ -105,29 +120,76 @@ struct LtGemm::Impl {
         if (st == CUBLAS_STATUS_SUCCESS)
           st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof(ad));
         if (st == CUBLAS_STATUS_SUCCESS)
-          st = cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.d, pref, 1, &result, &found);
+          st = cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.d, pref, want, results, &found);
       }
       cublasLtMatmulPreferenceDestroy(pref);
       CUBLAS_CHECK(st);
       if (found < 1)
         throw std::runtime_error("cuBLASLt found no fp32 algorithm for " +
                                  shape_string(ta, tb, m, n, k, lda, ldb, ldc, ldd) +
-                                 (has_bias ? " with bias epilogue" : ""));
-      p.algo = result.algo;
+                                 (epi_kind == 1   ? " with bias epilogue"
+                                  : epi_kind == 2 ? " with bias-gradient epilogue"
+                                                  : ""));
+      p.algo = results[0].algo;
+      if (found > 1) p.algo = results[fastest(p, results, found, ops, m, ldd)].algo;
     } catch (...) {
       destroy(p);
       throw;
     }
     return plans.emplace(key, p).first->second;
   }
+
+  // Times each candidate (3 runs after a warm-up) writing to a temporary output; returns the
+  // index of the fastest. Candidates that fail to launch are skipped.
+  int fastest(Plan& p, const cublasLtMatmulHeuristicResult_t* results, int found,
+              const Operands& ops, int m, int ldd) {
+    DeviceBuffer<float> tmp((size_t)m * ldd, "cuBLASLt autotuning output");
+    if (ops.epi_ptr)
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                  &ops.epi_ptr, sizeof(ops.epi_ptr)));
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    int best = 0;
+    float best_ms = -1;
+    try {
+      for (int i = 0; i < found; ++i) {
+        if (results[i].workspaceSize > workspace_bytes) continue;
+        auto run = [&]() {
+          return cublasLtMatmul(handle, p.op, &ops.alpha, ops.b, p.a, ops.a, p.b, &ops.beta, ops.c,
+                                p.c, tmp.get(), p.d, &results[i].algo, workspace, workspace_bytes,
+                                stream);
+        };
+        if (run() != CUBLAS_STATUS_SUCCESS) continue;
+        CUDA_CHECK(cudaEventRecord(e0, stream));
+        for (int r = 0; r < 3; ++r) CUBLAS_CHECK(run());
+        CUDA_CHECK(cudaEventRecord(e1, stream));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        if (best_ms < 0 || ms < best_ms) {
+          best = i;
+          best_ms = ms;
+        }
+      }
+    } catch (...) {
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+      throw;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return best;
+  }
 };
 
-LtGemm::LtGemm(cudaStream_t stream, size_t workspace_bytes, cublasComputeType_t compute)
-    : impl_(new Impl) {
-  if (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_PEDANTIC)
+LtGemm::LtGemm(cudaStream_t stream, const LtGemmOptions& o) : impl_(new Impl) {
+  if (o.compute != CUBLAS_COMPUTE_32F && o.compute != CUBLAS_COMPUTE_32F_PEDANTIC)
     throw std::invalid_argument("LtGemm: compute type must be CUBLAS_COMPUTE_32F or _PEDANTIC");
+  const size_t workspace_bytes = o.workspace_bytes;
   impl_->stream = stream;
-  impl_->compute = compute;
+  impl_->compute = o.compute;
+  impl_->autotune = o.autotune_candidates;
   CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
   impl_->workspace_bytes = workspace_bytes;
   if (workspace_bytes > 0)
@@ -141,7 +203,9 @@ size_t LtGemm::plan_count() const { return impl_->plans.size(); }
 
 void LtGemm::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                   int lda, const float* b, int ldb, float beta, const float* c, int ldc, float* d,
-                  int ldd, const float* bias) {
+                  int ldd, const float* bias, float* a_row_sums) {
+  if (bias && a_row_sums)
+    throw std::invalid_argument("LtGemm::gemm: bias and a_row_sums are exclusive");
   if (beta == 0.0f || c == nullptr) {
     if (beta != 0.0f) throw std::invalid_argument("LtGemm::gemm: beta != 0 needs C");
     c = d;
@@ -153,12 +217,14 @@ void LtGemm::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, 
   if (bad)
     throw std::invalid_argument("LtGemm: bad arguments " +
                                 shape_string(trans_a, trans_b, m, n, k, lda, ldb, ldc, ldd));
-  const PlanKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, ldd, beta != 0.0f, bias != nullptr,
+  const int epi_kind = bias ? 1 : a_row_sums ? 2 : 0;
+  const void* epi_ptr = bias ? static_cast<const void*>(bias) : static_cast<const void*>(a_row_sums);
+  const PlanKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, ldd, beta != 0.0f, epi_kind,
                     alignment_of(a), alignment_of(b), alignment_of(c), alignment_of(d)};
-  Plan& p = impl_->plan_for(key);
-  if (bias)
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                sizeof(bias)));
+  Plan& p = impl_->plan_for(key, Operands{a, b, c, d, static_cast<const float*>(epi_ptr), alpha, beta});
+  if (epi_ptr)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi_ptr,
+                                                sizeof(epi_ptr)));
   CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, d, p.d,
                               &p.algo, impl_->workspace, impl_->workspace_bytes, impl_->stream));
 }
@@ -173,6 +239,12 @@ void linear_backward_weight(LtGemm& lt, const float* dy, const float* x, float* 
                             int k, bool accumulate, int ldx) {
   lt.gemm(true, false, n, k, m, 1.0f, dy, n, x, ldx > 0 ? ldx : k, accumulate ? 1.0f : 0.0f,
           accumulate ? dw : nullptr, k, dw, k);
+}
+
+void linear_backward_weight_bias(LtGemm& lt, const float* dy, const float* x, float* dw, float* db,
+                                 int m, int n, int k, int ldx) {
+  lt.gemm(true, false, n, k, m, 1.0f, dy, n, x, ldx > 0 ? ldx : k, 0.0f, nullptr, k, dw, k, nullptr,
+          db);
 }
 
 void linear_backward_input(LtGemm& lt, const float* dy, const float* w, float* dx, int m, int n,

@@ -32,13 +32,22 @@ __global__ void column_partial_kernel(const float* __restrict__ x, int rows, int
   }
 }
 
+// Block (32, 8): 32 columns, 8 threads striding over the chunk partials, fixed-order combine.
 __global__ void column_final_kernel(const float* __restrict__ partial, int nchunks, int cols,
                                     float* __restrict__ out, bool accumulate) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
+  __shared__ float s[kRowThreads][kColsPerBlock + 1];
+  const int c = blockIdx.x * kColsPerBlock + threadIdx.x;
   float t = 0.0f;
-  for (int k = 0; k < nchunks; ++k) t += partial[(size_t)k * cols + c];
-  out[c] = accumulate ? out[c] + t : t;
+  if (c < cols)
+    for (int k = threadIdx.y; k < nchunks; k += kRowThreads) t += partial[(size_t)k * cols + c];
+  s[threadIdx.y][threadIdx.x] = t;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float u = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kRowThreads; ++i) u += s[i][threadIdx.x];
+    out[c] = accumulate ? out[c] + u : u;
+  }
 }
 
 }  // namespace
@@ -61,8 +70,8 @@ void column_sum(const float* x, int rows, int cols, int ld, float* out, bool acc
                                                                                 scratch);
     CUDA_CHECK_LAUNCH();
   }
-  column_final_kernel<<<(cols + 255) / 256, 256, 0, stream>>>(scratch, nchunks, cols, out,
-                                                              accumulate);
+  column_final_kernel<<<(cols + kColsPerBlock - 1) / kColsPerBlock, dim3(kColsPerBlock, kRowThreads),
+                        0, stream>>>(scratch, nchunks, cols, out, accumulate);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -15,19 +15,21 @@ static_assert(sizeof(hid_t) == sizeof(int64_t), "ResultsFile stores hid_t in int
 namespace vitddp {
 namespace {
 
-// HDF5's own description of the failure that just happened (its error stack, outermost call
-// first). Must be called before any other HDF5 API call, which would clear the stack.
+// HDF5's own description of the failure that just happened: the outermost entry of its error
+// stack (what the API call failed to do) and the innermost (why), e.g. "unable to create dataset
+// (H5L__link_cb: name already exists)". Must be called before any other HDF5 API call, which
+// would clear the stack.
 std::string h5_error_text() {
-  std::string text;
+  std::vector<std::string> entries;
   auto walk = [](unsigned, const H5E_error2_t* e, void* out) -> herr_t {
-    std::string& s = *static_cast<std::string*>(out);
-    if (!s.empty()) s += "; ";
-    s += std::string(e->func_name ? e->func_name : "?") + ": " + (e->desc ? e->desc : "?");
+    static_cast<std::vector<std::string>*>(out)->push_back(std::string(e->func_name ? e->func_name : "?") + ": " +
+                                                           (e->desc ? e->desc : "?"));
     return 0;
   };
-  if (H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk, &text) < 0 || text.empty())
-    text = "no HDF5 error description";
-  return text;
+  if (H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk, &entries) < 0 || entries.empty())
+    return "no HDF5 error description";
+  if (entries.size() == 1) return entries.front();
+  return entries.front() + " (" + entries.back() + ")";
 }
 
 template <class T>

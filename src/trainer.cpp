@@ -32,15 +32,15 @@ struct SeriesSpec {
   const char* description;
 };
 const SeriesSpec kStepSeries[kScalars] = {
-    {"data_wait", "s", "host time blocked waiting for the data source ('get batch')"},
-    {"input_wait", "s", "compute stream waiting for the batch's host-to-device copy"},
-    {"forward", "s", "forward pass and loss (CUDA events on the compute stream)"},
-    {"backward", "s", "backward compute; the all-reduces it overlaps run meanwhile on the comm stream"},
-    {"exposed_comm", "s", "after backward compute, time the compute stream waited for the last all-reduce"},
-    {"optimizer", "s", "SGD step over the flat parameter buffer"},
-    {"step_time", "s", "device time of the step, step-start event to step-end event"},
-    {"wall_time", "s", "host wall time of the step, get batch to step end"},
-    {"loss", "1", "this rank's mean cross-entropy of the step"},
+    {"timing/data_wait", "s", "host time blocked waiting for the data source ('get batch')"},
+    {"timing/input_wait", "s", "compute stream waiting for the batch's host-to-device copy"},
+    {"timing/forward", "s", "forward pass and loss (CUDA events on the compute stream)"},
+    {"timing/backward", "s", "backward compute; the all-reduces it overlaps run meanwhile on the comm stream"},
+    {"timing/exposed_comm", "s", "after backward compute, time the compute stream waited for the last all-reduce"},
+    {"timing/optimizer", "s", "SGD step over the flat parameter buffer"},
+    {"timing/step_time", "s", "device time of the step, step-start event to step-end event"},
+    {"timing/wall_time", "s", "host wall time of the step, get batch to step end"},
+    {"training/loss", "1", "this rank's mean cross-entropy of the step"},
 };
 
 std::vector<double> pack(const StepRecord& r, size_t nb) {
@@ -123,17 +123,17 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
     last.push_back(layout.params[b.params.back()].name);
   }
   const std::vector<uint64_t> nb = {buckets.size()};
-  f.write_array("bucket_bytes", nb, bytes.data(), "bytes", "size of each bucket as all-reduced (fp32)");
-  f.write_array("bucket_offset", nb, offsets.data(), "elements", "first element of each bucket in the flat gradient buffer");
-  f.write_array("bucket_num_tensors", nb, ntensors.data(), "1", "parameter tensors in each bucket");
-  f.write_strings("bucket_first_param", first, "", "first parameter of each bucket (gradient-ready order)");
-  f.write_strings("bucket_last_param", last, "", "last parameter of each bucket (gradient-ready order)");
+  f.write_array("buckets/bytes", nb, bytes.data(), "bytes", "size of each bucket as all-reduced (fp32)");
+  f.write_array("buckets/offset", nb, offsets.data(), "elements", "first element of each bucket in the flat gradient buffer");
+  f.write_array("buckets/num_tensors", nb, ntensors.data(), "1", "parameter tensors in each bucket");
+  f.write_strings("buckets/first_param", first, "", "first parameter of each bucket (gradient-ready order)");
+  f.write_strings("buckets/last_param", last, "", "last parameter of each bucket (gradient-ready order)");
 
   const int64_t R = w.world_size, B = (int64_t)buckets.size();
   for (const auto& s : kStepSeries) f.create_series(s.name, s.units, s.description, R, 0, H5Dtype::f64);
-  f.create_series("allreduce_start", "s", "all-reduce start of each bucket on the comm stream, from the step-start event", R, B, H5Dtype::f64);
-  f.create_series("allreduce_end", "s", "all-reduce end of each bucket on the comm stream, from the step-start event", R, B, H5Dtype::f64);
-  f.create_series("timed", "1", "1 for the steps of the timed window, 0 for warm-up and cool-down", 1, 0, H5Dtype::i64);
+  f.create_series("buckets/allreduce_start", "s", "all-reduce start of each bucket on the comm stream, from the step-start event", R, B, H5Dtype::f64);
+  f.create_series("buckets/allreduce_end", "s", "all-reduce end of each bucket on the comm stream, from the step-start event", R, B, H5Dtype::f64);
+  f.create_series("steps/timed", "1", "1 for the steps of the timed window, 0 for warm-up and cool-down", 1, 0, H5Dtype::i64);
   f.flush();
 }
 
@@ -231,9 +231,9 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
       for (int which = 0; which < 2; ++which) {
         for (int r = 0; r < w.world_size; ++r)
           for (size_t b = 0; b < nb; ++b) bk[r * nb + b] = gathered[r * stride + kScalars + which * nb + b];
-        results->append_step(which == 0 ? "allreduce_start" : "allreduce_end", bk);
+        results->append_step(which == 0 ? "buckets/allreduce_start" : "buckets/allreduce_end", bk);
       }
-      results->append_step("timed", std::vector<int64_t>{timed ? 1 : 0});
+      results->append_step("steps/timed", std::vector<int64_t>{timed ? 1 : 0});
       if ((i + 1) % o.flush_every == 0) results->flush();
       if ((i + 1) % o.progress_every == 0 || i + 1 == total)
         std::printf("[vitddp] step %d/%d (%s) loss %.4f | step %.1f ms: fwd %.1f, bwd %.1f, exposed comm %.1f, opt %.1f, data wait %.1f\n",

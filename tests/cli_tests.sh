@@ -44,10 +44,10 @@ if [ $rc -eq 0 ] && grep -q "step 5/5 (cool-down)" <<<"$out" && grep -q "steps/s
 else bad "CPU run rc=$rc: $out"; fi
 if command -v h5ls >/dev/null; then
   listing=$(h5ls -r "$TMP/run.h5" 2>&1)
-  for d in /forward /backward /exposed_comm /allreduce_start /allreduce_end /bucket_bytes /loss /summary/steps_per_second; do
+  for d in /timing/forward /timing/backward /timing/exposed_comm /buckets/allreduce_start /buckets/allreduce_end /buckets/bytes /training/loss /summary/steps_per_second; do
     if grep -q "^$d " <<<"$listing"; then ok "dataset $d"; else bad "dataset $d missing: $listing"; fi
   done
-  if grep -q "^/forward .*{2, 5/Inf}" <<<"$listing"; then ok "forward is [2 ranks, 5 steps]"; else bad "forward shape: $(grep ^/forward <<<"$listing")"; fi
+  if grep -q "^/timing/forward .*{2, 5/Inf}" <<<"$listing"; then ok "forward is [2 ranks, 5 steps]"; else bad "forward shape: $(grep ^/timing/forward <<<"$listing")"; fi
 else
   bad "h5ls not installed (hdf5-tools)"
 fi

@@ -100,6 +100,17 @@ TEST_CASE("lt_gemm: nn.Linear forward, weight gradient and input gradient match 
     lt.gemm(true, true, M, N, K, 0.5f, a2.get(), M, b2.get(), K, 2.0f, c2.get(), N, d2.get(), N);
     CHECK(norm_rel_err(d2.download(), host_gemm(true, true, M, N, K, 0.5, ha, M, hbb, K, 2, &hr, N, nullptr)) < 1e-6);
 
+    // dW = dY^T X with the bias gradient db[n] = sum_m dY[m, n] fused (BGRADB epilogue).
+    {
+      DevVec<float> db(N);
+      lt.gemm(true, false, N, K, M, 1.0f, dy.get(), N, x.get(), ldx, 0.0f, nullptr, K, dw.get(), K,
+              nullptr, db.get());
+      std::vector<double> ref_db(N, 0.0);
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) ref_db[j] += hdy[(size_t)i * N + j];
+      CHECK(norm_rel_err(dw.download(), ref_dw) < 1e-6);
+      CHECK(norm_rel_err(db.download(), ref_db) < 1e-6);
+    }
     // Repeated calls reuse the cached plans.
     const size_t plans = lt.plan_count();
     linear_backward_weight(lt, dy.get(), x.get(), dw.get(), M, N, K, false, ldx);

@@ -85,7 +85,8 @@ struct GpuRun {
 
 /// Runs GPU and CPU on the same inputs and checks logits, loss and every gradient tensor.
 void compare_with_cpu(const ViTConfig& cfg, int max_batch, int batch, uint64_t seed,
-                      double logit_tol, double loss_tol, double grad_tol) {
+                      double logit_tol, double loss_tol, double grad_tol,
+                      const GpuViTOptions& options = GpuViTOptions()) {
   const ParamLayout L = make_param_layout(cfg);
   const std::vector<float> params = random_params(L, seed);
   const std::vector<float> img = random_images(cfg, batch, seed + 1);
@@ -105,7 +106,7 @@ void compare_with_cpu(const ViTConfig& cfg, int max_batch, int batch, uint64_t s
   Stream st;
   DevVec<float> dp(params), dimg(img), dg(L.total), dloss(1);
   DevVec<int32_t> dlab(lab);
-  GpuViT gpu(L, max_batch, st.s);
+  GpuViT gpu(L, max_batch, st.s, options);
   gpu.forward(dp.get(), dimg.get(), dlab.get(), batch, dloss.get());
   Groups gpu_groups;
   gpu.backward(dp.get(), dg.get(), false, [&](const std::vector<size_t>& idx) {
@@ -142,7 +143,7 @@ void compare_with_cpu(const ViTConfig& cfg, int max_batch, int batch, uint64_t s
 
 }  // namespace
 
-TEST_CASE("gpu_vit: matches CpuViT<float> (vit_b_32 layers, 2 blocks, batch 4)", "[gpu][gpu_vit]") {
+TEST_CASE("gpu_vit: matches CpuViT<float> (vit_b_32 with 2 blocks, batch 4)", "[gpu][gpu_vit]") {
   REQUIRE_GPU();
   ViTConfig cfg = vit_config("vit_b_32");
   cfg.layers = 2;
@@ -153,6 +154,15 @@ TEST_CASE("gpu_vit: matches CpuViT<float> (vit_b_32 layers, 2 blocks, batch 4)",
 TEST_CASE("gpu_vit: matches CpuViT<float> (vit_tiny, batch 3 of max 5)", "[gpu][gpu_vit]") {
   REQUIRE_GPU();
   compare_with_cpu(vit_config("vit_tiny"), 5, 3, 202, 1e-5, 1e-6, 1e-4);
+}
+
+TEST_CASE("gpu_vit: matches CpuViT<float> without autotuning or fused bias gradients (vit_tiny)",
+          "[gpu][gpu_vit]") {
+  REQUIRE_GPU();
+  GpuViTOptions o;
+  o.gemm_autotune_candidates = 0;
+  o.fused_bias_grad = false;
+  compare_with_cpu(vit_config("vit_tiny"), 4, 4, 203, 1e-5, 1e-6, 1e-4, o);
 }
 
 TEST_CASE("gpu_vit: on_ready reports every parameter once, in the documented order, when final",
@@ -255,15 +265,20 @@ TEST_CASE("gpu_vit: invalid arguments are rejected", "[gpu][gpu_vit]") {
   CHECK_THROWS_AS(gpu.forward(dp.get(), dimg.get(), dlab.get(), 0, dloss.get()), std::invalid_argument);
 }
 
-TEST_CASE("gpu_vit: time of a vit_l_32 batch-32 step (forward + backward)", "[.bench][gpu]") {
+TEST_CASE("gpu_vit: time of a vit_l_32 batch-32 step (forward + backward)", "[.bench]") {
   REQUIRE_GPU();
   const ParamLayout L = make_param_layout(vit_config("vit_l_32"));
   const int B = 32;
   Stream st;
   DevVec<float> dp(random_params(L, 505)), dimg(random_images(L.cfg, B, 506)), dg(L.total), dloss(1);
   DevVec<int32_t> dlab(random_labels(L.cfg, B, 507));
-  GpuViT gpu(L, B, st.s);
-  std::printf("GpuViT vit_l_32 batch %d: %.1f MiB of device memory\n", B, gpu.device_bytes() / 1048576.0);
+  for (const int variant : {0, 1, 2}) {
+  GpuViTOptions opt;  // 0: defaults, 1: no GEMM autotuning, 2: bias gradients by column sums
+  if (variant == 1) opt.gemm_autotune_candidates = 0;
+  if (variant == 2) opt.fused_bias_grad = false;
+  GpuViT gpu(L, B, st.s, opt);
+  std::printf("GpuViT vit_l_32 batch %d, GEMM autotune %d, fused bias grad %d: %.1f MiB of device memory\n",
+              B, opt.gemm_autotune_candidates, (int)opt.fused_bias_grad, gpu.device_bytes() / 1048576.0);
   cudaEvent_t e0, e1, e2;
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
@@ -298,4 +313,5 @@ TEST_CASE("gpu_vit: time of a vit_l_32 batch-32 step (forward + backward)", "[.b
   cudaEventDestroy(e1);
   cudaEventDestroy(e2);
   CHECK(std::isfinite(dloss.download()[0]));
+  }
 }
