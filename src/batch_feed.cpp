@@ -44,6 +44,8 @@ double BatchFeed::stage_next(int64_t step) {
     engine_.stage_generated(opts_.seed, world_.rank, step, opts_.batch_size);
     return 0.0;
   }
+  // The previous batch's host buffer goes back to the workers in next(): its copy must be done.
+  engine_.wait_staged_copy();
   const auto t0 = std::chrono::steady_clock::now();
   const Batch b = source_->next();
   const double waited = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -58,49 +58,60 @@ class CpuEngine final : public Engine {
     throw std::logic_error("--data device needs the GPU backend");
   }
 
-  void run_step() override {
-    rec_ = StepRecord{};
+  void run_micro_step(int micro, int micro_steps) override {
+    const bool last = micro == micro_steps - 1;
+    if (micro == 0) {
+      rec_ = StepRecord{};
+      step_start_ = Clock::now();
+    }
     const auto t0 = Clock::now();
     {
       NvtxRange r("forward", NvtxColor::Green);
-      rec_.loss = model_.forward(params_.data(), images_.data(), labels_.data(), batch_);
+      rec_.loss += model_.forward(params_.data(), images_.data(), labels_.data(), batch_) / micro_steps;
     }
     const auto t1 = Clock::now();
     Clock::time_point t2;
     {
       NvtxRange r("backward", NvtxColor::Purple);
-      if (reducer_) {
-        reducer_->prepare_for_backward(t0);
-        model_.backward(params_.data(), grads_.data(), false,
+      if (reducer_ && last) {
+        reducer_->prepare_for_backward(step_start_);
+        model_.backward(params_.data(), grads_.data(), micro > 0,
                         [this](const std::vector<size_t>& p) { reducer_->mark_ready(p); });
         t2 = Clock::now();
         reducer_->finalize();
       } else {
-        model_.backward(params_.data(), grads_.data(), false);
+        model_.backward(params_.data(), grads_.data(), micro > 0);
         t2 = Clock::now();
       }
     }
+    rec_.forward_ms += ms_between(t0, t1);
+    rec_.backward_ms += ms_between(t1, t2);
+    if (!last) return;
     const auto t3 = Clock::now();
     {
       NvtxRange r("optimizer step", NvtxColor::Yellow);
-      sgd_step_host(params_.data(), grads_.data(), momentum_.empty() ? nullptr : momentum_.data(), layout_.total,
-                    SgdConfig{opts_.lr, opts_.momentum, opts_.weight_decay}, first_step_);
+      SgdConfig cfg{opts_.lr, opts_.momentum, opts_.weight_decay};
+      cfg.grad_scale = 1.0 / micro_steps;
+      sgd_step_host(params_.data(), grads_.data(), momentum_.empty() ? nullptr : momentum_.data(), layout_.total, cfg,
+                    first_step_);
       first_step_ = false;
     }
     const auto t4 = Clock::now();
-    rec_.forward_ms = ms_between(t0, t1);
-    rec_.backward_ms = ms_between(t1, t2);
     rec_.exposed_comm_ms = ms_between(t2, t3);
     rec_.optimizer_ms = ms_between(t3, t4);
-    rec_.step_ms = ms_between(t0, t4);
+    rec_.step_ms = ms_between(step_start_, t4);
+    rec_.backward_end_ms = ms_between(step_start_, t2);
     if (reducer_) rec_.buckets = reducer_->times();
   }
+
+  void wait_staged_copy() override {}
 
   void finish_step(StepRecord* rec) override {
     *rec = rec_;
   }
 
   const std::vector<Bucket>& buckets() const override { return buckets_; }
+  std::vector<float> parameters() const override { return params_; }
 
   EngineInfo info() const override {
     EngineInfo i;
@@ -125,6 +136,7 @@ class CpuEngine final : public Engine {
   bool first_step_ = true;
   std::unique_ptr<MpiReducer> reducer_;
   StepRecord rec_;
+  Clock::time_point step_start_;
 };
 
 }  // namespace

@@ -32,7 +32,8 @@ struct StepRecord {
   double optimizer_ms = 0;      ///< SGD step
   double step_ms = 0;           ///< step start to step end on the device
   double wall_ms = 0;           ///< host wall time of the whole step (trainer)
-  double loss = 0;              ///< this rank's mean cross-entropy
+  double backward_end_ms = 0;   ///< end of the last micro-step's backward compute, from step start
+  double loss = 0;              ///< this rank's mean cross-entropy (mean over micro-steps)
   BucketTimes buckets;          ///< per bucket all-reduce start/end, relative to step start
 };
 
@@ -58,13 +59,20 @@ class Engine {
   virtual void stage(const HostBatch& b) = 0;
   /// For --data device: the next step's batch is generated on the device from (seed, rank, step).
   virtual void stage_generated(uint64_t seed, int rank, uint64_t step, int batch) = 0;
-  /// Enqueues forward, backward (with bucketed all-reduce when DDP is on) and the optimizer on
-  /// the staged batch. Returns without waiting for the device.
-  virtual void run_step() = 0;
-  /// Waits for the step to finish and fills the engine's part of `rec`. Throws on device or
+  /// Enqueues micro-step `micro` of `micro_steps` (gradient accumulation) on the staged batch:
+  /// forward and backward; micro-steps before the last accumulate gradients locally without
+  /// communication (DDP's no_sync()); the last one runs the bucketed all-reduce (when DDP is on)
+  /// and the optimizer with the gradient scaled by 1/micro_steps. Returns without waiting.
+  virtual void run_micro_step(int micro, int micro_steps) = 0;
+  /// Blocks until the last staged host-to-device copy has finished, so its host buffer may be
+  /// reused (no-op for the CPU backend).
+  virtual void wait_staged_copy() = 0;
+  /// Waits for the step (all its micro-steps) to finish and fills the engine's part of `rec`. Throws on device or
   /// communicator errors.
   virtual void finish_step(StepRecord* rec) = 0;
   virtual const std::vector<Bucket>& buckets() const = 0;
+  /// A host copy of the flat parameter buffer (layout.total floats); waits for the device.
+  virtual std::vector<float> parameters() const = 0;
   virtual EngineInfo info() const = 0;
   /// Marks the timed window for profilers (cudaProfilerStart/Stop for the GPU backend).
   virtual void profiler(bool start) = 0;

@@ -31,9 +31,12 @@ class GpuEngine final : public Engine {
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
-    for (cudaEvent_t* e : {&ev_start_, &ev_input_, &ev_fwd_, &ev_bwd_, &ev_opt_, &ev_end_})
-      CUDA_CHECK(cudaEventCreate(e));
+    for (cudaEvent_t* e : {&ev_start_, &ev_opt_, &ev_end_}) CUDA_CHECK(cudaEventCreate(e));
     for (auto& e : ev_copied_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (auto& e : ev_consumed_) {
+      CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventRecord(e, compute_));
+    }
 
     const size_t n = layout.total;
     params_ = DeviceBuffer<float>(n, "parameters");
@@ -44,8 +47,8 @@ class GpuEngine final : public Engine {
       images_[s] = DeviceBuffer<float>(img, "input images");
       labels_[s] = DeviceBuffer<int32_t>(o.batch_size, "input labels");
     }
-    loss_ = DeviceBuffer<float>(1, "loss");
-    CUDA_CHECK(cudaMallocHost(&loss_host_, sizeof(float)));
+    loss_ = DeviceBuffer<float>(o.grad_accum_steps, "loss");
+    CUDA_CHECK(cudaMallocHost(&loss_host_, o.grad_accum_steps * sizeof(float)));
 
     // Same seed on every rank -> identical replicas (what DDP's initial broadcast guarantees).
     std::vector<float> host(n);
@@ -66,8 +69,11 @@ class GpuEngine final : public Engine {
     comm_.reset();
     model_.reset();
     cudaFreeHost(loss_host_);
-    for (cudaEvent_t e : {ev_start_, ev_input_, ev_fwd_, ev_bwd_, ev_opt_, ev_end_}) cudaEventDestroy(e);
+    for (cudaEvent_t e : {ev_start_, ev_opt_, ev_end_}) cudaEventDestroy(e);
+    for (auto& m : micro_ev_)
+      for (cudaEvent_t e : {m.start, m.input, m.fwd, m.bwd}) cudaEventDestroy(e);
     for (auto e : ev_copied_) cudaEventDestroy(e);
+    for (auto e : ev_consumed_) cudaEventDestroy(e);
     cudaStreamDestroy(copy_);
     cudaStreamDestroy(compute_);
   }
@@ -81,6 +87,7 @@ class GpuEngine final : public Engine {
 
   void stage(const HostBatch& b) override {
     const int s = next_slot();
+    CUDA_CHECK(cudaStreamWaitEvent(copy_, ev_consumed_[s], 0));
     const size_t img = images_[s].size() / opts_.batch_size * b.batch;
     CUDA_CHECK(cudaMemcpyAsync(images_[s].get(), b.images, img * sizeof(float), cudaMemcpyHostToDevice, copy_));
     CUDA_CHECK(cudaMemcpyAsync(labels_[s].get(), b.labels, b.batch * sizeof(int32_t), cudaMemcpyHostToDevice, copy_));
@@ -91,6 +98,7 @@ class GpuEngine final : public Engine {
 
   void stage_generated(uint64_t seed, int rank, uint64_t step, int batch) override {
     const int s = next_slot();
+    CUDA_CHECK(cudaStreamWaitEvent(copy_, ev_consumed_[s], 0));
     const auto& c = layout_.cfg;
     const DeviceSyntheticSource gen(batch, (size_t)c.channels * c.image_size * c.image_size, c.num_classes, seed,
                                     rank);
@@ -100,59 +108,80 @@ class GpuEngine final : public Engine {
     staged_ = true;
   }
 
-  void run_step() override {
-    if (!staged_) throw std::logic_error("run_step without a staged batch");
+  void run_micro_step(int micro, int micro_steps) override {
+    if (!staged_) throw std::logic_error("run_micro_step without a staged batch");
+    if (micro == 0) ensure_micro_events(micro_steps);
     slot_ = next_slot();
     staged_ = false;
-    CUDA_CHECK(cudaEventRecord(ev_start_, compute_));
+    const bool last = micro == micro_steps - 1;
+    MicroEvents& ev = micro_ev_[micro];
+    if (micro == 0) CUDA_CHECK(cudaEventRecord(ev_start_, compute_));
+    CUDA_CHECK(cudaEventRecord(ev.start, compute_));
     CUDA_CHECK(cudaStreamWaitEvent(compute_, ev_copied_[slot_], 0));
-    CUDA_CHECK(cudaEventRecord(ev_input_, compute_));
+    CUDA_CHECK(cudaEventRecord(ev.input, compute_));
     {
       NvtxRange r("forward", NvtxColor::Green);
-      model_->forward(params_.get(), images_[slot_].get(), labels_[slot_].get(), staged_batch_, loss_.get());
-      CUDA_CHECK(cudaEventRecord(ev_fwd_, compute_));
+      model_->forward(params_.get(), images_[slot_].get(), labels_[slot_].get(), staged_batch_, loss_.get() + micro);
+      CUDA_CHECK(cudaEventRecord(ev.fwd, compute_));
     }
     {
+      // Micro-steps before the last accumulate locally with no communication (DDP's no_sync()).
       NvtxRange r("backward", NvtxColor::Purple);
-      if (reducer_) {
+      const bool accumulate = micro > 0;
+      if (reducer_ && last) {
         reducer_->prepare_for_backward();
-        model_->backward(params_.get(), grads_.get(), false,
+        model_->backward(params_.get(), grads_.get(), accumulate,
                          [this](const std::vector<size_t>& p) { reducer_->mark_ready(p); });
-        CUDA_CHECK(cudaEventRecord(ev_bwd_, compute_));
+        CUDA_CHECK(cudaEventRecord(ev.bwd, compute_));
         reducer_->finalize();
       } else {
-        model_->backward(params_.get(), grads_.get(), false, {});
-        CUDA_CHECK(cudaEventRecord(ev_bwd_, compute_));
+        model_->backward(params_.get(), grads_.get(), accumulate, {});
+        CUDA_CHECK(cudaEventRecord(ev.bwd, compute_));
       }
-      CUDA_CHECK(cudaEventRecord(ev_opt_, compute_));
     }
+    CUDA_CHECK(cudaEventRecord(ev_consumed_[slot_], compute_));
+    if (!last) return;
+    CUDA_CHECK(cudaEventRecord(ev_opt_, compute_));
     {
       NvtxRange r("optimizer step", NvtxColor::Yellow);
-      sgd_step_gpu(params_.get(), grads_.get(), momentum_.get(), layout_.total, sgd_config(), first_step_,
-                   compute_);
+      SgdConfig cfg = sgd_config();
+      cfg.grad_scale = 1.0 / micro_steps;
+      sgd_step_gpu(params_.get(), grads_.get(), momentum_.get(), layout_.total, cfg, first_step_, compute_);
       first_step_ = false;
     }
-    CUDA_CHECK(cudaMemcpyAsync(loss_host_, loss_.get(), sizeof(float), cudaMemcpyDeviceToHost, compute_));
+    CUDA_CHECK(cudaMemcpyAsync(loss_host_, loss_.get(), micro_steps * sizeof(float), cudaMemcpyDeviceToHost, compute_));
     CUDA_CHECK(cudaEventRecord(ev_end_, compute_));
+    micro_steps_ = micro_steps;
   }
 
   void finish_step(StepRecord* rec) override {
     CUDA_CHECK(cudaEventSynchronize(ev_end_));
     if (comm_) comm_->check_async_error();
-    rec->input_wait_ms = elapsed(ev_start_, ev_input_);
-    rec->forward_ms = elapsed(ev_input_, ev_fwd_);
-    rec->backward_ms = elapsed(ev_fwd_, ev_bwd_);
-    rec->exposed_comm_ms = elapsed(ev_bwd_, ev_opt_);
+    rec->input_wait_ms = rec->forward_ms = rec->backward_ms = rec->loss = 0;
+    for (int j = 0; j < micro_steps_; ++j) {
+      const MicroEvents& ev = micro_ev_[j];
+      rec->input_wait_ms += elapsed(ev.start, ev.input);
+      rec->forward_ms += elapsed(ev.input, ev.fwd);
+      rec->backward_ms += elapsed(ev.fwd, ev.bwd);
+      rec->loss += loss_host_[j] / micro_steps_;
+    }
+    rec->exposed_comm_ms = elapsed(micro_ev_[micro_steps_ - 1].bwd, ev_opt_);
     rec->optimizer_ms = elapsed(ev_opt_, ev_end_);
     rec->step_ms = elapsed(ev_start_, ev_end_);
-    rec->loss = *loss_host_;
+    rec->backward_end_ms = elapsed(ev_start_, micro_ev_[micro_steps_ - 1].bwd);
     rec->buckets = reducer_ ? reducer_->times(ev_start_) : BucketTimes{};
-    // The next batch's copy may still be in flight on the copy stream; the trainer reuses its host
-    // buffer only after the following finish_step, which this wait covers.
-    CUDA_CHECK(cudaStreamSynchronize(copy_));
   }
 
+  void wait_staged_copy() override { CUDA_CHECK(cudaStreamSynchronize(copy_)); }
+
   const std::vector<Bucket>& buckets() const override { return buckets_; }
+
+  std::vector<float> parameters() const override {
+    std::vector<float> h(layout_.total);
+    CUDA_CHECK(cudaStreamSynchronize(compute_));
+    CUDA_CHECK(cudaMemcpy(h.data(), params_.get(), h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+  }
 
   EngineInfo info() const override {
     EngineInfo i;
@@ -183,6 +212,18 @@ class GpuEngine final : public Engine {
 
  private:
   int next_slot() const { return slot_ ^ 1; }
+
+  /// CUDA events of one micro-step on the compute stream.
+  struct MicroEvents {
+    cudaEvent_t start, input, fwd, bwd;
+  };
+  void ensure_micro_events(int n) {
+    while ((int)micro_ev_.size() < n) {
+      MicroEvents m;
+      for (cudaEvent_t* e : {&m.start, &m.input, &m.fwd, &m.bwd}) CUDA_CHECK(cudaEventCreate(e));
+      micro_ev_.push_back(m);
+    }
+  }
   SgdConfig sgd_config() const { return SgdConfig{opts_.lr, opts_.momentum, opts_.weight_decay}; }
 
   Options opts_;
@@ -191,8 +232,11 @@ class GpuEngine final : public Engine {
   std::vector<Bucket> buckets_;
   int device_ = 0;
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
-  cudaEvent_t ev_start_, ev_input_, ev_fwd_, ev_bwd_, ev_opt_, ev_end_;
-  cudaEvent_t ev_copied_[2];
+  cudaEvent_t ev_start_, ev_opt_, ev_end_;
+  std::vector<MicroEvents> micro_ev_;
+  int micro_steps_ = 1;
+  cudaEvent_t ev_copied_[2];    // input slot s filled (copy stream)
+  cudaEvent_t ev_consumed_[2];  // the micro-step reading input slot s is done with it (compute stream)
   DeviceBuffer<float> params_, grads_, momentum_, loss_;
   DeviceBuffer<float> images_[2];
   DeviceBuffer<int32_t> labels_[2];

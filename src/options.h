@@ -15,7 +15,8 @@ namespace vitddp {
 struct Options {
   std::string model = "vit_l_32";
   int num_classes = 0;              ///< 0: the variant's own (1000; 10 for vit_tiny)
-  int batch_size = 32;              ///< images per rank per step (micro-batch)
+  int batch_size = 32;              ///< images per rank per micro-step (micro-batch)
+  int grad_accum_steps = 1;         ///< micro-steps per optimizer step (one all-reduce per step)
   int warmup_steps = 10;
   int steps = 3;                    ///< timed steps
   int cooldown_steps = 1;

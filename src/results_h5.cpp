@@ -2,6 +2,8 @@
 
 #include <hdf5.h>
 
+#include "src/h5_util.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -15,98 +17,12 @@ static_assert(sizeof(hid_t) == sizeof(int64_t), "ResultsFile stores hid_t in int
 namespace vitddp {
 namespace {
 
-// HDF5's own description of the failure that just happened: the outermost entry of its error
-// stack (what the API call failed to do) and the innermost (why), e.g. "unable to create dataset
-// (H5L__link_cb: name already exists)". Must be called before any other HDF5 API call, which
-// would clear the stack.
-std::string h5_error_text() {
-  std::vector<std::string> entries;
-  auto walk = [](unsigned, const H5E_error2_t* e, void* out) -> herr_t {
-    static_cast<std::vector<std::string>*>(out)->push_back(std::string(e->func_name ? e->func_name : "?") + ": " +
-                                                           (e->desc ? e->desc : "?"));
-    return 0;
-  };
-  if (H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk, &entries) < 0 || entries.empty())
-    return "no HDF5 error description";
-  if (entries.size() == 1) return entries.front();
-  return entries.front() + " (" + entries.back() + ")";
-}
-
-template <class T>
-T h5_check(T result, const char* call, const std::string& object, const char* file, int line) {
-  if (result < 0)
-    throw std::runtime_error("HDF5 call failed at " + std::string(file) + ":" + std::to_string(line) +
-                             ": " + call + " on '" + object + "': " + h5_error_text());
-  return result;
-}
-
-// Checks an HDF5 call (negative return = failure) and throws std::runtime_error naming the call,
-// this file and line, `object` (the HDF5 object or file the call was about) and HDF5's reason.
-#define H5_CHECK(call, object) h5_check((call), #call, (object), __FILE__, __LINE__)
-
-// While alive, HDF5 does not print its error stack to stderr (the stack goes into our
-// exception messages instead); the previous handler is restored afterwards.
-class QuietH5Errors {
- public:
-  QuietH5Errors() {
-    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~QuietH5Errors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
-  QuietH5Errors(const QuietH5Errors&) = delete;
-  QuietH5Errors& operator=(const QuietH5Errors&) = delete;
-
- private:
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
-};
-
-// Owns one HDF5 identifier and closes it with the matching H5?close.
-class Handle {
- public:
-  Handle(hid_t id, herr_t (*closer)(hid_t)) : id_(id), closer_(closer) {}
-  ~Handle() {
-    if (id_ >= 0) closer_(id_);
-  }
-  Handle(Handle&& o) noexcept : id_(std::exchange(o.id_, -1)), closer_(o.closer_) {}
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  Handle& operator=(Handle&&) = delete;
-  hid_t get() const { return id_; }
-  hid_t release() { return std::exchange(id_, -1); }
-
- private:
-  hid_t id_;
-  herr_t (*closer_)(hid_t);
-};
-
-Handle vlen_string_type(const std::string& object) {
-  Handle t(H5_CHECK(H5Tcopy(H5T_C_S1), object), H5Tclose);
-  H5_CHECK(H5Tset_size(t.get(), H5T_VARIABLE), object);
-  H5_CHECK(H5Tset_cset(t.get(), H5T_CSET_UTF8), object);
-  return t;
-}
-
-// Link creation properties that create missing intermediate groups ("a/b/c" creates a and b).
-Handle intermediate_groups_lcpl(const std::string& object) {
-  Handle lcpl(H5_CHECK(H5Pcreate(H5P_LINK_CREATE), object), H5Pclose);
-  H5_CHECK(H5Pset_create_intermediate_group(lcpl.get(), 1), object);
-  return lcpl;
-}
-
-// True when every component of the '/'-separated `name` exists (H5Lexists fails, rather than
-// answering false, when an intermediate component is missing).
-bool link_exists(hid_t loc, const std::string& name) {
-  size_t pos = 0;
-  while (true) {
-    const size_t slash = name.find('/', pos);
-    const std::string prefix = name.substr(0, slash);
-    if (!prefix.empty() && H5_CHECK(H5Lexists(loc, prefix.c_str(), H5P_DEFAULT), name) <= 0)
-      return false;
-    if (slash == std::string::npos) return true;
-    pos = slash + 1;
-  }
-}
+// Checked HDF5 calls, error text, RAII handles: src/h5_util.h (shared with src/weights_io.cpp).
+using h5::Handle;
+using h5::intermediate_groups_lcpl;
+using h5::link_exists;
+using h5::vlen_string_type;
+using QuietH5Errors = h5::QuietErrors;
 
 hid_t file_type(H5Dtype t) { return t == H5Dtype::f64 ? H5T_IEEE_F64LE : H5T_STD_I64LE; }
 
@@ -463,12 +379,12 @@ void ResultsFile::close() {
   std::string first_error;
   for (auto& [name, s] : series_) {
     if (s.dataset >= 0 && H5Dclose(s.dataset) < 0 && first_error.empty())
-      first_error = "H5Dclose on '" + path_ + ":" + name + "': " + h5_error_text();
+      first_error = "H5Dclose on '" + path_ + ":" + name + "': " + h5::error_text();
     s.dataset = -1;
   }
   series_.clear();
   const hid_t file = std::exchange(file_, -1);
-  if (H5Fclose(file) < 0 && first_error.empty()) first_error = "H5Fclose on '" + path_ + "': " + h5_error_text();
+  if (H5Fclose(file) < 0 && first_error.empty()) first_error = "H5Fclose on '" + path_ + "': " + h5::error_text();
   if (!first_error.empty()) throw std::runtime_error("ResultsFile::close: " + first_error);
 }
 

@@ -184,7 +184,9 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   std::vector<double> timed_steps_ms;
   double window_s = 0;
   Clock::time_point window_start;
-  double data_wait_next_ms = feed.stage_next(0);  // first batch before the loop
+  const int k = o.grad_accum_steps;
+  int64_t micro_batches = 0;  // batches taken from the data source so far
+  double data_wait_next_ms = feed.stage_next(micro_batches++);  // first batch before the loop
   int late_buckets = 0, timed_buckets = 0;
 
   for (int i = 0; i < total; ++i) {
@@ -194,15 +196,20 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
     }
     const auto t0 = Clock::now();
     StepRecord rec;
+    double data_wait_ms = data_wait_next_ms;
     {
       NvtxRange batch_range("Batch " + std::to_string(i), NvtxColor::Blue);
-      engine->run_step();
-      double wait = 0;
-      if (i + 1 < total) wait = feed.stage_next(i + 1);  // overlaps the running step
+      for (int j = 0; j < k; ++j) {
+        engine->run_micro_step(j, k);
+        // The next micro-batch is fetched and copied while this one runs on the device.
+        const bool more = i + 1 < total || j + 1 < k;
+        const double wait = more ? feed.stage_next(micro_batches++) : 0.0;
+        if (j + 1 < k) data_wait_ms += wait;
+        else data_wait_next_ms = wait;
+      }
       engine->finish_step(&rec);
-      rec.data_wait_ms = data_wait_next_ms;
-      data_wait_next_ms = wait;
     }
+    rec.data_wait_ms = data_wait_ms;
     rec.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (i == o.warmup_steps + o.steps - 1) {
       window_s = std::chrono::duration<double>(Clock::now() - window_start).count();
@@ -211,7 +218,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
     const bool timed = i >= o.warmup_steps && i < o.warmup_steps + o.steps;
     if (timed) {
       timed_steps_ms.push_back(rec.step_ms);
-      const double bwd_end = rec.input_wait_ms + rec.forward_ms + rec.backward_ms;
+      const double bwd_end = rec.backward_end_ms;
       for (size_t b = 0; b < rec.buckets.start_ms.size(); ++b) {
         ++timed_buckets;
         if (rec.buckets.start_ms[b] >= bwd_end) ++late_buckets;

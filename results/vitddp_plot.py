@@ -1,0 +1,741 @@
+#!/usr/bin/env python3
+"""vitddp_plot: the results table and plots of vitddp runs, from their HDF5 files.
+
+Reads the files vitddp writes (layout: results/SCHEMA.md) with h5py and draws with matplotlib
+(Agg backend, no display needed). Subcommands:
+
+  summary FILE...                 results table in Markdown, one row per file
+  phases FILE... -o OUT           stacked bars per rank: mean time of each phase of a timed step
+  timeline FILE --steps 10,11 -o OUT
+                                  compute stream and comm stream per rank against time (as nsys)
+  sweep FILE... -o OUT            steps/s per rank against bucket size, one line per compression
+  scaling FILE... -o OUT          steps/s per rank and scaling efficiency against number of GPUs
+
+Plots are written as PNG or SVG, chosen by the extension of -o, or both with --format both.
+Errors (missing file, dataset or attribute; unusable arguments) print one line naming what is
+wrong and exit with status 2. `vitddp_plot.py SUBCOMMAND --help` describes each subcommand.
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+try:
+    import h5py
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+except ImportError as _e:  # pragma: no cover - depends on the machine
+    sys.stderr.write("vitddp_plot: error: %s (install python3-h5py, python3-numpy, python3-matplotlib)\n" % _e)
+    sys.exit(2)
+
+PROG = "vitddp_plot"
+
+# The article's NVTX colours (cuda/nvtx.h), so the plots read like the nsys timeline.
+COLORS = {
+    "data_wait": "#D62728",     # "get batch" (red)
+    "input_wait": "#BBBBBB",    # waiting for the host-to-device copy (grey)
+    "forward": "#2CA02C",       # "forward" (green)
+    "backward": "#9467BD",      # "backward" (purple)
+    "exposed_comm": "#FF7F0E",  # waiting for the last all-reduce (orange, as "all-reduce bucket k")
+    "optimizer": "#FFD700",     # "optimizer step" (yellow)
+}
+BUCKET_COLORS = ("#FF7F0E", "#C85A00")  # alternate shades so adjacent buckets stay distinct
+PHASE_LABELS = {
+    "data_wait": "data wait (host)",
+    "input_wait": "input wait",
+    "forward": "forward",
+    "backward": "backward",
+    "exposed_comm": "exposed comm",
+    "optimizer": "optimizer",
+}
+
+plt.rcParams.update({
+    "font.size": 11,
+    "axes.titlesize": 13,
+    "axes.labelsize": 12,
+    "xtick.labelsize": 10,
+    "ytick.labelsize": 10,
+    "legend.fontsize": 10,
+    "legend.title_fontsize": 10,
+    "savefig.dpi": 150,
+    "svg.hashsalt": "vitddp",  # stable ids in SVG output
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+})
+
+
+class PlotError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def _text(v):
+    """Returns an HDF5 attribute value as str (h5py may give bytes or numpy scalars)."""
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, np.ndarray) and v.shape == ():
+        return _text(v[()])
+    return str(v)
+
+
+class Run:
+    """One vitddp results file: configuration attributes, per-step series and the summary."""
+
+    _REQUIRED = object()
+
+    def __init__(self, path):
+        """Opens `path` read-only; raises PlotError if it is missing or not an HDF5 file."""
+        self.path = path
+        self.name = os.path.basename(path)
+        self.label = self.name[:-3] if self.name.endswith(".h5") else self.name
+        if not os.path.exists(path):
+            raise PlotError("%s: no such file" % path)
+        if os.path.isdir(path):
+            raise PlotError("%s: is a directory, not a results file" % path)
+        try:
+            self.f = h5py.File(path, "r")
+        except OSError as e:
+            raise PlotError("%s: cannot open as HDF5 (%s)" % (path, str(e).split("\n")[0]))
+
+    def close(self):
+        """Closes the file."""
+        self.f.close()
+
+    def attr(self, name, default=_REQUIRED):
+        """Root attribute `name`; PlotError naming it when absent and no default is given."""
+        if name in self.f.attrs:
+            return self.f.attrs[name]
+        if default is Run._REQUIRED:
+            raise PlotError("%s: missing attribute '%s'" % (self.path, name))
+        return default
+
+    def data(self, name):
+        """Dataset `name` as a numpy array; PlotError naming it when absent."""
+        if name not in self.f or not isinstance(self.f[name], h5py.Dataset):
+            raise PlotError("%s: missing dataset '%s'" % (self.path, name))
+        return self.f[name][()]
+
+    def summary(self, name):
+        """The scalar /summary/<name> as float."""
+        return float(self.data("summary/" + name))
+
+    # ---- configuration ----
+    @property
+    def world_size(self):
+        """Number of ranks (MPI world size)."""
+        return int(self.attr("world_size"))
+
+    @property
+    def model(self):
+        """ViT variant name."""
+        return _text(self.attr("model"))
+
+    @property
+    def backend(self):
+        """'gpu' or 'cpu'."""
+        return _text(self.attr("backend"))
+
+    @property
+    def precision(self):
+        """Training precision (attribute `precision`; 'fp32' if absent)."""
+        return _text(self.attr("precision", "fp32"))
+
+    @property
+    def compression(self):
+        """Gradient compression: attribute option.compression, or 'none' when the run had none."""
+        return _text(self.attr("option.compression", "none"))
+
+    @property
+    def bucket_cap_mb(self):
+        """DDP bucket capacity in MiB (option.bucket-cap-mb)."""
+        v = _text(self.attr("option.bucket-cap-mb"))
+        try:
+            return float(v)
+        except ValueError:
+            raise PlotError("%s: attribute 'option.bucket-cap-mb' is not a number: %r" % (self.path, v))
+
+    @property
+    def ddp(self):
+        """True when the run used a reducer (attribute ddp)."""
+        return bool(int(self.attr("ddp")))
+
+    @property
+    def overlap(self):
+        """True when all-reduces overlap backward (attribute overlap)."""
+        return bool(int(self.attr("overlap")))
+
+    @property
+    def batch_size(self):
+        """Images per rank per step."""
+        return int(self.attr("batch_size"))
+
+    @property
+    def num_buckets(self):
+        """Number of gradient buckets."""
+        return int(self.attr("num_buckets", self.data("buckets/bytes").shape[0]))
+
+    def config_text(self):
+        """One line describing the run's configuration, for plot titles."""
+        bits = ["%s" % self.model, "%d x %s" % (self.world_size, self.backend.upper()), self.precision,
+                "batch %d/rank" % self.batch_size]
+        if self.ddp:
+            bits.append("%d buckets of %g MiB" % (self.num_buckets, self.bucket_cap_mb))
+            if self.compression != "none":
+                bits.append("compression " + self.compression)
+            if not self.overlap:
+                bits.append("no overlap")
+        else:
+            bits.append("no DDP")
+        return ", ".join(bits)
+
+    # ---- series ----
+    def timed(self):
+        """Boolean mask [steps] of the timed window (steps/timed == 1); PlotError if empty."""
+        t = np.asarray(self.data("steps/timed")).reshape(-1) == 1
+        if not t.any():
+            raise PlotError("%s: no timed steps (steps/timed is 0 everywhere: the run did not reach "
+                            "its timed window)" % self.path)
+        return t
+
+    def series_ms(self, name):
+        """Per-step series `name` ([ranks, steps], seconds) in milliseconds."""
+        return np.asarray(self.data(name), dtype=float) * 1e3
+
+    def timed_mean_ms(self, name):
+        """Mean over the timed steps of series `name`, per rank, in ms ([ranks])."""
+        return self.series_ms(name)[:, self.timed()].mean(axis=1)
+
+
+def open_runs(paths):
+    """Opens every file (all are checked before any work starts)."""
+    return [Run(p) for p in paths]
+
+
+# ----------------------------------------------------------------------------------------- output
+
+def output_paths(out, fmt):
+    """The files to write for -o `out` and --format `fmt` (png, svg, both or None)."""
+    root, ext = os.path.splitext(out)
+    ext = ext.lower()
+    if fmt == "both":
+        base = root if ext in (".png", ".svg") else out
+        paths = [base + ".png", base + ".svg"]
+    elif fmt in ("png", "svg"):
+        paths = [out if ext == "." + fmt else (root if ext in (".png", ".svg") else out) + "." + fmt]
+    elif ext in (".png", ".svg"):
+        paths = [out]
+    else:
+        raise PlotError("-o %s: the name must end in .png or .svg (or give --format png|svg|both)" % out)
+    for p in paths:
+        d = os.path.dirname(os.path.abspath(p))
+        if not os.path.isdir(d):
+            raise PlotError("-o %s: directory '%s' does not exist" % (out, d))
+    return paths
+
+
+def save(fig, out, fmt):
+    """Writes `fig` to the output file(s), prints their names and closes the figure."""
+    for p in output_paths(out, fmt):
+        meta = {"Date": None} if p.lower().endswith(".svg") else {}
+        fig.savefig(p, bbox_inches="tight", metadata=meta)
+        print("wrote %s" % p)
+    plt.close(fig)
+
+
+def legend_outside(ax, **kw):
+    """Places the legend to the right of the axes, outside the data."""
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False, **kw)
+
+
+# ----------------------------------------------------------------------------------------- summary
+
+SUMMARY_COLUMNS = [
+    ("file", "l"), ("model", "l"), ("world size", "r"), ("backend", "l"), ("precision", "l"),
+    ("bucket cap (MiB)", "r"), ("compression", "l"), ("overlap", "l"), ("ddp", "l"),
+    ("steps/s per rank", "r"), ("images/s", "r"), ("TFLOP/s per rank", "r"), ("median step (ms)", "r"),
+    ("exposed comm rank 0 (ms)", "r"), ("exposed comm max rank (ms)", "r"), ("speed-up", "r"),
+]
+
+
+def summary_row(run, baseline_ips):
+    """The table cells of one run (strings, in SUMMARY_COLUMNS order)."""
+    exposed = run.timed_mean_ms("timing/exposed_comm")
+    ips = run.summary("images_per_second")
+    return [
+        run.name, run.model, "%d" % run.world_size, run.backend, run.precision, "%g" % run.bucket_cap_mb,
+        run.compression, "yes" if run.overlap else "no", "yes" if run.ddp else "no",
+        "%.2f" % run.summary("steps_per_second"), "%.1f" % ips, "%.2f" % run.summary("tflops_per_rank"),
+        "%.2f" % (run.summary("median_step_time") * 1e3), "%.3f" % exposed[0], "%.3f" % exposed.max(),
+        "%.2fx" % (ips / baseline_ips) if baseline_ips > 0 else "n/a",
+    ]
+
+
+def markdown_table(header, aligns, rows):
+    """A Markdown table (GitHub style) with the given column alignments ('l' or 'r')."""
+    lines = ["| " + " | ".join(header) + " |",
+             "| " + " | ".join("---:" if a == "r" else "---" for a in aligns) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def cmd_summary(a):
+    """`summary`: prints (and with -o writes) the results table of the given files."""
+    runs = open_runs(a.files)
+    base = Run(a.baseline) if a.baseline else runs[0]
+    base_ips = base.summary("images_per_second")
+    rows = [summary_row(r, base_ips) for r in runs]
+    table = markdown_table([c for c, _ in SUMMARY_COLUMNS], [al for _, al in SUMMARY_COLUMNS], rows)
+    ntimed = sorted({int(r.timed().sum()) for r in runs})
+    notes = [
+        "",
+        "steps/s per rank: timed steps / host wall time of the timed window on rank 0 "
+        "(`summary/steps_per_second`); images/s: all ranks; TFLOP/s: 3 x forward FLOPs x images/s per rank; "
+        "median step: device time, rank 0; exposed comm: mean of `timing/exposed_comm` over the %s timed "
+        "steps, on rank 0 and on the rank where it is largest; speed-up: images/s (all ranks) relative to "
+        "`%s`." % ("/".join(str(n) for n in ntimed), base.name),
+    ]
+    text = table + ("\n".join(notes) if not a.no_notes else "") + "\n"
+    sys.stdout.write(text)
+    if a.output:
+        d = os.path.dirname(os.path.abspath(a.output))
+        if not os.path.isdir(d):
+            raise PlotError("-o %s: directory '%s' does not exist" % (a.output, d))
+        with open(a.output, "w") as f:
+            f.write(text)
+        print("wrote %s" % a.output, file=sys.stderr)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------- phases
+
+PHASES = ["data_wait", "forward", "backward", "exposed_comm", "optimizer"]
+
+
+def cmd_phases(a):
+    """`phases`: stacked bars per rank (and per file) of the mean phase times of the timed steps."""
+    runs = open_runs(a.files)
+    bars = []  # (label, {phase: ms}, step ms)
+    for run in runs:
+        means = {p: run.timed_mean_ms("timing/" + p) for p in PHASES}
+        step = run.timed_mean_ms("timing/step_time")
+        for r in range(run.world_size):
+            label = "rank %d" % r if len(runs) == 1 else "%s\nrank %d" % (run.label, r)
+            bars.append((label, {p: means[p][r] for p in PHASES}, step[r]))
+    n = len(bars)
+    fig, ax = plt.subplots(figsize=(max(6.5, 1.3 * n + 3.0), 6.0))
+    x = np.arange(n)
+    width = 0.6
+    bottoms = np.zeros(n)
+    totals = np.array([sum(v.values()) for _, v, _ in bars])
+    top = totals.max() if n else 1.0
+    for p in PHASES:
+        vals = np.array([v[p] for _, v, _ in bars])
+        ax.bar(x, vals, width, bottom=bottoms, color=COLORS[p], edgecolor="black", linewidth=0.5,
+               label=PHASE_LABELS[p])
+        for i, v in enumerate(vals):  # value inside the segment when it is tall enough to hold it
+            if v >= 0.045 * top:
+                ax.text(x[i], bottoms[i] + v / 2, "%.1f" % v, ha="center", va="center", fontsize=10,
+                        color="white" if p in ("backward", "data_wait") else "black")
+        bottoms += vals
+    for i, t in enumerate(totals):
+        ax.text(x[i], t + 0.01 * top, "%.1f ms" % t, ha="center", va="bottom", fontsize=10, fontweight="bold")
+    ax.set_xlim(-0.5, n - 0.5)
+    ax.set_ylim(0, top * 1.08)
+    ax.set_ylabel("mean time per step (ms)")
+    ax.set_xticks(x)
+    ax.set_xticklabels([])
+    ax.tick_params(axis="x", length=0)
+    title = "Phases of a training step (mean of the timed steps)"
+    if len(runs) == 1:
+        title += "\n" + runs[0].config_text()
+    ax.set_title(title)
+    _legend_reversed(ax)  # top of the stack first
+    # Table of the exact values under the bars, one column per bar (small phases are invisible).
+    rows = PHASES + ["step (device)"]
+    cells = [["%.3f" % v[p] for _, v, _ in bars] for p in PHASES] + [["%.2f" % s for _, _, s in bars]]
+    tab = ax.table(cellText=cells, rowLabels=[PHASE_LABELS.get(p, p) + " (ms)" for p in rows],
+                   colLabels=[b[0] for b in bars], cellLoc="center", loc="bottom",
+                   bbox=[0.0, -0.08 - 0.065 * (len(rows) + 1.6), 1.0, 0.065 * (len(rows) + 1.6)])
+    tab.auto_set_font_size(False)
+    tab.set_fontsize(10)
+    for (r, c), cell in tab.get_celld().items():
+        cell.set_linewidth(0.3)
+        if r == 0:
+            cell.set_text_props(fontweight="bold")
+    ntimed = sorted({int(r.timed().sum()) for r in runs})
+    ax.annotate("Means over the %s timed steps. Device phases (CUDA events on the compute stream) add up to the\n"
+                "device step time; data wait is host time blocked on the data source ('get batch')."
+                % "/".join(str(k) for k in ntimed),
+                xy=(0, 0), xycoords="axes fraction", xytext=(0, -0.1 - 0.065 * (len(rows) + 1.6)),
+                textcoords="axes fraction", ha="left", va="top", fontsize=9, color="#444444")
+    save(fig, a.output, a.format)
+    return 0
+
+
+def _legend_reversed(ax):
+    """Legend outside the axes with the entries in reverse order (top of the stack first)."""
+    h, l = ax.get_legend_handles_labels()
+    return ax.legend(h[::-1], l[::-1], loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                     frameon=False)
+
+
+# ----------------------------------------------------------------------------------------- timeline
+
+def parse_steps(text, nsteps, path):
+    """Parses --steps ('10,11' or '10-12') into a sorted list of recorded step indices."""
+    out = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                out.extend(range(int(lo), int(hi) + 1))
+            elif part:
+                out.append(int(part))
+    except ValueError:
+        raise PlotError("--steps: expected step numbers such as 10,11 or 10-12, got '%s'" % text)
+    if not out:
+        raise PlotError("--steps: no step given")
+    bad = [s for s in out if s < 0 or s >= nsteps]
+    if bad:
+        raise PlotError("--steps: step %d is not in %s (recorded steps 0..%d)" % (bad[0], path, nsteps - 1))
+    return sorted(set(out))
+
+
+def _bucket_labels(ax, fig, segs, y, h, color="black"):
+    """Writes each bucket's index on its bar where it fits (horizontal, else vertical, else thinned)."""
+    fig.canvas.draw()
+    x0, x1 = ax.get_xlim()
+    bbox = ax.get_window_extent()
+    pt_per_ms = bbox.width / (x1 - x0) * 72.0 / fig.dpi
+    fs = 8
+    every = 1
+    widths = [w * pt_per_ms for _, w, _ in segs]
+    if widths and min(widths) < fs * 0.9:  # too narrow even for a vertical label: label every k-th
+        every = int(np.ceil(fs * 0.9 / max(min(widths), 1e-9)))
+    for k, (start, w, b) in enumerate(segs):
+        if b % every:
+            continue
+        text = "%d" % b
+        wpt = w * pt_per_ms
+        rot = 0 if wpt >= fs * 0.62 * len(text) + 2 else 90
+        ax.text(start + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fs, rotation=rot,
+                color=color, clip_on=True)
+
+
+def cmd_timeline(a):
+    """`timeline`: per rank, the compute stream's phases and the comm stream's bucket all-reduces."""
+    run = Run(a.file)
+    t = {k: run.series_ms("timing/" + k) for k in
+         ("input_wait", "forward", "backward", "exposed_comm", "optimizer", "step_time")}
+    starts = run.series_ms("buckets/allreduce_start")
+    ends = run.series_ms("buckets/allreduce_end")
+    nsteps = t["forward"].shape[1]
+    steps = parse_steps(a.steps, nsteps, a.file) if a.steps else None
+    if steps is None:  # default: the first two timed steps
+        timed = np.nonzero(run.timed())[0]
+        steps = list(timed[:2])
+    R = run.world_size
+    has_comm = run.ddp and np.any(ends[:, steps, :] > 0)
+    lane_h, gap = 0.8, 0.5
+    lanes = 2 if has_comm else 1
+    fig_h = 1.9 + R * (lanes * lane_h + gap) * 0.75
+    fig, ax = plt.subplots(figsize=(a.width, max(3.2, fig_h)))
+    yticks, ylabels = [], []
+    phases = ["input_wait", "forward", "backward", "exposed_comm", "optimizer"]
+    bucket_segs = []
+    step_marks = []
+    for r in range(R):
+        y_comp = (R - 1 - r) * (lanes * lane_h + gap) + (lane_h if has_comm else 0)
+        y_comm = y_comp - lane_h
+        offset = 0.0
+        for s in steps:
+            cursor = offset
+            for p in phases:
+                w = t[p][r, s]
+                if w > 0:
+                    ax.broken_barh([(cursor, w)], (y_comp + 0.08, lane_h - 0.16), facecolors=COLORS[p],
+                                   edgecolor="black", linewidth=0.4)
+                cursor += w
+            if has_comm:
+                segs = []
+                for b in range(starts.shape[2]):
+                    st, en = starts[r, s, b], ends[r, s, b]
+                    if en <= 0 and st <= 0:
+                        continue
+                    segs.append((offset + st, max(en - st, 1e-6), b))
+                    ax.broken_barh([(offset + st, max(en - st, 1e-6))], (y_comm + 0.08, lane_h - 0.16),
+                                   facecolors=BUCKET_COLORS[b % 2], edgecolor="black", linewidth=0.3)
+                bucket_segs.append((segs, y_comm + 0.08, lane_h - 0.16))
+            if r == 0:
+                step_marks.append((offset, s))
+            offset += t["step_time"][r, s]
+        yticks.append(y_comp + lane_h / 2)
+        ylabels.append("rank %d compute" % r)
+        if has_comm:
+            yticks.append(y_comm + lane_h / 2)
+            ylabels.append("rank %d %s" % (r, "comm (NCCL)" if run.backend == "gpu" else "comm (MPI)"))
+    ax.set_yticks(yticks)
+    ax.set_yticklabels(ylabels)
+    ax.tick_params(axis="y", length=0)
+    total = max(sum(t["step_time"][r, s] for s in steps) for r in range(R))
+    ax.set_xlim(0, total * 1.01)
+    ymax = R * (lanes * lane_h + gap) - gap
+    ax.set_ylim(-0.1, ymax + 0.45)
+    for x0, s in step_marks:
+        ax.axvline(x0, color="#555555", linestyle=":", linewidth=1.0)
+        ax.text(x0 + 0.004 * total, ymax + 0.08, "Batch %d" % s, fontsize=10, va="bottom", ha="left",
+                color="#333333")
+    ax.set_xlabel("time since the start of step %d (ms; each further step drawn from the end of the "
+                  "previous one)" % steps[0])
+    ax.grid(axis="x", color="#DDDDDD", linewidth=0.6)
+    ax.set_axisbelow(True)
+    ax.spines["left"].set_visible(False)
+    ax.set_title("Compute and communication streams, step%s %s\n%s" % (
+        "s" if len(steps) > 1 else "", ", ".join(str(s) for s in steps), run.config_text()))
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=COLORS[p], edgecolor="black", linewidth=0.4)
+               for p in phases]
+    labels = [PHASE_LABELS[p] for p in phases]
+    if has_comm:
+        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor=BUCKET_COLORS[0], edgecolor="black", linewidth=0.3))
+        labels.append("all-reduce of\nbucket k (label k)")
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+    for segs, y, h in bucket_segs:
+        _bucket_labels(ax, fig, segs, y, h)
+    if not has_comm:
+        ax.annotate("no all-reduce (run without DDP)" if not run.ddp else "no bucket times recorded",
+                    xy=(0.5, -0.28), xycoords="axes fraction", ha="center", fontsize=10, color="#444444")
+    save(fig, a.output, a.format)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------- sweep / scaling
+
+def _varying(runs, keys):
+    """The configuration keys (from `keys`) whose values differ between runs."""
+    return [k for k in keys if len({_cfg(r)[k] for r in runs}) > 1]
+
+
+def _cfg(run):
+    """The configuration of a run as a dict of comparable values."""
+    return {
+        "model": run.model, "backend": run.backend, "precision": run.precision,
+        "compression": run.compression, "bucket cap": "%g MiB" % run.bucket_cap_mb,
+        "overlap": "overlap" if run.overlap else "no overlap", "batch": "batch %d" % run.batch_size,
+        "world size": "%d ranks" % run.world_size,
+    }
+
+
+def _fmt_mib(x, _pos=None):
+    """Tick label for a bucket size in MiB."""
+    return "%g" % x
+
+
+def cmd_sweep(a):
+    """`sweep`: steps/s per rank against bucket size, one line per compression (and other varying keys)."""
+    runs = [r for r in open_runs(a.files)]
+    ddp_runs = [r for r in runs if r.ddp]
+    if not ddp_runs:
+        raise PlotError("sweep: none of the files is a DDP run (bucket size has no effect without DDP)")
+    extra = _varying(ddp_runs, ["precision", "world size", "model", "backend", "overlap", "batch"])
+    groups = {}
+    for r in ddp_runs:
+        c = _cfg(r)
+        key = (r.compression,) + tuple(c[k] for k in extra)
+        groups.setdefault(key, []).append(r)
+    fig, ax = plt.subplots(figsize=(8.5, 5.2))
+    markers = "osD^vP*X"
+    for i, (key, rs) in enumerate(sorted(groups.items())):
+        caps = sorted({r.bucket_cap_mb for r in rs})
+        means = [np.mean([r.summary("steps_per_second") for r in rs if r.bucket_cap_mb == c]) for c in caps]
+        label = key[0] + ("" if not extra else " (" + ", ".join(key[1:]) + ")")
+        line, = ax.plot(caps, means, marker=markers[i % len(markers)], linewidth=1.8, markersize=7, label=label)
+        for r in rs:  # every file as a small point, so repeats show their spread
+            ax.plot([r.bucket_cap_mb], [r.summary("steps_per_second")], marker=".", color=line.get_color(),
+                    alpha=0.5, linestyle="none")
+        for c, m in zip(caps, means):
+            nb = {r.num_buckets for r in rs if r.bucket_cap_mb == c}
+            ax.annotate("%s bkt" % "/".join(str(n) for n in sorted(nb)), (c, m), textcoords="offset points",
+                        xytext=(0, 8), ha="center", fontsize=8, color="#444444")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(_fmt_mib))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    caps_all = sorted({r.bucket_cap_mb for r in ddp_runs})
+    ax.set_xticks(caps_all)
+    ax.set_xlabel("bucket size, --bucket-cap-mb (MiB, log scale)")
+    ax.set_ylabel("throughput (steps/s per rank)")
+    ax.set_ylim(bottom=0, top=ax.get_ylim()[1] * 1.1)
+    ax.grid(True, which="major", color="#DDDDDD", linewidth=0.6)
+    common = _cfg(ddp_runs[0])
+    fixed = [common[k] for k in ("model", "world size", "backend", "precision", "batch") if k not in extra]
+    ax.set_title("Throughput against bucket size\n" + ", ".join(fixed))
+    legend_outside(ax, title="compression" + ("" if not extra else " (" + ", ".join(extra) + ")"))
+    save(fig, a.output, a.format)
+    return 0
+
+
+def cmd_scaling(a):
+    """`scaling`: steps/s per rank and efficiency against number of GPUs, one line per configuration."""
+    runs = open_runs(a.files)
+    # A line is one configuration; DDP on/off does not split lines (a 1-rank no-DDP run is the
+    # natural baseline), world size is the x axis.
+    keys = ["model", "backend", "precision", "batch", "bucket cap", "compression", "overlap"]
+    base_keys = ["model", "backend", "precision", "batch"]
+
+    def key_of(r, ks):
+        c = _cfg(r)
+        return tuple(c[k] for k in ks)
+
+    ddp_multi = [r for r in runs if r.world_size > 1 or r.ddp]
+    lines = {}
+    for r in ddp_multi:
+        lines.setdefault(key_of(r, keys), []).append(r)
+    singles_noddp = [r for r in runs if r.world_size == 1 and not r.ddp]
+    for r in singles_noddp:  # a 1-rank run without DDP joins every line of the same model/backend/...
+        joined = False
+        for k, rs in lines.items():
+            if key_of(rs[0], base_keys) == key_of(r, base_keys) and not any(x.world_size == 1 for x in rs):
+                rs.append(r)
+                joined = True
+        if not joined:
+            lines.setdefault(key_of(r, base_keys) + ("no DDP",) * (len(keys) - len(base_keys)), []).append(r)
+    vary = _varying(runs, keys)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12.5, 5.0))
+    markers = "osD^vP*X"
+    all_ws = sorted({r.world_size for r in runs})
+    notes = []
+    for i, (k, rs) in enumerate(sorted(lines.items())):
+        ws = sorted({r.world_size for r in rs})
+        sps = [np.mean([r.summary("steps_per_second") for r in rs if r.world_size == w]) for w in ws]
+        ref_w = ws[0]
+        ref = sps[0]
+        eff = [100.0 * s / ref for s in sps]
+        c = dict(zip(keys, k))
+        label = ", ".join(c[v] for v in vary if v in c) or ", ".join(c[x] for x in ("model", "precision", "bucket cap"))
+        if ref_w != 1:
+            label += " (vs %d ranks)" % ref_w
+            notes.append(label)
+        m = markers[i % len(markers)]
+        ax1.plot(ws, sps, marker=m, linewidth=1.8, markersize=7, label=label)
+        ax2.plot(ws, eff, marker=m, linewidth=1.8, markersize=7, label=label)
+        for w, s in zip(ws, sps):
+            ax1.annotate("%.2f" % s, (w, s), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=9)
+        for w, e in zip(ws, eff):
+            ax2.annotate("%.1f%%" % e, (w, e), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=9)
+    for ax in (ax1, ax2):
+        if len(all_ws) > 1 and all_ws[-1] / all_ws[0] >= 8:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(all_ws)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _p: "%d" % round(x)))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("number of GPUs (MPI ranks)")
+        ax.grid(True, color="#DDDDDD", linewidth=0.6)
+        if len(all_ws) == 1:
+            ax.set_xlim(all_ws[0] - 1, all_ws[0] + 1)
+    ax1.set_ylabel("throughput (steps/s per rank)")
+    ax1.set_ylim(bottom=0, top=ax1.get_ylim()[1] * 1.12)
+    ax1.set_title("Throughput per rank")
+    ax2.axhline(100, color="#888888", linestyle="--", linewidth=1)
+    ax2.set_ylabel("scaling efficiency (% of 1-rank steps/s)")
+    lo, hi = ax2.get_ylim()
+    ax2.set_ylim(min(0, lo), max(110, hi * 1.05))
+    ax2.set_title("Scaling efficiency")
+    common = _cfg(runs[0])
+    fixed = [common[x] for x in ("model", "backend", "precision", "batch") if x not in vary]
+    fig.suptitle("Weak scaling (batch per rank fixed)" + (": " + ", ".join(fixed) if fixed else ""),
+                 fontsize=13, y=1.02)
+    legend_outside(ax2, title="configuration")
+    fig.tight_layout()
+    save(fig, a.output, a.format)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------- CLI
+
+def build_parser():
+    """The argparse parser with one sub-parser per subcommand."""
+    p = argparse.ArgumentParser(prog="vitddp_plot.py", description=__doc__.split("\n\n")[0],
+                                epilog="Each subcommand has its own --help. Exit status: 0 ok, 2 error.")
+    sub = p.add_subparsers(dest="command", metavar="SUBCOMMAND")
+    sub.required = True
+
+    def plot_args(sp):
+        sp.add_argument("-o", "--output", required=True, metavar="OUT",
+                        help="output file; .png or .svg picks the format (with --format both: both)")
+        sp.add_argument("--format", choices=["png", "svg", "both"],
+                        help="output format(s); default: from the -o extension")
+
+    s = sub.add_parser("summary", help="results table (Markdown) of one or many files",
+                       description="Prints the results table in Markdown: configuration (model, world size, "
+                       "backend, precision, bucket cap, compression = attribute option.compression or none, "
+                       "overlap, ddp), steps/s per rank (summary/steps_per_second), images/s of all ranks, "
+                       "TFLOP/s per rank, median device step time, exposed communication (mean of "
+                       "timing/exposed_comm over the timed steps, rank 0 and the largest rank), and the "
+                       "speed-up in images/s (all ranks) against the first file or --baseline.")
+    s.add_argument("files", nargs="+", metavar="FILE", help="vitddp results files (.h5)")
+    s.add_argument("--baseline", metavar="FILE", help="file the speed-up is relative to (default: the first FILE)")
+    s.add_argument("-o", "--output", metavar="OUT.md", help="also write the table to this file")
+    s.add_argument("--no-notes", action="store_true", help="only the table, without the note on the columns")
+    s.set_defaults(func=cmd_summary)
+
+    s = sub.add_parser("phases", help="stacked bars per rank: mean phase times of the timed steps",
+                       description="Stacked bars, one per rank (and file): mean over the timed steps "
+                       "(steps/timed == 1) of data wait, forward, backward, exposed comm and optimizer, in ms, "
+                       "with the exact values in a table under the bars.")
+    s.add_argument("files", nargs="+", metavar="FILE", help="vitddp results file(s)")
+    plot_args(s)
+    s.set_defaults(func=cmd_phases)
+
+    s = sub.add_parser("timeline", help="compute and comm streams per rank against time (as nsys shows them)",
+                       description="Per rank, the compute stream (input wait, forward, backward, exposed comm, "
+                       "optimizer, from the cumulative event times) and the comm stream (one bar per bucket, "
+                       "buckets/allreduce_start to allreduce_end, labelled with the bucket index) as horizontal "
+                       "bars against ms since the start of the first chosen step. Several steps are drawn one "
+                       "after the other, each from the end of the previous one on that rank.")
+    s.add_argument("file", metavar="FILE", help="vitddp results file")
+    s.add_argument("--steps", metavar="LIST",
+                   help="recorded step indices, e.g. 10,11 or 10-12 (default: the first two timed steps)")
+    s.add_argument("--width", type=float, default=15.0, help="figure width in inches [15]")
+    plot_args(s)
+    s.set_defaults(func=cmd_timeline)
+
+    s = sub.add_parser("sweep", help="steps/s per rank against bucket size, one line per compression",
+                       description="Throughput (summary/steps_per_second, per rank) against bucket size "
+                       "(option.bucket-cap-mb, log x axis), one line per compression (option.compression or "
+                       "none); when precision, world size, model, backend, overlap or batch size also differ "
+                       "between the files, they split the lines too. Files of runs without DDP are ignored.")
+    s.add_argument("files", nargs="+", metavar="FILE", help="vitddp results files of the sweep")
+    plot_args(s)
+    s.set_defaults(func=cmd_sweep)
+
+    s = sub.add_parser("scaling", help="steps/s per rank and scaling efficiency against number of GPUs",
+                       description="Throughput per rank (summary/steps_per_second) and scaling efficiency "
+                       "(per-rank throughput / the 1-rank figure of the same configuration, in %) against "
+                       "world_size, one line per configuration (model, backend, precision, batch, bucket cap, "
+                       "compression, overlap). A 1-rank run without DDP serves as the 1-rank figure of every "
+                       "line of its model/backend/precision/batch that has none of its own; a line without any "
+                       "1-rank run is relative to its smallest world size (said in the legend).")
+    s.add_argument("files", nargs="+", metavar="FILE", help="vitddp results files")
+    plot_args(s)
+    s.set_defaults(func=cmd_scaling)
+    return p
+
+
+def main(argv=None):
+    """Entry point: runs the subcommand; returns the exit status (2 on errors, with one line)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except PlotError as e:
+        sys.stderr.write("%s: error: %s\n" % (PROG, e))
+        return 2
+    except KeyError as e:  # a dataset or attribute we did not guard explicitly
+        sys.stderr.write("%s: error: missing %s\n" % (PROG, e))
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

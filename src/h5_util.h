@@ -1,0 +1,79 @@
+// Checked-call helpers for the HDF5 C API, shared by the results writer (src/results_h5.cpp) and
+// the weights files (src/weights_io.cpp). Include only from .cpp files: it defines the macro
+// H5_CHECK.
+#pragma once
+#include <hdf5.h>
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace vitddp {
+namespace h5 {
+
+/// HDF5's own description of the failure that just happened: the outermost entry of its error
+/// stack (what the API call failed to do) and the innermost (why), e.g. "unable to create dataset
+/// (H5L__link_cb: name already exists)". Must be called before any other HDF5 API call, which
+/// would clear the stack.
+std::string error_text();
+
+/// Returns `result`, or throws std::runtime_error naming `call`, `file`:`line`, `object` (the HDF5
+/// object or file the call was about) and error_text() when `result` is negative (HDF5's failure
+/// convention for herr_t, hid_t and htri_t).
+template <class T>
+T check(T result, const char* call, const std::string& object, const char* file, int line) {
+  if (result < 0)
+    throw std::runtime_error("HDF5 call failed at " + std::string(file) + ":" + std::to_string(line) + ": " + call +
+                             " on '" + object + "': " + error_text());
+  return result;
+}
+
+/// While alive, HDF5 does not print its error stack to stderr (the stack goes into our exception
+/// messages instead); the previous handler is restored afterwards.
+class QuietErrors {
+ public:
+  QuietErrors();
+  ~QuietErrors();
+  QuietErrors(const QuietErrors&) = delete;
+  QuietErrors& operator=(const QuietErrors&) = delete;
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+/// Owns one HDF5 identifier and closes it with the matching H5?close (errors on close ignored).
+class Handle {
+ public:
+  Handle(hid_t id, herr_t (*closer)(hid_t)) : id_(id), closer_(closer) {}
+  ~Handle() {
+    if (id_ >= 0) closer_(id_);
+  }
+  Handle(Handle&& o) noexcept : id_(std::exchange(o.id_, -1)), closer_(o.closer_) {}
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  Handle& operator=(Handle&&) = delete;
+  hid_t get() const { return id_; }
+  hid_t release() { return std::exchange(id_, -1); }
+
+ private:
+  hid_t id_;
+  herr_t (*closer_)(hid_t);
+};
+
+/// A variable-length UTF-8 string type (for string attributes and datasets).
+Handle vlen_string_type(const std::string& object);
+
+/// Link creation properties that create missing intermediate groups ("a/b/c" creates a and b).
+Handle intermediate_groups_lcpl(const std::string& object);
+
+/// True when every component of the '/'-separated `name` exists below `loc` (H5Lexists fails,
+/// rather than answering false, when an intermediate component is missing).
+bool link_exists(hid_t loc, const std::string& name);
+
+}  // namespace h5
+}  // namespace vitddp
+
+/// Checks an HDF5 call (negative return = failure) and throws std::runtime_error naming the call,
+/// this file and line, `object` (the HDF5 object or file the call was about) and HDF5's reason.
+#define H5_CHECK(call, object) ::vitddp::h5::check((call), #call, (object), __FILE__, __LINE__)
