@@ -1,58 +1,132 @@
 #include "mpi/reducer.h"
 
+#include <algorithm>
+#include <climits>
+#include <cstring>
 #include <string>
 
 #include "cuda/check.h"
+#include "cuda/compression.h"
 #include "cuda/nvtx.h"
 #include "mpi/world.h"
 
 namespace vitddp {
 
+void BucketTimes::resize(size_t n) {
+  start_ms.assign(n, 0.0);
+  end_ms.assign(n, 0.0);
+  bytes_sent.assign(n, 0);
+  compressed.assign(n, 0);
+  compress_ms.assign(n, 0.0);
+  allreduce_ms.assign(n, 0.0);
+  copy_ms.assign(n, 0.0);
+}
+
+namespace {
+
+size_t max_bucket_numel(const std::vector<Bucket>& buckets) {
+  size_t n = 0;
+  for (const auto& b : buckets) n = std::max(n, b.numel);
+  return n;
+}
+
+bool is_16bit(Compression c) { return c == Compression::Fp16 || c == Compression::Bf16; }
+
+}  // namespace
+
 // ---------------------------------------------------------------- NCCL (GPU backend)
 
 NcclReducer::NcclReducer(const ParamLayout& layout, std::vector<Bucket> buckets, float* d_grads,
-                         ncclComm_t comm, cudaStream_t compute, bool overlap)
+                         ncclComm_t comm, cudaStream_t compute, const ReducerOptions& options)
     : buckets_(std::move(buckets)), tracker_(layout, buckets_), d_grads_(d_grads), comm_(comm),
-      compute_(compute), overlap_(overlap) {
+      compute_(compute), opts_(options) {
+  NCCL_CHECK(ncclCommCount(comm_, &world_size_));
   // The comm stream gets the highest priority so NCCL kernels are scheduled as soon as backward
   // leaves room for them.
   int lo = 0, hi = 0;
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
   CUDA_CHECK(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, hi));
-  auto make = [](std::vector<cudaEvent_t>& v, size_t n, unsigned flags) {
-    v.resize(n);
-    for (auto& e : v) CUDA_CHECK(cudaEventCreateWithFlags(&e, flags));
-  };
-  make(ready_, buckets_.size(), cudaEventDisableTiming);
-  make(start_, buckets_.size(), cudaEventDefault);
-  make(end_, buckets_.size(), cudaEventDefault);
+  ready_.resize(buckets_.size());
+  for (auto& e : ready_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  for (size_t b = 0; b < buckets_.size(); ++b) timeline_.push_back(std::make_unique<BucketTimeline>(6));
   CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
+  if (!opts_.grad_as_bucket_view) {
+    copy_ev_.resize(4 * buckets_.size());
+    for (auto& e : copy_ev_) CUDA_CHECK(cudaEventCreate(&e));
+    d_bucket_ = DeviceBuffer<float>(layout.total, "DDP bucket buffer (--grad-as-bucket-view off)");
+    CUDA_CHECK(cudaMemset(d_bucket_.get(), 0, layout.total * sizeof(float)));  // padding stays 0
+  }
+  if (is_16bit(opts_.compression))
+    d_half_ = DeviceBuffer<uint16_t>(max_bucket_numel(buckets_), "16-bit gradient staging buffer");
+  if (opts_.compression == Compression::PowerSgd)
+    powersgd_ = std::make_unique<PowerSgdNccl>(hook_buckets(layout, buckets_), opts_.powersgd, comm_, world_size_,
+                                               comm_stream_);
+  CUDA_CHECK(cudaDeviceSynchronize());  // memsets on the legacy stream before the comm stream runs
 }
 
 NcclReducer::~NcclReducer() {
-  for (auto* v : {&ready_, &start_, &end_})
+  if (comm_stream_) cudaStreamSynchronize(comm_stream_);
+  powersgd_.reset();
+  timeline_.clear();
+  for (auto* v : {&ready_, &copy_ev_})
     for (auto e : *v) cudaEventDestroy(e);
   if (comm_done_) cudaEventDestroy(comm_done_);
   if (comm_stream_) cudaStreamDestroy(comm_stream_);
+}
+
+size_t NcclReducer::device_bytes() const {
+  return d_bucket_.size() * sizeof(float) + d_half_.size() * sizeof(uint16_t) +
+         (powersgd_ ? powersgd_->device_bytes() : 0);
 }
 
 void NcclReducer::prepare_for_backward() { tracker_.reset(); }
 
 void NcclReducer::mark_ready(const std::vector<size_t>& params) {
   for (size_t b : tracker_.mark_ready(params)) {
-    if (overlap_) launch(b);
+    if (opts_.overlap) launch(b);
   }
 }
 
 void NcclReducer::launch(size_t b) {
   const Bucket& bk = buckets_[b];
   NvtxRange range("all-reduce bucket " + std::to_string(b), NvtxColor::Orange);
+  float* p = d_grads_ + bk.offset;
+  if (!opts_.grad_as_bucket_view) {
+    // DDP's copy of the gradients into the bucket (gradient_as_bucket_view=False), on the stream
+    // that produced them.
+    float* dst = d_bucket_.get() + bk.offset;
+    CUDA_CHECK(cudaEventRecord(copy_ev_[4 * b], compute_));
+    CUDA_CHECK(cudaMemcpyAsync(dst, p, bk.bytes(), cudaMemcpyDeviceToDevice, compute_));
+    CUDA_CHECK(cudaEventRecord(copy_ev_[4 * b + 1], compute_));
+    p = dst;
+  }
   CUDA_CHECK(cudaEventRecord(ready_[b], compute_));
   CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_[b], 0));
-  CUDA_CHECK(cudaEventRecord(start_[b], comm_stream_));
-  float* p = d_grads_ + bk.offset;
-  NCCL_CHECK(ncclAllReduce(p, p, bk.numel, ncclFloat32, ncclAvg, comm_, comm_stream_));
-  CUDA_CHECK(cudaEventRecord(end_[b], comm_stream_));
+  BucketTimeline& tl = *timeline_[b];
+  tl.reset();
+  const Compression c = opts_.compression;
+  if (is_16bit(c)) {
+    const bool bf16 = c == Compression::Bf16;
+    const int e0 = tl.mark(comm_stream_);
+    cast_to_16bit(p, bk.numel, static_cast<float>(world_size_), bf16, d_half_.get(), comm_stream_);
+    const int e1 = tl.mark(comm_stream_);
+    NCCL_CHECK(ncclAllReduce(d_half_.get(), d_half_.get(), bk.numel, bf16 ? ncclBfloat16 : ncclFloat16, ncclSum, comm_,
+                             comm_stream_));
+    const int e2 = tl.mark(comm_stream_);
+    cast_from_16bit(d_half_.get(), bk.numel, bf16, p, comm_stream_);
+    const int e3 = tl.mark(comm_stream_);
+    tl.compress(e0, e1);
+    tl.allreduce(e1, e2, 2ull * bk.numel);
+    tl.compress(e2, e3);
+    tl.set_compressed(true);
+  } else if (c == Compression::PowerSgd && powersgd_->compressing()) {
+    powersgd_->run_bucket(b, p, tl);
+  } else {  // none, and PowerSGD before its start step (vanilla all-reduce)
+    const int e0 = tl.mark(comm_stream_);
+    NCCL_CHECK(ncclAllReduce(p, p, bk.numel, ncclFloat32, ncclAvg, comm_, comm_stream_));
+    const int e1 = tl.mark(comm_stream_);
+    tl.allreduce(e0, e1, 4ull * bk.numel);
+  }
 }
 
 void NcclReducer::finalize() {
@@ -60,16 +134,38 @@ void NcclReducer::finalize() {
   for (size_t b : tracker_.take_remaining()) launch(b);
   CUDA_CHECK(cudaEventRecord(comm_done_, comm_stream_));
   CUDA_CHECK(cudaStreamWaitEvent(compute_, comm_done_, 0));
+  if (!opts_.grad_as_bucket_view) {
+    // DDP's copy of the averaged bucket back into the gradients before the optimizer.
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const Bucket& bk = buckets_[b];
+      CUDA_CHECK(cudaEventRecord(copy_ev_[4 * b + 2], compute_));
+      CUDA_CHECK(cudaMemcpyAsync(d_grads_ + bk.offset, d_bucket_.get() + bk.offset, bk.bytes(),
+                                 cudaMemcpyDeviceToDevice, compute_));
+      CUDA_CHECK(cudaEventRecord(copy_ev_[4 * b + 3], compute_));
+    }
+  }
+  if (powersgd_) powersgd_->end_step();  // PyTorch: maybe_increase_iter at the last bucket
 }
 
 BucketTimes NcclReducer::times(cudaEvent_t step_start) const {
   BucketTimes t;
+  t.resize(buckets_.size());
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    float s = 0, e = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&s, step_start, start_[b]));
-    CUDA_CHECK(cudaEventElapsedTime(&e, step_start, end_[b]));
-    t.start_ms.push_back(s);
-    t.end_ms.push_back(e);
+    const BucketTimeline& tl = *timeline_[b];
+    if (tl.empty()) continue;
+    t.start_ms[b] = tl.start_ms(step_start);
+    t.end_ms[b] = tl.end_ms(step_start);
+    const BucketCommReport r = tl.report();
+    t.bytes_sent[b] = r.bytes_sent;
+    t.compressed[b] = r.compressed ? 1 : 0;
+    t.compress_ms[b] = r.compress_ms;
+    t.allreduce_ms[b] = r.allreduce_ms;
+    if (!opts_.grad_as_bucket_view) {
+      float in = 0, back = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&in, copy_ev_[4 * b], copy_ev_[4 * b + 1]));
+      CUDA_CHECK(cudaEventElapsedTime(&back, copy_ev_[4 * b + 2], copy_ev_[4 * b + 3]));
+      t.copy_ms[b] = in + back;
+    }
   }
   return t;
 }
@@ -77,47 +173,104 @@ BucketTimes NcclReducer::times(cudaEvent_t step_start) const {
 // ---------------------------------------------------------------- MPI (CPU backend)
 
 MpiReducer::MpiReducer(const ParamLayout& layout, std::vector<Bucket> buckets, float* grads, int world_size,
-                       bool overlap)
+                       const ReducerOptions& options)
     : buckets_(std::move(buckets)), tracker_(layout, buckets_), grads_(grads), world_size_(world_size),
-      overlap_(overlap) {}
+      opts_(options) {
+  for (const auto& b : buckets_)
+    if (b.numel > static_cast<size_t>(INT_MAX))
+      throw std::invalid_argument("MpiReducer: bucket " + std::to_string(b.index) + " has more than INT_MAX elements");
+  if (!opts_.grad_as_bucket_view) bucket_buf_.assign(layout.total, 0.0f);
+  if (is_16bit(opts_.compression)) {
+    half_.resize(buckets_.size());
+    for (size_t b = 0; b < buckets_.size(); ++b) half_[b].resize(buckets_[b].numel);
+    half_ops_ = std::make_unique<Mpi16BitSumOps>();
+  }
+  if (opts_.compression == Compression::PowerSgd)
+    powersgd_ = std::make_unique<PowerSgdHost>(hook_buckets(layout, buckets_), opts_.powersgd, world_size_);
+  times_.resize(buckets_.size());
+}
 
 double MpiReducer::now_ms() const {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start_).count();
 }
 
+float* MpiReducer::bucket_data(size_t b) {
+  return (opts_.grad_as_bucket_view ? grads_ : bucket_buf_.data()) + buckets_[b].offset;
+}
+
 void MpiReducer::prepare_for_backward(std::chrono::steady_clock::time_point step_start) {
   tracker_.reset();
   step_start_ = step_start;
-  requests_.clear();
-  times_.start_ms.assign(buckets_.size(), 0.0);
-  times_.end_ms.assign(buckets_.size(), 0.0);
+  pending_.clear();
+  times_.resize(buckets_.size());
 }
 
 void MpiReducer::mark_ready(const std::vector<size_t>& params) {
   for (size_t b : tracker_.mark_ready(params))
-    if (overlap_) launch(b);
+    if (opts_.overlap) launch(b);
 }
 
 void MpiReducer::launch(size_t b) {
   const Bucket& bk = buckets_[b];
   NvtxRange range("all-reduce bucket " + std::to_string(b), NvtxColor::Orange);
+  float* p = bucket_data(b);
+  if (!opts_.grad_as_bucket_view) {
+    const double t0 = now_ms();
+    std::memcpy(p, grads_ + bk.offset, bk.bytes());
+    times_.copy_ms[b] += now_ms() - t0;
+  }
   times_.start_ms[b] = now_ms();
-  float* p = grads_ + bk.offset;
-  const float scale = 1.0f / static_cast<float>(world_size_);
-  for (size_t i = 0; i < bk.numel; ++i) p[i] *= scale;  // divide before the sum, as DDP does
-  requests_.emplace_back();
-  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p, static_cast<int>(bk.numel), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
-                           &requests_.back()));
+  const int n = static_cast<int>(bk.numel);
+  const Compression c = opts_.compression;
+  if (is_16bit(c)) {
+    cast_to_16bit_host(c, p, bk.numel, world_size_, half_[b].data());
+    pending_.push_back(Pending{b, MPI_REQUEST_NULL, now_ms()});
+    times_.compress_ms[b] += pending_.back().issued_ms - times_.start_ms[b];
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, half_[b].data(), n, MPI_UINT16_T, half_ops_->op(c), MPI_COMM_WORLD,
+                             &pending_.back().request));
+    times_.bytes_sent[b] = 2ull * bk.numel;
+    times_.compressed[b] = 1;
+  } else if (c == Compression::PowerSgd && powersgd_->compressing()) {
+    const BucketCommReport r = powersgd_->run_bucket(b, p, [](float* x, size_t count) {
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    });
+    times_.bytes_sent[b] = r.bytes_sent;
+    times_.compressed[b] = r.compressed ? 1 : 0;
+    times_.compress_ms[b] = r.compress_ms;
+    times_.allreduce_ms[b] = r.allreduce_ms;
+    times_.end_ms[b] = now_ms();
+  } else {  // none, and PowerSGD before its start step: divide first, then sum (DDP's _allreduce_fut)
+    const float ws = static_cast<float>(world_size_);
+    for (size_t i = 0; i < bk.numel; ++i) p[i] /= ws;
+    pending_.push_back(Pending{b, MPI_REQUEST_NULL, now_ms()});
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &pending_.back().request));
+    times_.bytes_sent[b] = 4ull * bk.numel;
+  }
 }
 
 void MpiReducer::finalize() {
   for (size_t b : tracker_.take_remaining()) launch(b);
   // Requests complete in launch order = bucket order; wait one by one to time each.
-  for (size_t i = 0; i < requests_.size(); ++i) {
-    MPI_CHECK(MPI_Wait(&requests_[i], MPI_STATUS_IGNORE));
-    times_.end_ms[i] = now_ms();
+  for (Pending& pd : pending_) {
+    const size_t b = pd.bucket;
+    MPI_CHECK(MPI_Wait(&pd.request, MPI_STATUS_IGNORE));
+    const double done = now_ms();
+    times_.allreduce_ms[b] += done - pd.issued_ms;
+    if (is_16bit(opts_.compression)) {
+      cast_from_16bit_host(opts_.compression, half_[b].data(), buckets_[b].numel, bucket_data(b));
+      times_.compress_ms[b] += now_ms() - done;
+    }
+    times_.end_ms[b] = now_ms();
   }
-  requests_.clear();
+  pending_.clear();
+  if (!opts_.grad_as_bucket_view) {
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const double t0 = now_ms();
+      std::memcpy(grads_ + buckets_[b].offset, bucket_data(b), buckets_[b].bytes());
+      times_.copy_ms[b] += now_ms() - t0;
+    }
+  }
+  if (powersgd_) powersgd_->end_step();  // PyTorch: maybe_increase_iter at the last bucket
 }
 
 }  // namespace vitddp

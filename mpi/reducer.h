@@ -5,32 +5,71 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "mpi/bucket_timeline.h"
 #include "mpi/buckets.h"
+#include "mpi/comm_hooks.h"
+#include "mpi/powersgd.h"
+#include "mpi/powersgd_nccl.h"
 
 namespace vitddp {
 
-/// Per-step timings of every bucket's all-reduce, in milliseconds relative to the step's start
-/// (GPU: the step-start CUDA event on the compute stream; CPU: the host clock at step start).
+/// Per-step record of every bucket's communication, one entry per bucket (index = bucket index).
+/// Times are milliseconds; start/end are relative to the step's start (GPU: the step-start CUDA
+/// event on the compute stream; CPU: the host clock at step start).
 struct BucketTimes {
+  /// First / last event of the bucket's communication work (hook + all-reduce calls; the bucket
+  /// copies of grad_as_bucket_view=false are not included, see copy_ms).
   std::vector<double> start_ms, end_ms;
+  /// Payload bytes of this rank's all-reduce calls for the bucket, summed over the calls (not
+  /// link traffic): fp32 numel*4; fp16/bf16 numel*2; PowerSGD (uncompressed + P + Q) floats x 4.
+  std::vector<uint64_t> bytes_sent;
+  /// 1 when the payload was compressed: fp16/bf16 always; PowerSGD from its start step on, when
+  /// at least one tensor of the bucket is low-rank approximated. 0 otherwise.
+  std::vector<uint8_t> compressed;
+  /// Compression + decompression work (GPU: CUDA events around the cast / PowerSGD kernels on the
+  /// comm stream, summed; CPU: host time).
+  std::vector<double> compress_ms;
+  /// Inside the all-reduce calls (GPU: CUDA events around the NCCL calls, summed; CPU: from
+  /// MPI_Iallreduce to the return of its MPI_Wait, or the blocking calls of PowerSGD).
+  std::vector<double> allreduce_ms;
+  /// grad_as_bucket_view=false only (else 0): gradients -> bucket buffer before the all-reduce
+  /// plus bucket buffer -> gradients in finalize() (GPU: device-to-device copies on the compute stream).
+  std::vector<double> copy_ms;
+
+  /// Sizes every vector to `buckets` entries of zero.
+  void resize(size_t buckets);
 };
 
 /// Data-parallel gradient averaging over NCCL, overlapped with backward (PyTorch DDP semantics:
-/// c10d::Reducer with gradient_as_bucket_view=True and a static graph).
+/// c10d::Reducer with a static graph and a comm hook chosen by ReducerOptions::compression).
 ///
 /// Gradients live in one flat fp32 device buffer; each bucket is a contiguous slice of it. The
 /// backward pass calls mark_ready() for each finished group of parameters right after enqueuing
 /// its kernels on the compute stream. When a bucket becomes complete (and all earlier buckets are
 /// launched), the reducer records an event on the compute stream, makes the comm stream wait for
-/// it and enqueues ncclAllReduce(ncclAvg) in place on the comm stream, between two timing events.
-/// finalize() launches anything left (all buckets with overlap off) and makes the compute stream
-/// wait for the comm stream, so the optimizer reads averaged gradients.
+/// it and enqueues the bucket's hook on the comm stream, between timing events:
+///  - none: ncclAllReduce(ncclAvg) in place;
+///  - fp16/bf16: cast (divided by the world size) into a 16-bit staging buffer, ncclAllReduce(SUM)
+///    in ncclFloat16/ncclBfloat16, cast back into the bucket;
+///  - powersgd: PowerSgdNccl (plain ncclAvg before its start step).
+/// With grad_as_bucket_view=false the bucket is a slice of a separate flat buffer: the gradients
+/// are copied into it (device-to-device, compute stream) before the ready event, and copied back
+/// in finalize(). finalize() launches anything left (all buckets with overlap off), makes the
+/// compute stream wait for the comm stream (and copies back), so the optimizer reads averaged
+/// gradients; it also counts the step for PowerSGD.
 class NcclReducer {
  public:
+  /// `d_grads`: layout.total device floats. `comm`: this rank's NCCL communicator (its size is
+  /// the world size). `compute`: the stream backward runs on. Allocates the comm stream, events,
+  /// and the buffers the options need (bucket buffer: layout.total floats; 16-bit staging: the
+  /// largest bucket; PowerSGD state: see PowerSgdNccl). Throws std::runtime_error on CUDA/NCCL
+  /// failure, std::invalid_argument for bad PowerSGD options.
   NcclReducer(const ParamLayout& layout, std::vector<Bucket> buckets, float* d_grads, ncclComm_t comm,
-              cudaStream_t compute, bool overlap);
+              cudaStream_t compute, const ReducerOptions& options = ReducerOptions());
   ~NcclReducer();
   NcclReducer(const NcclReducer&) = delete;
   NcclReducer& operator=(const NcclReducer&) = delete;
@@ -45,6 +84,11 @@ class NcclReducer {
   cudaEvent_t comm_done() const { return comm_done_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
   cudaStream_t comm_stream() const { return comm_stream_; }
+  const ReducerOptions& options() const { return opts_; }
+  /// The PowerSGD hook (null unless compression == PowerSgd), for its iteration counter and state.
+  const PowerSgdNccl* powersgd() const { return powersgd_.get(); }
+  /// Device bytes the reducer allocated (bucket buffer, 16-bit staging, PowerSGD state).
+  size_t device_bytes() const;
 
  private:
   void launch(size_t bucket);
@@ -55,33 +99,61 @@ class NcclReducer {
   ncclComm_t comm_;
   cudaStream_t compute_;
   cudaStream_t comm_stream_ = nullptr;
-  bool overlap_;
-  std::vector<cudaEvent_t> ready_, start_, end_;
+  ReducerOptions opts_;
+  int world_size_ = 1;
+  std::vector<cudaEvent_t> ready_;
+  std::vector<std::unique_ptr<BucketTimeline>> timeline_;  ///< per bucket, comm stream events
+  std::vector<cudaEvent_t> copy_ev_;  ///< per bucket 4 events: copy in [0,1], copy back [2,3]
   cudaEvent_t comm_done_ = nullptr;
+  DeviceBuffer<float> d_bucket_;      ///< grad_as_bucket_view=false: the flat bucket buffer
+  DeviceBuffer<uint16_t> d_half_;     ///< fp16/bf16 staging (comm stream runs buckets in order)
+  std::unique_ptr<PowerSgdNccl> powersgd_;
 };
 
-/// The CPU backend's reducer: same buckets and launch order, gradients in host memory, each
-/// complete bucket scaled by 1/world_size and summed with MPI_Iallreduce(MPI_SUM) in place (DDP
-/// divides before the sum); finalize() waits for all requests.
+/// The CPU backend's reducer: same buckets, launch order and hooks, gradients in host memory.
+///  - none (and PowerSGD before its start step): each complete bucket is divided by world_size
+///    and summed with MPI_Iallreduce(MPI_SUM) in place (DDP divides before the sum);
+///  - fp16/bf16: cast (divided) into the bucket's 16-bit buffer, MPI_Iallreduce with a
+///    user-defined op that adds pairs in fp32 and rounds back to 16 bits (what NCCL does per
+///    reduction step), cast back in finalize();
+///  - powersgd: PowerSgdHost with blocking MPI_Allreduce calls, run when the bucket launches.
+/// finalize() waits for all requests in bucket order, copies the bucket buffer back
+/// (grad_as_bucket_view=false) and counts the step for PowerSGD.
 class MpiReducer {
  public:
-  MpiReducer(const ParamLayout& layout, std::vector<Bucket> buckets, float* grads, int world_size, bool overlap);
+  /// `grads`: layout.total host floats. Throws std::runtime_error on MPI failure,
+  /// std::invalid_argument for bad PowerSGD options or a bucket of more than INT_MAX elements.
+  MpiReducer(const ParamLayout& layout, std::vector<Bucket> buckets, float* grads, int world_size,
+             const ReducerOptions& options = ReducerOptions());
   void prepare_for_backward(std::chrono::steady_clock::time_point step_start);
   void mark_ready(const std::vector<size_t>& params);
   void finalize();
   BucketTimes times() const { return times_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  const ReducerOptions& options() const { return opts_; }
+  /// The PowerSGD hook (null unless compression == PowerSgd), for its iteration counter and state.
+  const PowerSgdHost* powersgd() const { return powersgd_.get(); }
 
  private:
+  struct Pending {
+    size_t bucket;
+    MPI_Request request;
+    double issued_ms;
+  };
   void launch(size_t bucket);
   double now_ms() const;
+  float* bucket_data(size_t b);
 
   std::vector<Bucket> buckets_;
   BucketTracker tracker_;
   float* grads_;
   int world_size_;
-  bool overlap_;
-  std::vector<MPI_Request> requests_;
+  ReducerOptions opts_;
+  std::vector<float> bucket_buf_;               ///< grad_as_bucket_view=false
+  std::vector<std::vector<uint16_t>> half_;     ///< fp16/bf16: per bucket (requests overlap)
+  std::unique_ptr<Mpi16BitSumOps> half_ops_;
+  std::unique_ptr<PowerSgdHost> powersgd_;
+  std::vector<Pending> pending_;
   std::chrono::steady_clock::time_point step_start_;
   BucketTimes times_;
 };

@@ -43,6 +43,7 @@ COLORS = {
     "exposed_comm": "#FF7F0E",  # waiting for the last all-reduce (orange, as "all-reduce bucket k")
     "optimizer": "#FFD700",     # "optimizer step" (yellow)
 }
+HATCH = {"exposed_comm": "////"}  # exposed comm: the all-reduce colour, hatched (the compute stream waits)
 BUCKET_COLORS = ("#FF7F0E", "#C85A00")  # alternate shades so adjacent buckets stay distinct
 PHASE_LABELS = {
     "data_wait": "data wait (host)",
@@ -175,7 +176,9 @@ class Run:
     @property
     def num_buckets(self):
         """Number of gradient buckets."""
-        return int(self.attr("num_buckets", self.data("buckets/bytes").shape[0]))
+        if "num_buckets" in self.f.attrs:
+            return int(self.f.attrs["num_buckets"])
+        return int(self.data("buckets/bytes").shape[0])
 
     def config_text(self):
         """One line describing the run's configuration, for plot titles."""
@@ -265,12 +268,19 @@ def summary_row(run, baseline_ips):
     exposed = run.timed_mean_ms("timing/exposed_comm")
     ips = run.summary("images_per_second")
     return [
-        run.name, run.model, "%d" % run.world_size, run.backend, run.precision, "%g" % run.bucket_cap_mb,
-        run.compression, "yes" if run.overlap else "no", "yes" if run.ddp else "no",
-        "%.2f" % run.summary("steps_per_second"), "%.1f" % ips, "%.2f" % run.summary("tflops_per_rank"),
+        run.name, run.model, "%d" % run.world_size, run.backend, run.precision,
+        "%g" % run.bucket_cap_mb if run.ddp else "-",  # without DDP there are no buckets to speak of
+        run.compression if run.ddp else "-", ("yes" if run.overlap else "no") if run.ddp else "-",
+        "yes" if run.ddp else "no",
+        "%.2f" % run.summary("steps_per_second"), "%.1f" % ips, _fmt_small(run.summary("tflops_per_rank")),
         "%.2f" % (run.summary("median_step_time") * 1e3), "%.3f" % exposed[0], "%.3f" % exposed.max(),
         "%.2fx" % (ips / baseline_ips) if baseline_ips > 0 else "n/a",
     ]
+
+
+def _fmt_small(v):
+    """Two decimals, or two significant digits for values below 0.01 (TFLOP/s of tiny CPU runs)."""
+    return "%.2f" % v if v == 0 or abs(v) >= 0.01 else "%.2g" % v
 
 
 def markdown_table(header, aligns, rows):
@@ -297,7 +307,7 @@ def cmd_summary(a):
         "steps, on rank 0 and on the rank where it is largest; speed-up: images/s (all ranks) relative to "
         "`%s`." % ("/".join(str(n) for n in ntimed), base.name),
     ]
-    text = table + ("\n".join(notes) if not a.no_notes else "") + "\n"
+    text = table + ("\n" + "\n".join(notes) if not a.no_notes else "") + "\n"
     sys.stdout.write(text)
     if a.output:
         d = os.path.dirname(os.path.abspath(a.output))
@@ -316,6 +326,7 @@ PHASES = ["data_wait", "forward", "backward", "exposed_comm", "optimizer"]
 
 def cmd_phases(a):
     """`phases`: stacked bars per rank (and per file) of the mean phase times of the timed steps."""
+    output_paths(a.output, a.format)  # fail on a bad -o before reading anything
     runs = open_runs(a.files)
     bars = []  # (label, {phase: ms}, step ms)
     for run in runs:
@@ -334,11 +345,12 @@ def cmd_phases(a):
     for p in PHASES:
         vals = np.array([v[p] for _, v, _ in bars])
         ax.bar(x, vals, width, bottom=bottoms, color=COLORS[p], edgecolor="black", linewidth=0.5,
-               label=PHASE_LABELS[p])
+               hatch=HATCH.get(p), label=PHASE_LABELS[p])
         for i, v in enumerate(vals):  # value inside the segment when it is tall enough to hold it
             if v >= 0.045 * top:
                 ax.text(x[i], bottoms[i] + v / 2, "%.1f" % v, ha="center", va="center", fontsize=10,
-                        color="white" if p in ("backward", "data_wait") else "black")
+                        color="white" if p in ("backward", "data_wait") else "black",
+                        bbox=dict(facecolor=COLORS[p], edgecolor="none", pad=1.5) if p in HATCH else None)
         bottoms += vals
     for i, t in enumerate(totals):
         ax.text(x[i], t + 0.01 * top, "%.1f ms" % t, ha="center", va="bottom", fontsize=10, fontweight="bold")
@@ -366,8 +378,8 @@ def cmd_phases(a):
         if r == 0:
             cell.set_text_props(fontweight="bold")
     ntimed = sorted({int(r.timed().sum()) for r in runs})
-    ax.annotate("Means over the %s timed steps. Device phases (CUDA events on the compute stream) add up to the\n"
-                "device step time; data wait is host time blocked on the data source ('get batch')."
+    ax.annotate("Means over the %s timed steps. The compute phases (CUDA events on the compute stream; the steady\n"
+                "clock on the CPU backend) add up to the step time; data wait is host time blocked on the data source."
                 % "/".join(str(k) for k in ntimed),
                 xy=(0, 0), xycoords="axes fraction", xytext=(0, -0.1 - 0.065 * (len(rows) + 1.6)),
                 textcoords="axes fraction", ha="left", va="top", fontsize=9, color="#444444")
@@ -405,107 +417,215 @@ def parse_steps(text, nsteps, path):
     return sorted(set(out))
 
 
-def _bucket_labels(ax, fig, segs, y, h, color="black"):
-    """Writes each bucket's index on its bar where it fits (horizontal, else vertical, else thinned)."""
+def _pt_per_ms(ax, fig):
+    """Points per millisecond along the x axis of `ax` as drawn."""
     fig.canvas.draw()
     x0, x1 = ax.get_xlim()
-    bbox = ax.get_window_extent()
-    pt_per_ms = bbox.width / (x1 - x0) * 72.0 / fig.dpi
-    fs = 8
-    every = 1
-    widths = [w * pt_per_ms for _, w, _ in segs]
-    if widths and min(widths) < fs * 0.9:  # too narrow even for a vertical label: label every k-th
-        every = int(np.ceil(fs * 0.9 / max(min(widths), 1e-9)))
-    for k, (start, w, b) in enumerate(segs):
-        if b % every:
-            continue
+    return ax.get_window_extent().width / (x1 - x0) * 72.0 / fig.dpi
+
+
+def _bucket_labels(ax, fig, segs, y_above, y_below, fontsize=7.5):
+    """Writes each bucket's index at its bar: even buckets on a row above the bars, odd ones below,
+    skipping a label only where it would overlap the previous one of its row (the last bucket of a
+    step always keeps its label)."""
+    pt_per_ms = _pt_per_ms(ax, fig)
+    placed = {0: [], 1: []}  # per row: (centre, text artist)
+    last_b = max((seg[2] for seg in segs), default=-1)
+    for start, w, b, _sub in segs:
+        row = b % 2
+        centre = start + w / 2
         text = "%d" % b
-        wpt = w * pt_per_ms
-        rot = 0 if wpt >= fs * 0.62 * len(text) + 2 else 90
-        ax.text(start + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fs, rotation=rot,
-                color=color, clip_on=True)
+        need_ms = (0.62 * fontsize * len(text) + 2.0) / pt_per_ms
+        if placed[row] and centre - placed[row][-1][0] < need_ms:
+            if b != last_b:
+                continue
+            placed[row].pop()[1].remove()
+        art = ax.text(centre, y_above if row == 0 else y_below, text, ha="center", va="center",
+                      fontsize=fontsize, color="#7A3700", clip_on=True)
+        placed[row].append((centre, art))
+
+
+def _sublane_labels(ax, fig, segs, y_of_sub, fontsize=6.5):
+    """Labels overlapping all-reduces (drawn in sub-rows): the index inside each bar at its start
+    where it fits, else just left of it; skipped where it would overlap the previous label of the
+    same sub-row."""
+    pt_per_ms = _pt_per_ms(ax, fig)
+    last = {}
+    for start, w, b, sub in segs:
+        text = "%d" % b
+        need_ms = (0.62 * fontsize * len(text) + 3.0) / pt_per_ms
+        if start - last.get(sub, -np.inf) < need_ms:
+            continue
+        last[sub] = start
+        inside = w >= need_ms
+        ax.text(start + (2.0 if inside else -1.0) / pt_per_ms, y_of_sub(sub), text,
+                ha="left" if inside else "right", va="center", fontsize=fontsize,
+                color="black" if inside else "#7A3700", clip_on=True)
+
+
+def _assign_sublanes(intervals):
+    """Greedy interval packing: for (start, end) pairs in start order, the lowest sub-row whose
+    previous interval has ended. Returns the sub-row of each interval."""
+    ends, rows = [], []
+    for st, en in intervals:
+        for j, e in enumerate(ends):
+            if e <= st + 1e-9:
+                ends[j] = en
+                rows.append(j)
+                break
+        else:
+            ends.append(en)
+            rows.append(len(ends) - 1)
+    return rows
+
+
+def comm_name(run, r):
+    """What moves rank r's gradients: 'NCCL' plus its transport (attribute nccl_transport, e.g.
+    'P2P [P2P/CUMEM/read]' -> 'NCCL P2P') when recorded, or 'MPI' on the CPU backend."""
+    if run.backend != "gpu":
+        return "MPI"
+    tr = run.attr("nccl_transport", None)
+    if tr is None:
+        return "NCCL"
+    tr = _text(tr[r] if isinstance(tr, np.ndarray) and tr.ndim == 1 and r < len(tr) else tr)
+    first = tr.split(" ")[0] if tr else ""
+    return "NCCL" if first in ("", "none", "unknown") else "NCCL " + first
 
 
 def cmd_timeline(a):
     """`timeline`: per rank, the compute stream's phases and the comm stream's bucket all-reduces."""
+    output_paths(a.output, a.format)  # fail on a bad -o before reading anything
     run = Run(a.file)
     t = {k: run.series_ms("timing/" + k) for k in
          ("input_wait", "forward", "backward", "exposed_comm", "optimizer", "step_time")}
     starts = run.series_ms("buckets/allreduce_start")
     ends = run.series_ms("buckets/allreduce_end")
     nsteps = t["forward"].shape[1]
-    steps = parse_steps(a.steps, nsteps, a.file) if a.steps else None
-    if steps is None:  # default: the first two timed steps
-        timed = np.nonzero(run.timed())[0]
-        steps = list(timed[:2])
+    if a.steps:
+        steps = parse_steps(a.steps, nsteps, a.file)
+    else:  # default: the first two timed steps
+        steps = [int(s) for s in np.nonzero(run.timed())[0][:2]]
     R = run.world_size
-    has_comm = run.ddp and np.any(ends[:, steps, :] > 0)
-    lane_h, gap = 0.8, 0.5
-    lanes = 2 if has_comm else 1
-    fig_h = 1.9 + R * (lanes * lane_h + gap) * 0.75
+    phases = ["input_wait", "forward", "backward", "exposed_comm", "optimizer"]
+    has_comm = run.ddp and bool(np.any(ends[:, steps, :] > 0))
+    # timing/backward_end (newer files): the end of backward compute, to compare with all-reduce starts
+    bwd_end = run.series_ms("timing/backward_end") if "timing/backward_end" in run.f else None
+
+    # Bucket segments per rank (x from the first chosen step's start), with sub-rows where the
+    # all-reduces overlap (MPI_Iallreduce on the CPU backend; NCCL's comm stream runs them in order).
+    comm = []
+    offsets = np.zeros((R, len(steps)))
+    # Where each step starts: timing/step_start (newer files: the step-start events on the rank's
+    # device clock, gaps between steps included), else each step drawn from the end of the previous.
+    step_start = run.series_ms("timing/step_start") if "timing/step_start" in run.f else None
+    for r in range(R):
+        if step_start is not None:
+            offs = np.array([step_start[r, s] - step_start[r, steps[0]] for s in steps])
+        else:
+            offs = np.concatenate([[0.0], np.cumsum([t["step_time"][r, s] for s in steps])[:-1]])
+        offsets[r] = offs
+        segs = []
+        for off, s in zip(offs, steps):
+            for b in range(starts.shape[2]):
+                st, en = starts[r, s, b], ends[r, s, b]
+                if has_comm and not (st <= 0 and en <= 0):
+                    segs.append([off + st, max(en - st, 1e-6), b, 0])
+        for seg, sub in zip(segs, _assign_sublanes([(x[0], x[0] + x[1]) for x in segs])):
+            seg[3] = sub
+        comm.append(segs)
+    nsub = max([1] + [seg[3] + 1 for segs in comm for seg in segs])
+
+    lane_h, gap, sub_h = 0.8, 0.5, 0.16
+    comm_h = (lane_h if nsub == 1 else 0.2 + sub_h * nsub) if has_comm else 0.0
+    block = lane_h + comm_h + gap
+    fig_h = 1.9 + R * block * 0.75
     fig, ax = plt.subplots(figsize=(a.width, max(3.2, fig_h)))
     yticks, ylabels = [], []
-    phases = ["input_wait", "forward", "backward", "exposed_comm", "optimizer"]
-    bucket_segs = []
     step_marks = []
     for r in range(R):
-        y_comp = (R - 1 - r) * (lanes * lane_h + gap) + (lane_h if has_comm else 0)
-        y_comm = y_comp - lane_h
-        offset = 0.0
-        for s in steps:
-            cursor = offset
+        y_comm = (R - 1 - r) * block
+        y_comp = y_comm + comm_h
+        for off, s in zip(offsets[r], steps):
+            cursor = off
             for p in phases:
                 w = t[p][r, s]
                 if w > 0:
                     ax.broken_barh([(cursor, w)], (y_comp + 0.08, lane_h - 0.16), facecolors=COLORS[p],
-                                   edgecolor="black", linewidth=0.4)
+                                   edgecolor="black", linewidth=0.4, hatch=HATCH.get(p))
                 cursor += w
-            if has_comm:
-                segs = []
-                for b in range(starts.shape[2]):
-                    st, en = starts[r, s, b], ends[r, s, b]
-                    if en <= 0 and st <= 0:
-                        continue
-                    segs.append((offset + st, max(en - st, 1e-6), b))
-                    ax.broken_barh([(offset + st, max(en - st, 1e-6))], (y_comm + 0.08, lane_h - 0.16),
-                                   facecolors=BUCKET_COLORS[b % 2], edgecolor="black", linewidth=0.3)
-                bucket_segs.append((segs, y_comm + 0.08, lane_h - 0.16))
             if r == 0:
-                step_marks.append((offset, s))
-            offset += t["step_time"][r, s]
+                step_marks.append((off, s))
         yticks.append(y_comp + lane_h / 2)
         ylabels.append("rank %d compute" % r)
         if has_comm:
-            yticks.append(y_comm + lane_h / 2)
-            ylabels.append("rank %d %s" % (r, "comm (NCCL)" if run.backend == "gpu" else "comm (MPI)"))
+            if nsub == 1:
+                bar_y, bar_h = y_comm + 0.25, lane_h - 0.5
+                y_of_sub = None
+            else:
+                def y_of_sub(j, base=y_comm):
+                    """Centre of sub-row j (0 = top) of this rank's comm lane."""
+                    return base + 0.1 + (nsub - 1 - j) * sub_h + sub_h / 2
+            for start, w, b, sub in comm[r]:
+                if nsub > 1:
+                    bar_y, bar_h = y_of_sub(sub) - sub_h * 0.4, sub_h * 0.8
+                ax.broken_barh([(start, w)], (bar_y, bar_h), facecolors=BUCKET_COLORS[b % 2], edgecolor="black",
+                               linewidth=0.3)
+            if bwd_end is not None:  # where backward compute ended: all-reduces after it are exposed
+                lo, hi = (0.2, lane_h - 0.2) if nsub == 1 else (0.03, comm_h - 0.03)
+                for off, s in zip(offsets[r], steps):
+                    ax.plot([off + bwd_end[r, s]] * 2, [y_comm + lo, y_comm + hi], color="black",
+                            linewidth=1.4, solid_capstyle="butt")
+            comm[r] = (comm[r], y_comm, y_of_sub)
+            yticks.append(y_comm + comm_h / 2)
+            ylabels.append("rank %d comm (%s)" % (r, comm_name(run, r)))
     ax.set_yticks(yticks)
     ax.set_yticklabels(ylabels)
     ax.tick_params(axis="y", length=0)
-    total = max(sum(t["step_time"][r, s] for s in steps) for r in range(R))
+    total = max(offsets[r, -1] + t["step_time"][r, steps[-1]] for r in range(R))
     ax.set_xlim(0, total * 1.01)
-    ymax = R * (lanes * lane_h + gap) - gap
+    if a.xlim:
+        try:
+            lo, hi = (float(v) for v in a.xlim.split(","))
+        except ValueError:
+            raise PlotError("--xlim: expected two numbers in ms such as 60,80, got '%s'" % a.xlim)
+        if not hi > lo:
+            raise PlotError("--xlim: the end must be after the start, got '%s'" % a.xlim)
+        ax.set_xlim(lo, hi)
+    span = ax.get_xlim()[1] - ax.get_xlim()[0]
+    ymax = R * block - gap
     ax.set_ylim(-0.1, ymax + 0.45)
     for x0, s in step_marks:
         ax.axvline(x0, color="#555555", linestyle=":", linewidth=1.0)
-        ax.text(x0 + 0.004 * total, ymax + 0.08, "Batch %d" % s, fontsize=10, va="bottom", ha="left",
-                color="#333333")
-    ax.set_xlabel("time since the start of step %d (ms; each further step drawn from the end of the "
-                  "previous one)" % steps[0])
+        ax.text(x0 + 0.004 * span, ymax + 0.08, "Batch %d" % s, fontsize=10, va="bottom", ha="left",
+                color="#333333", clip_on=True)
+    if step_start is not None or len(steps) == 1:
+        ax.set_xlabel("time since the start of step %d on each rank (ms)" % steps[0])
+    else:
+        ax.set_xlabel("time since the start of step %d on each rank (ms; each further step drawn from the "
+                      "end of the previous one)" % steps[0])
     ax.grid(axis="x", color="#DDDDDD", linewidth=0.6)
     ax.set_axisbelow(True)
     ax.spines["left"].set_visible(False)
     ax.set_title("Compute and communication streams, step%s %s\n%s" % (
         "s" if len(steps) > 1 else "", ", ".join(str(s) for s in steps), run.config_text()))
-    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=COLORS[p], edgecolor="black", linewidth=0.4)
-               for p in phases]
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=COLORS[p], edgecolor="black", linewidth=0.4,
+                             hatch=HATCH.get(p)) for p in phases]
     labels = [PHASE_LABELS[p] for p in phases]
     if has_comm:
         handles.append(plt.Rectangle((0, 0), 1, 1, facecolor=BUCKET_COLORS[0], edgecolor="black", linewidth=0.3))
-        labels.append("all-reduce of\nbucket k (label k)")
+        labels.append("all-reduce of bucket k\n" + ("(k: even above, odd below)" if nsub == 1
+                                                    else "(label k; overlapping ones\nin sub-rows)"))
+        if bwd_end is not None:
+            handles.append(plt.Line2D([0], [0], color="black", linewidth=1.4))
+            labels.append("end of backward compute")
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
-    for segs, y, h in bucket_segs:
-        _bucket_labels(ax, fig, segs, y, h)
-    if not has_comm:
+    if has_comm:
+        for segs, y_comm, y_of_sub in comm:
+            if nsub == 1:
+                _bucket_labels(ax, fig, segs, y_comm + lane_h - 0.13, y_comm + 0.13)
+            else:
+                _sublane_labels(ax, fig, segs, y_of_sub)
+    else:
         ax.annotate("no all-reduce (run without DDP)" if not run.ddp else "no bucket times recorded",
                     xy=(0.5, -0.28), xycoords="axes fraction", ha="center", fontsize=10, color="#444444")
     save(fig, a.output, a.format)
@@ -525,7 +645,7 @@ def _cfg(run):
         "model": run.model, "backend": run.backend, "precision": run.precision,
         "compression": run.compression, "bucket cap": "%g MiB" % run.bucket_cap_mb,
         "overlap": "overlap" if run.overlap else "no overlap", "batch": "batch %d" % run.batch_size,
-        "world size": "%d ranks" % run.world_size,
+        "world size": "%d rank%s" % (run.world_size, "" if run.world_size == 1 else "s"),
     }
 
 
@@ -536,6 +656,7 @@ def _fmt_mib(x, _pos=None):
 
 def cmd_sweep(a):
     """`sweep`: steps/s per rank against bucket size, one line per compression (and other varying keys)."""
+    output_paths(a.output, a.format)  # fail on a bad -o before reading anything
     runs = [r for r in open_runs(a.files)]
     ddp_runs = [r for r in runs if r.ddp]
     if not ddp_runs:
@@ -579,6 +700,7 @@ def cmd_sweep(a):
 
 def cmd_scaling(a):
     """`scaling`: steps/s per rank and efficiency against number of GPUs, one line per configuration."""
+    output_paths(a.output, a.format)  # fail on a bad -o before reading anything
     runs = open_runs(a.files)
     # A line is one configuration; DDP on/off does not split lines (a 1-rank no-DDP run is the
     # natural baseline), world size is the x axis.
@@ -586,6 +708,7 @@ def cmd_scaling(a):
     base_keys = ["model", "backend", "precision", "batch"]
 
     def key_of(r, ks):
+        """The values of configuration keys `ks` of run `r`, as a tuple."""
         c = _cfg(r)
         return tuple(c[k] for k in ks)
 
@@ -606,7 +729,6 @@ def cmd_scaling(a):
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12.5, 5.0))
     markers = "osD^vP*X"
     all_ws = sorted({r.world_size for r in runs})
-    notes = []
     for i, (k, rs) in enumerate(sorted(lines.items())):
         ws = sorted({r.world_size for r in rs})
         sps = [np.mean([r.summary("steps_per_second") for r in rs if r.world_size == w]) for w in ws]
@@ -615,9 +737,12 @@ def cmd_scaling(a):
         eff = [100.0 * s / ref for s in sps]
         c = dict(zip(keys, k))
         label = ", ".join(c[v] for v in vary if v in c) or ", ".join(c[x] for x in ("model", "precision", "bucket cap"))
+        if c.get("bucket cap", "").endswith("MiB"):
+            label = label.replace(c["bucket cap"], c["bucket cap"] + " buckets")
         if ref_w != 1:
-            label += " (vs %d ranks)" % ref_w
-            notes.append(label)
+            label += "\n(vs %d ranks: no 1-rank run)" % ref_w
+        elif any(r.world_size == 1 and not r.ddp for r in rs):
+            label += "\n(1 rank: without DDP)"
         m = markers[i % len(markers)]
         ax1.plot(ws, sps, marker=m, linewidth=1.8, markersize=7, label=label)
         ax2.plot(ws, eff, marker=m, linewidth=1.8, markersize=7, label=label)
@@ -632,6 +757,7 @@ def cmd_scaling(a):
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _p: "%d" % round(x)))
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("number of GPUs (MPI ranks)")
+        ax.margins(x=0.08)
         ax.grid(True, color="#DDDDDD", linewidth=0.6)
         if len(all_ws) == 1:
             ax.set_xlim(all_ws[0] - 1, all_ws[0] + 1)
@@ -646,7 +772,7 @@ def cmd_scaling(a):
     common = _cfg(runs[0])
     fixed = [common[x] for x in ("model", "backend", "precision", "batch") if x not in vary]
     fig.suptitle("Weak scaling (batch per rank fixed)" + (": " + ", ".join(fixed) if fixed else ""),
-                 fontsize=13, y=1.02)
+                 fontsize=13)
     legend_outside(ax2, title="configuration")
     fig.tight_layout()
     save(fig, a.output, a.format)
@@ -663,6 +789,7 @@ def build_parser():
     sub.required = True
 
     def plot_args(sp):
+        """Adds -o/--output and --format to a plotting sub-parser."""
         sp.add_argument("-o", "--output", required=True, metavar="OUT",
                         help="output file; .png or .svg picks the format (with --format both: both)")
         sp.add_argument("--format", choices=["png", "svg", "both"],
@@ -698,6 +825,7 @@ def build_parser():
     s.add_argument("file", metavar="FILE", help="vitddp results file")
     s.add_argument("--steps", metavar="LIST",
                    help="recorded step indices, e.g. 10,11 or 10-12 (default: the first two timed steps)")
+    s.add_argument("--xlim", metavar="FROM,TO", help="zoom: time range to show, in ms (e.g. 70,76)")
     s.add_argument("--width", type=float, default=15.0, help="figure width in inches [15]")
     plot_args(s)
     s.set_defaults(func=cmd_timeline)

@@ -7,7 +7,14 @@
 
 namespace vitddp {
 
-BatchFeed::BatchFeed(const Options& o, const World& w, const ViTConfig& cfg, Engine& engine)
+std::shared_ptr<const IdxDataset> load_training_data(const Options& o) {
+  const DataSpec spec = parse_data_option(o.data);
+  if (spec.kind != DataSpec::Kind::idx) return nullptr;
+  return std::make_shared<const IdxDataset>(read_idx_dataset(spec.dir, "train"));
+}
+
+BatchFeed::BatchFeed(const Options& o, const World& w, const ViTConfig& cfg, Engine& engine,
+                     std::shared_ptr<const IdxDataset> data)
     : opts_(o), world_(w), engine_(engine), shape_(batch_shape(cfg, o.batch_size)) {
   const DataSpec spec = parse_data_option(o.data);
   if (spec.kind == DataSpec::Kind::device) return;
@@ -25,7 +32,6 @@ BatchFeed::BatchFeed(const Options& o, const World& w, const ViTConfig& cfg, Eng
   if (spec.kind == DataSpec::Kind::synthetic) {
     source_ = std::make_unique<SyntheticSource>(shape_, o.seed, w.rank, slots, so);
   } else {
-    auto data = std::make_shared<const IdxDataset>(read_idx_dataset(spec.dir, "train"));
     source_ = std::make_unique<IdxSource>(data, shape_, o.seed, w.rank, w.world_size, slots, so);
     if (w.rank == 0)
       std::printf("[vitddp] %s: %lld training images, %lld batches of %d per rank per epoch\n", spec.dir.c_str(),

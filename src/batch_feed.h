@@ -13,12 +13,19 @@
 
 namespace vitddp {
 
+/// For --data idx:DIR, reads the training split (read_idx_dataset(dir, "train")); null for the
+/// other sources. Throws std::runtime_error naming the file and the problem.
+std::shared_ptr<const IdxDataset> load_training_data(const Options& opts);
+
 /// Owns the data source of opts.data ("synthetic", "device" or "idx:DIR", training split) and its
 /// ring of host buffers (Engine::alloc_host: pinned memory on the GPU backend).
 class BatchFeed {
  public:
-  /// Throws std::runtime_error when the data set cannot be read (names the file and problem).
-  BatchFeed(const Options& opts, const World& w, const ViTConfig& cfg, Engine& engine);
+  /// `dataset` is the training split for --data idx:DIR (load_training_data), null otherwise.
+  /// Throws std::invalid_argument when the data set does not fit the model (labels >= classes)
+  /// or has fewer samples per rank than a batch.
+  BatchFeed(const Options& opts, const World& w, const ViTConfig& cfg, Engine& engine,
+            std::shared_ptr<const IdxDataset> dataset);
   ~BatchFeed();
   BatchFeed(const BatchFeed&) = delete;
   BatchFeed& operator=(const BatchFeed&) = delete;

@@ -1,6 +1,7 @@
 // The CPU backend: the double-accumulating reference model, MPI all-reduce, host SGD. It runs the
 // same trainer as the GPU backend for CI, tests and machines without a GPU.
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -38,7 +39,7 @@ class CpuEngine final : public Engine {
     const auto& c = layout.cfg;
     images_.resize((size_t)o.batch_size * c.channels * c.image_size * c.image_size);
     labels_.resize(o.batch_size);
-    if (o.ddp) reducer_ = std::make_unique<MpiReducer>(layout, buckets_, grads_.data(), w.world_size, o.overlap);
+    if (o.ddp) reducer_ = std::make_unique<MpiReducer>(layout, buckets_, grads_.data(), w.world_size, reducer_options(o));
   }
 
   void* alloc_host(size_t bytes) override {
@@ -63,6 +64,11 @@ class CpuEngine final : public Engine {
     if (micro == 0) {
       rec_ = StepRecord{};
       step_start_ = Clock::now();
+      if (!origin_set_) {
+        origin_ = step_start_;
+        origin_set_ = true;
+      }
+      rec_.start_ms = ms_between(origin_, step_start_);
     }
     const auto t0 = Clock::now();
     {
@@ -92,9 +98,13 @@ class CpuEngine final : public Engine {
       NvtxRange r("optimizer step", NvtxColor::Yellow);
       SgdConfig cfg{opts_.lr, opts_.momentum, opts_.weight_decay};
       cfg.grad_scale = 1.0 / micro_steps;
-      sgd_step_host(params_.data(), grads_.data(), momentum_.empty() ? nullptr : momentum_.data(), layout_.total, cfg,
-                    first_step_);
-      first_step_ = false;
+      rec_.nonfinite = !std::isfinite(rec_.loss);
+      for (size_t i = 0; i < grads_.size() && !rec_.nonfinite; ++i) rec_.nonfinite = !std::isfinite(grads_[i]);
+      if (!rec_.nonfinite) {  // a non-finite step is skipped, as on the GPU
+        sgd_step_host(params_.data(), grads_.data(), momentum_.empty() ? nullptr : momentum_.data(), layout_.total,
+                      cfg, first_step_);
+        first_step_ = false;
+      }
     }
     const auto t4 = Clock::now();
     rec_.exposed_comm_ms = ms_between(t2, t3);
@@ -105,6 +115,9 @@ class CpuEngine final : public Engine {
   }
 
   void wait_staged_copy() override {}
+  void poison_staged_batch() override { images_[0] = std::nanf(""); }
+  std::string async_error() override { return ""; }
+  std::string nccl_transport() override { return "none (CPU backend: MPI)"; }
 
   void finish_step(StepRecord* rec) override {
     *rec = rec_;
@@ -136,7 +149,8 @@ class CpuEngine final : public Engine {
   bool first_step_ = true;
   std::unique_ptr<MpiReducer> reducer_;
   StepRecord rec_;
-  Clock::time_point step_start_;
+  Clock::time_point step_start_, origin_;
+  bool origin_set_ = false;
 };
 
 }  // namespace

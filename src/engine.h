@@ -33,6 +33,8 @@ struct StepRecord {
   double step_ms = 0;           ///< step start to step end on the device
   double wall_ms = 0;           ///< host wall time of the whole step (trainer)
   double backward_end_ms = 0;   ///< end of the last micro-step's backward compute, from step start
+  double start_ms = 0;          ///< step start, from the start of the run's first step on this rank
+  bool nonfinite = false;       ///< the loss or the averaged gradients held NaN/Inf: the update was skipped
   double loss = 0;              ///< this rank's mean cross-entropy (mean over micro-steps)
   BucketTimes buckets;          ///< per bucket all-reduce start/end, relative to step start
 };
@@ -64,12 +66,20 @@ class Engine {
   /// communication (DDP's no_sync()); the last one runs the bucketed all-reduce (when DDP is on)
   /// and the optimizer with the gradient scaled by 1/micro_steps. Returns without waiting.
   virtual void run_micro_step(int micro, int micro_steps) = 0;
+  /// Fault injection for tests (--debug-nan-at-step): the next staged batch's first pixel becomes NaN.
+  virtual void poison_staged_batch() = 0;
+  /// "" or a description of an asynchronous communicator error (a peer failed). Thread-safe:
+  /// called from the watchdog thread.
+  virtual std::string async_error() = 0;
   /// Blocks until the last staged host-to-device copy has finished, so its host buffer may be
   /// reused (no-op for the CPU backend).
   virtual void wait_staged_copy() = 0;
   /// Waits for the step (all its micro-steps) to finish and fills the engine's part of `rec`. Throws on device or
   /// communicator errors.
   virtual void finish_step(StepRecord* rec) = 0;
+  /// NCCL's transport between this rank and its peers ("P2P [P2P/CUMEM/read]", "SHM [...]",
+  /// "NET [...]"), known once a step has run (NCCL connects lazily); see mpi/nccl_transport.h.
+  virtual std::string nccl_transport() = 0;
   virtual const std::vector<Bucket>& buckets() const = 0;
   /// A host copy of the flat parameter buffer (layout.total floats); waits for the device.
   virtual std::vector<float> parameters() const = 0;

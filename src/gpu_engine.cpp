@@ -2,6 +2,7 @@
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <vector>
 
 #include "cuda/check.h"
@@ -11,6 +12,7 @@
 #include "cuda/synthetic_data.h"
 #include "model/init.h"
 #include "mpi/nccl_comm.h"
+#include "mpi/nccl_transport.h"
 #include "src/engine.h"
 #include "cuda/device_buffer.h"
 
@@ -31,7 +33,7 @@ class GpuEngine final : public Engine {
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
-    for (cudaEvent_t* e : {&ev_start_, &ev_opt_, &ev_end_}) CUDA_CHECK(cudaEventCreate(e));
+    for (cudaEvent_t* e : {&ev_origin_, &ev_start_, &ev_opt_, &ev_end_}) CUDA_CHECK(cudaEventCreate(e));
     for (auto& e : ev_copied_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     for (auto& e : ev_consumed_) {
       CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -41,7 +43,13 @@ class GpuEngine final : public Engine {
     const size_t n = layout.total;
     params_ = DeviceBuffer<float>(n, "parameters");
     grads_ = DeviceBuffer<float>(n, "gradients");
-    if (o.momentum != 0) momentum_ = DeviceBuffer<float>(n, "SGD momentum buffer");
+    if (o.momentum != 0) {
+      // Zeroed, so that a skipped first step (non-finite gradients) changes nothing: buf = m*0 + g.
+      momentum_ = DeviceBuffer<float>(n, "SGD momentum buffer");
+      CUDA_CHECK(cudaMemset(momentum_.get(), 0, n * sizeof(float)));
+    }
+    nonfinite_ = DeviceBuffer<int>(1, "non-finite flag");
+    CUDA_CHECK(cudaMallocHost(&nonfinite_host_, sizeof(int)));
     const size_t img = (size_t)o.batch_size * layout.cfg.channels * layout.cfg.image_size * layout.cfg.image_size;
     for (int s = 0; s < 2; ++s) {
       images_[s] = DeviceBuffer<float>(img, "input images");
@@ -58,8 +66,9 @@ class GpuEngine final : public Engine {
 
     model_ = std::make_unique<GpuViT>(layout, o.batch_size, compute_);
     if (o.ddp) {
+      nccl_log_ = redirect_nccl_info_log(w.rank);
       comm_ = std::make_unique<NcclComm>(w);
-      reducer_ = std::make_unique<NcclReducer>(layout, buckets_, grads_.get(), comm_->get(), compute_, o.overlap);
+      reducer_ = std::make_unique<NcclReducer>(layout, buckets_, grads_.get(), comm_->get(), compute_, reducer_options(o));
     }
   }
 
@@ -69,7 +78,8 @@ class GpuEngine final : public Engine {
     comm_.reset();
     model_.reset();
     cudaFreeHost(loss_host_);
-    for (cudaEvent_t e : {ev_start_, ev_opt_, ev_end_}) cudaEventDestroy(e);
+    cudaFreeHost(nonfinite_host_);
+    for (cudaEvent_t e : {ev_origin_, ev_start_, ev_opt_, ev_end_}) cudaEventDestroy(e);
     for (auto& m : micro_ev_)
       for (cudaEvent_t e : {m.start, m.input, m.fwd, m.bwd}) cudaEventDestroy(e);
     for (auto e : ev_copied_) cudaEventDestroy(e);
@@ -116,6 +126,10 @@ class GpuEngine final : public Engine {
     const bool last = micro == micro_steps - 1;
     MicroEvents& ev = micro_ev_[micro];
     if (micro == 0) CUDA_CHECK(cudaEventRecord(ev_start_, compute_));
+    if (micro == 0 && !origin_recorded_) {
+      CUDA_CHECK(cudaEventRecord(ev_origin_, compute_));
+      origin_recorded_ = true;
+    }
     CUDA_CHECK(cudaEventRecord(ev.start, compute_));
     CUDA_CHECK(cudaStreamWaitEvent(compute_, ev_copied_[slot_], 0));
     CUDA_CHECK(cudaEventRecord(ev.input, compute_));
@@ -146,10 +160,16 @@ class GpuEngine final : public Engine {
       NvtxRange r("optimizer step", NvtxColor::Yellow);
       SgdConfig cfg = sgd_config();
       cfg.grad_scale = 1.0 / micro_steps;
-      sgd_step_gpu(params_.get(), grads_.get(), momentum_.get(), layout_.total, cfg, first_step_, compute_);
+      // Skipped on the device when the averaged gradients hold NaN/Inf (the same on every rank,
+      // since the all-reduce spreads a non-finite value everywhere).
+      CUDA_CHECK(cudaMemsetAsync(nonfinite_.get(), 0, sizeof(int), compute_));
+      flag_nonfinite(grads_.get(), layout_.total, nonfinite_.get(), compute_);
+      sgd_step_gpu(params_.get(), grads_.get(), momentum_.get(), layout_.total, cfg, first_step_, compute_,
+                   nonfinite_.get());
       first_step_ = false;
     }
     CUDA_CHECK(cudaMemcpyAsync(loss_host_, loss_.get(), micro_steps * sizeof(float), cudaMemcpyDeviceToHost, compute_));
+    CUDA_CHECK(cudaMemcpyAsync(nonfinite_host_, nonfinite_.get(), sizeof(int), cudaMemcpyDeviceToHost, compute_));
     CUDA_CHECK(cudaEventRecord(ev_end_, compute_));
     micro_steps_ = micro_steps;
   }
@@ -169,7 +189,31 @@ class GpuEngine final : public Engine {
     rec->optimizer_ms = elapsed(ev_opt_, ev_end_);
     rec->step_ms = elapsed(ev_start_, ev_end_);
     rec->backward_end_ms = elapsed(ev_start_, micro_ev_[micro_steps_ - 1].bwd);
+    rec->start_ms = elapsed(ev_origin_, ev_start_);
+    rec->nonfinite = *nonfinite_host_ != 0 || !std::isfinite(rec->loss);
     rec->buckets = reducer_ ? reducer_->times(ev_start_) : BucketTimes{};
+  }
+
+  std::string nccl_transport() override {
+    if (!comm_) return "none (no DDP)";
+    if (transport_.empty()) transport_ = read_nccl_transport(nccl_log_);
+    return transport_;
+  }
+
+  void poison_staged_batch() override {
+    // 0xFF bytes are a NaN in IEEE 754 single precision.
+    CUDA_CHECK(cudaMemsetAsync(images_[next_slot()].get(), 0xFF, sizeof(float), copy_));
+    CUDA_CHECK(cudaEventRecord(ev_copied_[next_slot()], copy_));
+  }
+
+  std::string async_error() override {
+    if (!comm_) return "";
+    try {
+      comm_->check_async_error();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
   }
 
   void wait_staged_copy() override { CUDA_CHECK(cudaStreamSynchronize(copy_)); }
@@ -232,7 +276,8 @@ class GpuEngine final : public Engine {
   std::vector<Bucket> buckets_;
   int device_ = 0;
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
-  cudaEvent_t ev_start_, ev_opt_, ev_end_;
+  cudaEvent_t ev_origin_, ev_start_, ev_opt_, ev_end_;  // origin: start of the first step
+  bool origin_recorded_ = false;
   std::vector<MicroEvents> micro_ev_;
   int micro_steps_ = 1;
   cudaEvent_t ev_copied_[2];    // input slot s filled (copy stream)
@@ -241,8 +286,12 @@ class GpuEngine final : public Engine {
   DeviceBuffer<float> images_[2];
   DeviceBuffer<int32_t> labels_[2];
   float* loss_host_ = nullptr;
+  DeviceBuffer<int> nonfinite_;
+  int* nonfinite_host_ = nullptr;
   std::unique_ptr<GpuViT> model_;
   std::unique_ptr<NcclComm> comm_;
+  std::string nccl_log_;   // NCCL's INFO log, parsed for the transport after the first step
+  std::string transport_;
   std::unique_ptr<NcclReducer> reducer_;
   int slot_ = 1;          // slot of the running step; the next batch goes to slot_ ^ 1
   int staged_batch_ = 0;

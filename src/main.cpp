@@ -2,13 +2,16 @@
 // place where any error becomes MPI_Abort on every rank.
 #include <sys/stat.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <string>
 
 #include "mpi/world.h"
 #include "src/engine.h"
 #include "src/options.h"
+#include "src/run_guard.h"
 #include "src/trainer.h"
 
 #ifndef VITDDP_GIT_COMMIT
@@ -34,6 +37,25 @@ std::string default_out(const Options& o, const World& w) {
   return "vitddp-" + o.model + "-np" + std::to_string(w.world_size) + "-" + stamp + ".h5";
 }
 
+/// A launcher-independent hint that this process is one of several tasks: the scheduler's or
+/// launcher's own count of tasks (0 when none is set).
+int launcher_task_count() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS", "SLURM_NPROCS"})
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  return 0;
+}
+
+/// FNV-1a hash of every option value, so ranks can check they run the same configuration.
+uint64_t options_fingerprint(const Options& o) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& [k, v] : option_values(o))
+    for (char c : k + "=" + v + ";") {
+      h ^= (unsigned char)c;
+      h *= 1099511628211ull;
+    }
+  return h;
+}
+
 /// Rank 0's string to everyone.
 std::string broadcast(const std::string& s, const World& w) {
   int n = w.rank == 0 ? (int)s.size() : 0;
@@ -46,6 +68,9 @@ std::string broadcast(const std::string& s, const World& w) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // SIGTERM/SIGINT are received by the run guard's thread (src/run_guard.h); block them before
+  // MPI or CUDA start any thread so that every thread inherits the mask.
+  RunGuard::block_signals();
   World w;
   try {
     w = init_world(&argc, &argv);
@@ -71,6 +96,12 @@ int main(int argc, char** argv) {
   }
 
   try {
+    // Copies started without an MPI launcher each believe they are rank 0 of 1: they would all
+    // train alone and write the same file. The scheduler's task count tells.
+    const int tasks = launcher_task_count();
+    if (w.world_size == 1 && tasks > 1)
+      err = "started as rank 0 of 1, but the launcher reports " + std::to_string(tasks) +
+            " tasks: MPI was not initialised across them (use mpirun, or srun --mpi=pmix with an MPI built for it)";
     if (!o.ddp && w.world_size > 1)
       err = "--no-ddp: trains one replica without communication; run it with 1 rank (got " +
             std::to_string(w.world_size) + ")";
@@ -93,6 +124,11 @@ int main(int argc, char** argv) {
     if (gpu_min != gpu_max) return input_error(w, "--backend auto: some ranks see a GPU and others do not; choose --backend");
     if (o.out.empty()) o.out = default_out(o, w);
     o.out = broadcast(o.out, w);
+    // Every rank must run the same configuration (same command line, same environment defaults).
+    uint64_t fp = options_fingerprint(o), fp_min = 0, fp_max = 0;
+    MPI_CHECK(MPI_Allreduce(&fp, &fp_min, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allreduce(&fp, &fp_max, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD));
+    if (fp_min != fp_max) return input_error(w, "ranks were started with different options: every rank must get the same command line");
 
     const int rc = run_training(o, w, cmd);
     MPI_Finalize();

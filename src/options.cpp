@@ -114,6 +114,29 @@ const std::vector<Spec>& table() {
       {"no-overlap", nullptr, "launch every bucket's all-reduce after backward instead of as soon as the bucket is ready",
        [](Options& o, const std::string&) { o.overlap = false; },
        [](const Options& o) { return o.overlap ? std::string("false") : std::string("true"); }},
+      {"grad-as-bucket-view", "on|off", "on: gradients are the DDP bucket, all-reduced in place (PyTorch gradient_as_bucket_view=True); off: a separate bucket buffer, gradients copied in (device-to-device) before and back after the all-reduce, to measure those copies",
+       [](Options& o, const std::string& v) { o.grad_as_bucket_view = one_of("--grad-as-bucket-view", v, {"on", "off"}) == "on"; },
+       [](const Options& o) { return o.grad_as_bucket_view ? std::string("on") : std::string("off"); }},
+      {"compression", "none|fp16|bf16|powersgd", "DDP comm hook: none (fp32 average), fp16/bf16 (fp16_compress_hook/bf16_compress_hook: divide, cast, all-reduce in 16 bits), powersgd (powerSGD_hook, see --powersgd-*)",
+       [](Options& o, const std::string& v) { o.compression = one_of("--compression", v, compression_names()); },
+       [](const Options& o) { return o.compression; }},
+      {"powersgd-rank", "R", "PowerSGD matrix_approximation_rank",
+       [](Options& o, const std::string& v) { o.powersgd_rank = (int)parse_int("--powersgd-rank", v, 1, 1024); },
+       [](const Options& o) { return std::to_string(o.powersgd_rank); }},
+      {"powersgd-start-step", "N", "PowerSGD start_powerSGD_iter: plain fp32 all-reduce in the steps before it (PyTorch's default 1000 means no compression in a short run)",
+       [](Options& o, const std::string& v) { o.powersgd_start_step = parse_int("--powersgd-start-step", v, 0, kMaxSteps); },
+       [](const Options& o) { return std::to_string(o.powersgd_start_step); }},
+      {"powersgd-min-compression-rate", "X", "PowerSGD min_compression_rate: a tensor viewed (n, m) is compressed iff (n + m) * rank * X < n * m",
+       [](Options& o, const std::string& v) {
+         o.powersgd_min_compression_rate = parse_double("--powersgd-min-compression-rate", v, 0, 1e9, false);
+       },
+       [](const Options& o) { return fmt(o.powersgd_min_compression_rate); }},
+      {"powersgd-no-error-feedback", nullptr, "PowerSGD without error feedback (use_error_feedback=False)",
+       [](Options& o, const std::string&) { o.powersgd_error_feedback = false; },
+       [](const Options& o) { return o.powersgd_error_feedback ? std::string("false") : std::string("true"); }},
+      {"powersgd-no-warm-start", nullptr, "PowerSGD without warm start: new random Qs every step (warm_start=False)",
+       [](Options& o, const std::string&) { o.powersgd_warm_start = false; },
+       [](const Options& o) { return o.powersgd_warm_start ? std::string("false") : std::string("true"); }},
       {"lr", "X", "SGD learning rate",
        [](Options& o, const std::string& v) { o.lr = parse_double("--lr", v, 0, 1e6, false); },
        [](const Options& o) { return fmt(o.lr); }},
@@ -135,6 +158,12 @@ const std::vector<Spec>& table() {
          o.out = v;
        },
        [](const Options& o) { return o.out; }},
+      {"trace", "FILE.json", "also write the timeline as a Chrome trace-event file (one process per rank, one thread per stream) that Perfetto opens",
+       [](Options& o, const std::string& v) {
+         if (v.empty()) bad("--trace", "empty file name");
+         o.trace = v;
+       },
+       [](const Options& o) { return o.trace; }},
       {"overwrite", nullptr, "allow replacing an existing results file",
        [](Options& o, const std::string&) { o.overwrite = true; },
        [](const Options& o) { return o.overwrite ? std::string("true") : std::string("false"); }},
@@ -144,6 +173,15 @@ const std::vector<Spec>& table() {
       {"flush-every", "N", "flush the results file every N steps (a killed run keeps what was flushed)",
        [](Options& o, const std::string& v) { o.flush_every = (int)parse_int("--flush-every", v, 1, kMaxSteps); },
        [](const Options& o) { return std::to_string(o.flush_every); }},
+      {"on-nonfinite", "stop|skip", "a step whose loss or averaged gradients hold NaN/Inf is never applied; then stop the run (exit code 4) or skip the step and go on (counted in training/nonfinite)",
+       [](Options& o, const std::string& v) { o.on_nonfinite = one_of("--on-nonfinite", v, {"stop", "skip"}); },
+       [](const Options& o) { return o.on_nonfinite; }},
+      {"step-timeout", "SECONDS", "watchdog: if a step has not finished after this long (a peer died or hangs), the rank exits with code 3 and mpirun ends the job",
+       [](Options& o, const std::string& v) { o.step_timeout_s = parse_double("--step-timeout", v, 0, 1e7, true); },
+       [](const Options& o) { return fmt(o.step_timeout_s); }},
+      {"debug-nan-at-step", "N", "testing only: rank 0's batch of step N gets a NaN pixel (-1: off)",
+       [](Options& o, const std::string& v) { o.debug_nan_at_step = (int)parse_int("--debug-nan-at-step", v, -1, kMaxSteps); },
+       [](const Options& o) { return std::to_string(o.debug_nan_at_step); }},
       {"help", nullptr, "print this help and exit",
        [](Options& o, const std::string&) { o.help = true; }, [](const Options&) { return std::string("false"); }},
       {"version", nullptr, "print the version (git commit) and exit",
@@ -218,6 +256,24 @@ std::vector<std::pair<std::string, std::string>> option_values(const Options& o)
   for (const auto& sp : table())
     if (std::string(sp.name) != "help" && std::string(sp.name) != "version") v.emplace_back(sp.name, sp.get(o));
   return v;
+}
+
+ReducerOptions reducer_options(const Options& o) {
+  ReducerOptions r;
+  r.overlap = o.overlap;
+  r.grad_as_bucket_view = o.grad_as_bucket_view;
+  r.compression = parse_compression(o.compression);
+  r.powersgd.rank = o.powersgd_rank;
+  r.powersgd.start_iter = o.powersgd_start_step;
+  r.powersgd.min_compression_rate = o.powersgd_min_compression_rate;
+  r.powersgd.error_feedback = o.powersgd_error_feedback;
+  r.powersgd.warm_start = o.powersgd_warm_start;
+  r.powersgd.seed = o.seed;
+  return r;
+}
+
+std::string powersgd_start_warning(const Options& o) {
+  return powersgd_never_compresses_warning(reducer_options(o), o.total_steps());
 }
 
 }  // namespace vitddp

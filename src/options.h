@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "mpi/comm_hooks.h"
+
 namespace vitddp {
 
 /// Every setting of a run. Defaults reproduce the seed article's experiment: torchvision
@@ -27,6 +29,13 @@ struct Options {
   double first_bucket_mb = 1.0;     ///< MiB (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
   bool ddp = true;                  ///< false: --no-ddp, no reducer at all
   bool overlap = true;              ///< false: --no-overlap, all buckets after backward
+  bool grad_as_bucket_view = true;  ///< off: separate bucket buffer + copies (--grad-as-bucket-view)
+  std::string compression = "none"; ///< none | fp16 | bf16 | powersgd (DDP comm hook)
+  int powersgd_rank = 1;            ///< PowerSGD matrix_approximation_rank
+  int64_t powersgd_start_step = 1000;         ///< PowerSGD start_powerSGD_iter
+  double powersgd_min_compression_rate = 2.0; ///< PowerSGD min_compression_rate
+  bool powersgd_error_feedback = true;        ///< false: --powersgd-no-error-feedback
+  bool powersgd_warm_start = true;            ///< false: --powersgd-no-warm-start
   double lr = 1e-3;
   double momentum = 0.0;
   double weight_decay = 0.0;
@@ -34,8 +43,12 @@ struct Options {
   std::string init = "torchvision"; ///< torchvision | random
   std::string out;                  ///< results file; empty: vitddp-<model>-<time>.h5
   bool overwrite = false;
+  std::string trace;                ///< Chrome trace-event JSON written by rank 0; empty: none
   int progress_every = 1;           ///< print a line every N steps (rank 0)
-  int flush_every = 10;             ///< flush the results file every N steps
+  int flush_every = 1;              ///< flush the results file every N steps
+  std::string on_nonfinite = "stop";  ///< stop | skip: what a step with NaN/Inf loss or gradients does
+  double step_timeout_s = 300;      ///< watchdog: a step not finished after this many seconds ends the job
+  int debug_nan_at_step = -1;       ///< fault injection: rank 0's batch of this step gets a NaN pixel
   bool help = false;
   bool version = false;
 
@@ -57,5 +70,13 @@ std::string help_text();
 
 /// (name, value) pairs of every option as given or defaulted, for the results file.
 std::vector<std::pair<std::string, std::string>> option_values(const Options& o);
+
+/// The reducer settings of a run (overlap, --grad-as-bucket-view, --compression and the
+/// --powersgd-* options; PowerSGD's seed is --seed), for NcclReducer / MpiReducer.
+ReducerOptions reducer_options(const Options& o);
+
+/// The start-up warning rank 0 prints when --compression powersgd would never compress because
+/// --powersgd-start-step >= the run's total steps (warm-up + timed + cool-down); empty otherwise.
+std::string powersgd_start_warning(const Options& o);
 
 }  // namespace vitddp

@@ -12,8 +12,10 @@
 #include "model/param_layout.h"
 #include "mpi/buckets.h"
 #include "src/batch_feed.h"
+#include "src/chrome_trace.h"
 #include "src/engine.h"
 #include "src/results_h5.h"
+#include "src/run_guard.h"
 
 #ifndef VITDDP_GIT_COMMIT
 #define VITDDP_GIT_COMMIT "unknown"
@@ -25,13 +27,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 /// Scalars of a StepRecord, in the order of kStepSeries.
-constexpr int kScalars = 9;
+constexpr int kFloatSeries = 11;     // scalars of a row written as float64 series (kStepSeries)
+constexpr int kNonfiniteIndex = 11;  // then the non-finite flag, written as training/nonfinite (int64)
+constexpr int kScalars = 12;         // scalars per row, before the per-bucket values
 struct SeriesSpec {
   const char* name;
   const char* units;
   const char* description;
 };
-const SeriesSpec kStepSeries[kScalars] = {
+const SeriesSpec kStepSeries[kFloatSeries] = {
     {"timing/data_wait", "s", "host time blocked waiting for the data source ('get batch')"},
     {"timing/input_wait", "s", "compute stream waiting for the batch's host-to-device copy"},
     {"timing/forward", "s", "forward pass and loss (CUDA events on the compute stream)"},
@@ -40,13 +44,16 @@ const SeriesSpec kStepSeries[kScalars] = {
     {"timing/optimizer", "s", "SGD step over the flat parameter buffer"},
     {"timing/step_time", "s", "device time of the step, step-start event to step-end event"},
     {"timing/wall_time", "s", "host wall time of the step, get batch to step end"},
-    {"training/loss", "1", "this rank's mean cross-entropy of the step"},
+    {"training/loss", "1", "this rank's mean cross-entropy of the step (mean over micro-steps)"},
+    {"timing/step_start", "s", "step-start event, from the first step's start event on the same rank"},
+    {"timing/backward_end", "s", "end of backward compute (last micro-step), from the step-start event"},
 };
 
 std::vector<double> pack(const StepRecord& r, size_t nb) {
   std::vector<double> v = {r.data_wait_ms / 1e3, r.input_wait_ms / 1e3, r.forward_ms / 1e3,
                            r.backward_ms / 1e3,  r.exposed_comm_ms / 1e3, r.optimizer_ms / 1e3,
-                           r.step_ms / 1e3,      r.wall_ms / 1e3,         r.loss};
+                           r.step_ms / 1e3,      r.wall_ms / 1e3,         r.loss,
+                           r.start_ms / 1e3,     r.backward_end_ms / 1e3, r.nonfinite ? 1.0 : 0.0};
   for (size_t b = 0; b < nb; ++b) v.push_back(b < r.buckets.start_ms.size() ? r.buckets.start_ms[b] / 1e3 : 0.0);
   for (size_t b = 0; b < nb; ++b) v.push_back(b < r.buckets.end_ms.size() ? r.buckets.end_ms[b] / 1e3 : 0.0);
   return v;
@@ -78,6 +85,24 @@ std::string mpi_library_version() {
   std::string s(v);
   const size_t nl = s.find_first_of("\n,");
   return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+/// Adds step `step` of one rank (a gathered row: kScalars values, bucket starts, bucket ends, in
+/// seconds) to the trace: compute-stream phases laid end to end from the step start, each
+/// bucket's all-reduce on the comm stream, the host's wait for data.
+void add_to_trace(ChromeTrace& t, int rank, int step, const double* row, size_t nb) {
+  const double start = row[9] * 1e3, input = row[1] * 1e3, fwd = row[2] * 1e3, bwd_end = row[10] * 1e3;
+  t.add(rank, ChromeTrace::Steps, "Batch " + std::to_string(step), start, row[6] * 1e3);
+  t.add(rank, ChromeTrace::Compute, "input wait", start, input);
+  t.add(rank, ChromeTrace::Compute, "forward", start + input, fwd);
+  t.add(rank, ChromeTrace::Compute, "backward", start + input + fwd, bwd_end - input - fwd);
+  t.add(rank, ChromeTrace::Compute, "exposed comm", start + bwd_end, row[4] * 1e3);
+  t.add(rank, ChromeTrace::Compute, "optimizer step", start + bwd_end + row[4] * 1e3, row[5] * 1e3);
+  t.add(rank, ChromeTrace::HostData, "get batch (wait)", start - row[0] * 1e3, row[0] * 1e3);
+  for (size_t b = 0; b < nb; ++b) {
+    const double s = row[kScalars + b] * 1e3, e = row[kScalars + nb + b] * 1e3;
+    t.add(rank, ChromeTrace::Comm, "all-reduce bucket " + std::to_string(b), start + s, e - s);
+  }
 }
 
 const char* phase_of(int step, const Options& o) {
@@ -131,6 +156,7 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
 
   const int64_t R = w.world_size, B = (int64_t)buckets.size();
   for (const auto& s : kStepSeries) f.create_series(s.name, s.units, s.description, R, 0, H5Dtype::f64);
+  f.create_series("training/nonfinite", "1", "1 if the step's loss or averaged gradients held NaN/Inf (update not applied)", R, 0, H5Dtype::i64);
   f.create_series("buckets/allreduce_start", "s", "all-reduce start of each bucket on the comm stream, from the step-start event", R, B, H5Dtype::f64);
   f.create_series("buckets/allreduce_end", "s", "all-reduce end of each bucket on the comm stream, from the step-start event", R, B, H5Dtype::f64);
   f.create_series("steps/timed", "1", "1 for the steps of the timed window, 0 for warm-up and cool-down", 1, 0, H5Dtype::i64);
@@ -149,6 +175,30 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   MPI_CHECK(MPI_Allreduce(&fp, &fp_max, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD));
   if (fp_min != fp_max) throw std::runtime_error("ranks disagree on the bucket layout (different options or model?)");
 
+  // The data set is read and checked before any device work, so a bad one ends every rank with
+  // exit code 2 and a message naming the file.
+  std::shared_ptr<const IdxDataset> dataset;
+  std::string data_error;
+  try {
+    dataset = load_training_data(o);
+    if (dataset) {
+      for (uint8_t label : dataset->labels)
+        if (label >= layout.cfg.num_classes)
+          throw std::runtime_error("label " + std::to_string(label) + " does not fit the model's " +
+                                   std::to_string(layout.cfg.num_classes) + " classes (set --num-classes)");
+      if (dataset->count / w.world_size < o.batch_size)
+        throw std::runtime_error(std::to_string(dataset->count) + " images are fewer than one batch of " +
+                                 std::to_string(o.batch_size) + " per rank");
+    }
+  } catch (const std::exception& e) {
+    data_error = e.what();
+  }
+  if (!all_ranks_ok(data_error.empty())) {
+    if (w.rank == 0) {
+      std::fprintf(stderr, "vitddp: error: --data: %s\n", data_error.empty() ? "rejected on another rank" : data_error.c_str());
+    }
+    return 2;
+  }
   // Rank 0 owns the results file; it is created before any device work so a bad path fails fast.
   std::optional<ResultsFile> results;
   std::string file_error;
@@ -177,7 +227,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   if (w.rank == 0) write_header(*results, o, w, layout, buckets, info, cmd, hosts, devices, uuids);
   std::fflush(stdout);
 
-  BatchFeed feed(o, w, layout.cfg, *engine);
+  BatchFeed feed(o, w, layout.cfg, *engine, dataset);
   const size_t nb = buckets.size();
   const int total = o.total_steps();
   std::vector<double> gathered(w.rank == 0 ? (size_t)w.world_size * (kScalars + 2 * nb) : 0);
@@ -188,8 +238,14 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   int64_t micro_batches = 0;  // batches taken from the data source so far
   double data_wait_next_ms = feed.stage_next(micro_batches++);  // first batch before the loop
   int late_buckets = 0, timed_buckets = 0;
+  ChromeTrace trace;
+
+  RunGuard guard(w.rank, o.step_timeout_s, [&engine]() { return engine->async_error(); });
+  int nonfinite_steps = 0, steps_done = 0, exit_code = 0;
+  std::string stop_reason = "completed";
 
   for (int i = 0; i < total; ++i) {
+    if (i == o.debug_nan_at_step && w.rank == 0) engine->poison_staged_batch();
     if (i == o.warmup_steps) {
       engine->profiler(true);
       window_start = Clock::now();
@@ -225,13 +281,21 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
       }
     }
 
+    guard.step_done(i);
+    steps_done = i + 1;
+    // One agreement per step: a signal on any rank, or a non-finite step on any rank, ends or marks
+    // the step on every rank at once.
+    int flags[2] = {guard.stop_signal(), rec.nonfinite ? 1 : 0}, any[2] = {0, 0};
+    MPI_CHECK(MPI_Allreduce(flags, any, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (any[1]) ++nonfinite_steps;
+
     const std::vector<double> row = pack(rec, nb);
     MPI_CHECK(MPI_Gather(row.data(), (int)row.size(), MPI_DOUBLE, gathered.data(), (int)row.size(), MPI_DOUBLE, 0,
                          MPI_COMM_WORLD));
     if (w.rank == 0) {
       const size_t stride = kScalars + 2 * nb;
       std::vector<double> col(w.world_size), bk((size_t)w.world_size * nb);
-      for (int s = 0; s < kScalars; ++s) {
+      for (int s = 0; s < kFloatSeries; ++s) {
         for (int r = 0; r < w.world_size; ++r) col[r] = gathered[r * stride + s];
         results->append_step(kStepSeries[s].name, col);
       }
@@ -241,6 +305,11 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
         results->append_step(which == 0 ? "buckets/allreduce_start" : "buckets/allreduce_end", bk);
       }
       results->append_step("steps/timed", std::vector<int64_t>{timed ? 1 : 0});
+      std::vector<int64_t> nf(w.world_size);
+      for (int r = 0; r < w.world_size; ++r) nf[r] = gathered[r * stride + kNonfiniteIndex] != 0;
+      results->append_step("training/nonfinite", nf);
+      if (!o.trace.empty())
+        for (int r = 0; r < w.world_size; ++r) add_to_trace(trace, r, i, &gathered[r * stride], nb);
       if ((i + 1) % o.flush_every == 0) results->flush();
       if ((i + 1) % o.progress_every == 0 || i + 1 == total)
         std::printf("[vitddp] step %d/%d (%s) loss %.4f | step %.1f ms: fwd %.1f, bwd %.1f, exposed comm %.1f, opt %.1f, data wait %.1f\n",
@@ -248,9 +317,38 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
                     rec.exposed_comm_ms, rec.optimizer_ms, rec.data_wait_ms);
       std::fflush(stdout);
     }
+    if (any[1]) {
+      if (w.rank == 0)
+        std::fprintf(stderr, "[vitddp] step %d: non-finite loss or gradients (NaN/Inf); the update was not applied%s\n",
+                     i + 1, o.on_nonfinite == "stop" ? ": stopping (--on-nonfinite stop)" : ", going on (--on-nonfinite skip)");
+      if (o.on_nonfinite == "stop") {
+        stop_reason = "non-finite loss or gradients at step " + std::to_string(i + 1);
+        exit_code = 4;
+        break;
+      }
+    }
+    if (any[0]) {
+      stop_reason = "signal " + std::to_string(any[0]) + " after step " + std::to_string(i + 1);
+      exit_code = 128 + any[0];
+      if (w.rank == 0) std::fprintf(stderr, "[vitddp] stopping after step %d on signal %d\n", i + 1, any[0]);
+      break;
+    }
   }
+  const bool window_complete = steps_done >= o.warmup_steps + o.steps;
 
+  const auto transports = gather_strings(engine->nccl_transport(), w);
   if (w.rank == 0) {
+    results->set_attr("nccl_transport", transports);
+    std::printf("[vitddp] NCCL transport: %s\n", transports[0].c_str());
+    results->set_attr("stop_reason", stop_reason);
+    results->set_attr("steps_completed", (int64_t)steps_done);
+    results->write_summary("nonfinite_steps", nonfinite_steps, "1", "steps whose loss or gradients held NaN/Inf (not applied)");
+    if (!window_complete) {
+      results->close();
+      std::printf("[vitddp] run ended early (%s) after %d of %d steps; results written to %s\n", stop_reason.c_str(),
+                  steps_done, total, o.out.c_str());
+      return exit_code;
+    }
     const double sps = o.steps / window_s;
     const double img_rank = sps * o.batch_size;
     const double tflops = 3.0 * forward_flops_per_image(layout.cfg) * img_rank / 1e12;
@@ -267,6 +365,10 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
                           "bucket all-reduces of the timed window (rank 0) that started after backward compute ended");
     results->write_summary("buckets_timed", timed_buckets, "1", "bucket all-reduces in the timed window (rank 0)");
     results->close();
+    if (!o.trace.empty()) {
+      trace.write(o.trace, w.world_size);
+      std::printf("[vitddp] Chrome trace (%zu events) written to %s\n", trace.size(), o.trace.c_str());
+    }
     std::printf("[vitddp] timed window: %d steps in %.3f s: %.2f steps/s per rank, %.1f images/s per rank, "
                 "%.1f images/s total, %.1f TFLOP/s per rank; median step %.1f ms\n",
                 o.steps, window_s, sps, img_rank, img_rank * w.world_size, tflops, median_ms);
@@ -275,7 +377,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
                   timed_buckets);
     std::printf("[vitddp] results written to %s\n", o.out.c_str());
   }
-  return 0;
+  return exit_code;
 }
 
 }  // namespace vitddp

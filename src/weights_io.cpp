@@ -291,21 +291,15 @@ void load_weights(const std::string& path, const ParamLayout& layout, float* hos
   read_param_group(file.get(), path, "params", layout, host_params);
 }
 
-TwinReference load_twin_reference(const std::string& path, const ParamLayout& layout) {
-  h5::QuietErrors quiet;
-  Handle file = open_readonly(path);
-  const hid_t f = file.get();
+namespace {
+
+// load_twin_forward's work on an open file.
+void read_twin_forward(hid_t f, const std::string& path, const ParamLayout& layout, TwinForward& r) {
   const ViTConfig& c = layout.cfg;
-  TwinReference r;
   r.model = read_string_attr(f, path, "model");
   if (r.model != c.name)
     fail(path, "holds model '" + r.model + "' (root attribute 'model'), expected '" + c.name + "'");
   r.torch_version = read_string_attr(f, path, "torch_version");
-  r.seed = read_number_attr<int64_t>(f, path, "seed");
-  r.sgd.lr = read_number_attr<double>(f, path, "lr");
-  r.sgd.momentum = read_number_attr<double>(f, path, "momentum");
-  r.sgd.weight_decay = read_number_attr<double>(f, path, "weight_decay");
-
   {
     const std::string label = "dataset /input/labels";
     Handle d = open_dataset(f, path, "/input/labels", label);
@@ -326,7 +320,28 @@ TwinReference load_twin_reference(const std::string& path, const ParamLayout& la
   r.logits.resize(static_cast<size_t>(B * K));
   read_checked(f, path, "/logits", "dataset /logits", {B, K}, Elem::f32, r.logits.data());
   read_checked(f, path, "/loss", "dataset /loss", {}, Elem::f32, &r.loss);
+}
 
+}  // namespace
+
+TwinForward load_twin_forward(const std::string& path, const ParamLayout& layout) {
+  h5::QuietErrors quiet;
+  Handle file = open_readonly(path);
+  TwinForward r;
+  read_twin_forward(file.get(), path, layout, r);
+  return r;
+}
+
+TwinReference load_twin_reference(const std::string& path, const ParamLayout& layout) {
+  h5::QuietErrors quiet;
+  Handle file = open_readonly(path);
+  const hid_t f = file.get();
+  TwinReference r;
+  read_twin_forward(f, path, layout, r);
+  r.seed = read_number_attr<int64_t>(f, path, "seed");
+  r.sgd.lr = read_number_attr<double>(f, path, "lr");
+  r.sgd.momentum = read_number_attr<double>(f, path, "momentum");
+  r.sgd.weight_decay = read_number_attr<double>(f, path, "weight_decay");
   r.params.resize(layout.total);
   read_param_group(f, path, "params", layout, r.params.data());
   r.grads.resize(layout.total);

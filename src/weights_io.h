@@ -39,28 +39,40 @@ void save_weights(const std::string& path, const ParamLayout& layout, const floa
 /// mismatch (both shapes printed), a wrong element type, unexpected datasets in /params.
 void load_weights(const std::string& path, const ParamLayout& layout, float* host_params);
 
-/// Everything a parity test needs from a file written by tests/reference/torch_twin.py
-/// (torchvision's model run by PyTorch in strict fp32, see that program's docstring). Flat
-/// buffers use `layout`'s offsets (layout.total floats, padding 0).
-struct TwinReference {
-  std::string model;          ///< root attribute "model", e.g. "vit_b_32" (== layout.cfg.name)
-  std::string torch_version;  ///< root attribute "torch_version", e.g. "2.11.0+cu130"
-  int64_t seed = 0;           ///< root attribute "seed" (torch.manual_seed)
-  SgdConfig sgd;              ///< root attributes "lr", "momentum", "weight_decay" (torch.optim.SGD)
-  int batch = 0;              ///< images in the batch (first dimension of /input/labels)
-  std::vector<float> params;               ///< /params: the initial parameters, flat
-  std::vector<float> images;               ///< /input/images [batch, C, H, W] fp32 NCHW
-  std::vector<int32_t> labels;             ///< /input/labels [batch] int32 in [0, num_classes)
-  std::vector<float> logits;               ///< /logits [batch, num_classes] at the initial parameters
-  float loss = 0;                          ///< /loss (scalar): mean cross-entropy at the initial parameters
-  std::vector<float> grads;                ///< /grads: dLoss/dparams at the initial parameters, flat
-  std::vector<float> params_after_3_steps; ///< /params_after_3_steps: after 3 SGD steps on the same batch, flat
+/// The forward half of a file written by tests/reference/torch_twin.py (torchvision's model run by
+/// PyTorch in strict fp32, see that program's docstring): one batch and PyTorch's logits and loss
+/// on it. `torch_twin.py --load WEIGHTS --input TWIN --out FILE` writes exactly this (the forward of
+/// a weights file on a twin file's batch); a twin file holds it for its initial parameters.
+struct TwinForward {
+  std::string model;             ///< root attribute "model", e.g. "vit_b_32" (== layout.cfg.name)
+  std::string torch_version;     ///< root attribute "torch_version", e.g. "2.11.0+cu130"
+  int batch = 0;                 ///< images in the batch (the length of /input/labels)
+  std::vector<float> images;     ///< /input/images [batch, C, H, W] fp32 NCHW
+  std::vector<int32_t> labels;   ///< /input/labels [batch] (int32 or any integer type) in [0, num_classes)
+  std::vector<float> logits;     ///< /logits [batch, num_classes] fp32
+  float loss = 0;                ///< /loss (fp32 scalar): mean cross-entropy of logits vs labels
 };
 
-/// Reads a twin file for `layout`. Throws std::runtime_error naming the file and the dataset /
-/// parameter / attribute at fault (the errors of load_weights for each of the three parameter
-/// groups; a missing or mis-shaped input, logits or loss dataset; a "model" attribute other than
-/// layout.cfg.name; labels out of range).
+/// A whole twin file (`torch_twin.py --model ...`): the forward half at the initial parameters,
+/// plus the parameters, gradients and parameters after 3 SGD steps, as flat buffers with
+/// `layout`'s offsets (layout.total floats, padding 0).
+struct TwinReference : TwinForward {
+  int64_t seed = 0;                         ///< root attribute "seed" (torch.manual_seed)
+  SgdConfig sgd;                            ///< root attributes "lr", "momentum", "weight_decay" (torch.optim.SGD)
+  std::vector<float> params;                ///< /params: the initial parameters
+  std::vector<float> grads;                 ///< /grads: dLoss/dparams at the initial parameters
+  std::vector<float> params_after_3_steps;  ///< /params_after_3_steps: after 3 SGD steps on the same batch
+};
+
+/// Reads the forward half (attributes model and torch_version, /input/images, /input/labels,
+/// /logits, /loss) of a file written by torch_twin.py for `layout`. Throws std::runtime_error
+/// naming the file and the dataset / attribute at fault (missing, mis-shaped, wrong element type; a
+/// "model" attribute other than layout.cfg.name; a label out of range).
+TwinForward load_twin_forward(const std::string& path, const ParamLayout& layout);
+
+/// Reads a whole twin file for `layout`: load_twin_forward's part, the attributes seed, lr,
+/// momentum, weight_decay, and the groups /params, /grads, /params_after_3_steps (each checked as
+/// load_weights checks /params). Errors as load_twin_forward and load_weights.
 TwinReference load_twin_reference(const std::string& path, const ParamLayout& layout);
 
 /// Reads float32 dataset `dataset` (e.g. "/logits") of HDF5 file `path`, checking that its shape

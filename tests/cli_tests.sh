@@ -39,7 +39,7 @@ if [ $rc -eq 0 ] && grep -q -- "--bucket-cap-mb" <<<"$out" && grep -q -- "--no-o
 
 # A real CPU run on 2 ranks: exit 0, progress lines, summary, datasets in the file.
 out=$(timeout 300 $MPIRUN -np 2 "$BIN" --backend cpu --model vit_micro --batch-size 4 --warmup-steps 1 --steps 3 \
-      --cooldown-steps 1 --bucket-cap-mb 0.001 --first-bucket-mb 0.0005 --out "$TMP/run.h5" 2>&1); rc=$?
+      --cooldown-steps 1 --bucket-cap-mb 0.001 --first-bucket-mb 0.0005 --out "$TMP/run.h5" --trace "$TMP/run.json" 2>&1); rc=$?
 if [ $rc -eq 0 ] && grep -q "step 5/5 (cool-down)" <<<"$out" && grep -q "steps/s per rank" <<<"$out"; then ok "CPU run on 2 ranks"
 else bad "CPU run rc=$rc: $out"; fi
 if command -v h5ls >/dev/null; then
@@ -51,6 +51,25 @@ if command -v h5ls >/dev/null; then
 else
   bad "h5ls not installed (hdf5-tools)"
 fi
+
+# The Chrome trace: valid JSON, 2 processes, 5 "Batch i" per rank, one all-reduce per bucket and step.
+nb=$(h5ls -r "$TMP/run.h5" | grep '^/buckets/bytes ' | sed 's/.*{\([0-9]*\)}.*/\1/')
+check=$(/usr/bin/python3 - "$TMP/run.json" "$nb" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+nb = int(sys.argv[2])
+x = [e for e in ev if e["ph"] == "X"]
+for r in (0, 1):
+    batches = [e for e in x if e["pid"] == r and e["name"].startswith("Batch ")]
+    ar = [e for e in x if e["pid"] == r and e["name"].startswith("all-reduce bucket")]
+    fw = [e for e in x if e["pid"] == r and e["name"] == "forward"]
+    assert len(batches) == 5 and len(fw) == 5, (r, len(batches), len(fw))
+    assert len(ar) == 5 * nb, (r, len(ar), nb)
+    assert all(e["dur"] >= 0 for e in x)
+print("ok", len(x), "events,", nb, "buckets")
+PY
+)
+if [[ "$check" == ok* ]]; then ok "Chrome trace: $check"; else bad "Chrome trace: $check"; fi
 
 # The existing file is refused and left untouched.
 sum_before=$(md5sum "$TMP/run.h5" | cut -d' ' -f1)

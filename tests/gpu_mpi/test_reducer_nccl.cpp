@@ -64,7 +64,7 @@ TEST_CASE("NCCL reducer averages every bucket: rank r holds r+1", "[gpu][mpi][re
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   NcclComm comm(w);
   {
-    NcclReducer reducer(L, buckets, grads.get(), comm.get(), stream, true);
+    NcclReducer reducer(L, buckets, grads.get(), comm.get(), stream, ReducerOptions{});
     cudaEvent_t start;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventRecord(start, stream));
@@ -115,7 +115,7 @@ TEST_CASE("2 GPUs with batch b equal 1 GPU with batch 2b", "[gpu][mpi][reducer]"
 
   // Data parallel: rank r takes samples [r b, (r+1) b); the reducer runs inside backward.
   NcclComm comm(w);
-  NcclReducer reducer(L, assign_buckets(L, 1 << 20, 25 << 20), d_grads.get(), comm.get(), stream, true);
+  NcclReducer reducer(L, assign_buckets(L, 1 << 20, 25 << 20), d_grads.get(), comm.get(), stream, ReducerOptions{});
   GpuViT half(L, b, stream);
   half.forward(d_params.get(), d_images.get() + w.rank * b * img, d_labels.get() + w.rank * b, b, d_loss.get());
   reducer.prepare_for_backward();

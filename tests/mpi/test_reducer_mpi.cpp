@@ -50,7 +50,7 @@ TEST_CASE("MPI reducer averages every bucket: rank r holds r+1", "[mpi][reducer]
   const auto buckets = assign_buckets(L, 4096, 65536);  // several buckets
   REQUIRE(buckets.size() > 3);
   std::vector<float> grads(L.total, (float)(world_rank() + 1));
-  MpiReducer reducer(L, buckets, grads.data(), world_size(), true);
+  MpiReducer reducer(L, buckets, grads.data(), world_size(), ReducerOptions{});
   reducer.prepare_for_backward(std::chrono::steady_clock::now());
   // Report parameters in gradient-ready order in small groups, as a backward pass would.
   const auto order = L.ready_order();
@@ -87,7 +87,7 @@ TEST_CASE("2 ranks with batch b equal 1 rank with batch 2b (CPU backend)", "[mpi
   CpuViT<float> half(L, b);
   std::vector<float> grads(L.total, 0.0f);
   half.forward(params.data(), images.data() + r * b * img, labels.data() + r * b, b);
-  MpiReducer reducer(L, assign_buckets(L, 1 << 20, 25 << 20), grads.data(), 2, true);
+  MpiReducer reducer(L, assign_buckets(L, 1 << 20, 25 << 20), grads.data(), 2, ReducerOptions{});
   reduce_backward(half, params, grads, reducer);
   for (const auto& p : L.params) {
     INFO(p.name);

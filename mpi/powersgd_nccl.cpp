@@ -1,0 +1,161 @@
+#include "mpi/powersgd_nccl.h"
+
+#include <algorithm>
+#include <climits>
+#include <stdexcept>
+#include <string>
+
+#include "cuda/check.h"
+
+namespace vitddp {
+
+namespace {
+
+template <typename T>
+DeviceBuffer<T> upload(const std::vector<T>& v, const std::string& what) {
+  DeviceBuffer<T> d(v.size(), what);
+  if (!v.empty()) CUDA_CHECK(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+}  // namespace
+
+PowerSgdNccl::PowerSgdNccl(std::vector<HookBucket> buckets, const PowerSgdOptions& options, ncclComm_t comm,
+                           int world_size, cudaStream_t stream)
+    : opts_(options), comm_(comm), world_size_(world_size), stream_(stream) {
+  if (world_size < 1) throw std::invalid_argument("PowerSgdNccl: world size must be >= 1");
+  if (opts_.start_iter < 0) throw std::invalid_argument("PowerSGD: start iteration must be >= 0");
+  size_t max_numel = 0, max_u = 0, max_scratch = 0;
+  state_.resize(buckets.size());
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    plans_.push_back(make_powersgd_plan(buckets[b], opts_.rank, opts_.min_compression_rate));
+    const PowerSgdBucketPlan& pl = plans_.back();
+    BucketState& st = state_[b];
+    std::vector<CopySegment> gather, scatter;
+    std::vector<MatrixRef> p_refs, q_refs;
+    for (const auto& t : pl.tensors) {
+      if (t.rows > INT_MAX || t.cols > INT_MAX)
+        throw std::invalid_argument("PowerSGD: a tensor of bucket " + std::to_string(b) + " is too large");
+      if (t.compressed) {
+        p_refs.push_back(MatrixRef{t.p_offset, (int)t.rows, (int)t.rank});
+        q_refs.push_back(MatrixRef{t.q_offset, (int)t.cols, (int)t.rank});
+        max_scratch = std::max(max_scratch, matmul_mtp_scratch_floats((int)t.rows, (int)t.cols, (int)t.rank));
+      } else {
+        gather.push_back(CopySegment{t.offset, t.u_offset, t.numel});
+        scatter.push_back(CopySegment{t.u_offset, t.offset, t.numel});
+        st.max_segment = std::max(st.max_segment, t.numel);
+      }
+    }
+    const std::string tag = " (PowerSGD, bucket " + std::to_string(b) + ")";
+    st.gather = upload(gather, "uncompressed gather table" + tag);
+    st.scatter = upload(scatter, "uncompressed scatter table" + tag);
+    st.p_refs = upload(p_refs, "P table" + tag);
+    st.q_refs = upload(q_refs, "Q table" + tag);
+    st.p = DeviceBuffer<float>(pl.p_numel, "P memory" + tag);
+    st.q = DeviceBuffer<float>(pl.q_numel, "Q memory" + tag);
+    if (opts_.error_feedback) {
+      st.error = DeviceBuffer<float>(pl.numel, "error feedback" + tag);
+      CUDA_CHECK(cudaMemset(st.error.get(), 0, pl.numel * sizeof(float)));  // zero the first time
+    }
+    max_numel = std::max(max_numel, pl.numel);
+    max_u = std::max(max_u, pl.uncompressed_numel);
+  }
+  if (opts_.error_feedback) copy_ = DeviceBuffer<float>(max_numel, "PowerSGD input copy");
+  u_ = DeviceBuffer<float>(max_u, "PowerSGD uncompressed buffer");
+  mtp_scratch_ = DeviceBuffer<float>(max_scratch, "PowerSGD M^T P scratch");
+  // The memsets above ran on the legacy default stream, which the non-blocking comm stream does
+  // not wait for.
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+size_t PowerSgdNccl::device_bytes() const {
+  size_t n = (copy_.size() + u_.size() + mtp_scratch_.size()) * sizeof(float);
+  for (const auto& st : state_)
+    n += (st.error.size() + st.p.size() + st.q.size()) * sizeof(float) +
+         (st.gather.size() + st.scatter.size()) * sizeof(CopySegment) +
+         (st.p_refs.size() + st.q_refs.size()) * sizeof(MatrixRef);
+  return n;
+}
+
+void PowerSgdNccl::init_q(size_t b) {
+  const PowerSgdBucketPlan& pl = plans_[b];
+  BucketState& st = state_[b];
+  if (pl.q_numel == 0) return;
+  if (!opts_.q_init) {
+    fill_normal(st.q.get(), pl.q_numel, opts_.seed, powersgd_q_stream(b, iter_), stream_);
+    return;
+  }
+  // Test hook: Qs made on the host. A pageable async copy returns once the source is staged.
+  std::vector<float> host(pl.q_numel, 0.0f);
+  for (size_t ordinal = 0; ordinal < pl.compressed_order.size(); ++ordinal) {
+    const PowerSgdTensorPlan& t = pl.tensors[pl.compressed_order[ordinal]];
+    opts_.q_init(b, ordinal, iter_, host.data() + t.q_offset, t.cols, t.rank);
+  }
+  CUDA_CHECK(cudaMemcpyAsync(st.q.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void PowerSgdNccl::run_bucket(size_t b, float* d, BucketTimeline& tl) {
+  if (!compressing()) throw std::logic_error("PowerSgdNccl::run_bucket before the start iteration");
+  const PowerSgdBucketPlan& pl = plans_.at(b);
+  BucketState& st = state_[b];
+  const int nc = static_cast<int>(pl.compressed_count);
+  const int nu = static_cast<int>(pl.tensors.size()) - nc;
+  const float ws = static_cast<float>(world_size_);
+  float* p = st.p.get();
+  float* q = st.q.get();
+  tl.set_compressed(nc > 0);
+
+  // Compression: error feedback, gather of the uncompressed tensors, Q, P = M Q.
+  const int e0 = tl.mark(stream_);
+  if (opts_.error_feedback) add_error_and_copy(d, st.error.get(), copy_.get(), pl.numel, stream_);
+  copy_segments(d, u_.get(), st.gather.get(), nu, st.max_segment, 1.0f, stream_);
+  if (!opts_.warm_start || !st.q_ready) {
+    init_q(b);
+    st.q_ready = true;
+  }
+  orthogonalize_columns(q, st.q_refs.get(), nc, (float)opts_.orthogonalization_epsilon, stream_);
+  for (const auto& t : pl.tensors)
+    if (t.compressed) matmul_mq(d + t.offset, q + t.q_offset, p + t.p_offset, (int)t.rows, (int)t.cols, (int)t.rank, stream_);
+  const int e1 = tl.mark(stream_);
+  tl.compress(e0, e1);
+
+  // All-reduce the uncompressed tensors and the Ps (SUM; Ps are orthogonalised, not divided).
+  if (pl.uncompressed_numel > 0)
+    NCCL_CHECK(ncclAllReduce(u_.get(), u_.get(), pl.uncompressed_numel, ncclFloat32, ncclSum, comm_, stream_));
+  if (pl.p_numel > 0) NCCL_CHECK(ncclAllReduce(p, p, pl.p_numel, ncclFloat32, ncclSum, comm_, stream_));
+  const int e2 = tl.mark(stream_);
+  tl.allreduce(e1, e2, 4ull * (pl.uncompressed_numel + pl.p_numel));
+
+  // Uncompressed tensors back (divided by the world size); orthogonalise P; Q = M^T P.
+  copy_segments(u_.get(), d, st.scatter.get(), nu, st.max_segment, ws, stream_);
+  orthogonalize_columns(p, st.p_refs.get(), nc, (float)opts_.orthogonalization_epsilon, stream_);
+  for (const auto& t : pl.tensors)
+    if (t.compressed)
+      matmul_mtp(d + t.offset, p + t.p_offset, q + t.q_offset, (int)t.rows, (int)t.cols, (int)t.rank,
+                 mtp_scratch_.get(), stream_);
+  const int e3 = tl.mark(stream_);
+  tl.compress(e2, e3);
+
+  if (pl.q_numel > 0) NCCL_CHECK(ncclAllReduce(q, q, pl.q_numel, ncclFloat32, ncclSum, comm_, stream_));
+  const int e4 = tl.mark(stream_);
+  tl.allreduce(e3, e4, 4ull * pl.q_numel);
+
+  // Decompression: Q /= world size, M = P Q^T, error = copy - new bucket.
+  divide(q, pl.q_numel, ws, stream_);
+  for (const auto& t : pl.tensors)
+    if (t.compressed) matmul_pqt(p + t.p_offset, q + t.q_offset, d + t.offset, (int)t.rows, (int)t.cols, (int)t.rank, stream_);
+  if (opts_.error_feedback) subtract(copy_.get(), d, st.error.get(), pl.numel, stream_);
+  const int e5 = tl.mark(stream_);
+  tl.compress(e4, e5);
+}
+
+std::vector<float> PowerSgdNccl::error_to_host(size_t b) const {
+  const BucketState& st = state_.at(b);
+  std::vector<float> h(st.error.size());
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (!h.empty()) CUDA_CHECK(cudaMemcpy(h.data(), st.error.get(), h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+}  // namespace vitddp

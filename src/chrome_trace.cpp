@@ -1,0 +1,57 @@
+#include "src/chrome_trace.h"
+
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+
+namespace vitddp {
+namespace {
+std::string escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o;
+}
+}  // namespace
+
+void ChromeTrace::add(int rank, Thread thread, const std::string& name, double start_ms, double duration_ms) {
+  events_.push_back({rank, thread, name, start_ms * 1e3, duration_ms * 1e3});
+}
+
+void ChromeTrace::write(const std::string& path, int world_size) const {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    if (!f) throw std::runtime_error("--trace: cannot write '" + tmp + "'");
+    f << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+    const char* threads[] = {"steps", "compute stream", "comm stream", "host data"};
+    bool first = true;
+    auto sep = [&]() {
+      if (!first) f << ",\n";
+      first = false;
+    };
+    for (int r = 0; r < world_size; ++r) {
+      sep();
+      f << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << r << ",\"args\":{\"name\":\"rank " << r << "\"}}";
+      for (int t = 0; t < 4; ++t) {
+        sep();
+        f << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << r << ",\"tid\":" << t << ",\"args\":{\"name\":\""
+          << threads[t] << "\"}}";
+      }
+    }
+    char num[64];
+    for (const auto& e : events_) {
+      sep();
+      std::snprintf(num, sizeof(num), "\"ts\":%.3f,\"dur\":%.3f", e.ts_us, e.dur_us);
+      f << "{\"name\":\"" << escape(e.name) << "\",\"ph\":\"X\",\"pid\":" << e.rank << ",\"tid\":" << e.thread << ","
+        << num << "}";
+    }
+    f << "\n]}\n";
+    if (!f) throw std::runtime_error("--trace: write to '" + tmp + "' failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("--trace: cannot rename '" + tmp + "' to '" + path + "'");
+}
+
+}  // namespace vitddp

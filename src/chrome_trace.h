@@ -1,0 +1,32 @@
+// A Chrome trace-event file (JSON) of the run's timeline, which Perfetto (ui.perfetto.dev) and
+// chrome://tracing open: one process per rank, one thread per stream.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace vitddp {
+
+/// Collects complete events ("ph":"X") on rank 0 and writes them at the end.
+/// Format: Trace Event Format, https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU
+/// Threads per rank: 0 "steps" (Batch i), 1 "compute stream", 2 "comm stream", 3 "host data".
+class ChromeTrace {
+ public:
+  enum Thread { Steps = 0, Compute = 1, Comm = 2, HostData = 3 };
+  /// Adds one event; times in milliseconds from the run's origin on that rank (converted to us).
+  void add(int rank, Thread thread, const std::string& name, double start_ms, double duration_ms);
+  /// Writes the JSON to `path` (through path + ".tmp" and rename, so a partial file never appears
+  /// under the final name). Throws std::runtime_error naming the path on I/O failure.
+  void write(const std::string& path, int world_size) const;
+  size_t size() const { return events_.size(); }
+
+ private:
+  struct Event {
+    int rank;
+    Thread thread;
+    std::string name;
+    double ts_us, dur_us;
+  };
+  std::vector<Event> events_;
+};
+
+}  // namespace vitddp

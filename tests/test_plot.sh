@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# results/vitddp_plot.py on real vitddp files: makes HDF5 files with the CPU backend (vit_micro,
+# 1 warm-up + 3 timed + 1 cool-down steps; 2 ranks at three bucket sizes, 1 rank at one), runs every
+# subcommand and checks what comes out: the summary table (header, one row per file, world sizes),
+# every plot file (exists, non-empty, PNG signature or SVG root element), and the errors (exit 2
+# with one line naming the missing file / dataset).
+# Usage: test_plot.sh <vitddp binary> <mpirun> <python3> <vitddp_plot.py>
+set -u
+BIN=$1
+MPIRUN="$2 --oversubscribe --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE=0"
+PY=$3
+PLOT=$4
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "ok   - $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
+
+# run_cpu NP CAP NAME: a short CPU-backend run writing $TMP/NAME.h5.
+run_cpu() {
+  local out rc
+  out=$(timeout 300 $MPIRUN -np "$1" "$BIN" --backend cpu --model vit_micro --batch-size 4 --warmup-steps 1 \
+        --steps 3 --cooldown-steps 1 --bucket-cap-mb "$2" --first-bucket-mb 0.0005 --out "$TMP/$3.h5" 2>&1)
+  rc=$?
+  if [ $rc -eq 0 ] && [ -s "$TMP/$3.h5" ]; then ok "vitddp -np $1 --bucket-cap-mb $2 -> $3.h5"
+  else bad "vitddp -np $1 --bucket-cap-mb $2: rc=$rc: $out"; fi
+}
+run_cpu 2 0.0005 np2-cap0.0005
+run_cpu 2 0.002 np2-cap0.002
+run_cpu 2 0.01 np2-cap0.01
+run_cpu 1 0.002 np1-cap0.002
+FILES=("$TMP/np1-cap0.002.h5" "$TMP/np2-cap0.0005.h5" "$TMP/np2-cap0.002.h5" "$TMP/np2-cap0.01.h5")
+
+# is_png FILE / is_svg FILE
+is_png() { [ -s "$1" ] && [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]; }
+is_svg() { [ -s "$1" ] && grep -q "<svg" "$1"; }
+
+# ---- summary
+out=$("$PY" "$PLOT" summary "${FILES[@]}" -o "$TMP/summary.md" 2>"$TMP/err"); rc=$?
+header='| file | model | world size | backend | precision | bucket cap (MiB) | compression | overlap | ddp | steps/s per rank | images/s | TFLOP/s per rank | median step (ms) | exposed comm rank 0 (ms) | exposed comm max rank (ms) | speed-up |'
+if [ $rc -eq 0 ] && [ "$(head -1 <<<"$out")" = "$header" ]; then ok "summary: header"
+else bad "summary: rc=$rc, header: $(head -1 <<<"$out") $(cat "$TMP/err")"; fi
+rows=$(grep -c '^| np[12]-cap' <<<"$out")
+if [ "$rows" -eq 4 ]; then ok "summary: one row per file (4)"; else bad "summary: $rows rows: $out"; fi
+# world size is the 3rd column (field 4 when splitting on '|'); file order is kept
+ws=$(grep '^| np[12]-cap' <<<"$out" | awk -F'|' '{gsub(/ /, "", $4); printf "%s ", $4}')
+if [ "$ws" = "1 2 2 2 " ]; then ok "summary: world sizes 1 2 2 2"; else bad "summary: world sizes '$ws'"; fi
+caps=$(grep '^| np[12]-cap' <<<"$out" | awk -F'|' '{gsub(/ /, "", $7); printf "%s ", $7}')
+if [ "$caps" = "0.002 0.0005 0.002 0.01 " ]; then ok "summary: bucket caps"; else bad "summary: bucket caps '$caps'"; fi
+first=$(grep '^| np1-cap' <<<"$out" | awk -F'|' '{gsub(/ /, "", $17); print $17}')
+if [ "$first" = "1.00x" ]; then ok "summary: speed-up of the first row is 1.00x"; else bad "summary: first speed-up '$first'"; fi
+if cmp -s <(echo "$out") "$TMP/summary.md"; then ok "summary -o writes the same table"; else bad "summary -o differs"; fi
+out=$("$PY" "$PLOT" summary "${FILES[1]}" --baseline "${FILES[0]}" --no-notes 2>&1); rc=$?
+if [ $rc -eq 0 ] && [ "$(wc -l <<<"$out")" -eq 3 ]; then ok "summary --baseline --no-notes: 3 lines"
+else bad "summary --baseline: rc=$rc $out"; fi
+
+# ---- plots
+check_plot() {  # NAME CHECKER FILE COMMAND...
+  local name=$1 checker=$2 file=$3
+  shift 3
+  local out rc
+  out=$("$PY" "$PLOT" "$@" 2>&1); rc=$?
+  if [ $rc -eq 0 ] && $checker "$file"; then ok "$name ($(stat -c %s "$file") bytes)"
+  else bad "$name: rc=$rc, file $(ls -la "$file" 2>&1): $out"; fi
+}
+check_plot "phases PNG" is_png "$TMP/phases.png" phases "${FILES[2]}" -o "$TMP/phases.png"
+check_plot "phases SVG" is_svg "$TMP/phases.svg" phases "${FILES[0]}" "${FILES[2]}" -o "$TMP/phases.svg"
+check_plot "timeline PNG (steps 1,2)" is_png "$TMP/timeline.png" timeline "${FILES[1]}" --steps 1,2 -o "$TMP/timeline.png"
+check_plot "timeline SVG (1 rank, default steps)" is_svg "$TMP/timeline1.svg" timeline "${FILES[0]}" -o "$TMP/timeline1.svg"
+check_plot "sweep PNG" is_png "$TMP/sweep.png" sweep "${FILES[1]}" "${FILES[2]}" "${FILES[3]}" -o "$TMP/sweep.png"
+check_plot "scaling PNG (--format both)" is_png "$TMP/scaling.png" scaling "${FILES[0]}" "${FILES[2]}" -o "$TMP/scaling" --format both
+if is_svg "$TMP/scaling.svg"; then ok "scaling SVG (--format both)"; else bad "scaling.svg missing"; fi
+
+# ---- --help of every subcommand
+for sub in summary phases timeline sweep scaling; do
+  out=$("$PY" "$PLOT" $sub --help 2>&1); rc=$?
+  if [ $rc -eq 0 ] && grep -q "usage: vitddp_plot.py $sub" <<<"$out"; then ok "$sub --help"; else bad "$sub --help rc=$rc"; fi
+done
+
+# ---- errors: exit 2, one line naming the culprit
+expect_error() {  # NAME WANT COMMAND...
+  local name=$1 want=$2
+  shift 2
+  local out rc
+  out=$("$PY" "$PLOT" "$@" 2>&1); rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -qF -- "$want" <<<"$out"; then ok "$name (exit 2: $out)"
+  else bad "$name: rc=$rc, wanted exit 2 and one line with '$want', got: $out"; fi
+}
+expect_error "missing file" "$TMP/nope.h5: no such file" summary "${FILES[0]}" "$TMP/nope.h5"
+"$PY" - "${FILES[2]}" "$TMP/partial.h5" <<'EOF'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f, h5py.File(sys.argv[2], "w") as g:
+    for k, v in f.attrs.items():
+        g.attrs[k] = v
+    for grp in ("steps", "buckets", "summary"):
+        f.copy(grp, g)
+    f.copy("timing/forward", g, name="timing/forward")  # no timing/backward etc.
+EOF
+expect_error "missing dataset" "partial.h5: missing dataset 'timing/data_wait'" phases "$TMP/partial.h5" -o "$TMP/p.png"
+expect_error "missing dataset (summary)" "partial.h5: missing dataset 'timing/exposed_comm'" summary "$TMP/partial.h5"
+echo "not hdf5" >"$TMP/text.h5"
+expect_error "not an HDF5 file" "text.h5: cannot open as HDF5" sweep "$TMP/text.h5" -o "$TMP/s.png"
+expect_error "bad output extension" "must end in .png or .svg" phases "${FILES[2]}" -o "$TMP/x.pdf"
+expect_error "step out of range" "--steps: step 7 is not in" timeline "${FILES[1]}" --steps 7 -o "$TMP/t.png"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
