@@ -45,7 +45,10 @@ using PowerSgdQInit =
 /// batch_tensors_with_same_shape=False).
 struct PowerSgdOptions {
   int rank = 1;                     ///< matrix_approximation_rank (>= 1)
-  int64_t start_iter = 1000;        ///< start_powerSGD_iter: plain all-reduce while iter < start_iter
+  /// start_powerSGD_iter: plain all-reduce while iter < start_iter. PyTorch refuses values <= 1
+  /// with error feedback or warm start because DDP rebuilds its buckets after iteration 0; the
+  /// buckets here are fixed from the start, so 0 and 1 are allowed.
+  int64_t start_iter = 1000;
   double min_compression_rate = 2;  ///< compress a tensor iff (n + m) r * rate < n m
   bool error_feedback = true;       ///< use_error_feedback
   bool warm_start = true;           ///< warm_start: reuse last step's Q

@@ -1,5 +1,11 @@
 #include "src/results_h5.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <hdf5.h>
 
 #include "src/h5_util.h"
@@ -53,6 +59,20 @@ ResultsFile ResultsFile::create(const std::string& path, bool overwrite) {
   if (!overwrite && fs::exists(fs::symlink_status(p, ec)))
     throw std::runtime_error("ResultsFile: refusing to overwrite existing file '" + path +
                              "' (overwrite not requested)");
+
+  if (overwrite && fs::exists(p, ec)) {
+    // H5Fcreate(H5F_ACC_TRUNC) truncates before it takes its lock: a file another run is still
+    // writing would be destroyed. HDF5 holds a flock() on files it has open for writing, so try
+    // the same lock first and refuse if it is taken.
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd >= 0) {
+      const bool busy = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+      ::close(fd);  // also releases the probe lock
+      if (busy)
+        throw std::runtime_error("ResultsFile: '" + path + "' is open for writing by another run (HDF5 file lock held); "
+                                 "not overwriting it");
+    }
+  }
 
   QuietH5Errors quiet;
   // HDF5 1.8 format: dense attribute storage for large attributes, and no file-consistency flags

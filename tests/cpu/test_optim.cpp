@@ -106,6 +106,53 @@ TEST_CASE("optim: AdamW host matches PyTorch's formula over 3 steps on a few sca
   }
 }
 
+TEST_CASE("optim: AdamW host reproduces what torch.optim.AdamW printed", "[optim]") {
+  // The scalars of the previous case, 3 steps of torch.optim.AdamW(foreach=False) in PyTorch 2.11
+  // (CPU), once in float64 and once in float32 (tests/reference: see the report of issue 2):
+  //   p = torch.tensor(p0, dtype=..., requires_grad=True); opt = torch.optim.AdamW([p], lr=...,
+  //   betas=(b1, b2), eps=..., weight_decay=..., foreach=False); 3 x (p.grad = g[t]; opt.step())
+  const std::vector<double> p0 = {1.0, -2.0, 0.5, 0.0, 3e-3};
+  const std::vector<std::vector<double>> g = {
+      {0.5, -1.0, 1e-3, 2.0, -4e-9}, {0.25, 0.5, -1e-3, -1.0, 1e-9}, {-0.1, 0.3, 2e-3, 0.5, 3e-9}};
+  struct Case {
+    double lr, b1, b2, eps, wd;
+    std::vector<double> torch64;
+    std::vector<float> torch32;
+  };
+  const std::vector<Case> cases = {
+      {1e-3, 0.9, 0.999, 1e-8, 1e-2,
+       {0.9974411390082006, -1.9986405473624425, 0.4985394220541748, -0.0016067435153402938, 0.0033727590592660035},
+       {0.997441113f, -1.99864042f, 0.498539388f, -0.00160674343f, 0.00337275886f}},
+      {0.05, 0.8, 0.99, 1e-6, 0.1,
+       {0.8637079134259285, -1.9119904641605578, 0.4220320842550236, -0.07524054346092542, 0.003187734594166078},
+       {0.86370796f, -1.91199052f, 0.422032088f, -0.0752405524f, 0.00318773463f}},
+      {0.01, 0.9, 0.95, 1e-8, 0.0,
+       {0.97452560234604, -1.9869791408566804, 0.48560597936946936, -0.01615051067371106, 0.006730950863110165},
+       {0.97452563f, -1.98697925f, 0.485605985f, -0.0161505099f, 0.0067309509f}}};
+  for (const Case& cs : cases) {
+    AdamWConfig c;
+    c.lr = cs.lr;
+    c.beta1 = cs.b1;
+    c.beta2 = cs.b2;
+    c.eps = cs.eps;
+    c.weight_decay = cs.wd;
+    const size_t n = p0.size();
+    std::vector<double> pd = p0, md(n, 0), vd(n, 0);
+    std::vector<float> pf(p0.begin(), p0.end()), mf(n, 0), vf(n, 0);
+    for (int t = 1; t <= 3; ++t) {
+      const std::vector<float> gf(g[t - 1].begin(), g[t - 1].end());
+      adamw_step_host(pd.data(), g[t - 1].data(), md.data(), vd.data(), n, c, t);
+      adamw_step_host(pf.data(), gf.data(), mf.data(), vf.data(), n, c, t);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      INFO("lr " << cs.lr << " element " << i << ": host " << pd[i] << " / " << pf[i] << "f, torch " << cs.torch64[i]
+                 << " / " << cs.torch32[i] << "f");
+      CHECK(std::fabs(pd[i] - cs.torch64[i]) <= 1e-14 * std::fmax(1.0, std::fabs(cs.torch64[i])));
+      CHECK(std::fabs(pf[i] - cs.torch32[i]) <= 1.2e-7 * std::fabs(cs.torch32[i]));  // within 1 ulp
+    }
+  }
+}
+
 TEST_CASE("optim: AdamW grad_scale, scalars and argument checks", "[optim]") {
   AdamWConfig c;
   c.lr = 0.01;
