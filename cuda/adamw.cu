@@ -14,7 +14,8 @@ struct AdamWCoeffs {
 // _single_tensor_adam): explicit multiplies and adds, no FMA contraction, so the result matches the
 // host reference to the last bit or two.
 __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ grad, float* __restrict__ m,
-                             float* __restrict__ v, size_t n, AdamWCoeffs c) {
+                             float* __restrict__ v, size_t n, AdamWCoeffs c, const int* __restrict__ skip) {
+  if (skip && *skip) return;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     const float g = __fmul_rn(c.grad_scale, grad[i]);
     const float mi = __fadd_rn(m[i], __fmul_rn(c.one_minus_b1, __fsub_rn(g, m[i])));
@@ -30,14 +31,14 @@ __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ gr
 }  // namespace
 
 void adamw_step_gpu(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, size_t n,
-                    const AdamWConfig& cfg, int64_t step, cudaStream_t stream) {
+                    const AdamWConfig& cfg, int64_t step, cudaStream_t stream, const int* d_skip) {
   const AdamWScalars s = adamw_scalars(cfg, step);  // validates before anything is enqueued
   if (n == 0) return;
   const AdamWCoeffs c{(float)s.decay,     (float)s.one_minus_b1, (float)s.beta2, (float)s.one_minus_b2,
                       (float)s.step_size, (float)s.bc2_sqrt,     (float)s.eps,   (float)s.grad_scale};
   const int threads = 256;
   const int blocks = static_cast<int>(std::min<size_t>((n + threads - 1) / threads, 132 * 16));
-  adamw_kernel<<<blocks, threads, 0, stream>>>(params, grads, exp_avg, exp_avg_sq, n, c);
+  adamw_kernel<<<blocks, threads, 0, stream>>>(params, grads, exp_avg, exp_avg_sq, n, c, d_skip);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -5,6 +5,7 @@
 
 #include "cuda/block_reduce.cuh"
 #include "cuda/check.h"
+#include "cuda/dtype.cuh"
 
 namespace vitddp {
 namespace {
@@ -48,8 +49,9 @@ void set_smem(Kernel k, size_t bytes) {
 
 // grid (ceil(T/kTile), H, B). smem: K [Tpad][dh+1] (zero rows past T), V [T][dh], Q tile
 // [kTile][dh], per-warp probability row [kWarps][Tpad].
-__global__ void attn_fwd_kernel(const float* __restrict__ qkv, float* __restrict__ probs,
-                                float* __restrict__ out, Dims m) {
+template <typename TE>
+__global__ void attn_fwd_kernel(const TE* __restrict__ qkv, float* __restrict__ probs,
+                                TE* __restrict__ out, Dims m) {
   extern __shared__ float smem[];
   const int dh = m.dh, T = m.T;
   float* Ks = smem;
@@ -58,16 +60,16 @@ __global__ void attn_fwd_kernel(const float* __restrict__ qkv, float* __restrict
   float* Ps = Qs + (size_t)kTile * dh;
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kTile;
   const int q1 = min(T, q0 + kTile);
-  const float* base = qkv + (size_t)b * T * m.ld + h * dh;
+  const TE* base = qkv + (size_t)b * T * m.ld + h * dh;
   for (int idx = threadIdx.x; idx < m.Tpad * dh; idx += blockDim.x) {
     const int j = idx / dh, d = idx % dh;
     const bool in = j < T;
-    Ks[j * (dh + 1) + d] = in ? base[(size_t)j * m.ld + m.D + d] : 0.0f;
-    if (in) Vs[j * dh + d] = base[(size_t)j * m.ld + 2 * m.D + d];
+    Ks[j * (dh + 1) + d] = in ? to_f32(base[(size_t)j * m.ld + m.D + d]) : 0.0f;
+    if (in) Vs[j * dh + d] = to_f32(base[(size_t)j * m.ld + 2 * m.D + d]);
   }
   for (int idx = threadIdx.x; idx < (q1 - q0) * dh; idx += blockDim.x) {
     const int r = idx / dh, d = idx % dh;
-    Qs[idx] = base[(size_t)(q0 + r) * m.ld + d];
+    Qs[idx] = to_f32(base[(size_t)(q0 + r) * m.ld + d]);
   }
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -120,11 +122,11 @@ __global__ void attn_fwd_kernel(const float* __restrict__ qkv, float* __restrict
         if (c < m.dpl && d < dh) o[c] = fmaf(p, Vs[j * dh + d], o[c]);
       }
     }
-    float* orow = out + ((size_t)b * T + r) * m.D + h * dh;
+    TE* orow = out + ((size_t)b * T + r) * m.D + h * dh;
 #pragma unroll
     for (int c = 0; c < kMaxD; ++c) {
       const int d = lane + 32 * c;
-      if (c < m.dpl && d < dh) orow[d] = o[c];
+      if (c < m.dpl && d < dh) orow[d] = from_f32<TE>(o[c]);
     }
     __syncwarp();
   }
@@ -133,8 +135,9 @@ __global__ void attn_fwd_kernel(const float* __restrict__ qkv, float* __restrict
 // Backward A, per query tile: ds rows (to global scratch) and dq.
 // smem: K [Tpad][dh+1], V [Tpad][dh+1] (zero rows past T), dO tile [kTile][dh], ds rows
 // [kWarps][Tpad].
-__global__ void attn_bwd_query_kernel(const float* __restrict__ qkv, const float* __restrict__ probs,
-                                      const float* __restrict__ dout, float* __restrict__ dqkv,
+template <typename TE>
+__global__ void attn_bwd_query_kernel(const TE* __restrict__ qkv, const float* __restrict__ probs,
+                                      const TE* __restrict__ dout, TE* __restrict__ dqkv,
                                       float* __restrict__ dscores, Dims m) {
   extern __shared__ float smem[];
   const int dh = m.dh, T = m.T;
@@ -144,16 +147,16 @@ __global__ void attn_bwd_query_kernel(const float* __restrict__ qkv, const float
   float* dSs = dOs + (size_t)kTile * dh;
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kTile;
   const int q1 = min(T, q0 + kTile);
-  const float* base = qkv + (size_t)b * T * m.ld + h * dh;
+  const TE* base = qkv + (size_t)b * T * m.ld + h * dh;
   for (int idx = threadIdx.x; idx < m.Tpad * dh; idx += blockDim.x) {
     const int j = idx / dh, d = idx % dh;
     const bool in = j < T;
-    Ks[j * (dh + 1) + d] = in ? base[(size_t)j * m.ld + m.D + d] : 0.0f;
-    Vs[j * (dh + 1) + d] = in ? base[(size_t)j * m.ld + 2 * m.D + d] : 0.0f;
+    Ks[j * (dh + 1) + d] = in ? to_f32(base[(size_t)j * m.ld + m.D + d]) : 0.0f;
+    Vs[j * (dh + 1) + d] = in ? to_f32(base[(size_t)j * m.ld + 2 * m.D + d]) : 0.0f;
   }
   for (int idx = threadIdx.x; idx < (q1 - q0) * dh; idx += blockDim.x) {
     const int r = idx / dh, d = idx % dh;
-    dOs[idx] = dout[((size_t)b * T + q0 + r) * m.D + h * dh + d];
+    dOs[idx] = to_f32(dout[((size_t)b * T + q0 + r) * m.D + h * dh + d]);
   }
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -200,11 +203,11 @@ __global__ void attn_bwd_query_kernel(const float* __restrict__ qkv, const float
         if (c < m.dpl && d < dh) dq[c] = fmaf(ds, Ks[j * (dh + 1) + d], dq[c]);
       }
     }
-    float* dqrow = dqkv + ((size_t)b * T + r) * m.ld + h * dh;
+    TE* dqrow = dqkv + ((size_t)b * T + r) * m.ld + h * dh;
 #pragma unroll
     for (int c = 0; c < kMaxD; ++c) {
       const int d = lane + 32 * c;
-      if (c < m.dpl && d < dh) dqrow[d] = dq[c] * m.scale;
+      if (c < m.dpl && d < dh) dqrow[d] = from_f32<TE>(dq[c] * m.scale);
     }
     __syncwarp();
   }
@@ -212,9 +215,10 @@ __global__ void attn_bwd_query_kernel(const float* __restrict__ qkv, const float
 
 // Backward B, per key tile: dk_j = scale * sum_i ds_ij q_i, dv_j = sum_i p_ij do_i.
 // smem: Q [T][dh], dO [T][dh], per-warp columns of p and ds [kWarps][2][T].
-__global__ void attn_bwd_key_kernel(const float* __restrict__ qkv, const float* __restrict__ probs,
-                                    const float* __restrict__ dout,
-                                    const float* __restrict__ dscores, float* __restrict__ dqkv,
+template <typename TE>
+__global__ void attn_bwd_key_kernel(const TE* __restrict__ qkv, const float* __restrict__ probs,
+                                    const TE* __restrict__ dout,
+                                    const float* __restrict__ dscores, TE* __restrict__ dqkv,
                                     Dims m) {
   extern __shared__ float smem[];
   const int dh = m.dh, T = m.T;
@@ -223,11 +227,11 @@ __global__ void attn_bwd_key_kernel(const float* __restrict__ qkv, const float* 
   float* cols = dOs + (size_t)T * dh;
   const int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * kTile;
   const int k1 = min(T, k0 + kTile);
-  const float* base = qkv + (size_t)b * T * m.ld + h * dh;
+  const TE* base = qkv + (size_t)b * T * m.ld + h * dh;
   for (int idx = threadIdx.x; idx < T * dh; idx += blockDim.x) {
     const int i = idx / dh, d = idx % dh;
-    Qs[idx] = base[(size_t)i * m.ld + d];
-    dOs[idx] = dout[((size_t)b * T + i) * m.D + h * dh + d];
+    Qs[idx] = to_f32(base[(size_t)i * m.ld + d]);
+    dOs[idx] = to_f32(dout[((size_t)b * T + i) * m.D + h * dh + d]);
   }
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -254,13 +258,13 @@ __global__ void attn_bwd_key_kernel(const float* __restrict__ qkv, const float* 
         }
       }
     }
-    float* row = dqkv + ((size_t)b * T + j) * m.ld + h * dh;
+    TE* row = dqkv + ((size_t)b * T + j) * m.ld + h * dh;
 #pragma unroll
     for (int c = 0; c < kMaxD; ++c) {
       const int d = lane + 32 * c;
       if (c < m.dpl && d < dh) {
-        row[m.D + d] = dk[c] * m.scale;
-        row[2 * m.D + d] = dv[c];
+        row[m.D + d] = from_f32<TE>(dk[c] * m.scale);
+        row[2 * m.D + d] = from_f32<TE>(dv[c]);
       }
     }
     __syncwarp();
@@ -274,17 +278,19 @@ __global__ void attn_bwd_key_kernel(const float* __restrict__ qkv, const float* 
 constexpr int kSmallThreads = 256;
 constexpr int kLd = 65;
 
-// Copies the [T, dh] slice (row stride ld) at src into dst[T][kLd].
-__device__ __forceinline__ void load_tile(float* dst, const float* src, size_t ld, int T, int dh) {
-  for (int idx = threadIdx.x; idx < T * dh; idx += kSmallThreads) {
+// Copies the [T, dh] slice (row stride ld) at src into dst[T][kLd], widened to fp32.
+template <typename T>
+__device__ __forceinline__ void load_tile(float* dst, const T* src, size_t ld, int rows, int dh) {
+  for (int idx = threadIdx.x; idx < rows * dh; idx += kSmallThreads) {
     const int t = idx / dh, d = idx % dh;
-    dst[t * kLd + d] = src[(size_t)t * ld + d];
+    dst[t * kLd + d] = to_f32(src[(size_t)t * ld + d]);
   }
 }
 
+template <typename TE>
 __global__ void __launch_bounds__(kSmallThreads)
-attn_fwd_small_kernel(const float* __restrict__ qkv, float* __restrict__ probs,
-                      float* __restrict__ out, Dims m) {
+attn_fwd_small_kernel(const TE* __restrict__ qkv, float* __restrict__ probs,
+                      TE* __restrict__ out, Dims m) {
   extern __shared__ float smem[];
   const int T = m.T, dh = m.dh;
   float* Qs = smem;  // later reused for P
@@ -292,7 +298,7 @@ attn_fwd_small_kernel(const float* __restrict__ qkv, float* __restrict__ probs,
   float* Vs = Ks + T * kLd;
   float* Ps = Qs;
   const int b = blockIdx.y, h = blockIdx.x;
-  const float* base = qkv + (size_t)b * T * m.ld + h * dh;
+  const TE* base = qkv + (size_t)b * T * m.ld + h * dh;
   load_tile(Qs, base, m.ld, T, dh);
   load_tile(Ks, base + m.D, m.ld, T, dh);
   load_tile(Vs, base + 2 * m.D, m.ld, T, dh);
@@ -369,11 +375,11 @@ attn_fwd_small_kernel(const float* __restrict__ qkv, float* __restrict__ probs,
   for (int a = 0; a < 4; ++a) {
     const int i = ty + 16 * a;
     if (i >= T) continue;
-    float* orow = out + ((size_t)b * T + i) * m.D + h * dh;
+    TE* orow = out + ((size_t)b * T + i) * m.D + h * dh;
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int d = tx + 16 * c;
-      if (d < dh) orow[d] = o[a][c];
+      if (d < dh) orow[d] = from_f32<TE>(o[a][c]);
     }
   }
 }
@@ -382,16 +388,17 @@ attn_fwd_small_kernel(const float* __restrict__ qkv, float* __restrict__ probs,
 //  A: P, dO, V loaded; dV = P^T dO (stored); dP = dO V^T (registers).
 //  B: dP -> V's space; dS = P (dP - rowsum(P dP)) in place.
 //  C: Q -> dO's space, K -> P's space; dQ = dS K * scale, dK = dS^T Q * scale (stored).
+template <typename TE>
 __global__ void __launch_bounds__(kSmallThreads)
-attn_bwd_small_kernel(const float* __restrict__ qkv, const float* __restrict__ probs,
-                      const float* __restrict__ dout, float* __restrict__ dqkv, Dims m) {
+attn_bwd_small_kernel(const TE* __restrict__ qkv, const float* __restrict__ probs,
+                      const TE* __restrict__ dout, TE* __restrict__ dqkv, Dims m) {
   extern __shared__ float smem[];
   const int T = m.T, dh = m.dh;
   float* Ps = smem;          // P, later K
   float* dOs = Ps + T * kLd;  // dO, later Q
   float* Vs = dOs + T * kLd;  // V, later dP / dS
   const int b = blockIdx.y, h = blockIdx.x;
-  const float* base = qkv + (size_t)b * T * m.ld + h * dh;
+  const TE* base = qkv + (size_t)b * T * m.ld + h * dh;
   const float* pg = probs + ((size_t)b * m.H + h) * T * T;
   load_tile(Ps, pg, T, T, T);
   load_tile(dOs, dout + (size_t)b * T * m.D + h * dh, m.D, T, dh);
@@ -405,7 +412,7 @@ attn_bwd_small_kernel(const float* __restrict__ qkv, const float* __restrict__ p
     cT[a] = min(tx + 16 * a, T - 1);
     cD[a] = min(tx + 16 * a, dh - 1);
   }
-  float* row_base = dqkv + (size_t)b * T * m.ld + h * dh;
+  TE* row_base = dqkv + (size_t)b * T * m.ld + h * dh;
   {
     // dV[j][d] = sum_i P[i][j] dO[i][d]; rows j = ty + 16a, columns d = tx + 16c.
     float acc[4][4] = {};
@@ -428,7 +435,7 @@ attn_bwd_small_kernel(const float* __restrict__ qkv, const float* __restrict__ p
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int d = tx + 16 * c;
-        if (d < dh) row_base[(size_t)j * m.ld + 2 * m.D + d] = acc[a][c];
+        if (d < dh) row_base[(size_t)j * m.ld + 2 * m.D + d] = from_f32<TE>(acc[a][c]);
       }
     }
   }
@@ -498,8 +505,8 @@ attn_bwd_small_kernel(const float* __restrict__ qkv, const float* __restrict__ p
     for (int c = 0; c < 4; ++c) {
       const int d = tx + 16 * c;
       if (d < dh) {
-        row_base[(size_t)i * m.ld + d] = dq[a][c] * m.scale;
-        row_base[(size_t)i * m.ld + m.D + d] = dk[a][c] * m.scale;
+        row_base[(size_t)i * m.ld + d] = from_f32<TE>(dq[a][c] * m.scale);
+        row_base[(size_t)i * m.ld + m.D + d] = from_f32<TE>(dk[a][c] * m.scale);
       }
     }
   }
@@ -507,25 +514,63 @@ attn_bwd_small_kernel(const float* __restrict__ qkv, const float* __restrict__ p
 
 bool use_small(int T, int dh) { return T <= 64 && dh <= 64; }
 
-}  // namespace
-
-void attention_forward(const float* qkv, float* probs, float* out, int batch, int T, int heads,
-                       int head_dim, cudaStream_t stream) {
+template <typename TE>
+void forward_impl(const TE* qkv, float* probs, TE* out, int batch, int T_, int heads, int head_dim,
+                  cudaStream_t stream) {
+  const int T = T_;
   check(batch, T, heads, head_dim, "attention_forward");
   const Dims m = make_dims(T, heads, head_dim);
   if (use_small(T, head_dim)) {
     const size_t smem = sizeof(float) * 3 * (size_t)T * kLd;
-    set_smem(attn_fwd_small_kernel, smem);
-    attn_fwd_small_kernel<<<dim3(heads, batch), kSmallThreads, smem, stream>>>(qkv, probs, out, m);
+    set_smem(attn_fwd_small_kernel<TE>, smem);
+    attn_fwd_small_kernel<TE><<<dim3(heads, batch), kSmallThreads, smem, stream>>>(qkv, probs, out, m);
     CUDA_CHECK_LAUNCH();
     return;
   }
   const size_t smem = sizeof(float) * ((size_t)m.Tpad * (m.dh + 1) + (size_t)T * m.dh +
                                        (size_t)kTile * m.dh + (size_t)kWarps * m.Tpad);
-  set_smem(attn_fwd_kernel, smem);
+  set_smem(attn_fwd_kernel<TE>, smem);
   const dim3 grid((T + kTile - 1) / kTile, heads, batch);
-  attn_fwd_kernel<<<grid, kWarps * 32, smem, stream>>>(qkv, probs, out, m);
+  attn_fwd_kernel<TE><<<grid, kWarps * 32, smem, stream>>>(qkv, probs, out, m);
   CUDA_CHECK_LAUNCH();
+}
+
+template <typename TE>
+void backward_impl(const TE* qkv, const float* probs, const TE* dout, TE* dqkv, float* scratch,
+                   int batch, int T_, int heads, int head_dim, cudaStream_t stream) {
+  const int T = T_;
+  check(batch, T, heads, head_dim, "attention_backward");
+  const Dims m = make_dims(T, heads, head_dim);
+  if (use_small(T, head_dim)) {
+    const size_t smem = sizeof(float) * 3 * (size_t)T * kLd;
+    set_smem(attn_bwd_small_kernel<TE>, smem);
+    attn_bwd_small_kernel<TE><<<dim3(heads, batch), kSmallThreads, smem, stream>>>(qkv, probs, dout,
+                                                                                  dqkv, m);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const dim3 grid((T + kTile - 1) / kTile, heads, batch);
+  const size_t smem_a = sizeof(float) * (2 * (size_t)m.Tpad * (m.dh + 1) + (size_t)kTile * m.dh +
+                                         (size_t)kWarps * m.Tpad);
+  set_smem(attn_bwd_query_kernel<TE>, smem_a);
+  attn_bwd_query_kernel<TE><<<grid, kWarps * 32, smem_a, stream>>>(qkv, probs, dout, dqkv, scratch, m);
+  CUDA_CHECK_LAUNCH();
+  const size_t smem_b = sizeof(float) * (2 * (size_t)T * m.dh + (size_t)kWarps * 2 * T);
+  set_smem(attn_bwd_key_kernel<TE>, smem_b);
+  attn_bwd_key_kernel<TE><<<grid, kWarps * 32, smem_b, stream>>>(qkv, probs, dout, scratch, dqkv, m);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void attention_forward(const float* qkv, float* probs, float* out, int batch, int T, int heads,
+                       int head_dim, cudaStream_t stream) {
+  forward_impl(qkv, probs, out, batch, T, heads, head_dim, stream);
+}
+
+void attention_forward(const __nv_bfloat16* qkv, float* probs, __nv_bfloat16* out, int batch,
+                       int T, int heads, int head_dim, cudaStream_t stream) {
+  forward_impl(qkv, probs, out, batch, T, heads, head_dim, stream);
 }
 
 size_t attention_backward_scratch_floats(int batch, int T, int heads) {
@@ -535,26 +580,13 @@ size_t attention_backward_scratch_floats(int batch, int T, int heads) {
 void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv,
                         float* scratch, int batch, int T, int heads, int head_dim,
                         cudaStream_t stream) {
-  check(batch, T, heads, head_dim, "attention_backward");
-  const Dims m = make_dims(T, heads, head_dim);
-  if (use_small(T, head_dim)) {
-    const size_t smem = sizeof(float) * 3 * (size_t)T * kLd;
-    set_smem(attn_bwd_small_kernel, smem);
-    attn_bwd_small_kernel<<<dim3(heads, batch), kSmallThreads, smem, stream>>>(qkv, probs, dout,
-                                                                               dqkv, m);
-    CUDA_CHECK_LAUNCH();
-    return;
-  }
-  const dim3 grid((T + kTile - 1) / kTile, heads, batch);
-  const size_t smem_a = sizeof(float) * (2 * (size_t)m.Tpad * (m.dh + 1) + (size_t)kTile * m.dh +
-                                         (size_t)kWarps * m.Tpad);
-  set_smem(attn_bwd_query_kernel, smem_a);
-  attn_bwd_query_kernel<<<grid, kWarps * 32, smem_a, stream>>>(qkv, probs, dout, dqkv, scratch, m);
-  CUDA_CHECK_LAUNCH();
-  const size_t smem_b = sizeof(float) * (2 * (size_t)T * m.dh + (size_t)kWarps * 2 * T);
-  set_smem(attn_bwd_key_kernel, smem_b);
-  attn_bwd_key_kernel<<<grid, kWarps * 32, smem_b, stream>>>(qkv, probs, dout, scratch, dqkv, m);
-  CUDA_CHECK_LAUNCH();
+  backward_impl(qkv, probs, dout, dqkv, scratch, batch, T, heads, head_dim, stream);
+}
+
+void attention_backward(const __nv_bfloat16* qkv, const float* probs, const __nv_bfloat16* dout,
+                        __nv_bfloat16* dqkv, float* scratch, int batch, int T, int heads,
+                        int head_dim, cudaStream_t stream) {
+  backward_impl(qkv, probs, dout, dqkv, scratch, batch, T, heads, head_dim, stream);
 }
 
 }  // namespace vitddp

@@ -1,5 +1,7 @@
-// Multi-head self-attention core softmax(Q K^T / sqrt(dh)) V, forward and backward, fp32.
+// Multi-head self-attention core softmax(Q K^T / sqrt(dh)) V, forward and backward, fp32
+// arithmetic on fp32 or bf16 activations.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -14,10 +16,15 @@ namespace vitddp {
 /// Two implementations: T <= 64 and dh <= 64 (the /32 ViTs) run one block per (batch, head) with
 /// Q, K, V, P in shared memory and 4x4 register tiles; larger shapes run one warp per query / key
 /// row over query or key tiles. Both are fp32 with fp32 accumulation and exact expf.
+/// bf16 overloads: qkv, o, dout and dqkv are bf16 (autocast's scaled_dot_product_attention on
+/// bf16 inputs); values are widened to fp32 on load, probs stay fp32, results are rounded to bf16
+/// once on store.
 
 /// Forward: writes probs (kept for the backward) and o. fp32 arithmetic, exact expf.
 void attention_forward(const float* qkv, float* probs, float* out, int batch, int T, int heads,
                        int head_dim, cudaStream_t stream);
+void attention_forward(const __nv_bfloat16* qkv, float* probs, __nv_bfloat16* out, int batch,
+                       int T, int heads, int head_dim, cudaStream_t stream);
 
 /// Floats of scratch attention_backward needs (the score gradients, [B, H, T, T]).
 size_t attention_backward_scratch_floats(int batch, int T, int heads);
@@ -30,5 +37,8 @@ size_t attention_backward_scratch_floats(int batch, int T, int heads);
 void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv,
                         float* scratch, int batch, int T, int heads, int head_dim,
                         cudaStream_t stream);
+void attention_backward(const __nv_bfloat16* qkv, const float* probs, const __nv_bfloat16* dout,
+                        __nv_bfloat16* dqkv, float* scratch, int batch, int T, int heads,
+                        int head_dim, cudaStream_t stream);
 
 }  // namespace vitddp

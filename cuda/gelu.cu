@@ -59,6 +59,56 @@ __global__ void gelu_backward_kernel(const float* dy, const float* u, float* du,
   for (size_t i = start; i < n; i += stride) du[i] = dy[i] * gelu_grad(u[i]);
 }
 
+// bf16: 8 values (16 bytes) per vector access.
+union Pack8 {
+  uint4 u;
+  __nv_bfloat162 h[4];
+};
+
+__global__ void gelu_forward_bf16_kernel(const __nv_bfloat16* u, __nv_bfloat16* y, size_t n,
+                                         bool vec8) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (vec8) {
+    const size_t n8 = n / 8;
+    for (size_t i = start; i < n8; i += stride) {
+      Pack8 v;
+      v.u = reinterpret_cast<const uint4*>(u)[i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __bfloat1622float2(v.h[j]);
+        v.h[j] = __floats2bfloat162_rn(gelu(f.x), gelu(f.y));
+      }
+      reinterpret_cast<uint4*>(y)[i] = v.u;
+    }
+    start += n8 * 8;
+  }
+  for (size_t i = start; i < n; i += stride) y[i] = __float2bfloat16_rn(gelu(__bfloat162float(u[i])));
+}
+
+__global__ void gelu_backward_bf16_kernel(const __nv_bfloat16* dy, const __nv_bfloat16* u,
+                                          __nv_bfloat16* du, size_t n, bool vec8) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (vec8) {
+    const size_t n8 = n / 8;
+    for (size_t i = start; i < n8; i += stride) {
+      Pack8 g, v, r;
+      g.u = reinterpret_cast<const uint4*>(dy)[i];
+      v.u = reinterpret_cast<const uint4*>(u)[i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 gf = __bfloat1622float2(g.h[j]), vf = __bfloat1622float2(v.h[j]);
+        r.h[j] = __floats2bfloat162_rn(gf.x * gelu_grad(vf.x), gf.y * gelu_grad(vf.y));
+      }
+      reinterpret_cast<uint4*>(du)[i] = r.u;
+    }
+    start += n8 * 8;
+  }
+  for (size_t i = start; i < n; i += stride)
+    du[i] = __float2bfloat16_rn(__bfloat162float(dy[i]) * gelu_grad(__bfloat162float(u[i])));
+}
+
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 int grid_for(size_t n, int threads) {
@@ -78,6 +128,22 @@ void gelu_backward(const float* dy, const float* u, float* du, size_t n, cudaStr
   if (n == 0) return;
   const bool vec4 = aligned16(dy) && aligned16(u) && aligned16(du);
   gelu_backward_kernel<<<grid_for(vec4 ? n / 4 + 1 : n, 256), 256, 0, stream>>>(dy, u, du, n, vec4);
+  CUDA_CHECK_LAUNCH();
+}
+
+void gelu_forward(const __nv_bfloat16* u, __nv_bfloat16* y, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  const bool vec8 = aligned16(u) && aligned16(y);
+  gelu_forward_bf16_kernel<<<grid_for(vec8 ? n / 8 + 1 : n, 256), 256, 0, stream>>>(u, y, n, vec8);
+  CUDA_CHECK_LAUNCH();
+}
+
+void gelu_backward(const __nv_bfloat16* dy, const __nv_bfloat16* u, __nv_bfloat16* du, size_t n,
+                   cudaStream_t stream) {
+  if (n == 0) return;
+  const bool vec8 = aligned16(dy) && aligned16(u) && aligned16(du);
+  gelu_backward_bf16_kernel<<<grid_for(vec8 ? n / 8 + 1 : n, 256), 256, 0, stream>>>(dy, u, du, n,
+                                                                                      vec8);
   CUDA_CHECK_LAUNCH();
 }
 

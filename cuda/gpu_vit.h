@@ -1,10 +1,12 @@
-// GPU ViT forward/backward in strict fp32: cuBLASLt GEMMs + custom kernels.
+// GPU ViT forward/backward in fp32, TF32 or bf16 mixed precision: cuBLASLt GEMMs + custom kernels.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <memory>
 
+#include "cuda/precision.h"
 #include "model/grad_ready.h"
 #include "model/param_layout.h"
 
@@ -12,6 +14,10 @@ namespace vitddp {
 
 /// Tuning knobs of GpuViT (the defaults are what the trainer should use).
 struct GpuViTOptions {
+  /// Numeric precision (cuda/precision.h). fp32: strict fp32 (the default; bit-for-bit the
+  /// original GpuViT). tf32: the same kernels, GEMMs with CUBLAS_COMPUTE_32F_FAST_TF32. bf16:
+  /// autocast-style mixed precision, see GpuViT.
+  Precision precision = Precision::fp32;
   /// cuBLASLt algorithm choice for each GEMM shape. 0: cuBLASLt's first heuristic choice (no
   /// synchronisation, the same algorithm in every process). n > 1: at the first use of each shape
   /// (the first forward/backward, and the first with a new batch size) time up to n candidates and
@@ -22,16 +28,41 @@ struct GpuViTOptions {
   /// BGRADB) when backward overwrites; otherwise (and when accumulating) by a separate
   /// deterministic column-sum kernel.
   bool fused_bias_grad = true;
+  /// bf16 only: true = forward() first casts the fp32 parameters into the bf16 working copy
+  /// (bf16_weights(), about 0.5 ms for vit_l_32); false = the caller keeps that copy current
+  /// itself (e.g. an optimizer that writes fp32 and bf16 parameters in one pass).
+  bool refresh_bf16_weights = true;
+
+  /// The defaults with `p` as the precision.
+  static GpuViTOptions for_precision(Precision p) {
+    GpuViTOptions o;
+    o.precision = p;
+    return o;
+  }
 };
 
 /// The same computation as CpuViT (torchvision VisionTransformer, dropout 0, mean cross-entropy),
-/// on one GPU, in strict fp32 (no TF32: cuBLASLt compute type CUBLAS_COMPUTE_32F_PEDANTIC,
-/// fp32 operands), every kernel and GEMM enqueued on `stream`. forward() also computes
-/// dLoss/dlogits, so backward() needs no labels. No host synchronisation inside forward/backward
-/// except the one-off GEMM autotuning of GpuViTOptions. vit_l_32, batch 32 on an H200: about
-/// 25.6 ms forward + 47.2 ms backward (2.6 GiB of activations). Owns its activation buffers,
-/// cuBLASLt handle and workspace; parameters and gradients are caller-owned flat device buffers
-/// laid out by ParamLayout.
+/// on one GPU, every kernel and GEMM enqueued on `stream`. forward() also computes dLoss/dlogits,
+/// so backward() needs no labels. No host synchronisation inside forward/backward except the
+/// one-off GEMM autotuning of GpuViTOptions. Owns its activation buffers, cuBLASLt handle and
+/// workspace; parameters and gradients are caller-owned flat fp32 device buffers laid out by
+/// ParamLayout, in every precision.
+///
+/// Precisions (GpuViTOptions::precision):
+///  - fp32: strict fp32 (cuBLASLt CUBLAS_COMPUTE_32F_PEDANTIC, fp32 operands, no TF32).
+///    vit_l_32, batch 32 on an H200: about 25.6 ms forward + 47.2 ms backward (2.6 GiB of
+///    activations).
+///  - tf32: identical except that every GEMM runs with CUBLAS_COMPUTE_32F_FAST_TF32.
+///  - bf16 (torch.autocast(dtype=torch.bfloat16) semantics): a bf16 working copy of the
+///    parameters (bf16_weights()) feeds every nn.Linear / conv GEMM; GEMM operands (LayerNorm
+///    outputs, im2col patches, qkv, attention output, GELU input and output, the gradients
+///    flowing into GEMMs) are stored in bf16; GEMMs accumulate in fp32 (CUBLAS_COMPUTE_32F).
+///    Kept in fp32: the residual stream x (GEMMs that add into it write fp32 with the fp32 bias),
+///    LayerNorm statistics, softmax probabilities, the head (final LayerNorm output, logits,
+///    loss), the residual-stream gradient (plus a bf16 copy for the GEMMs), and every parameter
+///    gradient, written in fp32 straight into d_grads by the weight-gradient GEMMs (fp32 C/D).
+///    GELU stays the exact erf form (cuBLASLt's GELU epilogue is the tanh approximation).
+///    Tolerance against the fp32 reference: a few 1e-3 norm-relative (tests: 3e-2).
 ///
 /// Errors: CUDA / cuBLASLt failures throw std::runtime_error with file and line
 /// (cuda/check.h). Out-of-memory names the buffer and the bytes requested.
@@ -56,8 +87,22 @@ class GpuViT {
   /// Device pointer to the logits of the last forward, [batch, num_classes] row-major fp32.
   const float* logits() const;
 
-  /// Bytes of device memory this object allocated (activations + workspace).
+  /// Bytes of device memory this object allocated (activations, the bf16 weight copy,
+  /// cuBLASLt workspace).
   size_t device_bytes() const;
+
+  /// The precision this model computes in.
+  Precision precision() const;
+
+  /// bf16: the working copy of the parameters (layout.total bf16 values at the same offsets as
+  /// the fp32 buffer), refreshed by forward() unless GpuViTOptions::refresh_bf16_weights is
+  /// false. nullptr in fp32 and tf32.
+  __nv_bfloat16* bf16_weights() const;
+
+  /// Benchmarks: while on, every GEMM is bracketed by CUDA events (slightly perturbs timing).
+  void set_gemm_timing(bool on);
+  /// GPU milliseconds spent in GEMMs enqueued with timing on since the last call (waits for them).
+  double take_gemm_ms();
 
  private:
   struct Impl;

@@ -6,6 +6,7 @@
 
 #include "cuda/block_reduce.cuh"
 #include "cuda/check.h"
+#include "cuda/dtype.cuh"
 
 namespace vitddp {
 namespace {
@@ -26,9 +27,10 @@ void check_dims(int rows, int D, const char* what) {
                                 " D=" + std::to_string(D) + " (need 1 <= D <= 4096)");
 }
 
+template <typename TY>
 __global__ void ln_forward_kernel(const float* __restrict__ x, int ldx,
                                   const float* __restrict__ gamma, const float* __restrict__ beta,
-                                  float* __restrict__ y, int ldy, float* __restrict__ mean_out,
+                                  TY* __restrict__ y, int ldy, float* __restrict__ mean_out,
                                   float* __restrict__ rstd_out, int D, float eps) {
   __shared__ float scratch[32];
   const int row = blockIdx.x;
@@ -51,11 +53,11 @@ __global__ void ln_forward_kernel(const float* __restrict__ x, int ldx,
   }
   const float var = block_sum(q, scratch) / D;
   const float rstd = 1.0f / sqrtf(var + eps);
-  float* yr = y + (size_t)row * ldy;
+  TY* yr = y + (size_t)row * ldy;
 #pragma unroll
   for (int i = 0; i < kVpt; ++i) {
     const int d = threadIdx.x + i * blockDim.x;
-    if (d < D) yr[d] = fmaf((v[i] - mean) * rstd, gamma[d], beta[d]);
+    if (d < D) yr[d] = from_f32<TY>(fmaf((v[i] - mean) * rstd, gamma[d], beta[d]));
   }
   if (threadIdx.x == 0) {
     mean_out[row] = mean;
@@ -63,11 +65,13 @@ __global__ void ln_forward_kernel(const float* __restrict__ x, int ldx,
   }
 }
 
-__global__ void ln_backward_kernel(const float* __restrict__ dy, int lddy,
+template <typename TDY>
+__global__ void ln_backward_kernel(const TDY* __restrict__ dy, int lddy,
                                    const float* __restrict__ x, int ldx,
                                    const float* __restrict__ mean, const float* __restrict__ rstd,
                                    const float* __restrict__ gamma, float* __restrict__ dx,
-                                   int lddx, bool add_dx, float* __restrict__ part_dgamma,
+                                   int lddx, bool add_dx, __nv_bfloat16* __restrict__ dx_bf16,
+                                   float* __restrict__ part_dgamma,
                                    float* __restrict__ part_dbeta, int rows, int D,
                                    int rows_per_block) {
   __shared__ float scratch[64];
@@ -90,7 +94,7 @@ __global__ void ln_backward_kernel(const float* __restrict__ dy, int lddy,
     for (int i = 0; i < kVpt; ++i) {
       const int d = threadIdx.x + i * blockDim.x;
       const bool in = r < r1 && d < D;
-      ndy[i] = in ? dy[(size_t)r * lddy + d] : 0.0f;
+      ndy[i] = in ? to_f32(dy[(size_t)r * lddy + d]) : 0.0f;
       nx[i] = in ? x[(size_t)r * ldx + d] : 0.0f;
       ndx[i] = in && add_dx ? dx[(size_t)r * lddx + d] : 0.0f;
     }
@@ -125,7 +129,9 @@ __global__ void ln_backward_kernel(const float* __restrict__ dy, int lddy,
       const int d = threadIdx.x + i * blockDim.x;
       if (d < D) {
         const float v = rs * (gy[i] - ma - xh[i] * mb);
-        dxr[d] = add_dx ? cdx[i] + v : v;
+        const float out = add_dx ? cdx[i] + v : v;
+        dxr[d] = out;
+        if (dx_bf16) dx_bf16[(size_t)r * lddx + d] = __float2bfloat16_rn(out);
       }
     }
   }
@@ -170,14 +176,28 @@ __global__ void ln_param_grad_kernel(const float* __restrict__ part_dgamma,
 
 }  // namespace
 
+namespace {
+template <typename TY>
+void forward_impl(const float* x, int ldx, const float* gamma, const float* beta, TY* y, int ldy,
+                  float* mean, float* rstd, int rows, int D, float eps, cudaStream_t stream) {
+  check_dims(rows, D, "layernorm_forward");
+  if (rows == 0) return;
+  ln_forward_kernel<TY><<<rows, ln_threads(D), 0, stream>>>(x, ldx, gamma, beta, y, ldy, mean,
+                                                            rstd, D, eps);
+  CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
 void layernorm_forward(const float* x, int ldx, const float* gamma, const float* beta, float* y,
                        int ldy, float* mean, float* rstd, int rows, int D, float eps,
                        cudaStream_t stream) {
-  check_dims(rows, D, "layernorm_forward");
-  if (rows == 0) return;
-  ln_forward_kernel<<<rows, ln_threads(D), 0, stream>>>(x, ldx, gamma, beta, y, ldy, mean, rstd,
-                                                        D, eps);
-  CUDA_CHECK_LAUNCH();
+  forward_impl(x, ldx, gamma, beta, y, ldy, mean, rstd, rows, D, eps, stream);
+}
+
+void layernorm_forward(const float* x, int ldx, const float* gamma, const float* beta,
+                       __nv_bfloat16* y, int ldy, float* mean, float* rstd, int rows, int D,
+                       float eps, cudaStream_t stream) {
+  forward_impl(x, ldx, gamma, beta, y, ldy, mean, rstd, rows, D, eps, stream);
 }
 
 size_t layernorm_backward_scratch_floats(int rows, int D) {
@@ -186,24 +206,44 @@ size_t layernorm_backward_scratch_floats(int rows, int D) {
   return 2 * nblocks * (size_t)D;
 }
 
-void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, const float* mean,
-                        const float* rstd, const float* gamma, float* dx, int lddx, bool add_dx,
-                        float* dgamma, float* dbeta, bool accumulate, int rows, int D,
-                        float* scratch, cudaStream_t stream) {
+namespace {
+template <typename TDY>
+void backward_impl(const TDY* dy, int lddy, const float* x, int ldx, const float* mean,
+                   const float* rstd, const float* gamma, float* dx, int lddx, bool add_dx,
+                   float* dgamma, float* dbeta, bool accumulate, int rows, int D, float* scratch,
+                   cudaStream_t stream, __nv_bfloat16* dx_bf16) {
   check_dims(rows, D, "layernorm_backward");
   const int rpb = ln_rows_per_block(rows);
   const int nblocks = (rows + rpb - 1) / rpb;
   float* part_dgamma = scratch;
   float* part_dbeta = scratch + (size_t)nblocks * D;
   if (nblocks > 0) {
-    ln_backward_kernel<<<nblocks, ln_threads(D), 0, stream>>>(dy, lddy, x, ldx, mean, rstd, gamma,
-                                                              dx, lddx, add_dx, part_dgamma,
-                                                              part_dbeta, rows, D, rpb);
+    ln_backward_kernel<TDY><<<nblocks, ln_threads(D), 0, stream>>>(
+        dy, lddy, x, ldx, mean, rstd, gamma, dx, lddx, add_dx, dx_bf16, part_dgamma, part_dbeta,
+        rows, D, rpb);
     CUDA_CHECK_LAUNCH();
   }
   ln_param_grad_kernel<<<(D + 31) / 32, dim3(32, 8), 0, stream>>>(part_dgamma, part_dbeta, nblocks,
                                                                    D, dgamma, dbeta, accumulate);
   CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, const float* mean,
+                        const float* rstd, const float* gamma, float* dx, int lddx, bool add_dx,
+                        float* dgamma, float* dbeta, bool accumulate, int rows, int D,
+                        float* scratch, cudaStream_t stream, __nv_bfloat16* dx_bf16) {
+  backward_impl(dy, lddy, x, ldx, mean, rstd, gamma, dx, lddx, add_dx, dgamma, dbeta, accumulate,
+                rows, D, scratch, stream, dx_bf16);
+}
+
+void layernorm_backward(const __nv_bfloat16* dy, int lddy, const float* x, int ldx,
+                        const float* mean, const float* rstd, const float* gamma, float* dx,
+                        int lddx, bool add_dx, float* dgamma, float* dbeta, bool accumulate,
+                        int rows, int D, float* scratch, cudaStream_t stream,
+                        __nv_bfloat16* dx_bf16) {
+  backward_impl(dy, lddy, x, ldx, mean, rstd, gamma, dx, lddx, add_dx, dgamma, dbeta, accumulate,
+                rows, D, scratch, stream, dx_bf16);
 }
 
 }  // namespace vitddp

@@ -1,5 +1,7 @@
-// LayerNorm over the last dimension (torch.nn.LayerNorm, biased variance), fp32, on a stream.
+// LayerNorm over the last dimension (torch.nn.LayerNorm, biased variance), fp32 statistics, on a
+// stream; outputs and incoming gradients in fp32 or bf16.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -11,9 +13,14 @@ namespace vitddp {
 ///   y = (x-mean)*rstd*gamma + beta.
 /// x: [rows, D] with leading dimension ldx (>= D); y: [rows, D] with ldy; gamma, beta: [D];
 /// mean, rstd: [rows] (saved for the backward). Two-pass statistics in fp32. D <= 4096.
+/// The bf16 overload computes the same in fp32 and rounds y to bf16 (what autocast's fp32
+/// LayerNorm followed by the next Linear's cast to bf16 gives).
 void layernorm_forward(const float* x, int ldx, const float* gamma, const float* beta, float* y,
                        int ldy, float* mean, float* rstd, int rows, int D, float eps,
                        cudaStream_t stream);
+void layernorm_forward(const float* x, int ldx, const float* gamma, const float* beta,
+                       __nv_bfloat16* y, int ldy, float* mean, float* rstd, int rows, int D,
+                       float eps, cudaStream_t stream);
 
 /// Floats of scratch that layernorm_backward needs for `rows` x D (per-block parameter-gradient
 /// partials).
@@ -27,9 +34,17 @@ size_t layernorm_backward_scratch_floats(int rows, int D);
 /// dgamma[D] = sum_rows dy*xhat and dbeta[D] = sum_rows dy are written (accumulate=false) or
 /// added (accumulate=true); the row sums are done in two deterministic stages (per-block partials
 /// in `scratch`, then a fixed-order sum), no atomics. scratch: layernorm_backward_scratch_floats.
+/// dx_bf16: nullptr, or a second output [rows, D] (leading dimension lddx) that receives
+/// bf16(dx) - the final value, after the add - for the bf16 GEMMs that consume the residual-stream
+/// gradient. The bf16-dy overload widens dy to fp32; all arithmetic is fp32.
 void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, const float* mean,
                         const float* rstd, const float* gamma, float* dx, int lddx, bool add_dx,
                         float* dgamma, float* dbeta, bool accumulate, int rows, int D,
-                        float* scratch, cudaStream_t stream);
+                        float* scratch, cudaStream_t stream, __nv_bfloat16* dx_bf16 = nullptr);
+void layernorm_backward(const __nv_bfloat16* dy, int lddy, const float* x, int ldx,
+                        const float* mean, const float* rstd, const float* gamma, float* dx,
+                        int lddx, bool add_dx, float* dgamma, float* dbeta, bool accumulate,
+                        int rows, int D, float* scratch, cudaStream_t stream,
+                        __nv_bfloat16* dx_bf16 = nullptr);
 
 }  // namespace vitddp

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "cuda/check.h"
 #include "cuda/device_arena.h"
@@ -13,27 +15,37 @@
 namespace vitddp {
 namespace {
 
-/// Largest power of two (<= 16) dividing the address: the alignment cuBLASLt may assume.
+/// Largest power of two (<= 16) dividing the address: the alignment cuBLASLt may assume. (Never
+/// below 2; fp32 pointers always give >= 4.)
 uint32_t alignment_of(const void* p) {
   const auto v = reinterpret_cast<uintptr_t>(p);
   uint32_t a = 16;
-  while (a > 4 && (v % a) != 0) a /= 2;
+  while (a > 2 && (v % a) != 0) a /= 2;
   return a;
+}
+
+size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+
+const char* type_name(cudaDataType_t t) {
+  return t == CUDA_R_32F ? "fp32" : t == CUDA_R_16BF ? "bf16" : "other";
 }
 
 // Everything that determines the descriptors and the algorithm choice.
 // Epilogue kinds: 0 none, 1 bias (D += bias[n] per row), 2 row sums of op(A) (cuBLASLt BGRADB).
 using PlanKey = std::tuple<bool, bool, int, int, int, int, int, int, int, bool, int, uint32_t,
-                           uint32_t, uint32_t, uint32_t>;
+                           uint32_t, uint32_t, uint32_t, int, int>;
 
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool supported = true;  ///< false: cuBLASLt offered no algorithm (descriptors destroyed)
 };
 
-std::string shape_string(bool ta, bool tb, int m, int n, int k, int lda, int ldb, int ldc, int ldd) {
-  return std::string("gemm(trans_a=") + (ta ? "1" : "0") + ", trans_b=" + (tb ? "1" : "0") +
+std::string shape_string(const GemmTypes& t, bool ta, bool tb, int m, int n, int k, int lda,
+                         int ldb, int ldc, int ldd) {
+  return std::string("gemm(") + type_name(t.ab) + " x " + type_name(t.ab) + " -> " +
+         type_name(t.cd) + ", trans_a=" + (ta ? "1" : "0") + ", trans_b=" + (tb ? "1" : "0") +
          ", m=" + std::to_string(m) + ", n=" + std::to_string(n) + ", k=" + std::to_string(k) +
          ", lda=" + std::to_string(lda) + ", ldb=" + std::to_string(ldb) +
          ", ldc=" + std::to_string(ldc) + ", ldd=" + std::to_string(ldd) + ")";
@@ -43,9 +55,9 @@ std::string shape_string(bool ta, bool tb, int m, int n, int k, int lda, int ldb
 
 // The operands of one call (used by autotuning).
 struct Operands {
-  const float *a, *b, *c;
-  float* d;
-  const float* epi_ptr;  // bias or bias-gradient output, as CUBLASLT_MATMUL_DESC_BIAS_POINTER
+  const void *a, *b, *c;
+  void* d;
+  const void* epi_ptr;  // bias or bias-gradient output, as CUBLASLT_MATMUL_DESC_BIAS_POINTER
   float alpha, beta;
 };
 
@@ -58,9 +70,17 @@ struct LtGemm::Impl {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   std::map<PlanKey, Plan> plans;
+  // GEMM timing: event pairs [0, timed_used) hold the GEMMs since the last take_timed_ms().
+  bool timing = false;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> timed;
+  size_t timed_used = 0;
 
   ~Impl() {
     for (auto& kv : plans) destroy(kv.second);
+    for (auto& e : timed) {
+      cudaEventDestroy(e.first);
+      cudaEventDestroy(e.second);
+    }
     if (handle) cublasLtDestroy(handle);
   }
 
@@ -70,6 +90,7 @@ struct LtGemm::Impl {
     if (p.c) cublasLtMatrixLayoutDestroy(p.c);
     if (p.d) cublasLtMatrixLayoutDestroy(p.d);
     if (p.op) cublasLtMatmulDescDestroy(p.op);
+    p = Plan{};
   }
 
   // Column-major view of the row-major problem: D^T[n,m] = op(B)^T[n,k] @ op(A)^T[k,m], so
@@ -78,8 +99,9 @@ struct LtGemm::Impl {
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
     const auto [ta, tb, m, n, k, lda, ldb, ldc, ldd, beta_nonzero, epi_kind, al_a, al_b, al_c,
-                al_d] = key;
+                al_d, ab_type, cd_type] = key;
     (void)beta_nonzero;
+    const auto ab = static_cast<cudaDataType_t>(ab_type), cd = static_cast<cudaDataType_t>(cd_type);
     Plan p;
     try {
       CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, compute, CUDA_R_32F));
@@ -94,11 +116,11 @@ struct LtGemm::Impl {
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof(pm)));
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
       // cuBLASLt "A" = our B: op_a(A_cm) is [n,k]; stored [n,k] (N) or [k,n] (T), ld = ldb.
-      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, tb ? k : n, tb ? n : k, ldb));
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, tb ? k : n, tb ? n : k, ldb));
       // cuBLASLt "B" = our A: op_b(B_cm) is [k,m]; stored [k,m] (N) or [m,k] (T), ld = lda.
-      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, ta ? m : k, ta ? k : m, lda));
-      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, ldc));
-      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, n, m, ldd));
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, ta ? m : k, ta ? k : m, lda));
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, cd, n, m, ldc));
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, cd, n, m, ldd));
 
       cublasLtMatmulPreference_t pref = nullptr;
       CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -109,12 +131,12 @@ struct LtGemm::Impl {
       cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
       {
         const uint64_t ws = workspace_bytes;
-        const uint32_t aa = al_b, ab = al_a, ac = al_c, ad = al_d;  // swapped: cm A is our B
+        const uint32_t aa = al_b, ab_al = al_a, ac = al_c, ad = al_d;  // swapped: cm A is our B
         st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
         if (st == CUBLAS_STATUS_SUCCESS)
           st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa));
         if (st == CUBLAS_STATUS_SUCCESS)
-          st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof(ab));
+          st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab_al, sizeof(ab_al));
         if (st == CUBLAS_STATUS_SUCCESS)
           st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac));
         if (st == CUBLAS_STATUS_SUCCESS)
@@ -123,15 +145,14 @@ struct LtGemm::Impl {
           st = cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.d, pref, want, results, &found);
       }
       cublasLtMatmulPreferenceDestroy(pref);
+      if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found < 1)) {
+        destroy(p);
+        p.supported = false;  // remembered: try_gemm answers false, gemm throws
+        return plans.emplace(key, p).first->second;
+      }
       CUBLAS_CHECK(st);
-      if (found < 1)
-        throw std::runtime_error("cuBLASLt found no fp32 algorithm for " +
-                                 shape_string(ta, tb, m, n, k, lda, ldb, ldc, ldd) +
-                                 (epi_kind == 1   ? " with bias epilogue"
-                                  : epi_kind == 2 ? " with bias-gradient epilogue"
-                                                  : ""));
       p.algo = results[0].algo;
-      if (found > 1) p.algo = results[fastest(p, results, found, ops, m, ldd)].algo;
+      if (found > 1) p.algo = results[fastest(p, results, found, ops, m, ldd, cd)].algo;
     } catch (...) {
       destroy(p);
       throw;
@@ -142,8 +163,8 @@ struct LtGemm::Impl {
   // Times each candidate (3 runs after a warm-up) writing to a temporary output; returns the
   // index of the fastest. Candidates that fail to launch are skipped.
   int fastest(Plan& p, const cublasLtMatmulHeuristicResult_t* results, int found,
-              const Operands& ops, int m, int ldd) {
-    DeviceBuffer<float> tmp((size_t)m * ldd, "cuBLASLt autotuning output");
+              const Operands& ops, int m, int ldd, cudaDataType_t cd) {
+    DeviceBuffer<char> tmp((size_t)m * ldd * type_bytes(cd), "cuBLASLt autotuning output");
     if (ops.epi_ptr)
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                   &ops.epi_ptr, sizeof(ops.epi_ptr)));
@@ -181,11 +202,67 @@ struct LtGemm::Impl {
     cudaEventDestroy(e1);
     return best;
   }
+
+  // Validates the arguments, finds (or builds) the plan; nullptr when unsupported.
+  Plan* prepare(const GemmTypes& t, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                const void* a, int lda, const void* b, int ldb, float beta, const void*& c, int& ldc,
+                void* d, int ldd, const void* bias, void* a_row_sums, const void*& epi_ptr) {
+    if (bias && a_row_sums)
+      throw std::invalid_argument("LtGemm::gemm: bias and a_row_sums are exclusive");
+    const bool types_ok = (t.ab == CUDA_R_32F && t.cd == CUDA_R_32F) ||
+                          (t.ab == CUDA_R_16BF && (t.cd == CUDA_R_16BF || t.cd == CUDA_R_32F));
+    if (!types_ok)
+      throw std::invalid_argument("LtGemm::gemm: unsupported element types " +
+                                  shape_string(t, trans_a, trans_b, m, n, k, lda, ldb, ldc, ldd));
+    if (beta == 0.0f || c == nullptr) {
+      if (beta != 0.0f) throw std::invalid_argument("LtGemm::gemm: beta != 0 needs C");
+      c = d;
+      ldc = ldd;
+    }
+    const bool bad = m < 1 || n < 1 || k < 1 || lda < (trans_a ? m : k) ||
+                     ldb < (trans_b ? k : n) || ldc < n || ldd < n || (c == d && ldc != ldd) ||
+                     !a || !b || !d;
+    if (bad)
+      throw std::invalid_argument("LtGemm: bad arguments " +
+                                  shape_string(t, trans_a, trans_b, m, n, k, lda, ldb, ldc, ldd));
+    const int epi_kind = bias ? 1 : a_row_sums ? 2 : 0;
+    epi_ptr = bias ? bias : static_cast<const void*>(a_row_sums);
+    const PlanKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, ldd, beta != 0.0f, epi_kind,
+                      alignment_of(a), alignment_of(b), alignment_of(c), alignment_of(d),
+                      static_cast<int>(t.ab), static_cast<int>(t.cd)};
+    Plan& p = plan_for(key, Operands{a, b, c, d, epi_ptr, alpha, beta});
+    return p.supported ? &p : nullptr;
+  }
+
+  void enqueue(Plan& p, float alpha, const void* a, const void* b, float beta, const void* c,
+               void* d, const void* epi_ptr) {
+    if (epi_ptr)
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi_ptr,
+                                                  sizeof(epi_ptr)));
+    std::pair<cudaEvent_t, cudaEvent_t>* ev = nullptr;
+    if (timing) {
+      if (timed_used == timed.size()) {
+        std::pair<cudaEvent_t, cudaEvent_t> e{nullptr, nullptr};
+        CUDA_CHECK(cudaEventCreate(&e.first));
+        const cudaError_t err = cudaEventCreate(&e.second);
+        if (err != cudaSuccess) cudaEventDestroy(e.first);
+        CUDA_CHECK(err);
+        timed.push_back(e);
+      }
+      ev = &timed[timed_used++];
+      CUDA_CHECK(cudaEventRecord(ev->first, stream));
+    }
+    CUBLAS_CHECK(cublasLtMatmul(handle, p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, d, p.d,
+                                &p.algo, workspace, workspace_bytes, stream));
+    if (ev) CUDA_CHECK(cudaEventRecord(ev->second, stream));
+  }
 };
 
 LtGemm::LtGemm(cudaStream_t stream, const LtGemmOptions& o) : impl_(new Impl) {
-  if (o.compute != CUBLAS_COMPUTE_32F && o.compute != CUBLAS_COMPUTE_32F_PEDANTIC)
-    throw std::invalid_argument("LtGemm: compute type must be CUBLAS_COMPUTE_32F or _PEDANTIC");
+  if (o.compute != CUBLAS_COMPUTE_32F && o.compute != CUBLAS_COMPUTE_32F_PEDANTIC &&
+      o.compute != CUBLAS_COMPUTE_32F_FAST_TF32)
+    throw std::invalid_argument(
+        "LtGemm: compute type must be CUBLAS_COMPUTE_32F, _32F_PEDANTIC or _32F_FAST_TF32");
   const size_t workspace_bytes = o.workspace_bytes;
   impl_->stream = stream;
   impl_->compute = o.compute;
@@ -201,55 +278,119 @@ LtGemm::~LtGemm() = default;
 size_t LtGemm::device_bytes() const { return impl_->arena.bytes(); }
 size_t LtGemm::plan_count() const { return impl_->plans.size(); }
 
+void LtGemm::set_timing(bool on) { impl_->timing = on; }
+
+double LtGemm::take_timed_ms() {
+  double total = 0;
+  for (size_t i = 0; i < impl_->timed_used; ++i) {
+    CUDA_CHECK(cudaEventSynchronize(impl_->timed[i].second));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, impl_->timed[i].first, impl_->timed[i].second));
+    total += ms;
+  }
+  impl_->timed_used = 0;
+  return total;
+}
+
 void LtGemm::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                   int lda, const float* b, int ldb, float beta, const float* c, int ldc, float* d,
                   int ldd, const float* bias, float* a_row_sums) {
-  if (bias && a_row_sums)
-    throw std::invalid_argument("LtGemm::gemm: bias and a_row_sums are exclusive");
-  if (beta == 0.0f || c == nullptr) {
-    if (beta != 0.0f) throw std::invalid_argument("LtGemm::gemm: beta != 0 needs C");
-    c = d;
-    ldc = ldd;
-  }
-  const bool bad = m < 1 || n < 1 || k < 1 || lda < (trans_a ? m : k) ||
-                   ldb < (trans_b ? k : n) || ldc < n || ldd < n || (c == d && ldc != ldd) ||
-                   !a || !b || !d;
-  if (bad)
-    throw std::invalid_argument("LtGemm: bad arguments " +
-                                shape_string(trans_a, trans_b, m, n, k, lda, ldb, ldc, ldd));
-  const int epi_kind = bias ? 1 : a_row_sums ? 2 : 0;
-  const void* epi_ptr = bias ? static_cast<const void*>(bias) : static_cast<const void*>(a_row_sums);
-  const PlanKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, ldd, beta != 0.0f, epi_kind,
-                    alignment_of(a), alignment_of(b), alignment_of(c), alignment_of(d)};
-  Plan& p = impl_->plan_for(key, Operands{a, b, c, d, static_cast<const float*>(epi_ptr), alpha, beta});
-  if (epi_ptr)
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi_ptr,
-                                                sizeof(epi_ptr)));
-  CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, d, p.d,
-                              &p.algo, impl_->workspace, impl_->workspace_bytes, impl_->stream));
+  gemm(GemmTypes{}, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, d, ldd, bias,
+       a_row_sums);
 }
+
+void LtGemm::gemm(const GemmTypes& types, bool trans_a, bool trans_b, int m, int n, int k,
+                  float alpha, const void* a, int lda, const void* b, int ldb, float beta,
+                  const void* c, int ldc, void* d, int ldd, const void* bias, void* a_row_sums) {
+  const int ldc_in = ldc;
+  if (!try_gemm(types, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, d, ldd, bias,
+                a_row_sums))
+    throw std::runtime_error(
+        launcher_rank_label() + ": cuBLASLt found no algorithm for " +
+        shape_string(types, trans_a, trans_b, m, n, k, lda, ldb, ldc_in, ldd) +
+        (bias ? " with bias epilogue" : a_row_sums ? " with bias-gradient epilogue" : ""));
+}
+
+bool LtGemm::try_gemm(const GemmTypes& types, bool trans_a, bool trans_b, int m, int n, int k,
+                      float alpha, const void* a, int lda, const void* b, int ldb, float beta,
+                      const void* c, int ldc, void* d, int ldd, const void* bias, void* a_row_sums) {
+  const void* epi_ptr = nullptr;
+  Plan* p = impl_->prepare(types, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                           d, ldd, bias, a_row_sums, epi_ptr);
+  if (!p) return false;
+  impl_->enqueue(*p, alpha, a, b, beta, c, d, epi_ptr);
+  return true;
+}
+
+// ---- nn.Linear forms ----
+namespace {
+constexpr GemmTypes kF32{CUDA_R_32F, CUDA_R_32F};
+constexpr GemmTypes kBF16{CUDA_R_16BF, CUDA_R_16BF};
+constexpr GemmTypes kBF16toF32{CUDA_R_16BF, CUDA_R_32F};
+
+void forward_impl(LtGemm& lt, const GemmTypes& t, const void* x, const void* w, const void* bias,
+                  const void* residual, void* y, int m, int n, int k, int ldx) {
+  lt.gemm(t, false, true, m, n, k, 1.0f, x, ldx > 0 ? ldx : k, w, k, residual ? 1.0f : 0.0f,
+          residual, n, y, n, bias);
+}
+
+void weight_impl(LtGemm& lt, const GemmTypes& t, const void* dy, const void* x, float* dw, int m,
+                 int n, int k, bool accumulate, int ldx) {
+  lt.gemm(t, true, false, n, k, m, 1.0f, dy, n, x, ldx > 0 ? ldx : k, accumulate ? 1.0f : 0.0f,
+          accumulate ? dw : nullptr, k, dw, k);
+}
+
+bool weight_bias_impl(LtGemm& lt, const GemmTypes& t, const void* dy, const void* x, float* dw,
+                      float* db, int m, int n, int k, int ldx) {
+  return lt.try_gemm(t, true, false, n, k, m, 1.0f, dy, n, x, ldx > 0 ? ldx : k, 0.0f, nullptr, k,
+                     dw, k, nullptr, db);
+}
+
+void input_impl(LtGemm& lt, const GemmTypes& t, const void* dy, const void* w, void* dx, int m,
+                int n, int k) {
+  lt.gemm(t, false, false, m, k, n, 1.0f, dy, n, w, k, 0.0f, nullptr, k, dx, k);
+}
+}  // namespace
 
 void linear_forward(LtGemm& lt, const float* x, const float* w, const float* bias,
                     const float* residual, float* y, int m, int n, int k, int ldx) {
-  lt.gemm(false, true, m, n, k, 1.0f, x, ldx > 0 ? ldx : k, w, k, residual ? 1.0f : 0.0f,
-          residual, n, y, n, bias);
+  forward_impl(lt, kF32, x, w, bias, residual, y, m, n, k, ldx);
+}
+void linear_forward(LtGemm& lt, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                    const __nv_bfloat16* bias, const __nv_bfloat16* residual, __nv_bfloat16* y,
+                    int m, int n, int k, int ldx) {
+  forward_impl(lt, kBF16, x, w, bias, residual, y, m, n, k, ldx);
+}
+void linear_forward(LtGemm& lt, const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias,
+                    const float* residual, float* y, int m, int n, int k, int ldx) {
+  forward_impl(lt, kBF16toF32, x, w, bias, residual, y, m, n, k, ldx);
 }
 
 void linear_backward_weight(LtGemm& lt, const float* dy, const float* x, float* dw, int m, int n,
                             int k, bool accumulate, int ldx) {
-  lt.gemm(true, false, n, k, m, 1.0f, dy, n, x, ldx > 0 ? ldx : k, accumulate ? 1.0f : 0.0f,
-          accumulate ? dw : nullptr, k, dw, k);
+  weight_impl(lt, kF32, dy, x, dw, m, n, k, accumulate, ldx);
+}
+void linear_backward_weight(LtGemm& lt, const __nv_bfloat16* dy, const __nv_bfloat16* x, float* dw,
+                            int m, int n, int k, bool accumulate, int ldx) {
+  weight_impl(lt, kBF16toF32, dy, x, dw, m, n, k, accumulate, ldx);
 }
 
-void linear_backward_weight_bias(LtGemm& lt, const float* dy, const float* x, float* dw, float* db,
+bool linear_backward_weight_bias(LtGemm& lt, const float* dy, const float* x, float* dw, float* db,
                                  int m, int n, int k, int ldx) {
-  lt.gemm(true, false, n, k, m, 1.0f, dy, n, x, ldx > 0 ? ldx : k, 0.0f, nullptr, k, dw, k, nullptr,
-          db);
+  return weight_bias_impl(lt, kF32, dy, x, dw, db, m, n, k, ldx);
+}
+bool linear_backward_weight_bias(LtGemm& lt, const __nv_bfloat16* dy, const __nv_bfloat16* x,
+                                 float* dw, float* db, int m, int n, int k, int ldx) {
+  return weight_bias_impl(lt, kBF16toF32, dy, x, dw, db, m, n, k, ldx);
 }
 
 void linear_backward_input(LtGemm& lt, const float* dy, const float* w, float* dx, int m, int n,
                            int k) {
-  lt.gemm(false, false, m, k, n, 1.0f, dy, n, w, k, 0.0f, nullptr, k, dx, k);
+  input_impl(lt, kF32, dy, w, dx, m, n, k);
+}
+void linear_backward_input(LtGemm& lt, const __nv_bfloat16* dy, const __nv_bfloat16* w,
+                           __nv_bfloat16* dx, int m, int n, int k) {
+  input_impl(lt, kBF16, dy, w, dx, m, n, k);
 }
 
 }  // namespace vitddp

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cuda/check.h"
+#include "cuda/dtype.cuh"
 
 namespace vitddp {
 namespace {
@@ -22,7 +23,8 @@ void check_geometry(const PatchGeometry& g, const char* what) {
                                 " P=" + std::to_string(g.patch) + " D=" + std::to_string(g.hidden));
 }
 
-__global__ void im2col_kernel(const float* __restrict__ img, float* __restrict__ patches, int B,
+template <typename TP>
+__global__ void im2col_kernel(const float* __restrict__ img, TP* __restrict__ patches, int B,
                               int C, int H, int P, int grid) {
   const int PP = P * P, cols = C * PP, Np = grid * grid;
   const size_t n = (size_t)B * Np * cols;
@@ -33,7 +35,7 @@ __global__ void im2col_kernel(const float* __restrict__ img, float* __restrict__
     const int b = (int)(row / Np), p = (int)(row % Np);
     const int i = p / grid, j = p % grid;
     const int c = col / PP, kh = (col / P) % P, kw = col % P;
-    patches[idx] = img[(((size_t)b * C + c) * H + (size_t)i * P + kh) * H + (size_t)j * P + kw];
+    patches[idx] = from_f32<TP>(img[(((size_t)b * C + c) * H + (size_t)i * P + kh) * H + (size_t)j * P + kw]);
   }
 }
 
@@ -51,7 +53,8 @@ __global__ void assemble_kernel(const float* __restrict__ emb, const float* __re
   }
 }
 
-__global__ void assemble_backward_kernel(const float* __restrict__ dh, float* __restrict__ demb,
+template <typename TE>
+__global__ void assemble_backward_kernel(const float* __restrict__ dh, TE* __restrict__ demb,
                                          float* __restrict__ dcls, float* __restrict__ dpos,
                                          bool accumulate, int B, int T, int D) {
   const size_t n = (size_t)T * D;
@@ -62,7 +65,7 @@ __global__ void assemble_backward_kernel(const float* __restrict__ dh, float* __
     for (int b = 0; b < B; ++b) {
       const float v = dh[((size_t)b * T + t) * D + d];
       s += v;
-      if (t > 0) demb[((size_t)b * (T - 1) + (t - 1)) * D + d] = v;
+      if (t > 0) demb[((size_t)b * (T - 1) + (t - 1)) * D + d] = from_f32<TE>(v);
     }
     dpos[idx] = accumulate ? dpos[idx] + s : s;
     if (t == 0) dcls[d] = accumulate ? dcls[d] + s : s;
@@ -71,12 +74,34 @@ __global__ void assemble_backward_kernel(const float* __restrict__ dh, float* __
 
 }  // namespace
 
-void patch_im2col(const float* images, float* patches, const PatchGeometry& g, cudaStream_t stream) {
+namespace {
+template <typename TP>
+void im2col_impl(const float* images, TP* patches, const PatchGeometry& g, cudaStream_t stream) {
   check_geometry(g, "patch_im2col");
   const size_t n = (size_t)g.batch * g.num_patches() * g.patch_dim();
-  im2col_kernel<<<grid_for(n, 256), 256, 0, stream>>>(images, patches, g.batch, g.channels,
-                                                      g.image, g.patch, g.grid());
+  im2col_kernel<TP><<<grid_for(n, 256), 256, 0, stream>>>(images, patches, g.batch, g.channels,
+                                                          g.image, g.patch, g.grid());
   CUDA_CHECK_LAUNCH();
+}
+
+template <typename TE>
+void assemble_backward_impl(const float* dh, TE* demb, float* dclass, float* dpos, bool accumulate,
+                            const PatchGeometry& g, cudaStream_t stream) {
+  check_geometry(g, "assemble_tokens_backward");
+  const size_t n = (size_t)g.seq_len() * g.hidden;
+  assemble_backward_kernel<TE><<<grid_for(n, 256), 256, 0, stream>>>(
+      dh, demb, dclass, dpos, accumulate, g.batch, g.seq_len(), g.hidden);
+  CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+void patch_im2col(const float* images, float* patches, const PatchGeometry& g, cudaStream_t stream) {
+  im2col_impl(images, patches, g, stream);
+}
+
+void patch_im2col(const float* images, __nv_bfloat16* patches, const PatchGeometry& g,
+                  cudaStream_t stream) {
+  im2col_impl(images, patches, g, stream);
 }
 
 void assemble_tokens(const float* emb, const float* class_token, const float* pos, float* h,
@@ -90,12 +115,12 @@ void assemble_tokens(const float* emb, const float* class_token, const float* po
 
 void assemble_tokens_backward(const float* dh, float* demb, float* dclass, float* dpos,
                               bool accumulate, const PatchGeometry& g, cudaStream_t stream) {
-  check_geometry(g, "assemble_tokens_backward");
-  const size_t n = (size_t)g.seq_len() * g.hidden;
-  assemble_backward_kernel<<<grid_for(n, 256), 256, 0, stream>>>(dh, demb, dclass, dpos,
-                                                                 accumulate, g.batch, g.seq_len(),
-                                                                 g.hidden);
-  CUDA_CHECK_LAUNCH();
+  assemble_backward_impl(dh, demb, dclass, dpos, accumulate, g, stream);
+}
+
+void assemble_tokens_backward(const float* dh, __nv_bfloat16* demb, float* dclass, float* dpos,
+                              bool accumulate, const PatchGeometry& g, cudaStream_t stream) {
+  assemble_backward_impl(dh, demb, dclass, dpos, accumulate, g, stream);
 }
 
 }  // namespace vitddp

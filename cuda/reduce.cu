@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cuda/check.h"
+#include "cuda/dtype.cuh"
 
 namespace vitddp {
 namespace {
@@ -13,7 +14,8 @@ constexpr int kColsPerBlock = 32;
 constexpr int kRowThreads = 8;
 
 // Block (32, 8): 32 columns, 8 threads down the rows of one chunk; fixed-order combination.
-__global__ void column_partial_kernel(const float* __restrict__ x, int rows, int cols, int ld,
+template <typename TX>
+__global__ void column_partial_kernel(const TX* __restrict__ x, int rows, int cols, int ld,
                                       float* __restrict__ partial) {
   __shared__ float s[kRowThreads][kColsPerBlock + 1];
   const int c = blockIdx.x * kColsPerBlock + threadIdx.x;
@@ -21,7 +23,7 @@ __global__ void column_partial_kernel(const float* __restrict__ x, int rows, int
   const int r1 = min(rows, r0 + kChunkRows);
   float acc = 0.0f;
   if (c < cols)
-    for (int r = r0 + threadIdx.y; r < r1; r += kRowThreads) acc += x[(size_t)r * ld + c];
+    for (int r = r0 + threadIdx.y; r < r1; r += kRowThreads) acc += to_f32(x[(size_t)r * ld + c]);
   s[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && c < cols) {
@@ -57,8 +59,10 @@ size_t column_sum_scratch_floats(int rows, int cols) {
   return nchunks * (size_t)(cols > 0 ? cols : 0);
 }
 
-void column_sum(const float* x, int rows, int cols, int ld, float* out, bool accumulate,
-                float* scratch, cudaStream_t stream) {
+namespace {
+template <typename TX>
+void column_sum_impl(const TX* x, int rows, int cols, int ld, float* out, bool accumulate,
+                     float* scratch, cudaStream_t stream) {
   if (rows < 0 || cols < 0 || ld < cols)
     throw std::invalid_argument("column_sum: bad shape rows=" + std::to_string(rows) +
                                 " cols=" + std::to_string(cols) + " ld=" + std::to_string(ld));
@@ -66,13 +70,25 @@ void column_sum(const float* x, int rows, int cols, int ld, float* out, bool acc
   const int nchunks = (rows + kChunkRows - 1) / kChunkRows;
   if (nchunks > 0) {
     dim3 grid((cols + kColsPerBlock - 1) / kColsPerBlock, nchunks);
-    column_partial_kernel<<<grid, dim3(kColsPerBlock, kRowThreads), 0, stream>>>(x, rows, cols, ld,
+    column_partial_kernel<TX><<<grid, dim3(kColsPerBlock, kRowThreads), 0, stream>>>(x, rows, cols, ld,
                                                                                 scratch);
     CUDA_CHECK_LAUNCH();
   }
   column_final_kernel<<<(cols + kColsPerBlock - 1) / kColsPerBlock, dim3(kColsPerBlock, kRowThreads),
                         0, stream>>>(scratch, nchunks, cols, out, accumulate);
   CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void column_sum(const float* x, int rows, int cols, int ld, float* out, bool accumulate,
+                float* scratch, cudaStream_t stream) {
+  column_sum_impl(x, rows, cols, ld, out, accumulate, scratch, stream);
+}
+
+void column_sum(const __nv_bfloat16* x, int rows, int cols, int ld, float* out, bool accumulate,
+                float* scratch, cudaStream_t stream) {
+  column_sum_impl(x, rows, cols, ld, out, accumulate, scratch, stream);
 }
 
 }  // namespace vitddp

@@ -1,5 +1,6 @@
-// Deterministic column sums (bias gradients), fp32, on a stream.
+// Deterministic column sums (bias gradients), fp32 accumulation, on a stream.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -13,7 +14,10 @@ size_t column_sum_scratch_floats(int rows, int cols);
 /// (accumulate=true). x: [rows, cols] fp32 with leading dimension ld >= cols. Two deterministic
 /// stages: per row-chunk partials into `scratch` (column_sum_scratch_floats), then a fixed-order
 /// sum per column. out must not alias x or scratch.
+/// The bf16 overload reads bf16 x (widened to fp32); the sums and out are fp32.
 void column_sum(const float* x, int rows, int cols, int ld, float* out, bool accumulate,
+                float* scratch, cudaStream_t stream);
+void column_sum(const __nv_bfloat16* x, int rows, int cols, int ld, float* out, bool accumulate,
                 float* scratch, cudaStream_t stream);
 
 }  // namespace vitddp

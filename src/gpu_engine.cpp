@@ -64,7 +64,7 @@ class GpuEngine final : public Engine {
     CUDA_CHECK(cudaMemcpy(params_.get(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemset(grads_.get(), 0, n * sizeof(float)));
 
-    model_ = std::make_unique<GpuViT>(layout, o.batch_size, compute_);
+    model_ = std::make_unique<GpuViT>(layout, o.batch_size, compute_, GpuViTOptions::for_precision(parse_precision(o.precision)));
     if (o.ddp) {
       nccl_log_ = redirect_nccl_info_log(w.rank);
       comm_ = std::make_unique<NcclComm>(w);

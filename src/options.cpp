@@ -6,6 +6,7 @@
 #include <functional>
 #include <sstream>
 
+#include "cuda/precision.h"
 #include "model/vit_config.h"
 
 namespace vitddp {
@@ -120,6 +121,9 @@ const std::vector<Spec>& table() {
       {"compression", "none|fp16|bf16|powersgd", "DDP comm hook: none (fp32 average), fp16/bf16 (fp16_compress_hook/bf16_compress_hook: divide, cast, all-reduce in 16 bits), powersgd (powerSGD_hook, see --powersgd-*)",
        [](Options& o, const std::string& v) { o.compression = one_of("--compression", v, compression_names()); },
        [](const Options& o) { return o.compression; }},
+      {"precision", "fp32|tf32|bf16", "numerics of the GPU model: fp32 = strict fp32 (no TF32); tf32 = the same with GEMMs on TF32 tensor cores, fp32 accumulation (torch allow_tf32=True); bf16 = mixed precision as torch.autocast(bfloat16): bf16 GEMM and attention operands with fp32 accumulation, LayerNorm, softmax and loss in fp32, fp32 master weights, optimizer and gradients (the all-reduce still moves fp32). The CPU backend accepts only fp32",
+       [](Options& o, const std::string& v) { o.precision = one_of("--precision", v, precision_names()); },
+       [](const Options& o) { return o.precision; }},
       {"powersgd-rank", "R", "PowerSGD matrix_approximation_rank",
        [](Options& o, const std::string& v) { o.powersgd_rank = (int)parse_int("--powersgd-rank", v, 1, 1024); },
        [](const Options& o) { return std::to_string(o.powersgd_rank); }},

@@ -49,13 +49,40 @@ const SeriesSpec kStepSeries[kFloatSeries] = {
     {"timing/backward_end", "s", "end of backward compute (last micro-step), from the step-start event"},
 };
 
+/// Per-bucket values of a row, after the scalars: kBucketArrays arrays of nb values each.
+struct BucketSeriesSpec {
+  const char* name;
+  const char* units;
+  const char* description;
+  bool integer;
+};
+constexpr int kBucketArrays = 7;
+const BucketSeriesSpec kBucketSeries[kBucketArrays] = {
+    {"buckets/allreduce_start", "s", "start of the bucket's communication work on the comm stream, from the step-start event", false},
+    {"buckets/allreduce_end", "s", "end of the bucket's communication work on the comm stream, from the step-start event", false},
+    {"buckets/bytes_sent", "bytes", "payload bytes of this rank's all-reduce calls for the bucket (fp32 numel*4; fp16/bf16 numel*2; PowerSGD uncompressed + P + Q)", true},
+    {"buckets/compressed", "1", "1 if the bucket's payload was compressed this step (fp16/bf16; PowerSGD from its start step)", true},
+    {"buckets/compress_time", "s", "compression + decompression work of the bucket (comm stream)", false},
+    {"buckets/allreduce_time", "s", "time inside the bucket's all-reduce calls (summed)", false},
+    {"buckets/copy_time", "s", "gradient <-> bucket buffer copies (--grad-as-bucket-view off; 0 otherwise)", false},
+};
+
 std::vector<double> pack(const StepRecord& r, size_t nb) {
   std::vector<double> v = {r.data_wait_ms / 1e3, r.input_wait_ms / 1e3, r.forward_ms / 1e3,
                            r.backward_ms / 1e3,  r.exposed_comm_ms / 1e3, r.optimizer_ms / 1e3,
                            r.step_ms / 1e3,      r.wall_ms / 1e3,         r.loss,
                            r.start_ms / 1e3,     r.backward_end_ms / 1e3, r.nonfinite ? 1.0 : 0.0};
-  for (size_t b = 0; b < nb; ++b) v.push_back(b < r.buckets.start_ms.size() ? r.buckets.start_ms[b] / 1e3 : 0.0);
-  for (size_t b = 0; b < nb; ++b) v.push_back(b < r.buckets.end_ms.size() ? r.buckets.end_ms[b] / 1e3 : 0.0);
+  const BucketTimes& t = r.buckets;
+  auto put = [&](auto const& vec, double scale) {
+    for (size_t b = 0; b < nb; ++b) v.push_back(b < vec.size() ? (double)vec[b] * scale : 0.0);
+  };
+  put(t.start_ms, 1e-3);
+  put(t.end_ms, 1e-3);
+  put(t.bytes_sent, 1.0);
+  put(t.compressed, 1.0);
+  put(t.compress_ms, 1e-3);
+  put(t.allreduce_ms, 1e-3);
+  put(t.copy_ms, 1e-3);
   return v;
 }
 
@@ -126,10 +153,11 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   f.set_attr("batch_size", (int64_t)o.batch_size);
   f.set_attr("global_batch_size", (int64_t)o.batch_size * w.world_size);
   f.set_attr("backend", info.backend);
-  f.set_attr("precision", "fp32");
+  f.set_attr("precision", o.precision);
   f.set_attr("ddp", (int64_t)o.ddp);
   f.set_attr("overlap", (int64_t)o.overlap);
-  f.set_attr("gradient_as_bucket_view", (int64_t)1);
+  f.set_attr("gradient_as_bucket_view", (int64_t)(o.grad_as_bucket_view ? 1 : 0));
+  f.set_attr("compression", o.compression);
   f.set_attr("num_buckets", (int64_t)buckets.size());
   f.set_attr("forward_flops_per_image", forward_flops_per_image(layout.cfg));
   f.set_attr("versions", info.versions + ", MPI: " + mpi_library_version());
@@ -157,8 +185,8 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   const int64_t R = w.world_size, B = (int64_t)buckets.size();
   for (const auto& s : kStepSeries) f.create_series(s.name, s.units, s.description, R, 0, H5Dtype::f64);
   f.create_series("training/nonfinite", "1", "1 if the step's loss or averaged gradients held NaN/Inf (update not applied)", R, 0, H5Dtype::i64);
-  f.create_series("buckets/allreduce_start", "s", "all-reduce start of each bucket on the comm stream, from the step-start event", R, B, H5Dtype::f64);
-  f.create_series("buckets/allreduce_end", "s", "all-reduce end of each bucket on the comm stream, from the step-start event", R, B, H5Dtype::f64);
+  for (const auto& s : kBucketSeries)
+    f.create_series(s.name, s.units, s.description, R, B, s.integer ? H5Dtype::i64 : H5Dtype::f64);
   f.create_series("steps/timed", "1", "1 for the steps of the timed window, 0 for warm-up and cool-down", 1, 0, H5Dtype::i64);
   f.flush();
 }
@@ -224,13 +252,17 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   const auto hosts = gather_strings(w.hostname, w);
   const auto devices = gather_strings(info.device_name, w);
   const auto uuids = gather_strings(info.device_uuid, w);
+  if (w.rank == 0) {
+    const std::string warning = powersgd_start_warning(o);
+    if (!warning.empty()) std::printf("[vitddp] warning: %s\n", warning.c_str());
+  }
   if (w.rank == 0) write_header(*results, o, w, layout, buckets, info, cmd, hosts, devices, uuids);
   std::fflush(stdout);
 
   BatchFeed feed(o, w, layout.cfg, *engine, dataset);
   const size_t nb = buckets.size();
   const int total = o.total_steps();
-  std::vector<double> gathered(w.rank == 0 ? (size_t)w.world_size * (kScalars + 2 * nb) : 0);
+  std::vector<double> gathered(w.rank == 0 ? (size_t)w.world_size * (kScalars + kBucketArrays * nb) : 0);
   std::vector<double> timed_steps_ms;
   double window_s = 0;
   Clock::time_point window_start;
@@ -293,16 +325,20 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
     MPI_CHECK(MPI_Gather(row.data(), (int)row.size(), MPI_DOUBLE, gathered.data(), (int)row.size(), MPI_DOUBLE, 0,
                          MPI_COMM_WORLD));
     if (w.rank == 0) {
-      const size_t stride = kScalars + 2 * nb;
+      const size_t stride = kScalars + kBucketArrays * nb;
       std::vector<double> col(w.world_size), bk((size_t)w.world_size * nb);
       for (int s = 0; s < kFloatSeries; ++s) {
         for (int r = 0; r < w.world_size; ++r) col[r] = gathered[r * stride + s];
         results->append_step(kStepSeries[s].name, col);
       }
-      for (int which = 0; which < 2; ++which) {
+      for (int which = 0; which < kBucketArrays; ++which) {
         for (int r = 0; r < w.world_size; ++r)
           for (size_t b = 0; b < nb; ++b) bk[r * nb + b] = gathered[r * stride + kScalars + which * nb + b];
-        results->append_step(which == 0 ? "buckets/allreduce_start" : "buckets/allreduce_end", bk);
+        if (kBucketSeries[which].integer) {
+          results->append_step(kBucketSeries[which].name, std::vector<int64_t>(bk.begin(), bk.end()));
+        } else {
+          results->append_step(kBucketSeries[which].name, bk);
+        }
       }
       results->append_step("steps/timed", std::vector<int64_t>{timed ? 1 : 0});
       std::vector<int64_t> nf(w.world_size);

@@ -111,8 +111,8 @@ void read_param_group(hid_t file, const std::string& path, const std::string& gr
   std::fill(flat, flat + layout.total, 0.0f);
   for (const ParamInfo& p : layout.params) {
     const std::string dset = gpath + "/" + p.name;
-    read_checked(file, path, dset, "parameter '" + p.name + "' (dataset " + dset + ")", p.shape, Elem::f32,
-                 flat + p.offset);
+    read_checked(file, path, dset, layout.cfg.name + " parameter '" + p.name + "' (dataset " + dset + ")", p.shape,
+                 Elem::f32, flat + p.offset);
   }
   Handle g(H5_CHECK(H5Gopen2(file, gpath.c_str(), H5P_DEFAULT), path + ":" + gpath), H5Gclose);
   H5G_info_t info;

@@ -108,7 +108,7 @@ TEST_CASE("optim: AdamW host matches PyTorch's formula over 3 steps on a few sca
 
 TEST_CASE("optim: AdamW host reproduces what torch.optim.AdamW printed", "[optim]") {
   // The scalars of the previous case, 3 steps of torch.optim.AdamW(foreach=False) in PyTorch 2.11
-  // (CPU), once in float64 and once in float32 (tests/reference: see the report of issue 2):
+  // (CPU), once in float64 and once in float32, as tests/reference/adamw_scalars.py prints them:
   //   p = torch.tensor(p0, dtype=..., requires_grad=True); opt = torch.optim.AdamW([p], lr=...,
   //   betas=(b1, b2), eps=..., weight_decay=..., foreach=False); 3 x (p.grad = g[t]; opt.step())
   const std::vector<double> p0 = {1.0, -2.0, 0.5, 0.0, 3e-3};

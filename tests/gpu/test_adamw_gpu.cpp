@@ -65,3 +65,18 @@ TEST_CASE("adamw gpu: invalid step or hyper-parameters throw before launching", 
   adamw_step_gpu(d.get(), d.get(), d.get(), d.get(), 0, AdamWConfig(), 1, nullptr);  // n = 0: nothing to do
   CUDA_CHECK(cudaDeviceSynchronize());
 }
+
+TEST_CASE("adamw gpu: a set skip flag leaves parameters and state unchanged", "[gpu][adamw]") {
+  REQUIRE_GPU();
+  const size_t n = 1000;
+  const std::vector<float> p0 = normal_vec(n, 41, 0), m0 = normal_vec(n, 41, 1, 0.1), v0(n, 0.5f);
+  DevVec<float> dp(p0), dm(m0), dv(v0), dg(normal_vec(n, 41, 2));
+  DevVec<int> skip(std::vector<int>{1});
+  adamw_step_gpu(dp.get(), dg.get(), dm.get(), dv.get(), n, AdamWConfig(), 3, nullptr, skip.get());
+  CHECK(dp.download() == p0);
+  CHECK(dm.download() == m0);
+  CHECK(dv.download() == v0);
+  skip.upload(std::vector<int>{0});
+  adamw_step_gpu(dp.get(), dg.get(), dm.get(), dv.get(), n, AdamWConfig(), 3, nullptr, skip.get());
+  CHECK(dp.download() != p0);
+}

@@ -119,7 +119,7 @@ TEST_CASE("lt_gemm: nn.Linear forward, weight gradient and input gradient match 
   }
   CHECK_THROWS_AS(lt.gemm(false, false, 4, 4, 4, 1, nullptr, 4, nullptr, 4, 0, nullptr, 4, nullptr, 4),
                   std::invalid_argument);
-  CHECK_THROWS_AS(linear_forward(lt, nullptr, nullptr, nullptr, nullptr, nullptr, 4, 4, 0),
+  CHECK_THROWS_AS(linear_forward(lt, static_cast<const float*>(nullptr), nullptr, nullptr, nullptr, nullptr, 4, 4, 0),
                   std::invalid_argument);
 }
 
