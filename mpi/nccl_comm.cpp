@@ -4,11 +4,16 @@
 
 namespace vitddp {
 
-NcclComm::NcclComm(const World& w) {
+NcclComm::NcclComm(const World& w, int max_ctas) {
   ncclUniqueId id;
   if (w.rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD));
-  NCCL_CHECK(ncclCommInitRank(&comm_, w.world_size, id, w.rank));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  if (max_ctas > 0) {
+    config.maxCTAs = max_ctas;
+    config.minCTAs = 1;
+  }
+  NCCL_CHECK(ncclCommInitRankConfig(&comm_, w.world_size, id, w.rank, &config));
 }
 
 NcclComm::~NcclComm() {

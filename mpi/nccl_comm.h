@@ -11,9 +11,11 @@ namespace vitddp {
 /// Owns an NCCL communicator over MPI_COMM_WORLD: rank 0 calls ncclGetUniqueId, MPI_Bcast sends
 /// the id to all ranks, every rank calls ncclCommInitRank(world_size, id, rank) on its current
 /// CUDA device. Destruction calls ncclCommDestroy. Errors throw std::runtime_error (NCCL_CHECK).
+/// `max_ctas` > 0 caps the thread blocks (and so the SMs) NCCL's kernels may take from compute
+/// while they overlap backward (ncclConfig_t::maxCTAs, ncclCommInitRankConfig); 0 = NCCL's choice.
 class NcclComm {
  public:
-  explicit NcclComm(const World& w);
+  explicit NcclComm(const World& w, int max_ctas = 0);
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;

@@ -130,8 +130,14 @@ void NcclReducer::launch(size_t b) {
 }
 
 void NcclReducer::finalize() {
-  // With overlap every bucket is already launched; with --no-overlap all of them start here.
-  for (size_t b : tracker_.take_remaining()) launch(b);
+  // With overlap every complete bucket is already launched (the rest start here); with
+  // --no-overlap the tracker saw them complete but none was launched: all of them start here.
+  const std::vector<size_t> remaining = tracker_.take_remaining();
+  if (opts_.overlap) {
+    for (size_t b : remaining) launch(b);
+  } else {
+    for (size_t b = 0; b < buckets_.size(); ++b) launch(b);
+  }
   CUDA_CHECK(cudaEventRecord(comm_done_, comm_stream_));
   CUDA_CHECK(cudaStreamWaitEvent(compute_, comm_done_, 0));
   if (!opts_.grad_as_bucket_view) {
@@ -249,7 +255,14 @@ void MpiReducer::launch(size_t b) {
 }
 
 void MpiReducer::finalize() {
-  for (size_t b : tracker_.take_remaining()) launch(b);
+  // Same rule as NcclReducer::finalize: with overlap every complete bucket is already launched (the rest start here); with
+  // --no-overlap the tracker saw them complete but none was launched: all of them start here.
+  const std::vector<size_t> remaining = tracker_.take_remaining();
+  if (opts_.overlap) {
+    for (size_t b : remaining) launch(b);
+  } else {
+    for (size_t b = 0; b < buckets_.size(); ++b) launch(b);
+  }
   // Requests complete in launch order = bucket order; wait one by one to time each.
   for (Pending& pd : pending_) {
     const size_t b = pd.bucket;

@@ -67,7 +67,7 @@ class GpuEngine final : public Engine {
     model_ = std::make_unique<GpuViT>(layout, o.batch_size, compute_, GpuViTOptions::for_precision(parse_precision(o.precision)));
     if (o.ddp) {
       nccl_log_ = redirect_nccl_info_log(w.rank);
-      comm_ = std::make_unique<NcclComm>(w);
+      comm_ = std::make_unique<NcclComm>(w, o.nccl_max_ctas);
       reducer_ = std::make_unique<NcclReducer>(layout, buckets_, grads_.get(), comm_->get(), compute_, reducer_options(o));
     }
   }

@@ -29,6 +29,7 @@ struct Options {
   double first_bucket_mb = 1.0;     ///< MiB (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
   bool ddp = true;                  ///< false: --no-ddp, no reducer at all
   bool overlap = true;              ///< false: --no-overlap, all buckets after backward
+  int nccl_max_ctas = 0;            ///< cap on NCCL's thread blocks (SMs) per collective; 0: NCCL's choice
   bool grad_as_bucket_view = true;  ///< off: separate bucket buffer + copies (--grad-as-bucket-view)
   std::string compression = "none"; ///< none | fp16 | bf16 | powersgd (DDP comm hook)
   std::string precision = "fp32";   ///< fp32 | tf32 | bf16 (GPU model numerics; cuda/precision.h)

@@ -69,3 +69,10 @@ TEST_CASE("help lists every option", "[options]") {
   }
   CHECK(h.find("--help") != std::string::npos);
 }
+
+TEST_CASE("--precision: fp32 by default, tf32 and bf16 accepted, anything else named", "[options]") {
+  CHECK(parse({}).precision == "fp32");
+  CHECK(parse({"--precision", "tf32"}).precision == "tf32");
+  CHECK(parse({"--precision=bf16"}).precision == "bf16");
+  CHECK(error_of({"--precision", "fp16"}) == "--precision: unknown value 'fp16' (choose one of: fp32, tf32, bf16)");
+}

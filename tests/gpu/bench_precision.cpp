@@ -214,6 +214,49 @@ TEST_CASE("bench: GEMMs and kernels of one block in fp32, tf32 and bf16 (vit_l_3
     std::printf("GEMMs of one block (fwd + bwd), %s: %.3f ms, x24 = %.2f ms\n", precision_name(precs[c]),
                 block_total[c], 24 * block_total[c]);
 
+  // bf16 design choices, measured: output type of the GEMMs (fp32 vs bf16 D), BGRADB availability.
+  {
+    LtGemmOptions o;
+    o.compute = CUBLAS_COMPUTE_32F;
+    o.autotune_candidates = 16;
+    LtGemm lt(st, o);
+    const GemmTypes to32{CUDA_R_16BF, CUDA_R_32F}, to16{CUDA_R_16BF, CUDA_R_16BF};
+    DevVec<float> cs_scratch(column_sum_scratch_floats(N, M));
+    std::printf("\n| bf16 GEMM variant | D fp32 ms | D bf16 ms |\n| --- | --- | --- |\n");
+    for (const G& g : gemms) {
+      if (g.kind == 1) continue;
+      // Forward: Y = X W^T + b (+ R); input gradient: dX = dY W. Same shapes, only D's type differs.
+      const bool fwd = g.kind == 0;
+      const int m = g.m, n = fwd ? g.n : g.k, k = fwd ? g.k : g.n;
+      auto run = [&](const GemmTypes& t, void* out, const void* b, const void* res) {
+        return time_ms(st, [&] {
+          lt.gemm(t, false, fwd, m, n, k, 1.0f, x16.get(), k, w16.get(), fwd ? k : n, res ? 1.0f : 0.0f, res, n,
+                  out, n, b);
+        });
+      };
+      const double f32 = run(to32, y.get(), fwd ? bias.get() : nullptr, g.res ? r.get() : nullptr);
+      const double f16 = run(to16, y16.get(), fwd ? static_cast<const void*>(b16.get()) : nullptr,
+                             g.res ? static_cast<const void*>(r16.get()) : nullptr);
+      std::printf("| %s%s | %.3f | %.3f |\n", g.name, g.res ? " (+ residual)" : "", f32, f16);
+    }
+    for (const G& g : gemms) {
+      if (g.kind != 1) continue;
+      const double plain = time_ms(st, [&] { linear_backward_weight(lt, x16.get(), r16.get(), y.get(), g.m, g.n, g.k, false); });
+      const bool fused_ok = linear_backward_weight_bias(lt, x16.get(), r16.get(), y.get(), y2.get(), g.m, g.n, g.k);
+      const double fused = fused_ok ? time_ms(st, [&] {
+        linear_backward_weight_bias(lt, x16.get(), r16.get(), y.get(), y2.get(), g.m, g.n, g.k);
+      }) : -1;
+      const double colsum = time_ms(st, [&] {
+        column_sum(x16.get(), g.m, g.n, g.n, y2.get(), false, cs_scratch.get(), st);
+      });
+      if (fused_ok)
+        std::printf("%-8s bf16 dW %.3f ms, dW+BGRADB %.3f ms, separate bf16 column_sum %.3f ms\n", g.name, plain, fused, colsum);
+      else
+        std::printf("%-8s bf16 dW %.3f ms, BGRADB not offered for bf16 -> fp32 (column_sum %.3f ms instead)\n", g.name,
+                    plain, colsum);
+    }
+  }
+
   // bf16 custom kernels of one block (per-block multiplicity in brackets).
   DevVec<float> mean(N), rstd(N), dxf(hbig.size() / 2),
       scratch(std::max(layernorm_backward_scratch_floats(N, D), column_sum_scratch_floats(N, M)));

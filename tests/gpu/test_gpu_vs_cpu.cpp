@@ -235,38 +235,38 @@ TEST_CASE("gpu_vit: on_ready reports every parameter once, in the documented ord
   DevVec<float> dp(params), dimg(random_images(L.cfg, B, 304)), dg(L.total), dloss(1);
   DevVec<int32_t> dlab(random_labels(L.cfg, B, 305));
   for (const Precision prec : {Precision::fp32, Precision::tf32, Precision::bf16}) {
-  INFO("precision " << precision_name(prec));
-  GpuViT gpu(L, B, st.s, GpuViTOptions::for_precision(prec));
-  gpu.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
-  Groups groups;
-  std::map<size_t, std::vector<float>> at_report;
-  gpu.backward(dp.get(), dg.get(), false, [&](const std::vector<size_t>& idx) {
-    groups.emplace_back(idx.begin(), idx.end());
-    // Test only: wait for the enqueued work and snapshot the reported slices.
-    CUDA_CHECK(cudaStreamSynchronize(st.s));
-    for (size_t i : idx) {
-      std::vector<float> s(L.params[i].numel);
-      CUDA_CHECK(cudaMemcpy(s.data(), dg.get() + L.params[i].offset, s.size() * sizeof(float),
-                            cudaMemcpyDeviceToHost));
-      at_report[i] = s;
+    INFO("precision " << precision_name(prec));
+    GpuViT gpu(L, B, st.s, GpuViTOptions::for_precision(prec));
+    gpu.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
+    Groups groups;
+    std::map<size_t, std::vector<float>> at_report;
+    gpu.backward(dp.get(), dg.get(), false, [&](const std::vector<size_t>& idx) {
+      groups.emplace_back(idx.begin(), idx.end());
+      // Test only: wait for the enqueued work and snapshot the reported slices.
+      CUDA_CHECK(cudaStreamSynchronize(st.s));
+      for (size_t i : idx) {
+        std::vector<float> s(L.params[i].numel);
+        CUDA_CHECK(cudaMemcpy(s.data(), dg.get() + L.params[i].offset, s.size() * sizeof(float),
+                              cudaMemcpyDeviceToHost));
+        at_report[i] = s;
+      }
+    });
+    const Groups expected = expected_groups(L);
+    REQUIRE(groups.size() == expected.size());
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+      INFO("group " << gi);
+      CHECK(groups[gi] == expected[gi]);
     }
-  });
-  const Groups expected = expected_groups(L);
-  REQUIRE(groups.size() == expected.size());
-  for (size_t gi = 0; gi < groups.size(); ++gi) {
-    INFO("group " << gi);
-    CHECK(groups[gi] == expected[gi]);
-  }
-  std::multiset<size_t> all;
-  for (const auto& g : groups) all.insert(g.begin(), g.end());
-  REQUIRE(all.size() == L.params.size());
-  for (size_t i = 0; i < L.params.size(); ++i) CHECK(all.count(i) == 1);
-  // A reported gradient is final: later kernels do not change it.
-  const std::vector<float> final_grads = dg.download();
-  for (const auto& [i, slice] : at_report) {
-    INFO(L.params[i].name);
-    CHECK(std::equal(slice.begin(), slice.end(), final_grads.begin() + L.params[i].offset));
-  }
+    std::multiset<size_t> all;
+    for (const auto& g : groups) all.insert(g.begin(), g.end());
+    REQUIRE(all.size() == L.params.size());
+    for (size_t i = 0; i < L.params.size(); ++i) CHECK(all.count(i) == 1);
+    // A reported gradient is final: later kernels do not change it.
+    const std::vector<float> final_grads = dg.download();
+    for (const auto& [i, slice] : at_report) {
+      INFO(L.params[i].name);
+      CHECK(std::equal(slice.begin(), slice.end(), final_grads.begin() + L.params[i].offset));
+    }
   }
 }
 

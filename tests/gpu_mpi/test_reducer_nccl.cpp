@@ -53,6 +53,8 @@ double norm_rel_err(const float* a, const float* ref, size_t n) {
 }  // namespace
 
 TEST_CASE("NCCL reducer averages every bucket: rank r holds r+1", "[gpu][mpi][reducer]") {
+  const bool overlap = GENERATE(true, false);  // --no-overlap launches every bucket in finalize()
+  INFO("overlap " << overlap);
   const World w = test_world();
   REQUIRE(w.world_size == 2);
   const ParamLayout L = make_param_layout(vit_config("vit_b_32"));
@@ -64,7 +66,9 @@ TEST_CASE("NCCL reducer averages every bucket: rank r holds r+1", "[gpu][mpi][re
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   NcclComm comm(w);
   {
-    NcclReducer reducer(L, buckets, grads.get(), comm.get(), stream, ReducerOptions{});
+    ReducerOptions ro;
+    ro.overlap = overlap;
+    NcclReducer reducer(L, buckets, grads.get(), comm.get(), stream, ro);
     cudaEvent_t start;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventRecord(start, stream));

@@ -46,11 +46,15 @@ double norm_rel_err(const float* a, const float* ref, size_t n) {
 
 TEST_CASE("MPI reducer averages every bucket: rank r holds r+1", "[mpi][reducer]") {
   REQUIRE(world_size() == 2);
+  const bool overlap = GENERATE(true, false);  // --no-overlap launches every bucket in finalize()
+  INFO("overlap " << overlap);
   const ParamLayout L = make_param_layout(vit_config("vit_tiny"));
   const auto buckets = assign_buckets(L, 4096, 65536);  // several buckets
   REQUIRE(buckets.size() > 3);
   std::vector<float> grads(L.total, (float)(world_rank() + 1));
-  MpiReducer reducer(L, buckets, grads.data(), world_size(), ReducerOptions{});
+  ReducerOptions ro;
+  ro.overlap = overlap;
+  MpiReducer reducer(L, buckets, grads.data(), world_size(), ro);
   reducer.prepare_for_backward(std::chrono::steady_clock::now());
   // Report parameters in gradient-ready order in small groups, as a backward pass would.
   const auto order = L.ready_order();
