@@ -43,6 +43,10 @@ int select_device(const World& w, int visible_devices) {
   if (visible_devices <= 0)
     throw std::runtime_error("no CUDA device is visible on host " + w.hostname +
                              " (use --backend cpu to run without a GPU)");
+  // A scheduler that gives each task its own GPU (CUDA_VISIBLE_DEVICES per task, Slurm
+  // --gpus-per-task=1) leaves every rank with exactly one visible device: use it. Whether two
+  // ranks got the same GPU is checked by UUID once the devices are chosen.
+  if (visible_devices == 1) return 0;
   if (w.local_size > visible_devices)
     throw std::runtime_error(std::to_string(w.local_size) + " ranks share host " + w.hostname + " but it has only " +
                              std::to_string(visible_devices) +

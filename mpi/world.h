@@ -21,10 +21,11 @@ struct World {
 /// Throws std::runtime_error on MPI failure.
 World init_world(int* argc, char*** argv);
 
-/// The GPU this rank drives: local_rank modulo `visible_devices`. Throws std::runtime_error with
-/// an explanation when more ranks share this node than it has visible GPUs (two ranks on one GPU
+/// The GPU this rank drives: device 0 when the rank sees exactly one (a scheduler that isolates
+/// one GPU per task), else local_rank modulo `visible_devices`. Throws std::runtime_error with an
+/// explanation when more ranks share this node than it has visible GPUs (two ranks on one GPU
 /// would silently halve throughput, and NCCL refuses duplicate GPUs in one communicator), or when
-/// no GPU is visible.
+/// no GPU is visible. Duplicates among isolated ranks are found later by comparing GPU UUIDs.
 int select_device(const World& w, int visible_devices);
 
 /// Prints "[vitddp rank R] error: msg" to stderr and ends every rank with MPI_Abort(code): never a

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,13 @@ struct EngineInfo {
   int device_index = -1;
   std::string versions;         ///< "CUDA 13.0, NCCL 2.28.3, cuBLASLt 130100" etc.
   size_t device_bytes = 0;      ///< memory allocated for parameters, gradients, activations
+};
+
+/// Thrown on every rank when an engine could not be set up on some rank (no or too few GPUs,
+/// out of memory, two ranks on one GPU): the ranks agreed on it before any collective, so they
+/// all leave with exit code 2. what() is the local reason, "" on the ranks that were fine.
+struct EngineSetupError : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 /// A rank's model replica, optimizer and reducer.

@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "cuda/check.h"
@@ -29,42 +31,22 @@ class GpuEngine final : public Engine {
  public:
   GpuEngine(const Options& o, const World& w, const ParamLayout& layout, std::vector<Bucket> buckets)
       : opts_(o), world_(w), layout_(layout), buckets_(std::move(buckets)) {
-    device_ = select_device(w, visible_cuda_devices());
-    CUDA_CHECK(cudaSetDevice(device_));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
-    for (cudaEvent_t* e : {&ev_origin_, &ev_start_, &ev_opt_, &ev_end_}) CUDA_CHECK(cudaEventCreate(e));
-    for (auto& e : ev_copied_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    for (auto& e : ev_consumed_) {
-      CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      CUDA_CHECK(cudaEventRecord(e, compute_));
+    // Device choice and every allocation happen before any collective, and the ranks agree on the
+    // outcome before NCCL starts: one rank out of memory must not leave the others waiting inside
+    // ncclCommInitRank.
+    std::string error;
+    try {
+      allocate(o, w, layout);
+    } catch (const std::exception& e) {
+      error = e.what();
+      if (error.find("out of GPU memory") != std::string::npos)
+        error = "--batch-size: " + layout.cfg.name + " with batch " + std::to_string(o.batch_size) +
+                " does not fit in GPU memory (parameters, gradients" + (o.momentum != 0 ? ", momentum" : "") +
+                " alone take " + std::to_string(((o.momentum != 0 ? 3 : 2) * layout.total * 4) >> 20) +
+                " MiB, plus activations): " + error;
     }
-
-    const size_t n = layout.total;
-    params_ = DeviceBuffer<float>(n, "parameters");
-    grads_ = DeviceBuffer<float>(n, "gradients");
-    if (o.momentum != 0) {
-      // Zeroed, so that a skipped first step (non-finite gradients) changes nothing: buf = m*0 + g.
-      momentum_ = DeviceBuffer<float>(n, "SGD momentum buffer");
-      CUDA_CHECK(cudaMemset(momentum_.get(), 0, n * sizeof(float)));
-    }
-    nonfinite_ = DeviceBuffer<int>(1, "non-finite flag");
-    CUDA_CHECK(cudaMallocHost(&nonfinite_host_, sizeof(int)));
-    const size_t img = (size_t)o.batch_size * layout.cfg.channels * layout.cfg.image_size * layout.cfg.image_size;
-    for (int s = 0; s < 2; ++s) {
-      images_[s] = DeviceBuffer<float>(img, "input images");
-      labels_[s] = DeviceBuffer<int32_t>(o.batch_size, "input labels");
-    }
-    loss_ = DeviceBuffer<float>(o.grad_accum_steps, "loss");
-    CUDA_CHECK(cudaMallocHost(&loss_host_, o.grad_accum_steps * sizeof(float)));
-
-    // Same seed on every rank -> identical replicas (what DDP's initial broadcast guarantees).
-    std::vector<float> host(n);
-    init_params(layout, parse_init_scheme(o.init), o.seed, host.data());
-    CUDA_CHECK(cudaMemcpy(params_.get(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemset(grads_.get(), 0, n * sizeof(float)));
-
-    model_ = std::make_unique<GpuViT>(layout, o.batch_size, compute_, GpuViTOptions::for_precision(parse_precision(o.precision)));
+    if (!all_ranks_ok(error.empty())) throw EngineSetupError(error);
+    check_distinct_gpus(w);
     if (o.ddp) {
       nccl_log_ = redirect_nccl_info_log(w.rank);
       comm_ = std::make_unique<NcclComm>(w, o.nccl_max_ctas);
@@ -255,6 +237,69 @@ class GpuEngine final : public Engine {
   }
 
  private:
+  /// Chooses the device and allocates streams, events, buffers and the model; no collective.
+  void allocate(const Options& o, const World& w, const ParamLayout& layout) {
+    device_ = select_device(w, visible_cuda_devices());
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+    for (cudaEvent_t* e : {&ev_origin_, &ev_start_, &ev_opt_, &ev_end_}) CUDA_CHECK(cudaEventCreate(e));
+    for (auto& e : ev_copied_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (auto& e : ev_consumed_) {
+      CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventRecord(e, compute_));
+    }
+
+    const size_t n = layout.total;
+    params_ = DeviceBuffer<float>(n, "parameters");
+    grads_ = DeviceBuffer<float>(n, "gradients");
+    if (o.momentum != 0) {
+      // Zeroed, so that a skipped first step (non-finite gradients) changes nothing: buf = m*0 + g.
+      momentum_ = DeviceBuffer<float>(n, "SGD momentum buffer");
+      CUDA_CHECK(cudaMemset(momentum_.get(), 0, n * sizeof(float)));
+    }
+    nonfinite_ = DeviceBuffer<int>(1, "non-finite flag");
+    CUDA_CHECK(cudaMallocHost(&nonfinite_host_, sizeof(int)));
+    const size_t img = (size_t)o.batch_size * layout.cfg.channels * layout.cfg.image_size * layout.cfg.image_size;
+    for (int s = 0; s < 2; ++s) {
+      images_[s] = DeviceBuffer<float>(img, "input images");
+      labels_[s] = DeviceBuffer<int32_t>(o.batch_size, "input labels");
+    }
+    loss_ = DeviceBuffer<float>(o.grad_accum_steps, "loss");
+    CUDA_CHECK(cudaMallocHost(&loss_host_, o.grad_accum_steps * sizeof(float)));
+
+    // Same seed on every rank -> identical replicas (what DDP's initial broadcast guarantees).
+    std::vector<float> host(n);
+    init_params(layout, parse_init_scheme(o.init), o.seed, host.data());
+    CUDA_CHECK(cudaMemcpy(params_.get(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(grads_.get(), 0, n * sizeof(float)));
+
+    model_ = std::make_unique<GpuViT>(layout, o.batch_size, compute_, GpuViTOptions::for_precision(parse_precision(o.precision)));
+  }
+
+  /// Every rank must drive its own GPU. Ranks that each see a single GPU (one per task) all pick
+  /// device 0, so compare UUIDs per host; and warn that NCCL may then not reach its peers over
+  /// NVLink (each process sees only its own GPU): the recorded nccl_transport shows what it used.
+  void check_distinct_gpus(const World& w) {
+    const std::string me = w.hostname + " " + info().device_uuid;
+    constexpr int kLen = 160;
+    char mine[kLen] = {0};
+    std::snprintf(mine, kLen, "%s", me.c_str());
+    std::vector<char> all((size_t)kLen * w.world_size);
+    MPI_CHECK(MPI_Allgather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, MPI_COMM_WORLD));
+    for (int r = 0; r < w.world_size; ++r)
+      for (int q = r + 1; q < w.world_size; ++q)
+        if (std::strcmp(&all[(size_t)r * kLen], &all[(size_t)q * kLen]) == 0)
+          throw EngineSetupError("ranks " + std::to_string(r) + " and " + std::to_string(q) +
+                                 " drive the same GPU (" + std::string(&all[(size_t)r * kLen]) +
+                                 "): give each rank its own GPU");
+    if (visible_cuda_devices() == 1 && w.local_size > 1 && w.local_rank == 0)
+      std::printf("[vitddp] warning: each rank on %s sees a single GPU (per-task CUDA_VISIBLE_DEVICES): NCCL cannot "
+                  "use NVLink peer access between GPUs a process cannot see and may fall back to SHM or NET "
+                  "(see nccl_transport in the results); give every task all the node's GPUs to keep NVLink\n",
+                  w.hostname.c_str());
+  }
+
   int next_slot() const { return slot_ ^ 1; }
 
   /// CUDA events of one micro-step on the compute stream.

@@ -246,8 +246,18 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
     std::printf("[vitddp] %s (%zu parameters), %d rank(s), backend %s, batch %d per rank, %zu bucket(s)%s\n",
                 layout.cfg.name.c_str(), layout.parameter_count(), w.world_size, o.backend.c_str(), o.batch_size,
                 buckets.size(), o.ddp ? "" : " (no DDP)");
-  std::unique_ptr<Engine> engine = o.backend == "gpu" ? make_gpu_engine(o, w, layout, buckets)
-                                                      : make_cpu_engine(o, w, layout, buckets);
+  std::unique_ptr<Engine> engine;
+  try {
+    engine = o.backend == "gpu" ? make_gpu_engine(o, w, layout, buckets) : make_cpu_engine(o, w, layout, buckets);
+  } catch (const EngineSetupError& e) {
+    // Every rank got here together; the ranks that failed say why.
+    if (*e.what()) std::fprintf(stderr, "[vitddp rank %d] error: %s\n", w.rank, e.what());
+    if (w.rank == 0) {
+      results.reset();
+      std::remove(o.out.c_str());  // created above, holds no step
+    }
+    return 2;
+  }
   const EngineInfo info = engine->info();
   const auto hosts = gather_strings(w.hostname, w);
   const auto devices = gather_strings(info.device_name, w);

@@ -307,7 +307,9 @@ TEST_CASE("gpu_vit: accumulate=true adds (2x), padding is left untouched, runs r
     }
     CHECK(unwritten == 0);
     CHECK(padding_touched == 0);
-    CHECK(std::sqrt(num / den) <= (prec == Precision::fp32 ? 1e-6 : 1e-5));
+    // Accumulating runs other GEMM algorithms (beta = 1) and bias-gradient paths; with TF32 inputs
+    // their rounding differs by up to ~5e-5 (measured on an H200), far inside TF32's 5e-3 parity bound.
+    CHECK(std::sqrt(num / den) <= (prec == Precision::fp32 ? 1e-6 : prec == Precision::tf32 ? 1e-4 : 1e-5));
     // Same forward again: identical loss.
     const float l1 = dloss.download()[0];
     gpu.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
