@@ -32,10 +32,12 @@ std::string cpu_model_name() {
 
 class CpuEngine final : public Engine {
  public:
-  CpuEngine(const Options& o, const World& w, const ParamLayout& layout, std::vector<Bucket> buckets)
+  CpuEngine(const Options& o, const World& w, const ParamLayout& layout, std::vector<Bucket> buckets,
+            const std::vector<float>* initial_params)
       : opts_(o), world_(w), layout_(layout), buckets_(std::move(buckets)), model_(layout, o.batch_size),
         params_(layout.total), grads_(layout.total, 0.0f), momentum_(o.momentum != 0 ? layout.total : 0) {
-    init_params(layout, parse_init_scheme(o.init), o.seed, params_.data());
+    if (initial_params) params_ = *initial_params;
+    else init_params(layout, parse_init_scheme(o.init), o.seed, params_.data());
     const auto& c = layout.cfg;
     images_.resize((size_t)o.batch_size * c.channels * c.image_size * c.image_size);
     labels_.resize(o.batch_size);
@@ -156,8 +158,8 @@ class CpuEngine final : public Engine {
 }  // namespace
 
 std::unique_ptr<Engine> make_cpu_engine(const Options& o, const World& w, const ParamLayout& layout,
-                                        std::vector<Bucket> buckets) {
-  return std::make_unique<CpuEngine>(o, w, layout, std::move(buckets));
+                                        std::vector<Bucket> buckets, const std::vector<float>* initial_params) {
+  return std::make_unique<CpuEngine>(o, w, layout, std::move(buckets), initial_params);
 }
 
 }  // namespace vitddp

@@ -99,10 +99,12 @@ class Engine {
 /// Builds the engine for opts.backend ("gpu" or "cpu"; "auto" must be resolved by the caller).
 /// Parameters are initialised identically on every rank from opts.seed (DDP broadcasts rank 0's
 /// parameters; a shared seed gives the same bits without the broadcast).
+/// `initial_params` (layout.total floats, e.g. from --init-from) replaces the seeded
+/// initialisation when given.
 std::unique_ptr<Engine> make_gpu_engine(const Options& opts, const World& w, const ParamLayout& layout,
-                                        std::vector<Bucket> buckets);
+                                        std::vector<Bucket> buckets, const std::vector<float>* initial_params = nullptr);
 std::unique_ptr<Engine> make_cpu_engine(const Options& opts, const World& w, const ParamLayout& layout,
-                                        std::vector<Bucket> buckets);
+                                        std::vector<Bucket> buckets, const std::vector<float>* initial_params = nullptr);
 
 /// Number of CUDA devices visible to this process (0 when no driver or device).
 int visible_cuda_devices();

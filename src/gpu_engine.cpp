@@ -29,8 +29,9 @@ float elapsed(cudaEvent_t a, cudaEvent_t b) {
 
 class GpuEngine final : public Engine {
  public:
-  GpuEngine(const Options& o, const World& w, const ParamLayout& layout, std::vector<Bucket> buckets)
-      : opts_(o), world_(w), layout_(layout), buckets_(std::move(buckets)) {
+  GpuEngine(const Options& o, const World& w, const ParamLayout& layout, std::vector<Bucket> buckets,
+            const std::vector<float>* initial_params)
+      : opts_(o), world_(w), layout_(layout), buckets_(std::move(buckets)), initial_params_(initial_params) {
     // Device choice and every allocation happen before any collective, and the ranks agree on the
     // outcome before NCCL starts: one rank out of memory must not leave the others waiting inside
     // ncclCommInitRank.
@@ -45,6 +46,7 @@ class GpuEngine final : public Engine {
                 " alone take " + std::to_string(((o.momentum != 0 ? 3 : 2) * layout.total * 4) >> 20) +
                 " MiB, plus activations): " + error;
     }
+    initial_params_ = nullptr;  // copied to the device; the caller may free it
     if (!all_ranks_ok(error.empty())) throw EngineSetupError(error);
     check_distinct_gpus(w);
     if (o.ddp) {
@@ -269,17 +271,21 @@ class GpuEngine final : public Engine {
     CUDA_CHECK(cudaMallocHost(&loss_host_, o.grad_accum_steps * sizeof(float)));
 
     // Same seed on every rank -> identical replicas (what DDP's initial broadcast guarantees).
-    std::vector<float> host(n);
-    init_params(layout, parse_init_scheme(o.init), o.seed, host.data());
-    CUDA_CHECK(cudaMemcpy(params_.get(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    if (initial_params_) {
+      CUDA_CHECK(cudaMemcpy(params_.get(), initial_params_->data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    } else {
+      std::vector<float> host(n);
+      init_params(layout, parse_init_scheme(o.init), o.seed, host.data());
+      CUDA_CHECK(cudaMemcpy(params_.get(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    }
     CUDA_CHECK(cudaMemset(grads_.get(), 0, n * sizeof(float)));
 
     model_ = std::make_unique<GpuViT>(layout, o.batch_size, compute_, GpuViTOptions::for_precision(parse_precision(o.precision)));
   }
 
   /// Every rank must drive its own GPU. Ranks that each see a single GPU (one per task) all pick
-  /// device 0, so compare UUIDs per host; and warn that NCCL may then not reach its peers over
-  /// NVLink (each process sees only its own GPU): the recorded nccl_transport shows what it used.
+  /// device 0, so compare UUIDs per host; and warn that NCCL then needs cuMem handles to reach its
+  /// peers over NVLink (each process sees only its own GPU): nccl_transport records what it used.
   void check_distinct_gpus(const World& w) {
     const std::string me = w.hostname + " " + info().device_uuid;
     constexpr int kLen = 160;
@@ -294,9 +300,9 @@ class GpuEngine final : public Engine {
                                  " drive the same GPU (" + std::string(&all[(size_t)r * kLen]) +
                                  "): give each rank its own GPU");
     if (visible_cuda_devices() == 1 && w.local_size > 1 && w.local_rank == 0)
-      std::printf("[vitddp] warning: each rank on %s sees a single GPU (per-task CUDA_VISIBLE_DEVICES): NCCL cannot "
-                  "use NVLink peer access between GPUs a process cannot see and may fall back to SHM or NET "
-                  "(see nccl_transport in the results); give every task all the node's GPUs to keep NVLink\n",
+      std::printf("[vitddp] warning: each rank on %s sees a single GPU (per-task CUDA_VISIBLE_DEVICES): NCCL can "
+                  "reach the other GPUs over NVLink only through cuMem handles (NCCL 2.28 on H200 does: P2P/CUMEM); "
+                  "older NCCL falls back to SHM or NET - nccl_transport in the results file says which\n",
                   w.hostname.c_str());
   }
 
@@ -319,6 +325,7 @@ class GpuEngine final : public Engine {
   World world_;
   const ParamLayout& layout_;
   std::vector<Bucket> buckets_;
+  const std::vector<float>* initial_params_;  // --init-from, or null
   int device_ = 0;
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
   cudaEvent_t ev_origin_, ev_start_, ev_opt_, ev_end_;  // origin: start of the first step
@@ -347,8 +354,8 @@ class GpuEngine final : public Engine {
 }  // namespace
 
 std::unique_ptr<Engine> make_gpu_engine(const Options& o, const World& w, const ParamLayout& layout,
-                                        std::vector<Bucket> buckets) {
-  return std::make_unique<GpuEngine>(o, w, layout, std::move(buckets));
+                                        std::vector<Bucket> buckets, const std::vector<float>* initial_params) {
+  return std::make_unique<GpuEngine>(o, w, layout, std::move(buckets), initial_params);
 }
 
 int visible_cuda_devices() {

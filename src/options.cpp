@@ -159,6 +159,18 @@ const std::vector<Spec>& table() {
       {"init", "torchvision|random", "parameter initialisation: torchvision's (zero head) or random everywhere",
        [](Options& o, const std::string& v) { o.init = one_of("--init", v, {"torchvision", "random"}); },
        [](const Options& o) { return o.init; }},
+      {"init-from", "FILE", "start from the parameters in this HDF5 weights file (/params/<torchvision name>, as --save-weights and tests/reference/torch_twin.py write it) instead of --init",
+       [](Options& o, const std::string& v) {
+         if (v.empty()) bad("--init-from", "empty file name");
+         o.init_from = v;
+       },
+       [](const Options& o) { return o.init_from; }},
+      {"save-weights", "FILE", "rank 0 writes the final parameters to this HDF5 file under torchvision's names (torchvision loads them with load_state_dict); never overwritten unless --overwrite",
+       [](Options& o, const std::string& v) {
+         if (v.empty()) bad("--save-weights", "empty file name");
+         o.save_weights = v;
+       },
+       [](const Options& o) { return o.save_weights; }},
       {"out", "FILE", "HDF5 results file written by rank 0 (default: vitddp-<model>-np<ranks>-<time>.h5); never overwritten unless --overwrite",
        [](Options& o, const std::string& v) {
          if (v.empty()) bad("--out", "empty file name");

@@ -43,6 +43,8 @@ struct Options {
   double weight_decay = 0.0;
   uint64_t seed = 0;
   std::string init = "torchvision"; ///< torchvision | random
+  std::string init_from;            ///< HDF5 weights file (torchvision names) to start from; empty: --init
+  std::string save_weights;         ///< HDF5 weights file written by rank 0 at the end; empty: none
   std::string out;                  ///< results file; empty: vitddp-<model>-<time>.h5
   bool overwrite = false;
   std::string trace;                ///< Chrome trace-event JSON written by rank 0; empty: none

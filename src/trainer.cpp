@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <ctime>
 #include <numeric>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "src/engine.h"
 #include "src/results_h5.h"
 #include "src/run_guard.h"
+#include "src/weights_io.h"
 
 #ifndef VITDDP_GIT_COMMIT
 #define VITDDP_GIT_COMMIT "unknown"
@@ -227,6 +229,37 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
     }
     return 2;
   }
+  // --init-from is read (and checked by name and shape) on every rank before any device work;
+  // --save-weights' path is checked now so a long run does not fail at its end.
+  std::vector<float> initial;
+  std::string weights_error;
+  try {
+    if (!o.init_from.empty()) {
+      initial.assign(layout.total, 0.0f);
+      try {
+        load_weights(o.init_from, layout, initial.data());
+      } catch (const std::exception& e) {
+        throw std::runtime_error("--init-from: " + std::string(e.what()));
+      }
+    }
+    if (!o.save_weights.empty()) {
+      namespace fs = std::filesystem;
+      const fs::path p(o.save_weights);
+      const fs::path parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+      if (!fs::is_directory(parent))
+        throw std::runtime_error("--save-weights: directory '" + parent.string() + "' does not exist");
+      if (fs::exists(p) && !o.overwrite)
+        throw std::runtime_error("--save-weights: '" + o.save_weights + "' exists (use --overwrite to replace it)");
+    }
+  } catch (const std::exception& e) {
+    weights_error = e.what();
+  }
+  if (!all_ranks_ok(weights_error.empty())) {
+    if (w.rank == 0)
+      std::fprintf(stderr, "vitddp: error: %s\n", weights_error.empty() ? "--init-from: rejected on another rank" : weights_error.c_str());
+    return 2;
+  }
+
   // Rank 0 owns the results file; it is created before any device work so a bad path fails fast.
   std::optional<ResultsFile> results;
   std::string file_error;
@@ -248,7 +281,9 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
                 buckets.size(), o.ddp ? "" : " (no DDP)");
   std::unique_ptr<Engine> engine;
   try {
-    engine = o.backend == "gpu" ? make_gpu_engine(o, w, layout, buckets) : make_cpu_engine(o, w, layout, buckets);
+    const std::vector<float>* init = initial.empty() ? nullptr : &initial;
+    engine = o.backend == "gpu" ? make_gpu_engine(o, w, layout, buckets, init) : make_cpu_engine(o, w, layout, buckets, init);
+    std::vector<float>().swap(initial);  // the engine holds its own copy now
   } catch (const EngineSetupError& e) {
     // Every rank got here together; the ranks that failed say why.
     if (*e.what()) std::fprintf(stderr, "[vitddp rank %d] error: %s\n", w.rank, e.what());
@@ -381,6 +416,11 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
     }
   }
   const bool window_complete = steps_done >= o.warmup_steps + o.steps;
+  if (!o.save_weights.empty() && w.rank == 0) {
+    // All replicas are identical (same start, same averaged gradients): rank 0's are the model's.
+    save_weights(o.save_weights, layout, engine->parameters().data(), o.overwrite);
+    std::printf("[vitddp] weights after %d steps written to %s\n", steps_done, o.save_weights.c_str());
+  }
 
   const auto transports = gather_strings(engine->nccl_transport(), w);
   if (w.rank == 0) {

@@ -73,6 +73,21 @@ PY
 )
 if [[ "$check" == ok* ]]; then ok "Chrome trace: $check"; else bad "Chrome trace: $check"; fi
 
+# Weights: --save-weights writes torchvision-named parameters, --init-from reads them back; bad
+# weights files are refused before any work with exit 2 naming --init-from.
+out=$(timeout 120 $MPIRUN -np 2 "$BIN" --backend cpu --model vit_micro --batch-size 4 --warmup-steps 0 --steps 2 \
+      --cooldown-steps 0 --out "$TMP/w1.h5" --save-weights "$TMP/weights.h5" 2>&1); rc=$?
+if [ $rc -eq 0 ] && h5ls -r "$TMP/weights.h5" | grep -q "^/params/heads.head.weight "; then ok "--save-weights wrote /params/<torchvision name>"
+else bad "--save-weights rc=$rc: $out"; fi
+out=$(timeout 120 $MPIRUN -np 2 "$BIN" --backend cpu --model vit_micro --batch-size 4 --warmup-steps 0 --steps 1 \
+      --cooldown-steps 0 --out "$TMP/w2.h5" --init-from "$TMP/weights.h5" 2>&1); rc=$?
+if [ $rc -eq 0 ]; then ok "--init-from the saved weights"; else bad "--init-from rc=$rc: $out"; fi
+expect_error "missing weights file" "--init-from:" --model vit_micro --init-from "$TMP/none.h5" --out "$TMP/w3.h5"
+echo "not hdf5" > "$TMP/corrupt.h5"
+expect_error "corrupt weights file" "--init-from:" --model vit_micro --init-from "$TMP/corrupt.h5" --out "$TMP/w4.h5"
+expect_error "weights of another model" "parameter" --model vit_tiny --init-from "$TMP/weights.h5" --out "$TMP/w5.h5"
+expect_error "existing --save-weights file" "--save-weights:" --model vit_micro --save-weights "$TMP/weights.h5" --out "$TMP/w6.h5"
+
 # The existing file is refused and left untouched.
 sum_before=$(md5sum "$TMP/run.h5" | cut -d' ' -f1)
 expect_error "existing results file" "refusing to overwrite existing file" --model vit_micro --out "$TMP/run.h5"

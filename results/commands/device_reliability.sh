@@ -11,7 +11,7 @@ B=carry/vitddp
 now() { date +%s.%N; }
 steps_of() { python3 -c "import h5py,sys; f=h5py.File(sys.argv[1]); print(f['timing/forward'].shape[1], f.attrs.get('stop_reason','-'))" "$1" 2>&1 | tail -1; }
 report() {  # report CASE RC T0 FILE LOG
-  echo "| $1 | exit $2 | $(printf '%.1f' "$(echo "$(now) - $3" | bc)") s | $( [ -e "$4" ] && steps_of "$4" || echo 'no file') | $(grep -hoE '(error|warning): .{0,150}' "$5" | head -1) |"
+  echo "| $1 | exit $2 | $(python3 -c "import sys,time; print(f\"{time.time()-float(sys.argv[1]):.1f}\")" $3) s | $( [ -e "$4" ] && steps_of "$4" || echo 'no file') | $(grep -hoE '(error|warning): .{0,150}' "$5" | head -1) |"
 }
 {
 echo "| case | exit | time to end | file: steps, stop_reason | message |"
