@@ -1,5 +1,7 @@
 #include "mpi/buckets.h"
 
+#include "model/fnv1a.h"
+
 #include <stdexcept>
 #include <string>
 
@@ -37,19 +39,13 @@ std::vector<Bucket> assign_buckets(const ParamLayout& L, size_t first_bytes, siz
 }
 
 uint64_t bucket_fingerprint(const std::vector<Bucket>& buckets) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  };
+  Fnv1a h;
   for (const auto& b : buckets) {
-    mix(b.offset);
-    mix(b.numel);
-    for (size_t p : b.params) mix(p);
+    h.add(b.offset);
+    h.add(b.numel);
+    for (size_t p : b.params) h.add(p);
   }
-  return h;
+  return h.value();
 }
 
 BucketTracker::BucketTracker(const ParamLayout& L, const std::vector<Bucket>& buckets)

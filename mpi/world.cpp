@@ -71,4 +71,11 @@ bool all_ranks_ok(bool local_ok) {
   return out != 0;
 }
 
+bool all_ranks_equal(uint64_t value) {
+  uint64_t lo = 0, hi = 0;
+  MPI_CHECK(MPI_Allreduce(&value, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allreduce(&value, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD));
+  return lo == hi;
+}
+
 }  // namespace vitddp

@@ -2,6 +2,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -36,6 +37,10 @@ int select_device(const World& w, int visible_devices);
 /// True on every rank iff `local_ok` is true on every rank (MPI_Allreduce, MPI_LAND). Used to
 /// agree on input errors before any rank starts work, so all ranks exit together.
 bool all_ranks_ok(bool local_ok);
+
+/// True on every rank iff `value` is the same on every rank (MPI_Allreduce of MIN and MAX): used
+/// to compare fingerprints of the configuration and the bucket layout before any work.
+bool all_ranks_equal(uint64_t value);
 
 /// Checks an MPI return code; throws std::runtime_error naming the call, file and line.
 void mpi_check(int rc, const char* call, const char* file, int line);

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <string>
 
+#include "model/fnv1a.h"
 #include "mpi/world.h"
 #include "src/engine.h"
 #include "src/options.h"
@@ -47,13 +48,9 @@ int launcher_task_count() {
 
 /// FNV-1a hash of every option value, so ranks can check they run the same configuration.
 uint64_t options_fingerprint(const Options& o) {
-  uint64_t h = 1469598103934665603ull;
-  for (const auto& [k, v] : option_values(o))
-    for (char c : k + "=" + v + ";") {
-      h ^= (unsigned char)c;
-      h *= 1099511628211ull;
-    }
-  return h;
+  Fnv1a h;
+  for (const auto& [k, v] : option_values(o)) h.add(k + "=" + v + ";");
+  return h.value();
 }
 
 /// Rank 0's string to everyone.
@@ -120,17 +117,11 @@ int main(int argc, char** argv) {
       err = "--precision " + o.precision + ": needs the GPU backend (the CPU backend computes in fp32 only)";
     if (!all_ranks_ok(err.empty())) return input_error(w, err.empty() ? "another rank rejected the configuration" : err);
     // All ranks must run the same backend (a mixed job would deadlock in the all-reduce).
-    int gpu = o.backend == "gpu", gpu_min = 0, gpu_max = 0;
-    MPI_CHECK(MPI_Allreduce(&gpu, &gpu_min, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-    MPI_CHECK(MPI_Allreduce(&gpu, &gpu_max, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-    if (gpu_min != gpu_max) return input_error(w, "--backend auto: some ranks see a GPU and others do not; choose --backend");
+    if (!all_ranks_equal(o.backend == "gpu" ? 1 : 0)) return input_error(w, "--backend auto: some ranks see a GPU and others do not; choose --backend");
     if (o.out.empty()) o.out = default_out(o, w);
     o.out = broadcast(o.out, w);
     // Every rank must run the same configuration (same command line, same environment defaults).
-    uint64_t fp = options_fingerprint(o), fp_min = 0, fp_max = 0;
-    MPI_CHECK(MPI_Allreduce(&fp, &fp_min, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD));
-    MPI_CHECK(MPI_Allreduce(&fp, &fp_max, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD));
-    if (fp_min != fp_max) return input_error(w, "ranks were started with different options: every rank must get the same command line");
+    if (!all_ranks_equal(options_fingerprint(o))) return input_error(w, "ranks were started with different options: every rank must get the same command line");
 
     const int rc = run_training(o, w, cmd);
     MPI_Finalize();

@@ -200,10 +200,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   const std::vector<Bucket> buckets = assign_buckets(layout, (size_t)(o.first_bucket_mb * 1048576.0),
                                                      (size_t)(o.bucket_cap_mb * 1048576.0));
   // Every rank must hold the same bucket layout, or all-reduces would mix unrelated gradients.
-  uint64_t fp = bucket_fingerprint(buckets), fp_min = 0, fp_max = 0;
-  MPI_CHECK(MPI_Allreduce(&fp, &fp_min, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD));
-  MPI_CHECK(MPI_Allreduce(&fp, &fp_max, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD));
-  if (fp_min != fp_max) throw std::runtime_error("ranks disagree on the bucket layout (different options or model?)");
+  if (!all_ranks_equal(bucket_fingerprint(buckets))) throw std::runtime_error("ranks disagree on the bucket layout (different options or model?)");
 
   // The data set is read and checked before any device work, so a bad one ends every rank with
   // exit code 2 and a message naming the file.
