@@ -12,27 +12,15 @@
 #include "mpi/powersgd.h"
 #include "src/options.h"
 #include "tests/catch.h"
+#include "tests/test_util.h"
 
 using namespace vitddp;
+using vitddp_test::option_error;
+using vitddp_test::parse_args;
 
 namespace {
 
 const size_t MiB = 1048576;
-
-Options parse(std::vector<std::string> args) {
-  std::vector<const char*> argv = {"vitddp"};
-  for (auto& a : args) argv.push_back(a.c_str());
-  return parse_options((int)argv.size(), argv.data());
-}
-
-std::string error_of(std::vector<std::string> args) {
-  try {
-    parse(args);
-  } catch (const OptionError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 /// A bucket of contiguous tensors with the given shapes.
 HookBucket bucket_of(const std::vector<std::vector<int64_t>>& shapes) {
@@ -313,7 +301,7 @@ TEST_CASE("PowerSGD without warm start draws new Qs every step", "[powersgd]") {
 // ------------------------------------------------------------------ options
 
 TEST_CASE("compression options and their defaults", "[options][comm_hooks]") {
-  const Options d = parse({});
+  const Options d = parse_args({});
   CHECK(d.compression == "none");
   CHECK(d.grad_as_bucket_view);
   CHECK(d.powersgd_rank == 1);
@@ -326,7 +314,7 @@ TEST_CASE("compression options and their defaults", "[options][comm_hooks]") {
   CHECK(rd.overlap);
   CHECK(rd.grad_as_bucket_view);
 
-  const Options o = parse({"--compression", "powersgd", "--powersgd-rank", "4", "--powersgd-start-step", "2",
+  const Options o = parse_args({"--compression", "powersgd", "--powersgd-rank", "4", "--powersgd-start-step", "2",
                            "--powersgd-min-compression-rate=1.5", "--powersgd-no-error-feedback",
                            "--powersgd-no-warm-start", "--grad-as-bucket-view", "off", "--no-overlap", "--seed", "7"});
   const ReducerOptions r = reducer_options(o);
@@ -339,26 +327,26 @@ TEST_CASE("compression options and their defaults", "[options][comm_hooks]") {
   CHECK(r.powersgd.seed == 7u);
   CHECK_FALSE(r.grad_as_bucket_view);
   CHECK_FALSE(r.overlap);
-  CHECK(reducer_options(parse({"--compression", "bf16"})).compression == Compression::Bf16);
-  CHECK(reducer_options(parse({"--compression", "fp16"})).compression == Compression::Fp16);
+  CHECK(reducer_options(parse_args({"--compression", "bf16"})).compression == Compression::Bf16);
+  CHECK(reducer_options(parse_args({"--compression", "fp16"})).compression == Compression::Fp16);
 
-  CHECK(error_of({"--compression", "int8"}).rfind("--compression: unknown value 'int8'", 0) == 0);
-  CHECK(error_of({"--grad-as-bucket-view", "maybe"}).rfind("--grad-as-bucket-view: unknown value 'maybe'", 0) == 0);
-  CHECK(error_of({"--powersgd-rank", "0"}).rfind("--powersgd-rank: must be in [1,", 0) == 0);
-  CHECK(error_of({"--powersgd-start-step", "-1"}).rfind("--powersgd-start-step: must be in [0,", 0) == 0);
-  CHECK(error_of({"--powersgd-min-compression-rate", "x"}) ==
+  CHECK(option_error({"--compression", "int8"}).rfind("--compression: unknown value 'int8'", 0) == 0);
+  CHECK(option_error({"--grad-as-bucket-view", "maybe"}).rfind("--grad-as-bucket-view: unknown value 'maybe'", 0) == 0);
+  CHECK(option_error({"--powersgd-rank", "0"}).rfind("--powersgd-rank: must be in [1,", 0) == 0);
+  CHECK(option_error({"--powersgd-start-step", "-1"}).rfind("--powersgd-start-step: must be in [0,", 0) == 0);
+  CHECK(option_error({"--powersgd-min-compression-rate", "x"}) ==
         "--powersgd-min-compression-rate: expected a finite number, got 'x'");
-  CHECK(error_of({"--powersgd-no-warm-start=1"}) == "--powersgd-no-warm-start: takes no value");
+  CHECK(option_error({"--powersgd-no-warm-start=1"}) == "--powersgd-no-warm-start: takes no value");
 }
 
 TEST_CASE("PowerSGD start-up warning when the start step is never reached", "[options][comm_hooks]") {
   // Default run: 10 + 3 + 1 = 14 steps < 1000.
-  const std::string w = powersgd_start_warning(parse({"--compression", "powersgd"}));
+  const std::string w = powersgd_start_warning(parse_args({"--compression", "powersgd"}));
   CHECK(w.find("PowerSGD would never compress in this run: PyTorch's default start_powerSGD_iter=1000") !=
         std::string::npos);
   CHECK(w.find("14 steps") != std::string::npos);
-  CHECK(powersgd_start_warning(parse({"--compression", "powersgd", "--powersgd-start-step", "13"})).empty());
-  CHECK_FALSE(powersgd_start_warning(parse({"--compression", "powersgd", "--powersgd-start-step", "14"})).empty());
-  CHECK(powersgd_start_warning(parse({})).empty());  // no PowerSGD, no warning
-  CHECK(powersgd_start_warning(parse({"--compression", "fp16"})).empty());
+  CHECK(powersgd_start_warning(parse_args({"--compression", "powersgd", "--powersgd-start-step", "13"})).empty());
+  CHECK_FALSE(powersgd_start_warning(parse_args({"--compression", "powersgd", "--powersgd-start-step", "14"})).empty());
+  CHECK(powersgd_start_warning(parse_args({})).empty());  // no PowerSGD, no warning
+  CHECK(powersgd_start_warning(parse_args({"--compression", "fp16"})).empty());
 }

@@ -19,34 +19,14 @@
 #include "model/vit_config.h"
 #include "src/data.h"
 #include "tests/catch.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace vitddp;
+using vitddp_test::message_of;
+using vitddp_test::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "vitddp_data_XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string str() const { return path.string(); }
-};
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no exception>";
-}
 
 void put_be32(std::vector<unsigned char>& v, uint32_t x) {
   for (int s = 24; s >= 0; s -= 8) v.push_back(static_cast<unsigned char>(x >> s));
@@ -213,7 +193,7 @@ TEST_CASE("PrefetchRing hands a producer's exception to next() and still shuts d
     if (step == 6) throw std::runtime_error("bad sample at step 6");
   });
   std::string msg;
-  for (int i = 0; i < 3 && msg.empty(); ++i) msg = message_of([&] { ring.next(); });
+  for (int i = 0; i < 3 && msg.empty(); ++i) msg = message_of([&] { ring.next(); }, "");  // "" while no exception: keep calling
   CHECK(msg == "bad sample at step 6");
   CHECK_THROWS_AS(PrefetchRing(buf.slots(), 2, 0, 0, [](int64_t, int, int, const Batch&) {}), std::invalid_argument);
   CHECK_THROWS_AS(PrefetchRing({buf.slots()[0]}, 2, 1, 0, [](int64_t, int, int, const Batch&) {}),
@@ -351,7 +331,7 @@ TEST_CASE("resize_bilinear matches torch interpolate(bilinear, align_corners=Fal
 
 TEST_CASE("IDX files read the same plain and gzip'd, and IdxSource resizes, normalizes and repeats channels",
           "[data]") {
-  TempDir plain, gz;
+  TempDir plain("vitddp_data_"), gz("vitddp_data_");
   const TinyIdx tiny(12, 2, 2, 12);
   tiny.write(plain.str(), "train", false);
   tiny.write(gz.str(), "train", true);
@@ -392,7 +372,7 @@ TEST_CASE("IDX files read the same plain and gzip'd, and IdxSource resizes, norm
 }
 
 TEST_CASE("IdxSource at the data set's own size copies pixels exactly (28 -> 28 identity)", "[data]") {
-  TempDir dir;
+  TempDir dir("vitddp_data_");
   const TinyIdx tiny(4, 28, 28, 10);
   tiny.write(dir.str(), "t10k", true);
   auto data = std::make_shared<const IdxDataset>(read_idx_dataset(dir.str(), "t10k"));
@@ -410,7 +390,7 @@ TEST_CASE("IdxSource at the data set's own size copies pixels exactly (28 -> 28 
 }
 
 TEST_CASE("IdxSource splits each epoch over ranks without overlap, same permutation on every rank", "[data]") {
-  TempDir dir;
+  TempDir dir("vitddp_data_");
   const int n = 12;
   const TinyIdx tiny(n, 2, 2, n);  // label == sample index
   tiny.write(dir.str(), "train", false);
@@ -451,7 +431,7 @@ TEST_CASE("IdxSource splits each epoch over ranks without overlap, same permutat
   CHECK(IdxSource::epoch_permutation(6, 1, n) != perm);  // seed matters
 
   // drop_last: 13 samples on 2 ranks -> 6 each, batches of 4 -> 1 batch per epoch, no overlap.
-  TempDir odd;
+  TempDir odd("vitddp_data_");
   TinyIdx(13, 2, 2, 13).write(odd.str(), "train", false);
   auto data13 = std::make_shared<const IdxDataset>(read_idx_dataset(odd.str(), "train"));
   const BatchShape s4 = shape_of(4, 1, 2, 2, 13);
@@ -472,7 +452,7 @@ TEST_CASE("IdxSource splits each epoch over ranks without overlap, same permutat
 }
 
 TEST_CASE("IDX reader errors name the file and the problem", "[data]") {
-  TempDir dir;
+  TempDir dir("vitddp_data_");
   const std::string d = dir.str();
   const TinyIdx tiny(3, 2, 2, 10);
 
@@ -514,7 +494,7 @@ TEST_CASE("IDX reader errors name the file and the problem", "[data]") {
   CHECK(msg.find(d + "/train-images-idx3-ubyte") != std::string::npos);
   CHECK(msg.find("truncated") != std::string::npos);
 
-  TempDir gzdir;
+  TempDir gzdir("vitddp_data_");
   std::vector<unsigned char> big_pixels(5000 * 4);
   for (size_t i = 0; i < big_pixels.size(); ++i) big_pixels[i] = static_cast<unsigned char>(i * 2654435761u >> 13);
   const std::string gz_path = gzdir.str() + "/t10k-images-idx3-ubyte.gz";

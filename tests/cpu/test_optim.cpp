@@ -9,6 +9,7 @@
 #include "model/adamw.h"
 #include "model/lr_schedule.h"
 #include "tests/catch.h"
+#include "tests/test_util.h"
 
 using namespace vitddp;
 
@@ -37,12 +38,29 @@ double adamw_by_hand(double theta, const std::vector<double>& g, double lr, doub
 
 // The message of the std::invalid_argument that `f` throws ("" if none).
 std::string invalid_argument_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
+  return vitddp_test::message_of<std::invalid_argument>(f, "");
+}
+
+/// Three host AdamW steps (lr, betas b1 b2, eps, weight decay wd) with gradients g[0..2] from p0,
+/// once in double (*pd) and once in float (*pf), moments starting at zero.
+void adamw_3_steps_host(const std::vector<double>& p0, const std::vector<std::vector<double>>& g, double lr,
+                        double b1, double b2, double eps, double wd, std::vector<double>* pd, std::vector<float>* pf) {
+  AdamWConfig c;
+  c.lr = lr;
+  c.beta1 = b1;
+  c.beta2 = b2;
+  c.eps = eps;
+  c.weight_decay = wd;
+  const size_t n = p0.size();
+  std::vector<double> md(n, 0), vd(n, 0);
+  std::vector<float> mf(n, 0), vf(n, 0);
+  *pd = p0;
+  pf->assign(p0.begin(), p0.end());
+  for (int t = 1; t <= 3; ++t) {
+    const std::vector<float> gf(g[t - 1].begin(), g[t - 1].end());
+    adamw_step_host(pd->data(), g[t - 1].data(), md.data(), vd.data(), n, c, t);
+    adamw_step_host(pf->data(), gf.data(), mf.data(), vf.data(), n, c, t);
   }
-  return "";
 }
 
 bool close_rel(double a, double b, double rel) { return std::fabs(a - b) <= rel * std::fmax(std::fabs(b), 1e-30); }
@@ -80,20 +98,10 @@ TEST_CASE("optim: AdamW host matches PyTorch's formula over 3 steps on a few sca
   };
   for (const Case cs : {Case{1e-3, 0.9, 0.999, 1e-8, 1e-2}, Case{0.05, 0.8, 0.99, 1e-6, 0.1},
                         Case{0.01, 0.9, 0.95, 1e-8, 0.0}}) {
-    AdamWConfig c;
-    c.lr = cs.lr;
-    c.beta1 = cs.b1;
-    c.beta2 = cs.b2;
-    c.eps = cs.eps;
-    c.weight_decay = cs.wd;
     const size_t n = p0.size();
-    std::vector<double> pd = p0, md(n, 0), vd(n, 0);
-    std::vector<float> pf(p0.begin(), p0.end()), mf(n, 0), vf(n, 0);
-    for (int t = 1; t <= 3; ++t) {
-      const std::vector<float> gf(g[t - 1].begin(), g[t - 1].end());
-      adamw_step_host(pd.data(), g[t - 1].data(), md.data(), vd.data(), n, c, t);
-      adamw_step_host(pf.data(), gf.data(), mf.data(), vf.data(), n, c, t);
-    }
+    std::vector<double> pd;
+    std::vector<float> pf;
+    adamw_3_steps_host(p0, g, cs.lr, cs.b1, cs.b2, cs.eps, cs.wd, &pd, &pf);
     for (size_t i = 0; i < n; ++i) {
       std::vector<double> gi;
       for (const auto& row : g) gi.push_back(row[i]);
@@ -130,20 +138,10 @@ TEST_CASE("optim: AdamW host reproduces what torch.optim.AdamW printed", "[optim
        {0.97452560234604, -1.9869791408566804, 0.48560597936946936, -0.01615051067371106, 0.006730950863110165},
        {0.97452563f, -1.98697925f, 0.485605985f, -0.0161505099f, 0.0067309509f}}};
   for (const Case& cs : cases) {
-    AdamWConfig c;
-    c.lr = cs.lr;
-    c.beta1 = cs.b1;
-    c.beta2 = cs.b2;
-    c.eps = cs.eps;
-    c.weight_decay = cs.wd;
     const size_t n = p0.size();
-    std::vector<double> pd = p0, md(n, 0), vd(n, 0);
-    std::vector<float> pf(p0.begin(), p0.end()), mf(n, 0), vf(n, 0);
-    for (int t = 1; t <= 3; ++t) {
-      const std::vector<float> gf(g[t - 1].begin(), g[t - 1].end());
-      adamw_step_host(pd.data(), g[t - 1].data(), md.data(), vd.data(), n, c, t);
-      adamw_step_host(pf.data(), gf.data(), mf.data(), vf.data(), n, c, t);
-    }
+    std::vector<double> pd;
+    std::vector<float> pf;
+    adamw_3_steps_host(p0, g, cs.lr, cs.b1, cs.b2, cs.eps, cs.wd, &pd, &pf);
     for (size_t i = 0; i < n; ++i) {
       INFO("lr " << cs.lr << " element " << i << ": host " << pd[i] << " / " << pf[i] << "f, torch " << cs.torch64[i]
                  << " / " << cs.torch32[i] << "f");

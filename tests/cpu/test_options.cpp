@@ -1,28 +1,14 @@
 // Option parsing: defaults as the article, every bad value names its option.
 #include "src/options.h"
 #include "tests/catch.h"
+#include "tests/test_util.h"
 
 using namespace vitddp;
-
-namespace {
-Options parse(std::vector<std::string> args) {
-  std::vector<const char*> argv = {"vitddp"};
-  for (auto& a : args) argv.push_back(a.c_str());
-  return parse_options((int)argv.size(), argv.data());
-}
-
-std::string error_of(std::vector<std::string> args) {
-  try {
-    parse(args);
-  } catch (const OptionError& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
+using vitddp_test::option_error;
+using vitddp_test::parse_args;
 
 TEST_CASE("defaults reproduce the article's setup", "[options]") {
-  const Options o = parse({});
+  const Options o = parse_args({});
   CHECK(o.model == "vit_l_32");
   CHECK(o.batch_size == 32);
   CHECK(o.warmup_steps == 10);
@@ -36,7 +22,7 @@ TEST_CASE("defaults reproduce the article's setup", "[options]") {
 }
 
 TEST_CASE("values are parsed in both spellings", "[options]") {
-  const Options o = parse({"--batch-size", "8", "--bucket-cap-mb=100", "--no-overlap", "--data", "idx:/tmp", "--lr", "0.5"});
+  const Options o = parse_args({"--batch-size", "8", "--bucket-cap-mb=100", "--no-overlap", "--data", "idx:/tmp", "--lr", "0.5"});
   CHECK(o.batch_size == 8);
   CHECK(o.bucket_cap_mb == 100.0);
   CHECK_FALSE(o.overlap);
@@ -45,20 +31,20 @@ TEST_CASE("values are parsed in both spellings", "[options]") {
 }
 
 TEST_CASE("bad options give one line naming the option and the reason", "[options]") {
-  CHECK(error_of({"--batch-size", "0"}) == "--batch-size: must be in [1, 65536], got '0'");
-  CHECK(error_of({"--batch-size", "-3"}) == "--batch-size: must be in [1, 65536], got '-3'");
-  CHECK(error_of({"--batch-size", "abc"}) == "--batch-size: expected an integer, got 'abc'");
-  CHECK(error_of({"--bucket-cap-mb", "0"}).rfind("--bucket-cap-mb: must be in (0", 0) == 0);
-  CHECK(error_of({"--lr", "nan"}) == "--lr: expected a finite number, got 'nan'");
-  CHECK(error_of({"--model", "resnet50"}).rfind("--model: unknown value 'resnet50'", 0) == 0);
-  CHECK(error_of({"--backend", "tpu"}).rfind("--backend: unknown value 'tpu'", 0) == 0);
-  CHECK(error_of({"--data", "imagenet"}).rfind("--data: unknown source 'imagenet'", 0) == 0);
-  CHECK(error_of({"--frobnicate"}) == "--frobnicate: unknown option");
-  CHECK(error_of({"--steps"}) == "--steps: missing value N");
-  CHECK(error_of({"--no-ddp=1"}) == "--no-ddp: takes no value");
-  CHECK(error_of({"--steps", "0"}).rfind("--steps: must be in [1,", 0) == 0);
-  CHECK(error_of({"--first-bucket-mb", "50"}).rfind("--first-bucket-mb: must not exceed --bucket-cap-mb", 0) == 0);
-  CHECK(error_of({"stray"}).rfind("stray: unexpected argument", 0) == 0);
+  CHECK(option_error({"--batch-size", "0"}) == "--batch-size: must be in [1, 65536], got '0'");
+  CHECK(option_error({"--batch-size", "-3"}) == "--batch-size: must be in [1, 65536], got '-3'");
+  CHECK(option_error({"--batch-size", "abc"}) == "--batch-size: expected an integer, got 'abc'");
+  CHECK(option_error({"--bucket-cap-mb", "0"}).rfind("--bucket-cap-mb: must be in (0", 0) == 0);
+  CHECK(option_error({"--lr", "nan"}) == "--lr: expected a finite number, got 'nan'");
+  CHECK(option_error({"--model", "resnet50"}).rfind("--model: unknown value 'resnet50'", 0) == 0);
+  CHECK(option_error({"--backend", "tpu"}).rfind("--backend: unknown value 'tpu'", 0) == 0);
+  CHECK(option_error({"--data", "imagenet"}).rfind("--data: unknown source 'imagenet'", 0) == 0);
+  CHECK(option_error({"--frobnicate"}) == "--frobnicate: unknown option");
+  CHECK(option_error({"--steps"}) == "--steps: missing value N");
+  CHECK(option_error({"--no-ddp=1"}) == "--no-ddp: takes no value");
+  CHECK(option_error({"--steps", "0"}).rfind("--steps: must be in [1,", 0) == 0);
+  CHECK(option_error({"--first-bucket-mb", "50"}).rfind("--first-bucket-mb: must not exceed --bucket-cap-mb", 0) == 0);
+  CHECK(option_error({"stray"}).rfind("stray: unexpected argument", 0) == 0);
 }
 
 TEST_CASE("help lists every option", "[options]") {
@@ -71,8 +57,8 @@ TEST_CASE("help lists every option", "[options]") {
 }
 
 TEST_CASE("--precision: fp32 by default, tf32 and bf16 accepted, anything else named", "[options]") {
-  CHECK(parse({}).precision == "fp32");
-  CHECK(parse({"--precision", "tf32"}).precision == "tf32");
-  CHECK(parse({"--precision=bf16"}).precision == "bf16");
-  CHECK(error_of({"--precision", "fp16"}) == "--precision: unknown value 'fp16' (choose one of: fp32, tf32, bf16)");
+  CHECK(parse_args({}).precision == "fp32");
+  CHECK(parse_args({"--precision", "tf32"}).precision == "tf32");
+  CHECK(parse_args({"--precision=bf16"}).precision == "bf16");
+  CHECK(option_error({"--precision", "fp16"}) == "--precision: unknown value 'fp16' (choose one of: fp32, tf32, bf16)");
 }

@@ -12,27 +12,15 @@
 
 #include "src/results_h5.h"
 #include "tests/catch.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using vitddp::H5Dtype;
 using vitddp::ResultsFile;
+using vitddp_test::message_of;
+using vitddp_test::TempDir;
 
 namespace {
-
-// A fresh empty directory under the system temp dir, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "vitddp_h5_XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 // Reader side: thin checked wrappers over the C API.
 struct H5Reader {
@@ -138,19 +126,10 @@ struct H5Reader {
   }
 };
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no exception>";
-}
-
 }  // namespace
 
 TEST_CASE("ResultsFile writes attributes, series, arrays and summary that read back exactly", "[h5]") {
-  TempDir dir;
+  TempDir dir("vitddp_h5_");
   const std::string path = dir.file("run.h5");
   {
     ResultsFile f = ResultsFile::create(path, false);
@@ -273,7 +252,7 @@ TEST_CASE("ResultsFile writes attributes, series, arrays and summary that read b
 }
 
 TEST_CASE("ResultsFile refuses to overwrite unless asked, and names a missing parent directory", "[h5]") {
-  TempDir dir;
+  TempDir dir("vitddp_h5_");
   const std::string path = dir.file("run.h5");
   {
     ResultsFile f = ResultsFile::create(path, false);
@@ -312,7 +291,7 @@ TEST_CASE("ResultsFile refuses to overwrite unless asked, and names a missing pa
 }
 
 TEST_CASE("ResultsFile is move-only and the moved-to object owns the file", "[h5]") {
-  TempDir dir;
+  TempDir dir("vitddp_h5_");
   ResultsFile a = ResultsFile::create(dir.file("m.h5"), false);
   a.create_series("s", "s", "", 2, 0, H5Dtype::f64);
   ResultsFile b = std::move(a);
@@ -328,7 +307,7 @@ TEST_CASE("ResultsFile is move-only and the moved-to object owns the file", "[h5
 }
 
 TEST_CASE("A results file flushed but never closed (killed run) keeps the flushed rows", "[h5]") {
-  TempDir dir;
+  TempDir dir("vitddp_h5_");
   const std::string path = dir.file("killed.h5");
   const pid_t child = fork();
   REQUIRE(child >= 0);

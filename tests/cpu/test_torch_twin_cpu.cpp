@@ -13,21 +13,10 @@
 #include "model/sgd.h"
 #include "src/weights_io.h"
 #include "tests/catch.h"
+#include "tests/test_util.h"
 
 using namespace vitddp;
-
-namespace {
-
-double norm_rel(const double* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  return den == 0 ? (num == 0 ? 0 : INFINITY) : std::sqrt(num / den);
-}
-
-}  // namespace
+using vitddp_test::norm_rel_err;
 
 TEST_CASE("torch twin (CPU): CpuViT and SGD match PyTorch on vit_micro", "[weights][torch]") {
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
@@ -49,15 +38,15 @@ TEST_CASE("torch twin (CPU): CpuViT and SGD match PyTorch on vit_micro", "[weigh
     }
     sgd_step_host(p.data(), g.data(), mom.data(), L.total, r.sgd, step == 0);
   }
-  const double logit_err = norm_rel(logits0.data(), r.logits.data(), logits0.size());
+  const double logit_err = norm_rel_err(logits0.data(), r.logits.data(), logits0.size());
   const double loss_err = std::fabs(loss0 - r.loss) / std::fabs(r.loss);
   std::printf("vit_micro vs PyTorch %s (CPU): logits %.3g, loss %.3g (%.9g vs %.9g)\n", r.torch_version.c_str(),
               logit_err, loss_err, loss0, (double)r.loss);
   CHECK(logit_err <= 1e-5);
   CHECK(loss_err <= 1e-6);
   for (const ParamInfo& q : L.params) {
-    const double eg = norm_rel(grads0.data() + q.offset, r.grads.data() + q.offset, q.numel);
-    const double ea = norm_rel(p.data() + q.offset, r.params_after_3_steps.data() + q.offset, q.numel);
+    const double eg = norm_rel_err(grads0.data() + q.offset, r.grads.data() + q.offset, q.numel);
+    const double ea = norm_rel_err(p.data() + q.offset, r.params_after_3_steps.data() + q.offset, q.numel);
     INFO(q.name << ": gradient " << eg << ", params after 3 SGD steps " << ea);
     CHECK(eg <= 1e-4);
     CHECK(ea <= 1e-5);

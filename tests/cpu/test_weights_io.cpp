@@ -19,31 +19,14 @@
 #include "model/param_layout.h"
 #include "src/weights_io.h"
 #include "tests/catch.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace vitddp;
+using vitddp_test::random_params;
+using vitddp_test::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "vitddp_weights_XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-std::vector<float> random_params(const ParamLayout& L, uint64_t seed) {
-  std::vector<float> p(L.total);
-  init_params(L, InitScheme::Random, seed, p.data());
-  return p;
-}
 
 // Checks that string `s` contains `sub`, printing `s` when it does not.
 #define CHECK_CONTAINS(s, sub)                         \
@@ -128,7 +111,7 @@ std::vector<int64_t> h5_shape(hid_t d) {
 }  // namespace
 
 TEST_CASE("weights: save -> load round trip is exact, padding zeroed, no .tmp left", "[weights]") {
-  TempDir dir;
+  TempDir dir("vitddp_weights_");
   for (const char* model : {"vit_micro", "vit_tiny"}) {
     INFO(model);
     const ParamLayout L = make_param_layout(vit_config(model));
@@ -158,7 +141,7 @@ TEST_CASE("weights: save -> load round trip is exact, padding zeroed, no .tmp le
 }
 
 TEST_CASE("weights: the file is /params/<torchvision name> float32 in torchvision shapes", "[weights]") {
-  TempDir dir;
+  TempDir dir("vitddp_weights_");
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
   const std::vector<float> params = random_params(L, 11);
   const std::string path = dir.file("w.h5");
@@ -195,7 +178,7 @@ TEST_CASE("weights: the file is /params/<torchvision name> float32 in torchvisio
 }
 
 TEST_CASE("weights: an existing file is kept without overwrite and replaced with it", "[weights]") {
-  TempDir dir;
+  TempDir dir("vitddp_weights_");
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
   const std::string path = dir.file("w.h5");
   const std::vector<float> a = random_params(L, 1), b = random_params(L, 2);
@@ -221,7 +204,7 @@ TEST_CASE("weights: an existing file is kept without overwrite and replaced with
 }
 
 TEST_CASE("weights: load errors name the file and the parameter", "[weights]") {
-  TempDir dir;
+  TempDir dir("vitddp_weights_");
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
   const std::vector<float> params = random_params(L, 3);
   std::vector<float> out(L.total);
@@ -310,7 +293,7 @@ TEST_CASE("weights: load errors name the file and the parameter", "[weights]") {
 }
 
 TEST_CASE("weights: a twin-format file written with the C API (as h5py writes it) loads", "[weights]") {
-  TempDir dir;
+  TempDir dir("vitddp_weights_");
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
   const ViTConfig& c = L.cfg;
   const int B = 3;

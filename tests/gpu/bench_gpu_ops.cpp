@@ -18,27 +18,6 @@
 using namespace vitddp;
 using namespace vitddp_test;
 
-namespace {
-
-/// Mean milliseconds of fn() over `iters` runs on `st` after 3 warm-up runs.
-double time_ms(cudaStream_t st, const std::function<void()>& fn, int iters = 20) {
-  for (int i = 0; i < 3; ++i) fn();
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
-  CUDA_CHECK(cudaEventRecord(e0, st));
-  for (int i = 0; i < iters; ++i) fn();
-  CUDA_CHECK(cudaEventRecord(e1, st));
-  CUDA_CHECK(cudaEventSynchronize(e1));
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return ms / iters;
-}
-
-}  // namespace
-
 TEST_CASE("bench: per-operation times at vit_l_32 batch-32 shapes", "[.bench]") {
   REQUIRE_GPU();
   cudaStream_t st;

@@ -41,23 +41,6 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/// Mean milliseconds of fn() over `iters` runs on `st` after 3 warm-up runs.
-double time_ms(cudaStream_t st, const std::function<void()>& fn, int iters = 20) {
-  for (int i = 0; i < 3; ++i) fn();
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
-  CUDA_CHECK(cudaEventRecord(e0, st));
-  for (int i = 0; i < iters; ++i) fn();
-  CUDA_CHECK(cudaEventRecord(e1, st));
-  CUDA_CHECK(cudaEventSynchronize(e1));
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return ms / iters;
-}
-
 float elapsed(cudaEvent_t a, cudaEvent_t b) {
   float ms = 0;
   CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));

@@ -1,16 +1,19 @@
-// Helpers shared by the GPU tests: device check, RAII device vectors, error norms.
+// Helpers shared by the GPU tests: device check, RAII device vectors and streams, random inputs,
+// kernel timing; the error norms come from tests/test_util.h.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "cuda/check.h"
 #include "model/rng.h"
 #include "tests/catch.h"
+#include "tests/test_util.h"
 
 namespace vitddp_test {
 
@@ -64,23 +67,28 @@ inline std::vector<float> normal_vec(size_t n, uint64_t seed, uint64_t stream, d
   return v;
 }
 
-/// ||a - b|| / ||b|| over the first n entries (b is the reference); 0 when both are zero.
-template <typename A, typename B>
-double norm_rel_err(const A* a, const B* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
-    num += d * d;
-    den += static_cast<double>(b[i]) * static_cast<double>(b[i]);
-  }
-  if (den == 0) return num == 0 ? 0.0 : INFINITY;
-  return std::sqrt(num / den);
-}
+/// A non-blocking CUDA stream, destroyed at scope exit.
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(s); }
+};
 
-template <typename A, typename B>
-double norm_rel_err(const std::vector<A>& a, const std::vector<B>& b) {
-  REQUIRE(a.size() == b.size());
-  return norm_rel_err(a.data(), b.data(), a.size());
+/// Mean milliseconds of fn() over `iters` runs on `st` after 3 warm-up runs.
+inline double time_ms(cudaStream_t st, const std::function<void()>& fn, int iters = 20) {
+  for (int i = 0; i < 3; ++i) fn();
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  CUDA_CHECK(cudaEventRecord(e0, st));
+  for (int i = 0; i < iters; ++i) fn();
+  CUDA_CHECK(cudaEventRecord(e1, st));
+  CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms / iters;
 }
 
 }  // namespace vitddp_test

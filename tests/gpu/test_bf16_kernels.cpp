@@ -26,12 +26,6 @@ using bf16 = __nv_bfloat16;
 
 namespace {
 
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s); }
-};
-
 /// Host round-to-nearest-even of fp32 to bf16 (bit arithmetic, independent of the CUDA headers);
 /// NaN is kept quiet.
 uint16_t bf16_bits(float f) {

@@ -20,12 +20,6 @@ using namespace vitddp_test;
 
 namespace {
 
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s); }
-};
-
 // Host reference of the row-major gemm: D = alpha op(A) op(B) + beta C (+ bias).
 std::vector<double> host_gemm(bool ta, bool tb, int m, int n, int k, double alpha,
                               const std::vector<float>& a, int lda, const std::vector<float>& b,

@@ -19,60 +19,12 @@
 #include "model/rng.h"
 #include "tests/catch.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/test_util.h"
 
 using namespace vitddp;
 using namespace vitddp_test;
 
 namespace {
-
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s); }
-};
-
-std::vector<float> random_images(const ViTConfig& c, int batch, uint64_t seed) {
-  std::vector<float> img(static_cast<size_t>(batch) * c.channels * c.image_size * c.image_size);
-  for (size_t i = 0; i < img.size(); ++i) img[i] = static_cast<float>(rand_normal(seed, 0, i));
-  return img;
-}
-
-std::vector<int32_t> random_labels(const ViTConfig& c, int batch, uint64_t seed) {
-  std::vector<int32_t> lab(batch);
-  for (int b = 0; b < batch; ++b)
-    lab[b] = static_cast<int32_t>(rand_bits(seed, 1, b) % static_cast<uint64_t>(c.num_classes));
-  return lab;
-}
-
-std::vector<float> random_params(const ParamLayout& L, uint64_t seed) {
-  std::vector<float> p(L.total);
-  init_params(L, InitScheme::Random, seed, p.data());
-  return p;
-}
-
-/// The documented gradient-ready groups (model/grad_ready.h), as sets of registration indices.
-std::vector<std::set<size_t>> expected_groups(const ParamLayout& L) {
-  std::vector<std::set<size_t>> groups;
-  auto grp = [&](std::vector<std::string> names) {
-    std::set<size_t> s;
-    for (const auto& n : names) s.insert(L.index_of(n));
-    groups.push_back(s);
-  };
-  grp({"heads.head.weight", "heads.head.bias"});
-  grp({"encoder.ln.weight", "encoder.ln.bias"});
-  for (int l = L.cfg.layers - 1; l >= 0; --l) {
-    const std::string b = "encoder.layers.encoder_layer_" + std::to_string(l) + ".";
-    grp({b + "mlp.3.weight", b + "mlp.3.bias"});
-    grp({b + "mlp.0.weight", b + "mlp.0.bias"});
-    grp({b + "ln_2.weight", b + "ln_2.bias"});
-    grp({b + "self_attention.out_proj.weight", b + "self_attention.out_proj.bias"});
-    grp({b + "self_attention.in_proj_weight", b + "self_attention.in_proj_bias"});
-    grp({b + "ln_1.weight", b + "ln_1.bias"});
-  }
-  grp({"encoder.pos_embedding", "class_token"});
-  grp({"conv_proj.weight", "conv_proj.bias"});
-  return groups;
-}
 
 using Groups = std::vector<std::set<size_t>>;
 

@@ -31,12 +31,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s); }
-};
-
 // $VITDDP_TWIN_DIR, or FAIL saying how to make it.
 std::string twin_dir() {
   const char* d = std::getenv("VITDDP_TWIN_DIR");

@@ -15,39 +15,19 @@
 #include "mpi/reducer.h"
 #include "mpi/world.h"
 #include "tests/catch.h"
+#include "tests/mpi_test_util.h"
+#include "tests/test_util.h"
 
 using namespace vitddp;
+using vitddp_test::norm_rel_err;
+using vitddp_test::test_world;
 
 namespace {
-
-World test_world() {
-  World w;
-  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &w.world_size);
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &local);
-  MPI_Comm_rank(local, &w.local_rank);
-  MPI_Comm_size(local, &w.local_size);
-  MPI_Comm_free(&local);
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) FAIL("no CUDA device: this test needs 2 GPUs");
-  CUDA_CHECK(cudaSetDevice(select_device(w, n)));
-  return w;
-}
 
 std::vector<float> to_host(const DeviceBuffer<float>& d) {
   std::vector<float> h(d.size());
   CUDA_CHECK(cudaMemcpy(h.data(), d.get(), d.size() * sizeof(float), cudaMemcpyDeviceToHost));
   return h;
-}
-
-double norm_rel_err(const float* a, const float* ref, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-    den += (double)ref[i] * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
 }
 
 }  // namespace

@@ -14,21 +14,13 @@
 #include "mpi/powersgd.h"
 #include "mpi/reducer.h"
 #include "tests/catch.h"
+#include "tests/mpi_test_util.h"
 
 using namespace vitddp;
+using vitddp_test::world_rank;
+using vitddp_test::world_size;
 
 namespace {
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
 
 /// One step of the reducer: parameters reported ready in gradient-ready order, in groups of 3.
 BucketTimes step(MpiReducer& r, const ParamLayout& L) {

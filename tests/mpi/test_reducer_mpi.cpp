@@ -9,21 +9,15 @@
 #include "model/rng.h"
 #include "mpi/reducer.h"
 #include "tests/catch.h"
+#include "tests/mpi_test_util.h"
+#include "tests/test_util.h"
 
 using namespace vitddp;
+using vitddp_test::norm_rel_err;
+using vitddp_test::world_rank;
+using vitddp_test::world_size;
 
 namespace {
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
 
 /// Runs one backward of `model` with the reducer hooked in, like the CPU engine does.
 void reduce_backward(CpuViT<float>& model, const std::vector<float>& params, std::vector<float>& grads,
@@ -31,15 +25,6 @@ void reduce_backward(CpuViT<float>& model, const std::vector<float>& params, std
   reducer.prepare_for_backward(std::chrono::steady_clock::now());
   model.backward(params.data(), grads.data(), false, [&](const std::vector<size_t>& p) { reducer.mark_ready(p); });
   reducer.finalize();
-}
-
-double norm_rel_err(const float* a, const float* ref, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-    den += (double)ref[i] * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
 }
 
 }  // namespace
