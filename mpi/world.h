@@ -34,6 +34,10 @@ int select_device(const World& w, int visible_devices);
 /// exits with `code`).
 [[noreturn]] void abort_all(const World& w, const std::string& msg, int code);
 
+/// True between MPI_Init and MPI_Finalize. Outside (a unit test driving an engine without a
+/// launcher) the agreement helpers below act on the single process.
+bool mpi_active();
+
 /// True on every rank iff `local_ok` is true on every rank (MPI_Allreduce, MPI_LAND). Used to
 /// agree on input errors before any rank starts work, so all ranks exit together.
 bool all_ranks_ok(bool local_ok);

@@ -287,6 +287,7 @@ class GpuEngine final : public Engine {
   /// device 0, so compare UUIDs per host; and warn that NCCL then needs cuMem handles to reach its
   /// peers over NVLink (each process sees only its own GPU): nccl_transport records what it used.
   void check_distinct_gpus(const World& w) {
+    if (!mpi_active()) return;  // a single process without MPI: nothing to compare
     const std::string me = w.hostname + " " + info().device_uuid;
     constexpr int kLen = 160;
     char mine[kLen] = {0};
