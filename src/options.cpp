@@ -253,12 +253,34 @@ std::string help_text() {
   const Options d;
   for (const auto& sp : table()) {
     std::string head = std::string("  --") + sp.name + (sp.metavar ? std::string(" ") + sp.metavar : "");
-    s << head;
-    if (head.size() < 30) s << std::string(30 - head.size(), ' ');
-    else s << "\n" << std::string(30, ' ');
-    s << sp.help;
+    std::string text = sp.help;
     const std::string def = sp.get(d);
-    if (sp.metavar) s << " [" << (def.empty() ? "auto" : def) << "]";
+    if (sp.metavar) text += " [" + (def.empty() ? std::string("auto") : def) + "]";
+    // Help text wrapped at 100 columns, indented under the option's column.
+    constexpr size_t kIndent = 30, kWidth = 100;
+    s << head;
+    size_t col = head.size();
+    if (col >= kIndent) {
+      s << "\n";
+      col = 0;
+    }
+    s << std::string(kIndent - col, ' ');
+    col = kIndent;
+    std::istringstream words(text);
+    std::string word;
+    bool first = true;
+    while (words >> word) {
+      if (!first && col + 1 + word.size() > kWidth) {
+        s << "\n" << std::string(kIndent, ' ');
+        col = kIndent;
+      } else if (!first) {
+        s << ' ';
+        ++col;
+      }
+      s << word;
+      col += word.size();
+      first = false;
+    }
     s << "\n";
   }
   s << "\nExamples:\n"
