@@ -275,6 +275,17 @@ std::string find_idx_file(const std::string& dir, const std::string& name) {
 
 }  // namespace
 
+namespace {
+/// Throws std::runtime_error naming `path` when the header's big-endian magic number is not `expected`.
+void check_idx_magic(const unsigned char* header, uint32_t expected, const char* kind, const std::string& path) {
+  const uint32_t magic = big_endian_u32(header);
+  if (magic == expected) return;
+  char buf[112];
+  std::snprintf(buf, sizeof buf, "bad magic number 0x%08x (expected 0x%08x, %s)", magic, expected, kind);
+  throw std::runtime_error("IDX file '" + path + "': " + buf);
+}
+}  // namespace
+
 IdxDataset read_idx_dataset(const std::string& dir, const std::string& split) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -290,12 +301,7 @@ IdxDataset read_idx_dataset(const std::string& dir, const std::string& split) {
     GzFile f(images_path);
     unsigned char h[16];
     f.read_exact(h, sizeof h, "header");
-    const uint32_t magic = big_endian_u32(h);
-    if (magic != 0x00000803u) {
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "bad magic number 0x%08x (expected 0x00000803, idx3 ubyte images)", magic);
-      throw std::runtime_error("IDX file '" + images_path + "': " + buf);
-    }
+    check_idx_magic(h, 0x00000803u, "idx3 ubyte images", images_path);
     const uint32_t count = big_endian_u32(h + 4), rows = big_endian_u32(h + 8), cols = big_endian_u32(h + 12);
     if (count == 0 || rows == 0 || cols == 0 || count > (1u << 31) - 1 || rows > 65536 || cols > 65536 ||
         uint64_t{count} * rows * cols > (uint64_t{1} << 36))
@@ -312,12 +318,7 @@ IdxDataset read_idx_dataset(const std::string& dir, const std::string& split) {
     GzFile f(labels_path);
     unsigned char h[8];
     f.read_exact(h, sizeof h, "header");
-    const uint32_t magic = big_endian_u32(h);
-    if (magic != 0x00000801u) {
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "bad magic number 0x%08x (expected 0x00000801, idx1 ubyte labels)", magic);
-      throw std::runtime_error("IDX file '" + labels_path + "': " + buf);
-    }
+    check_idx_magic(h, 0x00000801u, "idx1 ubyte labels", labels_path);
     const uint32_t count = big_endian_u32(h + 4);
     if (count != d.count)
       throw std::runtime_error("IDX file '" + labels_path + "' holds " + std::to_string(count) + " labels but '" +

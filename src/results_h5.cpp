@@ -323,30 +323,28 @@ void write_fixed(hid_t file, const std::string& where, const std::string& name, 
 
 }  // namespace
 
-void ResultsFile::write_array(const std::string& name, const std::vector<uint64_t>& shape, const double* data,
-                              const std::string& units, const std::string& description) {
+void ResultsFile::write_array_typed(const std::string& name, const std::vector<uint64_t>& shape, int64_t file_type,
+                                    int64_t mem_type, const void* data, const std::string& units,
+                                    const std::string& description) {
   require_open("write_array");
   QuietH5Errors quiet;
   const std::string where = path_ + ":" + name;
   Handle str = vlen_string_type(where);
-  write_fixed(file_, where, name, shape, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, data, units, description,
+  write_fixed(file_, where, name, shape, file_type, mem_type, data, units, description,
               [&](hid_t obj, const std::string& key, const std::string& value) {
                 const char* p = value.c_str();
                 write_attr(obj, name, key, str.get(), 0, 1, &p);
               });
 }
 
+void ResultsFile::write_array(const std::string& name, const std::vector<uint64_t>& shape, const double* data,
+                              const std::string& units, const std::string& description) {
+  write_array_typed(name, shape, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, data, units, description);
+}
+
 void ResultsFile::write_array(const std::string& name, const std::vector<uint64_t>& shape, const int64_t* data,
                               const std::string& units, const std::string& description) {
-  require_open("write_array");
-  QuietH5Errors quiet;
-  const std::string where = path_ + ":" + name;
-  Handle str = vlen_string_type(where);
-  write_fixed(file_, where, name, shape, H5T_STD_I64LE, H5T_NATIVE_INT64, data, units, description,
-              [&](hid_t obj, const std::string& key, const std::string& value) {
-                const char* p = value.c_str();
-                write_attr(obj, name, key, str.get(), 0, 1, &p);
-              });
+  write_array_typed(name, shape, H5T_STD_I64LE, H5T_NATIVE_INT64, data, units, description);
 }
 
 void ResultsFile::write_strings(const std::string& name, const std::vector<std::string>& values,

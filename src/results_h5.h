@@ -127,6 +127,9 @@ class ResultsFile {
   void append_raw(const std::string& name, Series& s, const T* values);
   void write_attr(int64_t obj, const std::string& obj_name, const std::string& name, int64_t type,
                   int rank, uint64_t count, const void* data);
+  /// Both write_array overloads: file and memory HDF5 types (hid_t) for `data`.
+  void write_array_typed(const std::string& name, const std::vector<uint64_t>& shape, int64_t file_type,
+                         int64_t mem_type, const void* data, const std::string& units, const std::string& description);
 
   std::string path_;
   int64_t file_ = -1;  // hid_t
