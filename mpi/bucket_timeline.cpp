@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "cuda/check.h"
+#include "cuda/step_graph.h"
 
 namespace vitddp {
 
@@ -34,7 +35,7 @@ void BucketTimeline::reset() {
 int BucketTimeline::mark(cudaStream_t stream) {
   if (used_ >= static_cast<int>(events_.size()))
     throw std::logic_error("BucketTimeline: more than " + std::to_string(events_.size()) + " events in one step");
-  CUDA_CHECK(cudaEventRecord(events_[used_], stream));
+  record_timing_event(events_[used_], stream);  // an event record node when captured
   return used_++;
 }
 

@@ -8,6 +8,7 @@
 #include "cuda/check.h"
 #include "cuda/compression.h"
 #include "cuda/nvtx.h"
+#include "cuda/step_graph.h"
 #include "mpi/world.h"
 
 namespace vitddp {
@@ -95,9 +96,9 @@ void NcclReducer::launch(size_t b) {
     // DDP's copy of the gradients into the bucket (gradient_as_bucket_view=False), on the stream
     // that produced them.
     float* dst = d_bucket_.get() + bk.offset;
-    CUDA_CHECK(cudaEventRecord(copy_ev_[4 * b], compute_));
+    record_timing_event(copy_ev_[4 * b], compute_);
     CUDA_CHECK(cudaMemcpyAsync(dst, p, bk.bytes(), cudaMemcpyDeviceToDevice, compute_));
-    CUDA_CHECK(cudaEventRecord(copy_ev_[4 * b + 1], compute_));
+    record_timing_event(copy_ev_[4 * b + 1], compute_);
     p = dst;
   }
   CUDA_CHECK(cudaEventRecord(ready_[b], compute_));
@@ -144,10 +145,10 @@ void NcclReducer::finalize() {
     // DDP's copy of the averaged bucket back into the gradients before the optimizer.
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const Bucket& bk = buckets_[b];
-      CUDA_CHECK(cudaEventRecord(copy_ev_[4 * b + 2], compute_));
+      record_timing_event(copy_ev_[4 * b + 2], compute_);
       CUDA_CHECK(cudaMemcpyAsync(d_grads_ + bk.offset, d_bucket_.get() + bk.offset, bk.bytes(),
                                  cudaMemcpyDeviceToDevice, compute_));
-      CUDA_CHECK(cudaEventRecord(copy_ev_[4 * b + 3], compute_));
+      record_timing_event(copy_ev_[4 * b + 3], compute_);
     }
   }
   if (powersgd_) powersgd_->end_step();  // PyTorch: maybe_increase_iter at the last bucket

@@ -5,12 +5,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "cuda/check.h"
 #include "cuda/gpu_vit.h"
 #include "cuda/nvtx.h"
+#include "cuda/cast.h"
 #include "cuda/sgd.h"
+#include "cuda/step_graph.h"
 #include "cuda/synthetic_data.h"
 #include "model/init.h"
 #include "mpi/nccl_comm.h"
@@ -58,6 +62,7 @@ class GpuEngine final : public Engine {
 
   ~GpuEngine() override {
     cudaDeviceSynchronize();
+    graphs_.clear();  // before the communicator their NCCL nodes use
     reducer_.reset();
     comm_.reset();
     model_.reset();
@@ -117,30 +122,22 @@ class GpuEngine final : public Engine {
     CUDA_CHECK(cudaEventRecord(ev.start, compute_));
     CUDA_CHECK(cudaStreamWaitEvent(compute_, ev_copied_[slot_], 0));
     CUDA_CHECK(cudaEventRecord(ev.input, compute_));
-    {
-      NvtxRange r("forward", NvtxColor::Green);
-      model_->forward(params_.get(), images_[slot_].get(), labels_[slot_].get(), staged_batch_, loss_.get() + micro);
-      CUDA_CHECK(cudaEventRecord(ev.fwd, compute_));
-    }
-    {
-      // Micro-steps before the last accumulate locally with no communication (DDP's no_sync()).
-      NvtxRange r("backward", NvtxColor::Purple);
-      const bool accumulate = micro > 0;
-      if (reducer_ && last) {
-        reducer_->prepare_for_backward();
-        model_->backward(params_.get(), grads_.get(), accumulate,
-                         [this](const std::vector<size_t>& p) { reducer_->mark_ready(p); });
-        CUDA_CHECK(cudaEventRecord(ev.bwd, compute_));
-        reducer_->finalize();
-      } else {
-        model_->backward(params_.get(), grads_.get(), accumulate, {});
-        CUDA_CHECK(cudaEventRecord(ev.bwd, compute_));
-      }
+    if (use_graph()) {
+      // Forward, backward and the bucketed all-reduces of this (input slot, micro-step, batch) as
+      // one CUDA graph, captured at its first use after the first step (which ran eagerly: NCCL
+      // connections, cuBLASLt plans and autotuning are set up by then) and replayed afterwards.
+      StepGraph& g = graphs_[GraphKey{slot_, micro, micro_steps, staged_batch_}];
+      if (!g.captured()) g.capture(compute_, [&] { enqueue_compute(micro, micro_steps); });
+      NvtxRange r("forward + backward (CUDA graph)", NvtxColor::Green);
+      g.launch(compute_);
+    } else {
+      enqueue_compute(micro, micro_steps);
     }
     CUDA_CHECK(cudaEventRecord(ev_consumed_[slot_], compute_));
     if (!last) return;
     CUDA_CHECK(cudaEventRecord(ev_opt_, compute_));
     {
+      // Eager, after the graph: a few launches that take this step's learning rate.
       NvtxRange r("optimizer step", NvtxColor::Yellow);
       SgdConfig cfg = sgd_config();
       cfg.grad_scale = 1.0 / micro_steps;
@@ -148,14 +145,16 @@ class GpuEngine final : public Engine {
       // since the all-reduce spreads a non-finite value everywhere).
       CUDA_CHECK(cudaMemsetAsync(nonfinite_.get(), 0, sizeof(int), compute_));
       flag_nonfinite(grads_.get(), layout_.total, nonfinite_.get(), compute_);
+      // bf16: the same pass refreshes the model's bf16 working copy of the weights.
       sgd_step_gpu(params_.get(), grads_.get(), momentum_.get(), layout_.total, cfg, first_step_, compute_,
-                   nonfinite_.get());
+                   nonfinite_.get(), model_->bf16_weights());
       first_step_ = false;
     }
     CUDA_CHECK(cudaMemcpyAsync(loss_host_, loss_.get(), micro_steps * sizeof(float), cudaMemcpyDeviceToHost, compute_));
     CUDA_CHECK(cudaMemcpyAsync(nonfinite_host_, nonfinite_.get(), sizeof(int), cudaMemcpyDeviceToHost, compute_));
     CUDA_CHECK(cudaEventRecord(ev_end_, compute_));
     micro_steps_ = micro_steps;
+    ++steps_enqueued_;
   }
 
   void finish_step(StepRecord* rec) override {
@@ -280,7 +279,15 @@ class GpuEngine final : public Engine {
     }
     CUDA_CHECK(cudaMemset(grads_.get(), 0, n * sizeof(float)));
 
-    model_ = std::make_unique<GpuViT>(layout, o.batch_size, compute_, GpuViTOptions::for_precision(parse_precision(o.precision)));
+    // The engine keeps the bf16 working copy of the weights current itself (bf16): written once
+    // here and then by the optimizer's pass, instead of a cast at every forward.
+    GpuViTOptions mo = GpuViTOptions::for_precision(parse_precision(o.precision));
+    mo.refresh_bf16_weights = false;
+    model_ = std::make_unique<GpuViT>(layout, o.batch_size, compute_, mo);
+    if (model_->bf16_weights()) {
+      convert_to_bf16(params_.get(), model_->bf16_weights(), n, compute_);
+      CUDA_CHECK(cudaStreamSynchronize(compute_));
+    }
   }
 
   /// Every rank must drive its own GPU. Ranks that each see a single GPU (one per task) all pick
@@ -308,6 +315,47 @@ class GpuEngine final : public Engine {
   }
 
   int next_slot() const { return slot_ ^ 1; }
+
+  /// Forward and backward of micro-step `micro` on the input slot slot_, and, after the last
+  /// micro-step, the bucketed all-reduces (the comm stream joins back before this returns). The
+  /// timing events inside are event record nodes when captured (record_timing_event).
+  void enqueue_compute(int micro, int micro_steps) {
+    const bool last = micro == micro_steps - 1;
+    MicroEvents& ev = micro_ev_[micro];
+    {
+      NvtxRange r("forward", NvtxColor::Green);
+      model_->forward(params_.get(), images_[slot_].get(), labels_[slot_].get(), staged_batch_, loss_.get() + micro);
+      record_timing_event(ev.fwd, compute_);
+    }
+    // Micro-steps before the last accumulate locally with no communication (DDP's no_sync()).
+    NvtxRange r("backward", NvtxColor::Purple);
+    const bool accumulate = micro > 0;
+    if (reducer_ && last) {
+      reducer_->prepare_for_backward();
+      model_->backward(params_.get(), grads_.get(), accumulate,
+                       [this](const std::vector<size_t>& p) { reducer_->mark_ready(p); });
+      record_timing_event(ev.bwd, compute_);
+      reducer_->finalize();
+    } else {
+      model_->backward(params_.get(), grads_.get(), accumulate, {});
+      record_timing_event(ev.bwd, compute_);
+    }
+  }
+
+  /// CUDA graphs replay the step from the second step on, unless --cuda-graph off or PowerSGD
+  /// (whose host-side state - start step, per-step iteration count - changes between steps).
+  bool use_graph() const {
+    return opts_.cuda_graph && steps_enqueued_ >= 1 && opts_.compression != "powersgd";
+  }
+
+  /// Identifies a captured graph: the input slot (device pointers), micro-step index and count
+  /// (accumulate flag, loss slot, reducer on the last) and the batch size.
+  struct GraphKey {
+    int slot, micro, micro_steps, batch;
+    bool operator<(const GraphKey& o) const {
+      return std::tie(slot, micro, micro_steps, batch) < std::tie(o.slot, o.micro, o.micro_steps, o.batch);
+    }
+  };
 
   /// CUDA events of one micro-step on the compute stream.
   struct MicroEvents {
@@ -350,6 +398,8 @@ class GpuEngine final : public Engine {
   int staged_batch_ = 0;
   bool staged_ = false;
   bool first_step_ = true;
+  int64_t steps_enqueued_ = 0;             // optimizer steps enqueued so far
+  std::map<GraphKey, StepGraph> graphs_;   // captured forward + backward (+ all-reduce) graphs
 };
 
 }  // namespace

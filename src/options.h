@@ -32,6 +32,7 @@ struct Options {
   int nccl_max_ctas = 0;            ///< cap on NCCL's thread blocks (SMs) per collective; 0: NCCL's choice
   bool grad_as_bucket_view = true;  ///< off: separate bucket buffer + copies (--grad-as-bucket-view)
   std::string compression = "none"; ///< none | fp16 | bf16 | powersgd (DDP comm hook)
+  bool cuda_graph = true;           ///< GPU: replay forward + backward + all-reduces as a CUDA graph (--cuda-graph)
   std::string precision = "fp32";   ///< fp32 | tf32 | bf16 (GPU model numerics; cuda/precision.h)
   int powersgd_rank = 1;            ///< PowerSGD matrix_approximation_rank
   int64_t powersgd_start_step = 1000;         ///< PowerSGD start_powerSGD_iter

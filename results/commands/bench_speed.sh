@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Issue "[4 of 8] Speed": vitddp and PyTorch side by side on the GPU machine, in one job.
+#   1 GPU, per precision (fp32, tf32, bf16), alternating: vitddp with CUDA graphs, vitddp with
+#     --cuda-graph off, PyTorch (results/bench_torch_vit.py): ViT-L/32, batch 32, SGD, data on the
+#     GPU, 10 warm-up + 20 timed steps; nvidia-smi samples the memory of each.
+#   Per-kernel table of one bf16 step (and tf32) with Nsight Compute (results/kernel_table.py).
+#   2 GPUs (when two are visible): vitddp per precision, compression none and bf16.
+# Run from the repository root with the binaries in carry/ and $OUT set:
+#     bash results/commands/bench_speed.sh
+# Writes $OUT/bench_speed.log, $OUT/speed_table.md, $OUT/kernels-<p>.md and the HDF5/JSON files.
+set -u -o pipefail
+export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+VITDDP=${VITDDP:-carry/vitddp}
+MPI="mpirun --bind-to none -x NCCL_NVLS_ENABLE=0"
+NGPU=$(nvidia-smi -L | grep -c '^GPU')
+PRECISIONS=${PRECISIONS:-fp32 tf32 bf16}
+LOG=$OUT/bench_speed.log
+status=0
+run() { echo "== $*"; "$@"; local rc=$?; [ $rc -eq 0 ] || { echo "== FAILED (exit $rc): $*"; status=1; }; }
+mem_start() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 > "$1" 2>/dev/null & MEM_PID=$!; }
+mem_stop() { kill "$MEM_PID" 2>/dev/null; wait "$MEM_PID" 2>/dev/null; }
+COMMON="--data device --warmup-steps 10 --steps 20 --cooldown-steps 0 --progress-every 10 --overwrite"
+{
+  date -u; nvidia-smi -L
+  for p in $PRECISIONS; do
+    for mode in graph eager; do
+      g=on; [ $mode = eager ] && g=off
+      mem_start "$OUT/mem-vitddp-$p-$mode.txt"
+      run $MPI -np 1 "$VITDDP" --no-ddp --precision "$p" --cuda-graph $g $COMMON --out "$OUT/vitddp-$p-$mode.h5"
+      mem_stop
+    done
+    mem_start "$OUT/mem-torch-$p.txt"
+    run python3 results/bench_torch_vit.py --precision "$p" --warmup-steps 10 --steps 20 --json "$OUT/torch-$p.json"
+    mem_stop
+  done
+  if [ "${SKIP_NCU:-0}" != 1 ] && command -v ncu >/dev/null; then
+    for p in ${NCU_PRECISIONS:-bf16}; do
+      ncu --nvtx --nvtx-include "Batch 3/" --metrics gpu__time_duration.sum --csv \
+          "$VITDDP" --no-ddp --precision "$p" --cuda-graph off --data device --warmup-steps 3 --steps 1 \
+          --cooldown-steps 0 --progress-every 100 --overwrite --out /tmp/ncu-$p.h5 > "$OUT/ncu-$p.csv" 2>&1
+      python3 results/kernel_table.py "$OUT/ncu-$p.csv" --floors "$p" > "$OUT/kernels-$p.md"
+      cat "$OUT/kernels-$p.md"
+    done
+  fi
+  if [ "$NGPU" -ge 2 ]; then
+    for p in $PRECISIONS; do
+      for c in none bf16; do
+        run $MPI -np 2 "$VITDDP" --precision "$p" --compression $c $COMMON --out "$OUT/vitddp-$p-np2-$c.h5"
+      done
+    done
+  fi
+  python3 results/speed_table.py "$OUT" | tee "$OUT/speed_table.md"
+  date -u
+} > "$LOG" 2>&1
+echo "exit $status"; grep -E '^\| |^## |Kernels of one step|FAILED|timed window' "$LOG" | tail -c 9000
+exit $status

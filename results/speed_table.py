@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Side-by-side speed table of vitddp and PyTorch from one benchmark job (bench_speed.sh).
+
+    python3 results/speed_table.py OUTDIR > table.md
+
+Reads, for each precision p in fp32, tf32, bf16:
+  OUTDIR/vitddp-<p>-graph.h5, OUTDIR/vitddp-<p>-eager.h5   vitddp 1 GPU (--cuda-graph on / off)
+  OUTDIR/torch-<p>.json                                    results/bench_torch_vit.py
+  OUTDIR/mem-<name>.txt                                    nvidia-smi memory.used samples, MiB
+  OUTDIR/vitddp-<p>-np2-<compression>.h5                   vitddp on 2 GPUs (optional)
+and prints: steps/s per GPU, images/s, TFLOP/s (3 x forward FLOPs x images/s), MFU against the
+measured matmul ceiling of one H200 in that precision (8192^3 torch.matmul in
+../shared/docs/DEVICE.md: bf16 781, tf32 361, fp32 51 TFLOP/s), peak memory (nvidia-smi, whole
+process; PyTorch also max_memory_allocated), ratio to PyTorch and the target; then the 2-GPU
+table: per-GPU steps/s, its share of our 1-GPU figure (target 95%) and the median exposed
+communication per step from timing/exposed_comm. Missing files give 'n/a' cells.
+"""
+import json
+import os
+import statistics
+import sys
+
+import h5py
+
+CEILING_TFLOPS = {"bf16": 781.0, "tf32": 361.0, "fp32": 51.0}
+TARGET = {"fp32": 1.1, "tf32": 2.5, "bf16": 5.0}
+
+
+def h5_summary(path):
+    """summary/* scalars and the median exposed comm (ms) of the timed steps, or None."""
+    try:
+        with h5py.File(path, "r") as f:
+            s = {k: float(d[()]) for k, d in f["summary"].items()}
+            timed = f["steps/timed"][0, :] == 1
+            exposed = f["timing/exposed_comm"][:, timed]
+            s["exposed_comm_ms"] = 1e3 * statistics.median(exposed.max(axis=0).tolist())
+            return s
+    except (OSError, KeyError):
+        return None
+
+
+def peak_gib(path):
+    try:
+        v = [float(x) for x in open(path).read().split() if x.strip()]
+        return max(v) / 1024 if v else None
+    except OSError:
+        return None
+
+
+def fmt(x, spec=".2f"):
+    return "n/a" if x is None else format(x, spec)
+
+
+def main():
+    out = sys.argv[1]
+    print("## 1 x H200, ViT-L/32, batch 32, data on the GPU\n")
+    print("| precision | run | steps/s | images/s | TFLOP/s | MFU | peak GiB (nvidia-smi) | vs PyTorch (target) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    one_gpu = {}
+    for p in ("fp32", "tf32", "bf16"):
+        t = None
+        try:
+            t = json.load(open(os.path.join(out, f"torch-{p}.json")))
+        except OSError:
+            pass
+        ts = t["steps_per_s"] if t else None
+        for mode in ("graph", "eager"):
+            v = h5_summary(os.path.join(out, f"vitddp-{p}-{mode}.h5"))
+            sps = v["steps_per_second"] if v else None
+            if mode == "graph":
+                one_gpu[p] = sps
+            tf = v["tflops_per_rank"] if v else None
+            ratio = f"{sps / ts:.2f}x (>= {TARGET[p]}x)" if sps and ts else "n/a"
+            label = "vitddp, CUDA graph" if mode == "graph" else "vitddp, --cuda-graph off"
+            print(f"| {p} | {label} | {fmt(sps)} | {fmt(v and v['images_per_second_per_rank'], '.0f')} | {fmt(tf, '.1f')} | "
+                  f"{fmt(tf and 100 * tf / CEILING_TFLOPS[p], '.1f')}% | {fmt(peak_gib(os.path.join(out, f'mem-vitddp-{p}-{mode}.txt')))} | {ratio} |")
+        alloc = t["peak_mem_allocated_bytes"] / 2**30 if t else None
+        print(f"| {p} | PyTorch {t['torch'] if t else ''} | {fmt(ts)} | {fmt(t and t['images_per_s'], '.0f')} | {fmt(t and t['tflops'], '.1f')} | "
+              f"{fmt(t and 100 * t['tflops'] / CEILING_TFLOPS[p], '.1f')}% | {fmt(peak_gib(os.path.join(out, f'mem-torch-{p}.txt')))} "
+              f"(allocated {fmt(alloc)}) | 1 |")
+    print("\nSame losses with and without the CUDA graph (same seed, same data, deterministic kernels):\n")
+    for p in ("fp32", "tf32", "bf16"):
+        try:
+            with h5py.File(os.path.join(out, f"vitddp-{p}-graph.h5"), "r") as g, \
+                 h5py.File(os.path.join(out, f"vitddp-{p}-eager.h5"), "r") as e:
+                a, b = g["training/loss"][:], e["training/loss"][:]
+                same = a.shape == b.shape and (a == b).all()
+                diff = float(abs(a - b).max()) if a.shape == b.shape else float("nan")
+                print(f"- {p}: {a.size} step losses, {'bitwise identical' if same else f'DIFFER (max |diff| {diff:.3g})'}")
+        except (OSError, KeyError):
+            print(f"- {p}: n/a")
+    rows = []
+    for p in ("fp32", "tf32", "bf16"):
+        for c in ("none", "bf16"):
+            v = h5_summary(os.path.join(out, f"vitddp-{p}-np2-{c}.h5"))
+            if v:
+                rows.append((p, c, v))
+    if rows:
+        print("\n## 2 x H200 over NVLink (per GPU), 25 MiB buckets, CUDA graph\n")
+        print("| precision | compression | steps/s per GPU | share of our 1-GPU figure (target 95%) | median exposed comm per step (ms) |")
+        print("| --- | --- | --- | --- | --- |")
+        for p, c, v in rows:
+            base = one_gpu.get(p)
+            share = f"{100 * v['steps_per_second'] / base:.1f}%" if base else "n/a"
+            print(f"| {p} | {c} | {v['steps_per_second']:.2f} | {share} | {v['exposed_comm_ms']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
