@@ -196,6 +196,10 @@ void ResultsFile::create_series(const std::string& name, const std::string& unit
   Handle space(H5_CHECK(H5Screate_simple(rank, dims, maxdims), where), H5Sclose);
   Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), where), H5Pclose);
   H5_CHECK(H5Pset_chunk(dcpl.get(), rank, chunk), where);
+  // Byte shuffle + deflate: a short run's chunks are mostly fill zeros, and timings compress well
+  // (files about 5x smaller); h5py and every HDF5 reader decode it transparently.
+  H5_CHECK(H5Pset_shuffle(dcpl.get()), where);
+  H5_CHECK(H5Pset_deflate(dcpl.get(), 4), where);
   if (dtype == H5Dtype::f64) {
     const double zero = 0;
     H5_CHECK(H5Pset_fill_value(dcpl.get(), H5T_NATIVE_DOUBLE, &zero), where);
