@@ -59,6 +59,26 @@ struct OperandBuffers {
   T* dx_op = nullptr;    // residual-stream gradient as a GEMM operand (fp32: the fp32 buffer itself)
 };
 
+/// Hands out consecutive 256-byte-aligned sub-buffers of one allocation; with a null base it
+/// only measures (used() = bytes needed).
+class Carver {
+ public:
+  explicit Carver(char* base) : base_(base) {}
+  static size_t align(size_t bytes) { return (bytes + 255) / 256 * 256; }
+  template <typename T>
+  T* take(size_t count) {
+    off_ = align(off_);
+    T* p = base_ ? reinterpret_cast<T*>(base_ + off_) : nullptr;
+    off_ += std::max<size_t>(count, 1) * sizeof(T);
+    return p;
+  }
+  size_t used() const { return off_; }
+
+ private:
+  char* base_;
+  size_t off_ = 0;
+};
+
 cublasComputeType_t compute_type(Precision p) {
   switch (p) {
     case Precision::fp32: return CUBLAS_COMPUTE_32F_PEDANTIC;  // plain fp32 FMA, no shortcuts
@@ -95,6 +115,8 @@ struct GpuViT::Impl {
 
   bool fused_bias_grad = true;
   bool refresh_bf16 = true;
+  bool overlay_gradients = false;
+  float* gradients = nullptr;  // the overlaid flat gradient buffer (overlay_gradients), else null
   int batch = 0;  // of the last forward
   bool have_forward = false;
 
@@ -108,7 +130,7 @@ struct GpuViT::Impl {
   Impl(const ParamLayout& l, int mb, cudaStream_t s, const GpuViTOptions& o)
       : layout(l), cfg(l.cfg), max_batch(mb), stream(s), precision(o.precision),
         lt(s, gemm_options(o)), fused_bias_grad(o.fused_bias_grad),
-        refresh_bf16(o.refresh_bf16_weights) {}
+        refresh_bf16(o.refresh_bf16_weights), overlay_gradients(o.overlay_gradients) {}
 
   template <typename T>
   OperandBuffers<T>& ops() {
@@ -126,6 +148,70 @@ struct GpuViT::Impl {
     return g;
   }
 
+  /// Carves the buffers of one encoder block l (its input x[l] and every activation it keeps for
+  /// backward) out of `c`; with a measuring carver (null base) only counts the bytes.
+  template <typename T>
+  void carve_block(Carver& c, BlockActs<T>& a, float** x_in) {
+    const size_t B = max_batch, T_ = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim, H = cfg.heads;
+    const size_t N = B * T_;
+    *x_in = c.take<float>(N * D);
+    a.y1 = c.take<T>(N * D);
+    a.mean1 = c.take<float>(N);
+    a.rstd1 = c.take<float>(N);
+    a.qkv = c.take<T>(N * 3 * D);
+    a.probs = c.take<float>(B * H * T_ * T_);
+    a.attn = c.take<T>(N * D);
+    a.xmid = c.take<float>(N * D);
+    a.z = c.take<T>(N * D);
+    a.mean2 = c.take<float>(N);
+    a.rstd2 = c.take<float>(N);
+    a.u = c.take<T>(N * M);
+    a.g = c.take<T>(N * M);
+  }
+
+  /// The encoder blocks' activations, one region. With overlay_gradients the flat gradient
+  /// buffer (layout.total fp32) lives at the start of the same region: block m's activations are
+  /// placed above the gradients of blocks m..L-1 (written while block m's activations are still
+  /// to be read) but may share memory with the gradients of blocks < m, which backward writes
+  /// only after block m's activations are dead (backward runs from block L-1 down to 0). The
+  /// gradients of the head and final LayerNorm (offsets below every block's) never share memory
+  /// with a block; those of the patch embedding, written after block 0, may. Forward overwrites
+  /// the gradients: valid only between a backward and the next forward.
+  template <typename T>
+  void allocate_blocks(std::vector<BlockActs<T>>& blocks) {
+    const int L = cfg.layers;
+    blocks.resize(L);
+    Carver measure(nullptr);
+    BlockActs<T> probe;
+    float* dummy = nullptr;
+    carve_block(measure, probe, &dummy);
+    const size_t per_block = Carver::align(measure.used());
+    std::vector<size_t> start(L);
+    size_t region = (size_t)L * per_block;
+    if (overlay_gradients) {
+      size_t prev_end = 0;  // bytes from the region start
+      for (int m = L - 1; m >= 0; --m) {
+        // End (bytes) of block m's gradients in the flat buffer: registration indices 4 + 12m ..
+        // 4 + 12m + 11 (make_param_layout).
+        size_t end = 0;
+        for (size_t i = 4 + 12 * (size_t)m; i < 4 + 12 * (size_t)(m + 1); ++i)
+          end = std::max(end, (layout.params[i].offset + layout.params[i].numel) * sizeof(float));
+        start[m] = Carver::align(std::max(prev_end, end));
+        prev_end = start[m] + per_block;
+      }
+      region = std::max(Carver::align(layout.total * sizeof(float)), prev_end);
+    } else {
+      for (int m = 0; m < L; ++m) start[m] = (size_t)m * per_block;
+    }
+    char* base = arena.alloc<char>(region, overlay_gradients ? "encoder activations + gradients (overlaid)"
+                                                             : "encoder block activations");
+    if (overlay_gradients) gradients = reinterpret_cast<float*>(base);
+    for (int m = 0; m < L; ++m) {
+      Carver c(base + start[m]);
+      carve_block(c, blocks[m], &x[m]);
+    }
+  }
+
   template <typename T>
   void allocate_operands() {
     const size_t B = max_batch, T_ = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim,
@@ -133,17 +219,7 @@ struct GpuViT::Impl {
     const size_t N = B * T_;
     OperandBuffers<T>& o = ops<T>();
     o.patches = arena.alloc<T>(B * Np * PD, "patches");
-    o.blocks.resize(cfg.layers);
-    for (int l = 0; l < cfg.layers; ++l) {
-      const std::string s = " of block " + std::to_string(l);
-      BlockActs<T>& a = o.blocks[l];
-      a.y1 = arena.alloc<T>(N * D, "ln_1 output" + s);
-      a.qkv = arena.alloc<T>(N * 3 * D, "qkv" + s);
-      a.attn = arena.alloc<T>(N * D, "attention output" + s);
-      a.z = arena.alloc<T>(N * D, "ln_2 output" + s);
-      a.u = arena.alloc<T>(N * M, "mlp.0 output" + s);
-      a.g = arena.alloc<T>(N * M, "GELU output" + s);
-    }
+    allocate_blocks(o.blocks);
     o.dwide = arena.alloc<T>(N * std::max(M, 3 * D), "wide gradient scratch");
     o.dnarrow = arena.alloc<T>(N * D, "narrow gradient scratch");
     o.demb = arena.alloc<T>(B * Np * D, "patch embedding gradient");
@@ -152,24 +228,12 @@ struct GpuViT::Impl {
   }
 
   void allocate() {
-    const size_t B = max_batch, T = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim,
-                 H = cfg.heads, K = cfg.num_classes, Np = cfg.num_patches();
+    const size_t B = max_batch, T = cfg.seq_len(), D = cfg.hidden, H = cfg.heads, K = cfg.num_classes,
+                 Np = cfg.num_patches();
     const size_t N = B * T;
     emb = arena.alloc<float>(B * Np * D, "patch embeddings");
-    x.resize(cfg.layers + 1);
-    for (int l = 0; l <= cfg.layers; ++l)
-      x[l] = arena.alloc<float>(N * D, "residual stream x[" + std::to_string(l) + "]");
-    std::vector<BlockActs<float>> stats(cfg.layers);  // the fp32 members of every block
-    for (int l = 0; l < cfg.layers; ++l) {
-      const std::string s = " of block " + std::to_string(l);
-      BlockActs<float>& a = stats[l];
-      a.mean1 = arena.alloc<float>(N, "ln_1 mean" + s);
-      a.rstd1 = arena.alloc<float>(N, "ln_1 rstd" + s);
-      a.probs = arena.alloc<float>(B * H * T * T, "attention probabilities" + s);
-      a.xmid = arena.alloc<float>(N * D, "post-attention residual" + s);
-      a.mean2 = arena.alloc<float>(N, "ln_2 mean" + s);
-      a.rstd2 = arena.alloc<float>(N, "ln_2 rstd" + s);
-    }
+    x.assign(cfg.layers + 1, nullptr);  // x[0..L-1] belong to the blocks (allocate_blocks)
+    x[cfg.layers] = arena.alloc<float>(N * D, "residual stream x[" + std::to_string(cfg.layers) + "]");
     xf = arena.alloc<float>(B * D, "final LayerNorm output (class tokens)");
     meanf = arena.alloc<float>(B, "final LayerNorm mean");
     rstdf = arena.alloc<float>(B, "final LayerNorm rstd");
@@ -179,26 +243,13 @@ struct GpuViT::Impl {
     dscores = arena.alloc<float>(attention_backward_scratch_floats(max_batch, (int)T, (int)H),
                                  "attention score gradient");
     dxf = arena.alloc<float>(B * D, "final LayerNorm output gradient");
-    auto copy_stats = [&](auto& blocks) {
-      for (int l = 0; l < cfg.layers; ++l) {
-        auto& a = blocks[l];
-        const BlockActs<float>& f = stats[l];
-        a.mean1 = f.mean1;
-        a.rstd1 = f.rstd1;
-        a.probs = f.probs;
-        a.xmid = f.xmid;
-        a.mean2 = f.mean2;
-        a.rstd2 = f.rstd2;
-      }
-    };
     if (precision == Precision::bf16) {
       weights16 = arena.alloc<bf16>(layout.total, "bf16 copy of the parameters");
       allocate_operands<bf16>();
-      copy_stats(b16.blocks);
     } else {
       allocate_operands<float>();
-      copy_stats(f32.blocks);
     }
+    const size_t M = cfg.mlp_dim;
     const int Ni = (int)N, Di = (int)D, Mi = (int)M, Ki = (int)K;
     size_t r = 0;
     r = std::max(r, layernorm_backward_scratch_floats(Ni, Di));
@@ -366,6 +417,9 @@ GpuViT::GpuViT(const ParamLayout& layout, int max_batch, cudaStream_t stream,
   if (c.seq_len() > 512 || c.head_dim() > 128 || c.hidden > 4096)
     throw std::invalid_argument("GpuViT: " + c.name +
                                 " exceeds the kernels' limits (T <= 512, head_dim <= 128, D <= 4096)");
+  if (options.overlay_gradients && layout.total != layout.parameter_count())
+    throw std::invalid_argument("GpuViT: overlay_gradients needs a layout without padding (" + c.name + " has " +
+                                std::to_string(layout.total - layout.parameter_count()) + " padding elements)");
   impl_.reset(new Impl(layout, max_batch, stream, options));
   impl_->allocate();
 }
@@ -373,6 +427,8 @@ GpuViT::GpuViT(const ParamLayout& layout, int max_batch, cudaStream_t stream,
 GpuViT::~GpuViT() = default;
 
 const float* GpuViT::logits() const { return impl_->logits; }
+
+float* GpuViT::gradients() const { return impl_->gradients; }
 
 size_t GpuViT::device_bytes() const { return impl_->arena.bytes() + impl_->lt.device_bytes(); }
 

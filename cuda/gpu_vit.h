@@ -32,6 +32,13 @@ struct GpuViTOptions {
   /// (bf16_weights(), about 0.5 ms for vit_l_32); false = the caller keeps that copy current
   /// itself (e.g. an optimizer that writes fp32 and bf16 parameters in one pass).
   bool refresh_bf16_weights = true;
+  /// true: the model also allocates the flat fp32 gradient buffer (gradients()) inside its
+  /// activation memory - the gradients of block l share memory with the activations of blocks
+  /// above l, dead by the time backward writes them - saving about the size of the gradients
+  /// (1.2 GB for vit_l_32). Then the gradients hold valid values only from a backward to the next
+  /// forward (which overwrites them): for training without gradient accumulation, where the
+  /// optimizer consumes them in between. The caller passes gradients() to backward().
+  bool overlay_gradients = false;
 
   /// The defaults with `p` as the precision.
   static GpuViTOptions for_precision(Precision p) {
@@ -85,6 +92,10 @@ class GpuViT {
   /// d_grads; calls `on_ready` on the host after enqueuing the kernels that finalise each group
   /// (order in grad_ready.h), so the caller can record an event on `stream` right then.
   void backward(const float* d_params, float* d_grads, bool accumulate, const GradReadyFn& on_ready);
+
+  /// With GpuViTOptions::overlay_gradients: the flat fp32 gradient buffer (layout.total values,
+  /// ParamLayout offsets) placed inside the activation memory; nullptr otherwise.
+  float* gradients() const;
 
   /// Device pointer to the logits of the last forward, [batch, num_classes] row-major fp32.
   const float* logits() const;

@@ -56,7 +56,7 @@ class GpuEngine final : public Engine {
     if (o.ddp) {
       nccl_log_ = redirect_nccl_info_log(w.rank);
       comm_ = std::make_unique<NcclComm>(w, o.nccl_max_ctas);
-      reducer_ = std::make_unique<NcclReducer>(layout, buckets_, grads_.get(), comm_->get(), compute_, reducer_options(o));
+      reducer_ = std::make_unique<NcclReducer>(layout, buckets_, grads_, comm_->get(), compute_, reducer_options(o));
     }
   }
 
@@ -144,9 +144,9 @@ class GpuEngine final : public Engine {
       // Skipped on the device when the averaged gradients hold NaN/Inf (the same on every rank,
       // since the all-reduce spreads a non-finite value everywhere).
       CUDA_CHECK(cudaMemsetAsync(nonfinite_.get(), 0, sizeof(int), compute_));
-      flag_nonfinite(grads_.get(), layout_.total, nonfinite_.get(), compute_);
+      flag_nonfinite(grads_, layout_.total, nonfinite_.get(), compute_);
       // bf16: the same pass refreshes the model's bf16 working copy of the weights.
-      sgd_step_gpu(params_.get(), grads_.get(), momentum_.get(), layout_.total, cfg, first_step_, compute_,
+      sgd_step_gpu(params_.get(), grads_, momentum_.get(), layout_.total, cfg, first_step_, compute_,
                    nonfinite_.get(), model_->bf16_weights());
       first_step_ = false;
     }
@@ -228,7 +228,7 @@ class GpuEngine final : public Engine {
     i.versions = "CUDA driver " + std::to_string(drv) + ", CUDA runtime " + std::to_string(rt) + ", NCCL " +
                  nccl_version_string() + ", cuBLASLt " + std::to_string(cublasLtGetVersion()) + ", cuDNN " +
                  std::to_string(cudnnGetVersion());
-    i.device_bytes = (params_.size() + grads_.size() + momentum_.size()) * sizeof(float) + model_->device_bytes();
+    i.device_bytes = (params_.size() + own_grads_.size() + momentum_.size()) * sizeof(float) + model_->device_bytes();
     return i;
   }
 
@@ -253,7 +253,6 @@ class GpuEngine final : public Engine {
 
     const size_t n = layout.total;
     params_ = DeviceBuffer<float>(n, "parameters");
-    grads_ = DeviceBuffer<float>(n, "gradients");
     if (o.momentum != 0) {
       // Zeroed, so that a skipped first step (non-finite gradients) changes nothing: buf = m*0 + g.
       momentum_ = DeviceBuffer<float>(n, "SGD momentum buffer");
@@ -277,13 +276,21 @@ class GpuEngine final : public Engine {
       init_params(layout, parse_init_scheme(o.init), o.seed, host.data());
       CUDA_CHECK(cudaMemcpy(params_.get(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     }
-    CUDA_CHECK(cudaMemset(grads_.get(), 0, n * sizeof(float)));
 
     // The engine keeps the bf16 working copy of the weights current itself (bf16): written once
     // here and then by the optimizer's pass, instead of a cast at every forward.
     GpuViTOptions mo = GpuViTOptions::for_precision(parse_precision(o.precision));
     mo.refresh_bf16_weights = false;
+    // Without gradient accumulation the gradients need to live only from backward to the
+    // optimizer step: they share memory with dead activations (GpuViTOptions::overlay_gradients).
+    mo.overlay_gradients = o.grad_accum_steps == 1 && layout.total == layout.parameter_count();
     model_ = std::make_unique<GpuViT>(layout, o.batch_size, compute_, mo);
+    grads_ = model_->gradients();
+    if (!grads_) {
+      own_grads_ = DeviceBuffer<float>(n, "gradients");
+      grads_ = own_grads_.get();
+    }
+    CUDA_CHECK(cudaMemset(grads_, 0, n * sizeof(float)));
     if (model_->bf16_weights()) {
       convert_to_bf16(params_.get(), model_->bf16_weights(), n, compute_);
       CUDA_CHECK(cudaStreamSynchronize(compute_));
@@ -332,12 +339,12 @@ class GpuEngine final : public Engine {
     const bool accumulate = micro > 0;
     if (reducer_ && last) {
       reducer_->prepare_for_backward();
-      model_->backward(params_.get(), grads_.get(), accumulate,
+      model_->backward(params_.get(), grads_, accumulate,
                        [this](const std::vector<size_t>& p) { reducer_->mark_ready(p); });
       record_timing_event(ev.bwd, compute_);
       reducer_->finalize();
     } else {
-      model_->backward(params_.get(), grads_.get(), accumulate, {});
+      model_->backward(params_.get(), grads_, accumulate, {});
       record_timing_event(ev.bwd, compute_);
     }
   }
@@ -383,7 +390,8 @@ class GpuEngine final : public Engine {
   int micro_steps_ = 1;
   cudaEvent_t ev_copied_[2];    // input slot s filled (copy stream)
   cudaEvent_t ev_consumed_[2];  // the micro-step reading input slot s is done with it (compute stream)
-  DeviceBuffer<float> params_, grads_, momentum_, loss_;
+  DeviceBuffer<float> params_, own_grads_, momentum_, loss_;
+  float* grads_ = nullptr;  // own_grads_, or the model's overlaid buffer (GpuViT::gradients())
   DeviceBuffer<float> images_[2];
   DeviceBuffer<int32_t> labels_[2];
   float* loss_host_ = nullptr;

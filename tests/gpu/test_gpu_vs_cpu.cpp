@@ -333,3 +333,47 @@ TEST_CASE("gpu_vit: time of a vit_l_32 batch-32 step (forward + backward)", "[.b
   CHECK(std::isfinite(dloss.download()[0]));
   }
 }
+
+TEST_CASE("gpu_vit: gradients overlaid on dead activations equal separate gradients, bit for bit",
+          "[gpu][gpu_vit]") {
+  REQUIRE_GPU();
+  for (const Precision prec : {Precision::fp32, Precision::bf16}) {
+    ViTConfig cfg = vit_config("vit_b_32");
+    cfg.layers = 3;
+    const ParamLayout L = make_param_layout(cfg);
+    REQUIRE(L.total == L.parameter_count());
+    INFO(precision_name(prec));
+    const int B = 4;
+    Stream st;
+    DevVec<float> dp(random_params(L, 77)), dimg(random_images(cfg, B, 78)), dloss(1), dg(L.total);
+    DevVec<int32_t> dlab(random_labels(cfg, B, 79));
+    GpuViTOptions o = GpuViTOptions::for_precision(prec);
+    o.gemm_autotune_candidates = 0;  // the same cuBLASLt algorithms in both models
+    GpuViT separate(L, B, st.s, o);
+    o.overlay_gradients = true;
+    GpuViT overlaid(L, B, st.s, o);
+    REQUIRE(separate.gradients() == nullptr);
+    REQUIRE(overlaid.gradients() != nullptr);
+    const size_t grad_bytes = L.total * sizeof(float);
+    std::printf("[overlay %s] separate: activations %.1f MB + gradients %.1f MB; overlaid: %.1f MB in all\n",
+                precision_name(prec), separate.device_bytes() / 1e6, grad_bytes / 1e6,
+                overlaid.device_bytes() / 1e6);
+    CHECK(overlaid.device_bytes() < separate.device_bytes() + grad_bytes);
+
+    separate.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
+    const float loss_a = dloss.download()[0];
+    separate.backward(dp.get(), dg.get(), false, {});
+    const std::vector<float> ga = dg.download();
+    std::vector<float> gb(L.total);
+    for (int rep = 0; rep < 2; ++rep) {  // the second forward overwrites the overlaid gradients
+      overlaid.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
+      CHECK(dloss.download()[0] == loss_a);
+      overlaid.backward(dp.get(), overlaid.gradients(), false, {});
+      CUDA_CHECK(cudaStreamSynchronize(st.s));
+      CUDA_CHECK(cudaMemcpy(gb.data(), overlaid.gradients(), grad_bytes, cudaMemcpyDeviceToHost));
+      size_t differ = 0;
+      for (size_t i = 0; i < L.total; ++i) differ += !(ga[i] == gb[i]);
+      CHECK(differ == 0);
+    }
+  }
+}
