@@ -9,6 +9,8 @@
 //   heads concatenated), xmid [N,D] (= x[l] + out_proj), z (LN2 out, op), mean2/rstd2, u [N,M]
 //   (fc1 out, op), g [N,M] (GELU(u), op).  x[l+1] = xmid + fc2(g).
 //   xf [B, D] final LN of the class-token rows only (the head sees nothing else), logits [B, K].
+// All of them live in one device allocation, the activation arena, at the offsets that
+// plan_gpu_vit_arena (cuda/gpu_vit_arena.h) computes; the memory estimate sums the same plan.
 // GEMMs are nn.Linear forms (lt_gemm.h): biases and residual adds are fused into the cuBLASLt
 // epilogue (D = A@B^T + bias + C); in backward, bias gradients come from the weight-gradient
 // GEMM's BGRADB epilogue (or column_sum when accumulating). The residual-stream gradient lives in
@@ -27,8 +29,9 @@
 #include "cuda/attention.h"
 #include "cuda/cast.h"
 #include "cuda/check.h"
-#include "cuda/device_arena.h"
+#include "cuda/device_buffer.h"
 #include "cuda/gelu.h"
+#include "cuda/gpu_vit_arena.h"
 #include "cuda/layernorm.h"
 #include "cuda/loss.h"
 #include "cuda/lt_gemm.h"
@@ -75,7 +78,8 @@ struct GpuViT::Impl {
   int max_batch = 0;
   cudaStream_t stream = nullptr;
   Precision precision = Precision::fp32;
-  DeviceArena arena;
+  GpuViTArenaPlan plan;       // where each buffer lives in `arena`
+  DeviceBuffer<char> arena;   // every activation buffer, one allocation
   LtGemm lt;
 
   // fp32 activations.
@@ -126,89 +130,65 @@ struct GpuViT::Impl {
     return g;
   }
 
+  /// Binds every buffer to its place in the one arena allocation (cuda/gpu_vit_arena.h: the
+  /// same plan the memory estimate sums).
   template <typename T>
-  void allocate_operands() {
-    const size_t B = max_batch, T_ = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim,
-                 Np = cfg.num_patches(), PD = cfg.patch_dim();
-    const size_t N = B * T_;
+  void bind_operands(char* base) {
+    const GpuViTArenaPlan& p = plan;
     OperandBuffers<T>& o = ops<T>();
-    o.patches = arena.alloc<T>(B * Np * PD, "patches");
+    auto at = [base](size_t offset) { return reinterpret_cast<T*>(base + offset); };
+    o.patches = at(p.patches);
     o.blocks.resize(cfg.layers);
     for (int l = 0; l < cfg.layers; ++l) {
-      const std::string s = " of block " + std::to_string(l);
       BlockActs<T>& a = o.blocks[l];
-      a.y1 = arena.alloc<T>(N * D, "ln_1 output" + s);
-      a.qkv = arena.alloc<T>(N * 3 * D, "qkv" + s);
-      a.attn = arena.alloc<T>(N * D, "attention output" + s);
-      a.z = arena.alloc<T>(N * D, "ln_2 output" + s);
-      a.u = arena.alloc<T>(N * M, "mlp.0 output" + s);
-      a.g = arena.alloc<T>(N * M, "GELU output" + s);
+      const GpuViTArenaPlan::Block& b = p.blocks[l];
+      a.y1 = at(b.y1);
+      a.qkv = at(b.qkv);
+      a.attn = at(b.attn);
+      a.z = at(b.z);
+      a.u = at(b.u);
+      a.g = at(b.g);
+      auto f = [base](size_t offset) { return reinterpret_cast<float*>(base + offset); };
+      a.mean1 = f(b.mean1);
+      a.rstd1 = f(b.rstd1);
+      a.probs = f(b.probs);
+      a.xmid = f(b.xmid);
+      a.mean2 = f(b.mean2);
+      a.rstd2 = f(b.rstd2);
     }
-    o.dwide = arena.alloc<T>(N * std::max(M, 3 * D), "wide gradient scratch");
-    o.dnarrow = arena.alloc<T>(N * D, "narrow gradient scratch");
-    o.demb = arena.alloc<T>(B * Np * D, "patch embedding gradient");
+    o.dwide = at(p.dwide);
+    o.dnarrow = at(p.dnarrow);
+    o.demb = at(p.demb);
     if constexpr (std::is_same_v<T, float>) o.dx_op = dx;
-    else o.dx_op = arena.alloc<T>(N * D, "residual-stream gradient (bf16 copy)");
+    else o.dx_op = at(p.dx16);
   }
 
   void allocate() {
-    const size_t B = max_batch, T = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim,
-                 H = cfg.heads, K = cfg.num_classes, Np = cfg.num_patches();
-    const size_t N = B * T;
-    emb = arena.alloc<float>(B * Np * D, "patch embeddings");
-    x.resize(cfg.layers + 1);
-    for (int l = 0; l <= cfg.layers; ++l)
-      x[l] = arena.alloc<float>(N * D, "residual stream x[" + std::to_string(l) + "]");
-    std::vector<BlockActs<float>> stats(cfg.layers);  // the fp32 members of every block
-    for (int l = 0; l < cfg.layers; ++l) {
-      const std::string s = " of block " + std::to_string(l);
-      BlockActs<float>& a = stats[l];
-      a.mean1 = arena.alloc<float>(N, "ln_1 mean" + s);
-      a.rstd1 = arena.alloc<float>(N, "ln_1 rstd" + s);
-      a.probs = arena.alloc<float>(B * H * T * T, "attention probabilities" + s);
-      a.xmid = arena.alloc<float>(N * D, "post-attention residual" + s);
-      a.mean2 = arena.alloc<float>(N, "ln_2 mean" + s);
-      a.rstd2 = arena.alloc<float>(N, "ln_2 rstd" + s);
-    }
-    xf = arena.alloc<float>(B * D, "final LayerNorm output (class tokens)");
-    meanf = arena.alloc<float>(B, "final LayerNorm mean");
-    rstdf = arena.alloc<float>(B, "final LayerNorm rstd");
-    logits = arena.alloc<float>(B * K, "logits");
-    dlogits = arena.alloc<float>(B * K, "logits gradient");
-    dx = arena.alloc<float>(N * D, "residual-stream gradient");
-    dscores = arena.alloc<float>(attention_backward_scratch_floats(max_batch, (int)T, (int)H),
-                                 "attention score gradient");
-    dxf = arena.alloc<float>(B * D, "final LayerNorm output gradient");
-    auto copy_stats = [&](auto& blocks) {
-      for (int l = 0; l < cfg.layers; ++l) {
-        auto& a = blocks[l];
-        const BlockActs<float>& f = stats[l];
-        a.mean1 = f.mean1;
-        a.rstd1 = f.rstd1;
-        a.probs = f.probs;
-        a.xmid = f.xmid;
-        a.mean2 = f.mean2;
-        a.rstd2 = f.rstd2;
-      }
-    };
+    plan = plan_gpu_vit_arena(cfg, layout.total, max_batch, precision);
+    arena = DeviceBuffer<char>(plan.total_bytes, "the activation arena (" + cfg.name + ", batch " +
+                                                     std::to_string(max_batch) + ", " +
+                                                     precision_name(precision) + ")");
+    char* base = arena.get();
+    auto f = [base](size_t offset) { return reinterpret_cast<float*>(base + offset); };
+    emb = f(plan.emb);
+    x.clear();
+    for (size_t off : plan.x) x.push_back(f(off));
+    xf = f(plan.xf);
+    meanf = f(plan.meanf);
+    rstdf = f(plan.rstdf);
+    logits = f(plan.logits);
+    dlogits = f(plan.dlogits);
+    dx = f(plan.dx);
+    dscores = f(plan.dscores);
+    dxf = f(plan.dxf);
+    reduce_scratch = f(plan.reduce_scratch);
+    reduce_scratch_floats = plan.reduce_scratch_floats;
     if (precision == Precision::bf16) {
-      weights16 = arena.alloc<bf16>(layout.total, "bf16 copy of the parameters");
-      allocate_operands<bf16>();
-      copy_stats(b16.blocks);
+      weights16 = reinterpret_cast<bf16*>(base + plan.weights16);
+      bind_operands<bf16>(base);
     } else {
-      allocate_operands<float>();
-      copy_stats(f32.blocks);
+      bind_operands<float>(base);
     }
-    const int Ni = (int)N, Di = (int)D, Mi = (int)M, Ki = (int)K;
-    size_t r = 0;
-    r = std::max(r, layernorm_backward_scratch_floats(Ni, Di));
-    r = std::max(r, layernorm_backward_scratch_floats(max_batch, Di));
-    r = std::max(r, column_sum_scratch_floats(Ni, std::max({Di, Mi, 3 * Di})));
-    r = std::max(r, column_sum_scratch_floats(max_batch * (int)Np, Di));
-    r = std::max(r, column_sum_scratch_floats(max_batch, Ki));
-    r = std::max(r, softmax_xent_scratch_floats(max_batch));
-    reduce_scratch_floats = r;
-    reduce_scratch = arena.alloc<float>(r, "reduction scratch");
   }
 
   /// The GEMM-operand view of an fp32 parameter tensor p inside the flat buffer `params`:
@@ -374,7 +354,11 @@ GpuViT::~GpuViT() = default;
 
 const float* GpuViT::logits() const { return impl_->logits; }
 
-size_t GpuViT::device_bytes() const { return impl_->arena.bytes() + impl_->lt.device_bytes(); }
+size_t GpuViT::device_bytes() const { return impl_->arena.size() + impl_->lt.device_bytes(); }
+
+size_t GpuViT::workspace_bytes(const GpuViTOptions& options) {
+  return Impl::gemm_options(options).workspace_bytes;
+}
 
 Precision GpuViT::precision() const { return impl_->precision; }
 
