@@ -9,6 +9,8 @@
 //   heads concatenated), xmid [N,D] (= x[l] + out_proj), z (LN2 out, op), mean2/rstd2, u [N,M]
 //   (fc1 out, op), g [N,M] (GELU(u), op).  x[l+1] = xmid + fc2(g).
 //   xf [B, D] final LN of the class-token rows only (the head sees nothing else), logits [B, K].
+// All of them live in one device allocation, the activation arena, at the offsets that
+// plan_gpu_vit_arena (cuda/gpu_vit_arena.h) computes; the memory estimate sums the same plan.
 // GEMMs are nn.Linear forms (lt_gemm.h): biases and residual adds are fused into the cuBLASLt
 // epilogue (D = A@B^T + bias + C); in backward, bias gradients come from the weight-gradient
 // GEMM's BGRADB epilogue (or column_sum when accumulating). The residual-stream gradient lives in
@@ -27,8 +29,9 @@
 #include "cuda/attention.h"
 #include "cuda/cast.h"
 #include "cuda/check.h"
-#include "cuda/device_arena.h"
+#include "cuda/device_buffer.h"
 #include "cuda/gelu.h"
+#include "cuda/gpu_vit_arena.h"
 #include "cuda/layernorm.h"
 #include "cuda/loss.h"
 #include "cuda/lt_gemm.h"
@@ -59,26 +62,6 @@ struct OperandBuffers {
   T* dx_op = nullptr;    // residual-stream gradient as a GEMM operand (fp32: the fp32 buffer itself)
 };
 
-/// Hands out consecutive 256-byte-aligned sub-buffers of one allocation; with a null base it
-/// only measures (used() = bytes needed).
-class Carver {
- public:
-  explicit Carver(char* base) : base_(base) {}
-  static size_t align(size_t bytes) { return (bytes + 255) / 256 * 256; }
-  template <typename T>
-  T* take(size_t count) {
-    off_ = align(off_);
-    T* p = base_ ? reinterpret_cast<T*>(base_ + off_) : nullptr;
-    off_ += std::max<size_t>(count, 1) * sizeof(T);
-    return p;
-  }
-  size_t used() const { return off_; }
-
- private:
-  char* base_;
-  size_t off_ = 0;
-};
-
 cublasComputeType_t compute_type(Precision p) {
   switch (p) {
     case Precision::fp32: return CUBLAS_COMPUTE_32F_PEDANTIC;  // plain fp32 FMA, no shortcuts
@@ -95,7 +78,8 @@ struct GpuViT::Impl {
   int max_batch = 0;
   cudaStream_t stream = nullptr;
   Precision precision = Precision::fp32;
-  DeviceArena arena;
+  GpuViTArenaPlan plan;       // where each buffer lives in `arena`
+  DeviceBuffer<char> arena;   // every activation buffer, one allocation
   LtGemm lt;
 
   // fp32 activations.
@@ -148,118 +132,66 @@ struct GpuViT::Impl {
     return g;
   }
 
-  /// Carves the buffers of one encoder block l (its input x[l] and every activation it keeps for
-  /// backward) out of `c`; with a measuring carver (null base) only counts the bytes.
+  /// Binds every buffer to its place in the one arena allocation (cuda/gpu_vit_arena.h: the
+  /// same plan the memory estimate sums).
   template <typename T>
-  void carve_block(Carver& c, BlockActs<T>& a, float** x_in) {
-    const size_t B = max_batch, T_ = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim, H = cfg.heads;
-    const size_t N = B * T_;
-    *x_in = c.take<float>(N * D);
-    a.y1 = c.take<T>(N * D);
-    a.mean1 = c.take<float>(N);
-    a.rstd1 = c.take<float>(N);
-    a.qkv = c.take<T>(N * 3 * D);
-    a.probs = c.take<float>(B * H * T_ * T_);
-    a.attn = c.take<T>(N * D);
-    a.xmid = c.take<float>(N * D);
-    a.z = c.take<T>(N * D);
-    a.mean2 = c.take<float>(N);
-    a.rstd2 = c.take<float>(N);
-    a.u = c.take<T>(N * M);
-    a.g = c.take<T>(N * M);
-  }
-
-  /// The encoder blocks' activations, one region. With overlay_gradients the flat gradient
-  /// buffer (layout.total fp32) lives at the start of the same region: block m's activations are
-  /// placed above the gradients of blocks m..L-1 (written while block m's activations are still
-  /// to be read) but may share memory with the gradients of blocks < m, which backward writes
-  /// only after block m's activations are dead (backward runs from block L-1 down to 0). The
-  /// gradients of the head and final LayerNorm (offsets below every block's) never share memory
-  /// with a block; those of the patch embedding, written after block 0, may. Forward overwrites
-  /// the gradients: valid only between a backward and the next forward.
-  template <typename T>
-  void allocate_blocks(std::vector<BlockActs<T>>& blocks) {
-    const int L = cfg.layers;
-    blocks.resize(L);
-    Carver measure(nullptr);
-    BlockActs<T> probe;
-    float* dummy = nullptr;
-    carve_block(measure, probe, &dummy);
-    const size_t per_block = Carver::align(measure.used());
-    std::vector<size_t> start(L);
-    size_t region = (size_t)L * per_block;
-    if (overlay_gradients) {
-      size_t prev_end = 0;  // bytes from the region start
-      for (int m = L - 1; m >= 0; --m) {
-        // End (bytes) of block m's gradients in the flat buffer: registration indices 4 + 12m ..
-        // 4 + 12m + 11 (make_param_layout).
-        size_t end = 0;
-        for (size_t i = 4 + 12 * (size_t)m; i < 4 + 12 * (size_t)(m + 1); ++i)
-          end = std::max(end, (layout.params[i].offset + layout.params[i].numel) * sizeof(float));
-        start[m] = Carver::align(std::max(prev_end, end));
-        prev_end = start[m] + per_block;
-      }
-      region = std::max(Carver::align(layout.total * sizeof(float)), prev_end);
-    } else {
-      for (int m = 0; m < L; ++m) start[m] = (size_t)m * per_block;
-    }
-    char* base = arena.alloc<char>(region, overlay_gradients ? "encoder activations + gradients (overlaid)"
-                                                             : "encoder block activations");
-    if (overlay_gradients) gradients = reinterpret_cast<float*>(base);
-    for (int m = 0; m < L; ++m) {
-      Carver c(base + start[m]);
-      carve_block(c, blocks[m], &x[m]);
-    }
-  }
-
-  template <typename T>
-  void allocate_operands() {
-    const size_t B = max_batch, T_ = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim,
-                 Np = cfg.num_patches(), PD = cfg.patch_dim();
-    const size_t N = B * T_;
+  void bind_operands(char* base) {
+    const GpuViTArenaPlan& p = plan;
     OperandBuffers<T>& o = ops<T>();
-    o.patches = arena.alloc<T>(B * Np * PD, "patches");
-    allocate_blocks(o.blocks);
-    o.dwide = arena.alloc<T>(N * std::max(M, 3 * D), "wide gradient scratch");
-    o.dnarrow = arena.alloc<T>(N * D, "narrow gradient scratch");
-    o.demb = arena.alloc<T>(B * Np * D, "patch embedding gradient");
+    auto at = [base](size_t offset) { return reinterpret_cast<T*>(base + offset); };
+    o.patches = at(p.patches);
+    o.blocks.resize(cfg.layers);
+    for (int l = 0; l < cfg.layers; ++l) {
+      BlockActs<T>& a = o.blocks[l];
+      const GpuViTArenaPlan::Block& b = p.blocks[l];
+      a.y1 = at(b.y1);
+      a.qkv = at(b.qkv);
+      a.attn = at(b.attn);
+      a.z = at(b.z);
+      a.u = at(b.u);
+      a.g = at(b.g);
+      auto f = [base](size_t offset) { return reinterpret_cast<float*>(base + offset); };
+      a.mean1 = f(b.mean1);
+      a.rstd1 = f(b.rstd1);
+      a.probs = f(b.probs);
+      a.xmid = f(b.xmid);
+      a.mean2 = f(b.mean2);
+      a.rstd2 = f(b.rstd2);
+    }
+    o.dwide = at(p.dwide);
+    o.dnarrow = at(p.dnarrow);
+    o.demb = at(p.demb);
     if constexpr (std::is_same_v<T, float>) o.dx_op = dx;
-    else o.dx_op = arena.alloc<T>(N * D, "residual-stream gradient (bf16 copy)");
+    else o.dx_op = at(p.dx16);
   }
 
   void allocate() {
-    const size_t B = max_batch, T = cfg.seq_len(), D = cfg.hidden, H = cfg.heads, K = cfg.num_classes,
-                 Np = cfg.num_patches();
-    const size_t N = B * T;
-    emb = arena.alloc<float>(B * Np * D, "patch embeddings");
-    x.assign(cfg.layers + 1, nullptr);  // x[0..L-1] belong to the blocks (allocate_blocks)
-    x[cfg.layers] = arena.alloc<float>(N * D, "residual stream x[" + std::to_string(cfg.layers) + "]");
-    xf = arena.alloc<float>(B * D, "final LayerNorm output (class tokens)");
-    meanf = arena.alloc<float>(B, "final LayerNorm mean");
-    rstdf = arena.alloc<float>(B, "final LayerNorm rstd");
-    logits = arena.alloc<float>(B * K, "logits");
-    dlogits = arena.alloc<float>(B * K, "logits gradient");
-    dx = arena.alloc<float>(N * D, "residual-stream gradient");
-    dscores = arena.alloc<float>(attention_backward_scratch_floats(max_batch, (int)T, (int)H),
-                                 "attention score gradient");
-    dxf = arena.alloc<float>(B * D, "final LayerNorm output gradient");
+    plan = plan_gpu_vit_arena(cfg, layout.total, max_batch, precision, overlay_gradients);
+    arena = DeviceBuffer<char>(plan.total_bytes, "the activation arena (" + cfg.name + ", batch " +
+                                                     std::to_string(max_batch) + ", " +
+                                                     precision_name(precision) + ")");
+    char* base = arena.get();
+    auto f = [base](size_t offset) { return reinterpret_cast<float*>(base + offset); };
+    emb = f(plan.emb);
+    x.clear();
+    for (size_t off : plan.x) x.push_back(f(off));
+    xf = f(plan.xf);
+    meanf = f(plan.meanf);
+    rstdf = f(plan.rstdf);
+    logits = f(plan.logits);
+    dlogits = f(plan.dlogits);
+    dx = f(plan.dx);
+    dscores = f(plan.dscores);
+    dxf = f(plan.dxf);
+    reduce_scratch = f(plan.reduce_scratch);
+    reduce_scratch_floats = plan.reduce_scratch_floats;
+    if (plan.gradients != GpuViTArenaPlan::npos) gradients = f(plan.gradients);
     if (precision == Precision::bf16) {
-      weights16 = arena.alloc<bf16>(layout.total, "bf16 copy of the parameters");
-      allocate_operands<bf16>();
+      weights16 = reinterpret_cast<bf16*>(base + plan.weights16);
+      bind_operands<bf16>(base);
     } else {
-      allocate_operands<float>();
+      bind_operands<float>(base);
     }
-    const size_t M = cfg.mlp_dim;
-    const int Ni = (int)N, Di = (int)D, Mi = (int)M, Ki = (int)K;
-    size_t r = 0;
-    r = std::max(r, layernorm_backward_scratch_floats(Ni, Di));
-    r = std::max(r, layernorm_backward_scratch_floats(max_batch, Di));
-    r = std::max(r, column_sum_scratch_floats(Ni, std::max({Di, Mi, 3 * Di})));
-    r = std::max(r, column_sum_scratch_floats(max_batch * (int)Np, Di));
-    r = std::max(r, column_sum_scratch_floats(max_batch, Ki));
-    r = std::max(r, softmax_xent_scratch_floats(max_batch));
-    reduce_scratch_floats = r;
-    reduce_scratch = arena.alloc<float>(r, "reduction scratch");
   }
 
   /// The GEMM-operand view of an fp32 parameter tensor p inside the flat buffer `params`:
@@ -430,7 +362,11 @@ const float* GpuViT::logits() const { return impl_->logits; }
 
 float* GpuViT::gradients() const { return impl_->gradients; }
 
-size_t GpuViT::device_bytes() const { return impl_->arena.bytes() + impl_->lt.device_bytes(); }
+size_t GpuViT::device_bytes() const { return impl_->arena.size() + impl_->lt.device_bytes(); }
+
+size_t GpuViT::workspace_bytes(const GpuViTOptions& options) {
+  return Impl::gemm_options(options).workspace_bytes;
+}
 
 Precision GpuViT::precision() const { return impl_->precision; }
 

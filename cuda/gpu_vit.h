@@ -51,8 +51,8 @@ struct GpuViTOptions {
 /// The same computation as CpuViT (torchvision VisionTransformer, dropout 0, mean cross-entropy),
 /// on one GPU, every kernel and GEMM enqueued on `stream`. forward() also computes dLoss/dlogits,
 /// so backward() needs no labels. No host synchronisation inside forward/backward except the
-/// one-off GEMM autotuning of GpuViTOptions. Owns its activation buffers, cuBLASLt handle and
-/// workspace; parameters and gradients are caller-owned flat fp32 device buffers laid out by
+/// one-off GEMM autotuning of GpuViTOptions. Owns its activation buffers (one device allocation,
+/// laid out by plan_gpu_vit_arena), cuBLASLt handle and workspace; parameters and gradients are caller-owned flat fp32 device buffers laid out by
 /// ParamLayout, in every precision.
 ///
 /// Precisions (GpuViTOptions::precision):
@@ -100,9 +100,14 @@ class GpuViT {
   /// Device pointer to the logits of the last forward, [batch, num_classes] row-major fp32.
   const float* logits() const;
 
-  /// Bytes of device memory this object allocated (activations, the bf16 weight copy,
-  /// cuBLASLt workspace).
+  /// Bytes of device memory this object allocated: the activation arena (one allocation of
+  /// plan_gpu_vit_arena(...).total_bytes, cuda/gpu_vit_arena.h: activations, scratch, the bf16
+  /// weight copy) plus the cuBLASLt workspace (workspace_bytes()). Not counted: the transient
+  /// cuBLASLt autotuning output of the first step (gpu_vit_autotune_scratch_bytes).
   size_t device_bytes() const;
+
+  /// Bytes of the cuBLASLt workspace a GpuViT built with `options` allocates (no CUDA call).
+  static size_t workspace_bytes(const GpuViTOptions& options);
 
   /// The precision this model computes in.
   Precision precision() const;

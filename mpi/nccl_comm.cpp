@@ -20,7 +20,16 @@ NcclComm::~NcclComm() {
   if (comm_) ncclCommDestroy(comm_);
 }
 
+void NcclComm::abort() {
+  if (!comm_) return;
+  ncclComm_t c = comm_;
+  comm_ = nullptr;
+  aborted_ = true;
+  NCCL_CHECK(ncclCommAbort(c));
+}
+
 void NcclComm::check_async_error() const {
+  if (!comm_) return;
   ncclResult_t async = ncclSuccess;
   NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
   if (async != ncclSuccess && async != ncclInProgress)

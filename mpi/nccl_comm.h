@@ -19,12 +19,21 @@ class NcclComm {
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
+  /// The communicator; nullptr after abort().
   ncclComm_t get() const { return comm_; }
   /// Throws if the communicator reports an asynchronous error (a peer died, a network error).
+  /// After abort() there is nothing to ask: returns.
   void check_async_error() const;
+  /// ncclCommAbort: ends this rank's in-flight operations and frees the communicator (fault
+  /// injection; what a watchdog does to a hung communicator). Not thread-safe against
+  /// check_async_error; throws std::runtime_error on failure.
+  void abort();
+  /// True once abort() was called.
+  bool aborted() const { return aborted_; }
 
  private:
   ncclComm_t comm_ = nullptr;
+  bool aborted_ = false;
 };
 
 /// "2.28.3" from ncclGetVersion.

@@ -66,6 +66,27 @@ PowerSgdNccl::PowerSgdNccl(std::vector<HookBucket> buckets, const PowerSgdOption
   // The memsets above ran on the legacy default stream, which the non-blocking comm stream does
   // not wait for.
   CUDA_CHECK(cudaDeviceSynchronize());
+  if (device_bytes() != planned_device_bytes(buckets, opts_))
+    throw std::logic_error("PowerSgdNccl: planned_device_bytes disagrees with the allocation (update both)");
+}
+
+size_t PowerSgdNccl::planned_device_bytes(const std::vector<HookBucket>& buckets, const PowerSgdOptions& options) {
+  size_t n = 0, max_numel = 0, max_u = 0, max_scratch = 0;
+  for (const HookBucket& b : buckets) {
+    const PowerSgdBucketPlan pl = make_powersgd_plan(b, options.rank, options.min_compression_rate);
+    for (const auto& t : pl.tensors) {
+      if (t.compressed) {
+        n += 2 * sizeof(MatrixRef);  // its P and Q table entries
+        max_scratch = std::max(max_scratch, matmul_mtp_scratch_floats((int)t.rows, (int)t.cols, (int)t.rank));
+      } else {
+        n += 2 * sizeof(CopySegment);  // gather and scatter entries
+      }
+    }
+    n += (pl.p_numel + pl.q_numel + (options.error_feedback ? pl.numel : 0)) * sizeof(float);
+    max_numel = std::max(max_numel, pl.numel);
+    max_u = std::max(max_u, pl.uncompressed_numel);
+  }
+  return n + ((options.error_feedback ? max_numel : 0) + max_u + max_scratch) * sizeof(float);
 }
 
 size_t PowerSgdNccl::device_bytes() const {

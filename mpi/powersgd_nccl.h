@@ -41,6 +41,10 @@ class PowerSgdNccl {
   const PowerSgdBucketPlan& plan(size_t b) const { return plans_.at(b); }
   /// Device bytes held (state and scratch).
   size_t device_bytes() const;
+  /// Device bytes a PowerSgdNccl built from `buckets` and `options` holds (device_bytes() of the
+  /// new object; the constructor checks the two agree), computed without any CUDA call. Throws
+  /// std::invalid_argument as make_powersgd_plan.
+  static size_t planned_device_bytes(const std::vector<HookBucket>& buckets, const PowerSgdOptions& options);
   /// Copies bucket b's local error to the host after synchronising the stream (tests).
   std::vector<float> error_to_host(size_t b) const;
 

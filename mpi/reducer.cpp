@@ -80,6 +80,16 @@ size_t NcclReducer::device_bytes() const {
          (powersgd_ ? powersgd_->device_bytes() : 0);
 }
 
+size_t NcclReducer::planned_device_bytes(const ParamLayout& layout, const std::vector<Bucket>& buckets,
+                                         const ReducerOptions& options) {
+  size_t n = 0;
+  if (!options.grad_as_bucket_view) n += layout.total * sizeof(float);
+  if (is_16bit(options.compression)) n += max_bucket_numel(buckets) * sizeof(uint16_t);
+  if (options.compression == Compression::PowerSgd)
+    n += PowerSgdNccl::planned_device_bytes(hook_buckets(layout, buckets), options.powersgd);
+  return n;
+}
+
 void NcclReducer::prepare_for_backward() { tracker_.reset(); }
 
 void NcclReducer::mark_ready(const std::vector<size_t>& params) {

@@ -89,6 +89,12 @@ class NcclReducer {
   const PowerSgdNccl* powersgd() const { return powersgd_.get(); }
   /// Device bytes the reducer allocated (bucket buffer, 16-bit staging, PowerSGD state).
   size_t device_bytes() const;
+  /// Device bytes a reducer built with these arguments allocates (what device_bytes() then
+  /// reports), computed without any CUDA call, for the memory estimate: layout.total fp32 for the
+  /// bucket buffer (--grad-as-bucket-view off), the largest bucket in 16 bit (fp16/bf16
+  /// compression), PowerSgdNccl::planned_device_bytes (PowerSGD).
+  static size_t planned_device_bytes(const ParamLayout& layout, const std::vector<Bucket>& buckets,
+                                     const ReducerOptions& options);
 
  private:
   void launch(size_t bucket);

@@ -47,7 +47,7 @@ struct EngineInfo {
   std::string device_uuid;
   int device_index = -1;
   std::string versions;         ///< "CUDA 13.0, NCCL 2.28.3, cuBLASLt 130100" etc.
-  size_t device_bytes = 0;      ///< memory allocated for parameters, gradients, activations
+  size_t device_bytes = 0;      ///< every buffer the engine allocated (GPU: MemoryEstimate::persistent_bytes)
 };
 
 /// Thrown on every rank when an engine could not be set up on some rank (no or too few GPUs,
@@ -79,6 +79,12 @@ class Engine {
   /// "" or a description of an asynchronous communicator error (a peer failed). Thread-safe:
   /// called from the watchdog thread.
   virtual std::string async_error() = 0;
+  /// Fault injection for tests (--debug-fail-mode nccl-abort): ncclCommAbort on this rank's
+  /// communicator now, with the step's collectives in flight; later steps throw. The peers are left
+  /// inside their all-reduce. Throws std::logic_error where there is no NCCL communicator.
+  virtual void debug_abort_communicator() {
+    throw std::logic_error("--debug-fail-mode nccl-abort: this backend has no NCCL communicator");
+  }
   /// Blocks until the last staged host-to-device copy has finished, so its host buffer may be
   /// reused (no-op for the CPU backend).
   virtual void wait_staged_copy() = 0;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <tuple>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "mpi/nccl_comm.h"
 #include "mpi/nccl_transport.h"
 #include "src/engine.h"
+#include "src/memory_estimate.h"
 #include "cuda/device_buffer.h"
 
 namespace vitddp {
@@ -39,16 +41,18 @@ class GpuEngine final : public Engine {
     // Device choice and every allocation happen before any collective, and the ranks agree on the
     // outcome before NCCL starts: one rank out of memory must not leave the others waiting inside
     // ncclCommInitRank.
+    // The whole need is worked out first (src/memory_estimate.h) and checked against the free
+    // memory, so a batch that does not fit fails before any allocation, with the breakdown.
+    const MemoryEstimate need = estimate_gpu_memory(o, layout, buckets_);
     std::string error;
     try {
-      allocate(o, w, layout);
+      allocate(o, w, layout, need);
     } catch (const std::exception& e) {
       error = e.what();
-      if (error.find("out of GPU memory") != std::string::npos)
-        error = "--batch-size: " + layout.cfg.name + " with batch " + std::to_string(o.batch_size) +
-                " does not fit in GPU memory (parameters, gradients" + (o.momentum != 0 ? ", momentum" : "") +
-                " alone take " + std::to_string(((o.momentum != 0 ? 3 : 2) * layout.total * 4) >> 20) +
-                " MiB, plus activations): " + error;
+      if (error.find("out of GPU memory") != std::string::npos) {
+        if (error.find(" needs ") == std::string::npos) error += "; " + memory_summary(need);
+        error = "--batch-size: " + error + " (lower --batch-size; --dry-run prints the breakdown)";
+      }
     }
     initial_params_ = nullptr;  // copied to the device; the caller may free it
     if (!all_ranks_ok(error.empty())) throw EngineSetupError(error);
@@ -57,6 +61,18 @@ class GpuEngine final : public Engine {
       nccl_log_ = redirect_nccl_info_log(w.rank);
       comm_ = std::make_unique<NcclComm>(w, o.nccl_max_ctas);
       reducer_ = std::make_unique<NcclReducer>(layout, buckets_, grads_, comm_->get(), compute_, reducer_options(o));
+    }
+    const size_t allocated = info().device_bytes;
+    if (allocated != need.persistent_bytes())
+      std::fprintf(stderr, "[vitddp rank %d] warning: the memory estimate (%zu bytes) differs from what was allocated "
+                   "(%zu bytes): src/memory_estimate.cpp is out of date\n", w.rank, need.persistent_bytes(), allocated);
+    if (w.rank == 0) {
+      size_t free_b = 0, total_b = 0;
+      CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+      std::printf("[vitddp] device memory of rank 0: %zu bytes allocated (estimate %zu, peak %zu with cuBLASLt "
+                  "autotuning); cudaMemGetInfo: %s GiB in use of %s GiB (CUDA context and NCCL included)\n",
+                  allocated, need.persistent_bytes(), need.peak_bytes(), gib(total_b - free_b).c_str(),
+                  gib(total_b).c_str());
     }
   }
 
@@ -109,6 +125,8 @@ class GpuEngine final : public Engine {
 
   void run_micro_step(int micro, int micro_steps) override {
     if (!staged_) throw std::logic_error("run_micro_step without a staged batch");
+    if (comm_ && comm_->aborted())
+      throw std::runtime_error("the NCCL communicator was aborted (--debug-fail-mode nccl-abort): cannot run another step");
     if (micro == 0) ensure_micro_events(micro_steps);
     slot_ = next_slot();
     staged_ = false;
@@ -190,6 +208,7 @@ class GpuEngine final : public Engine {
   }
 
   std::string async_error() override {
+    std::lock_guard<std::mutex> lock(comm_mu_);  // not while debug_abort_communicator frees it
     if (!comm_) return "";
     try {
       comm_->check_async_error();
@@ -197,6 +216,12 @@ class GpuEngine final : public Engine {
       return e.what();
     }
     return "";
+  }
+
+  void debug_abort_communicator() override {
+    if (!comm_) throw std::logic_error("--debug-fail-mode nccl-abort: no NCCL communicator (--no-ddp)");
+    std::lock_guard<std::mutex> lock(comm_mu_);
+    comm_->abort();
   }
 
   void wait_staged_copy() override { CUDA_CHECK(cudaStreamSynchronize(copy_)); }
@@ -228,7 +253,9 @@ class GpuEngine final : public Engine {
     i.versions = "CUDA driver " + std::to_string(drv) + ", CUDA runtime " + std::to_string(rt) + ", NCCL " +
                  nccl_version_string() + ", cuBLASLt " + std::to_string(cublasLtGetVersion()) + ", cuDNN " +
                  std::to_string(cudnnGetVersion());
-    i.device_bytes = (params_.size() + own_grads_.size() + momentum_.size()) * sizeof(float) + model_->device_bytes();
+    i.device_bytes = (params_.size() + own_grads_.size() + momentum_.size() + loss_.size()) * sizeof(float) +
+                     nonfinite_.size() * sizeof(int) + model_->device_bytes() + (reducer_ ? reducer_->device_bytes() : 0);
+    for (int s = 0; s < 2; ++s) i.device_bytes += images_[s].size() * sizeof(float) + labels_[s].size() * sizeof(int32_t);
     return i;
   }
 
@@ -239,10 +266,16 @@ class GpuEngine final : public Engine {
 
  private:
   /// Chooses the device and allocates streams, events, buffers and the model; no collective.
-  void allocate(const Options& o, const World& w, const ParamLayout& layout) {
+  /// Throws "out of GPU memory allocating ..." before allocating any buffer when `need` does not
+  /// fit in the device's free memory.
+  void allocate(const Options& o, const World& w, const ParamLayout& layout, const MemoryEstimate& need) {
     device_ = select_device(w, visible_cuda_devices());
     CUDA_CHECK(cudaSetDevice(device_));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));  // creates the context
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const std::string oom = out_of_memory_message(need, free_b, total_b);
+    if (!oom.empty()) throw std::runtime_error(launcher_rank_label() + ": " + oom);
     CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
     for (cudaEvent_t* e : {&ev_origin_, &ev_start_, &ev_opt_, &ev_end_}) CUDA_CHECK(cudaEventCreate(e));
     for (auto& e : ev_copied_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -399,6 +432,7 @@ class GpuEngine final : public Engine {
   int* nonfinite_host_ = nullptr;
   std::unique_ptr<GpuViT> model_;
   std::unique_ptr<NcclComm> comm_;
+  std::mutex comm_mu_;     // async_error (watchdog thread) against debug_abort_communicator
   std::string nccl_log_;   // NCCL's INFO log, parsed for the transport after the first step
   std::string transport_;
   std::unique_ptr<NcclReducer> reducer_;

@@ -11,6 +11,8 @@
 #include "model/fnv1a.h"
 #include "mpi/world.h"
 #include "src/engine.h"
+#include "src/fault_injection.h"
+#include "src/memory_estimate.h"
 #include "src/options.h"
 #include "src/run_guard.h"
 #include "src/trainer.h"
@@ -93,6 +95,11 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (o.dry_run) {  // the memory estimate needs no GPU and no other check
+      if (w.rank == 0) std::printf("%s", memory_report(estimate_gpu_memory(o)).c_str());
+      MPI_Finalize();
+      return 0;
+    }
     // Copies started without an MPI launcher each believe they are rank 0 of 1: they would all
     // train alone and write the same file. The scheduler's task count tells.
     const int tasks = launcher_task_count();
@@ -115,6 +122,7 @@ int main(int argc, char** argv) {
     if (o.data == "device" && o.backend != "gpu") err = "--data device: needs the GPU backend";
     if (o.precision != "fp32" && o.backend != "gpu")
       err = "--precision " + o.precision + ": needs the GPU backend (the CPU backend computes in fp32 only)";
+    if (const std::string f = FaultInjection::check(o, w.world_size, o.backend); !f.empty()) err = f;
     if (!all_ranks_ok(err.empty())) return input_error(w, err.empty() ? "another rank rejected the configuration" : err);
     // All ranks must run the same backend (a mixed job would deadlock in the all-reduce).
     if (!all_ranks_equal(o.backend == "gpu" ? 1 : 0)) return input_error(w, "--backend auto: some ranks see a GPU and others do not; choose --backend");

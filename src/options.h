@@ -54,6 +54,10 @@ struct Options {
   std::string on_nonfinite = "stop";  ///< stop | skip: what a step with NaN/Inf loss or gradients does
   double step_timeout_s = 300;      ///< watchdog: a step not finished after this many seconds ends the job
   int debug_nan_at_step = -1;       ///< fault injection: rank 0's batch of this step gets a NaN pixel
+  int debug_fail_at_step = -1;      ///< fault injection: rank debug_fail_rank fails in this step (-1: off)
+  int debug_fail_rank = 0;          ///< the rank that fails (--debug-fail-at-step)
+  std::string debug_fail_mode = "throw";  ///< throw | exit | nccl-abort (src/fault_injection.h)
+  bool dry_run = false;             ///< print the device-memory estimate and exit (src/memory_estimate.h)
   bool help = false;
   bool version = false;
 

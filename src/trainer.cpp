@@ -15,6 +15,7 @@
 #include "src/batch_feed.h"
 #include "src/chrome_trace.h"
 #include "src/engine.h"
+#include "src/fault_injection.h"
 #include "src/results_h5.h"
 #include "src/run_guard.h"
 #include "src/weights_io.h"
@@ -193,6 +194,30 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   f.flush();
 }
 
+/// Rank 0: when an exception leaves run_training (an error on this rank; main then MPI_Aborts the
+/// job), records stop_reason and steps_completed in the results file before its destructor closes
+/// it, so the file says how it ended. Declared after the file, so it acts first.
+class ErrorMark {
+ public:
+  ErrorMark(std::optional<ResultsFile>& file, const int& steps_done)
+      : file_(file), steps_done_(steps_done), uncaught_(std::uncaught_exceptions()) {}
+  ~ErrorMark() {
+    if (std::uncaught_exceptions() <= uncaught_ || !file_ || !file_->is_open()) return;
+    try {
+      file_->set_attr("stop_reason", "error on rank 0 after step " + std::to_string(steps_done_) + " (see the log)");
+      file_->set_attr("steps_completed", (int64_t)steps_done_);
+    } catch (...) {  // the file is closed by its destructor anyway
+    }
+  }
+  ErrorMark(const ErrorMark&) = delete;
+  ErrorMark& operator=(const ErrorMark&) = delete;
+
+ private:
+  std::optional<ResultsFile>& file_;
+  const int& steps_done_;
+  const int uncaught_;
+};
+
 }  // namespace
 
 int run_training(const Options& o, const World& w, const std::string& cmd) {
@@ -317,6 +342,8 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   RunGuard guard(w.rank, o.step_timeout_s, [&engine]() { return engine->async_error(); });
   int nonfinite_steps = 0, steps_done = 0, exit_code = 0;
   std::string stop_reason = "completed";
+  const ErrorMark error_mark(results, steps_done);
+  const FaultInjection fault(o);  // --debug-fail-*: off unless asked
 
   for (int i = 0; i < total; ++i) {
     if (i == o.debug_nan_at_step && w.rank == 0) engine->poison_staged_batch();
@@ -337,6 +364,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
         if (j + 1 < k) data_wait_ms += wait;
         else data_wait_next_ms = wait;
       }
+      if (fault.due(i, w.rank)) fault.trigger(*engine, w.rank, i);  // the step's collectives in flight
       engine->finish_step(&rec);
     }
     rec.data_wait_ms = data_wait_ms;

@@ -84,5 +84,42 @@ n=$(steps_in "$TMP/shared.h5")
 if [ $rc -eq 2 ] && [ -n "$n" ] && [ "$n" -gt 0 ]; then ok "second run on the same path (even with --overwrite) refused: $(grep -o 'error: .*' <<<"$out" | head -1 | cut -c1-110); first file holds $n steps"
 else bad "concurrent: rc=$rc steps=$n out=$out"; fi
 
+# 9-11. A rank that errors inside a step while its peer is inside the step's collectives
+#    (--debug-fail-*): the job ends non-zero well within --step-timeout, the message names the rank
+#    and the reason in one line, and the file opens (h5py) holding every step before the failing one.
+PY=/usr/bin/python3
+h5_steps() { $PY -c "import h5py,sys; f=h5py.File(sys.argv[1],'r'); print(f['timing/forward'].shape[1], f.attrs.get('stop_reason','-'))" "$1" 2>&1 | tail -1; }
+fail_case() {  # fail_case NAME RANK MODE EXPECTED-MESSAGE; dt: seconds from the fault's message to the job's end
+  local t0 tf="" rc dt got pid
+  t0=$(date +%s.%N)
+  timeout 60 $MPIRUN -np 2 "$BIN" $SMALL --warmup-steps 1 --steps 20 --step-timeout 10 --debug-fail-at-step 3 \
+    --debug-fail-rank "$2" --debug-fail-mode "$3" --out "$TMP/$1.h5" > "$TMP/$1.log" 2>&1 &
+  pid=$!
+  while kill -0 $pid 2>/dev/null; do
+    [ -z "$tf" ] && grep -q "fails in step 3" "$TMP/$1.log" && tf=$(date +%s.%N)
+    sleep 0.05
+  done
+  wait $pid; rc=$?
+  dt=$(echo "$(date +%s.%N) - ${tf:-$t0}" | bc)
+  got=$(h5_steps "$TMP/$1.h5")
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && (( $(echo "$dt < 10" | bc) )) && grep -q "$4" "$TMP/$1.log" && [[ "$got" == "3 "* ]]; then
+    ok "rank $2 fails in step 3 (--debug-fail-mode $3): exit $rc ${dt}s after the fault, file: $got, $(grep -o "\[vitddp rank $2\] error: .*" "$TMP/$1.log" | head -1 | cut -c1-110)"
+  else bad "fail $3 on rank $2: rc=$rc dt=$dt file=$got log=$(tail -8 "$TMP/$1.log")"; fi
+}
+fail_case throw1 1 throw "\[vitddp rank 1\] error: debug fault injection: rank 1 fails in step 3 (--debug-fail-mode throw)"
+fail_case exit1 1 exit "\[vitddp rank 1\] error: debug fault injection: rank 1 fails in step 3: exiting with status 1"
+fail_case throw0 0 throw "\[vitddp rank 0\] error: debug fault injection: rank 0 fails in step 3"
+if [[ "$(h5_steps "$TMP/throw0.h5")" == *"error on rank 0 after step 3"* ]]; then ok "rank 0's own error: stop_reason recorded before the file was closed"
+else bad "rank 0 error: stop_reason missing: $(h5_steps "$TMP/throw0.h5")"; fi
+out=$(timeout 60 $MPIRUN -np 2 "$BIN" $SMALL --debug-fail-at-step 1 --debug-fail-mode nccl-abort --out "$TMP/ncclcpu.h5" 2>&1); rc=$?
+if [ $rc -eq 2 ] && grep -q "nccl-abort: needs the GPU backend" <<<"$out"; then ok "nccl-abort on the CPU backend: refused, exit 2"
+else bad "nccl-abort cpu: rc=$rc out=$out"; fi
+
+# 12. --dry-run: the memory estimate without a GPU, exit 0, no results file.
+out=$(timeout 60 "$BIN" --dry-run --model vit_l_32 --batch-size 32 --out "$TMP/dry.h5" 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -q "parameters .* 1226141600 bytes" <<<"$out" && grep -q "^  peak" <<<"$out" && [ ! -e "$TMP/dry.h5" ]; then
+  ok "--dry-run: $(grep '^  peak' <<<"$out" | tr -s ' ' | cut -c1-60)"
+else bad "dry-run: rc=$rc out=$out"; fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

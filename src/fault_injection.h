@@ -1,0 +1,45 @@
+// Debug-only fault injection (--debug-fail-at-step N --debug-fail-rank R --debug-fail-mode M): one
+// rank fails inside a step while its peers are inside that step's collectives, to test that every
+// failure ends the whole job promptly (tests/reliability_tests.sh, results/commands/device_reliability2.sh).
+#pragma once
+#include <string>
+
+#include "src/engine.h"
+#include "src/options.h"
+
+namespace vitddp {
+
+/// How the chosen rank fails.
+enum class FailMode {
+  Throw,     ///< throws std::runtime_error: main's error path prints it and MPI_Aborts every rank
+  Exit,      ///< std::_Exit(1) at once (a crash without MPI_Finalize): mpirun ends the others
+  NcclAbort  ///< ncclCommAbort with the step's all-reduces in flight, then carries on (GPU only):
+             ///< the peers, stuck in their all-reduce, are ended by their watchdog (RunGuard)
+};
+
+/// The --debug-fail-* options of a run.
+class FaultInjection {
+ public:
+  /// Reads --debug-fail-at-step/-rank/-mode (validated by parse_options).
+  explicit FaultInjection(const Options& o);
+
+  /// "" or the one-line reason why these options cannot work in this job: the rank is not below
+  /// `world_size`, or nccl-abort without the GPU backend or without DDP. `backend` is resolved
+  /// ("gpu" or "cpu").
+  static std::string check(const Options& o, int world_size, const std::string& backend);
+
+  /// True on rank `rank` in step `step` (0-based) when the fault is due there.
+  bool due(int step, int rank) const { return step_ >= 0 && step == step_ && rank == rank_; }
+
+  /// Makes rank `rank` fail now, in step `step`: prints one line "[vitddp rank R] error: debug
+  /// fault injection ..." to stderr (Throw: the error path prints it) and then throws (Throw),
+  /// exits with status 1 (Exit) or calls engine.debug_abort_communicator() and returns (NcclAbort).
+  void trigger(Engine& engine, int rank, int step) const;
+
+ private:
+  int step_ = -1;
+  int rank_ = 0;
+  FailMode mode_ = FailMode::Throw;
+};
+
+}  // namespace vitddp

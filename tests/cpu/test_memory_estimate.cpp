@@ -1,0 +1,178 @@
+// The device-memory estimate (src/memory_estimate.h, --dry-run) and the activation-arena plan it
+// shares with GpuViT (cuda/gpu_vit_arena.h): hand-computed sizes, a consistent layout, and the
+// out-of-memory message.
+#include <algorithm>
+#include <map>
+
+#include "cuda/gpu_vit.h"
+#include "cuda/gpu_vit_arena.h"
+#include "mpi/comm_hooks.h"
+#include "mpi/powersgd_nccl.h"
+#include "mpi/reducer.h"
+#include "src/memory_estimate.h"
+#include "tests/test_util.h"
+
+using namespace vitddp;
+using vitddp_test::parse_args;
+
+namespace {
+
+/// Bytes of every activation buffer of GpuViT written out from the shapes in cuda/gpu_vit.cu
+/// (without the alignment padding), for an independent check of the plan.
+size_t hand_activation_bytes(const ViTConfig& c, size_t B, size_t op, size_t param_total, size_t reduce_floats) {
+  const size_t T = c.seq_len(), D = c.hidden, M = c.mlp_dim, H = c.heads, K = c.num_classes, Np = c.num_patches(),
+               PD = c.patch_dim(), L = c.layers, N = B * T;
+  size_t f32 = B * Np * D + (L + 1) * N * D + L * (4 * N + B * H * T * T + N * D) + B * D + 2 * B + 2 * B * K +
+               N * D + B * H * T * T + B * D + reduce_floats;
+  size_t ops = B * Np * PD + L * (6 * N * D + 2 * N * M) + N * std::max(M, 3 * D) + N * D + B * Np * D;
+  size_t bytes = f32 * 4 + ops * op;
+  if (op == 2) bytes += param_total * 2 + N * D * 2;  // bf16 weight copy, bf16 copy of dx
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("memory estimate: vit_l_32, batch 32, fp32 by hand", "[memory]") {
+  const Options o = parse_args({"--model", "vit_l_32", "--batch-size", "32"});
+  const MemoryEstimate e = estimate_gpu_memory(o);
+  CHECK(e.parameter_count == 306535400u);
+  CHECK(e.bytes_of("parameters") == 306535400ull * 4);  // 1,226,141,600 bytes
+  CHECK(e.bytes_of("gradients") == 0);  // overlaid on dead activations inside the arena (no accumulation)
+  CHECK(e.bytes_of("momentum") == 0);
+  CHECK(e.bytes_of("inputs") == 2 * (32ull * 3 * 224 * 224 * 4 + 32 * 4) + 4 + 4);
+  CHECK(e.bytes_of("cuBLASLt workspace") == 32ull << 20);
+  CHECK(e.bytes_of("reducer") == 0);  // in-place all-reduce of the gradients
+
+  const ViTConfig c = vit_config("vit_l_32");
+  const GpuViTArenaPlan overlaid = plan_gpu_vit_arena(c, 306535400, 32, Precision::fp32, true);
+  CHECK(e.bytes_of("activations") == overlaid.total_bytes);
+  const GpuViTArenaPlan plan = plan_gpu_vit_arena(c, 306535400, 32, Precision::fp32);
+  // The overlay costs far less than separate gradients (1.23 GB): block 23 starts above its own
+  // gradients (and the head's), the other blocks each above the next block's gradients.
+  CHECK(overlaid.total_bytes > plan.total_bytes);
+  CHECK(overlaid.total_bytes - plan.total_bytes < 100000000ull);
+  CHECK(overlaid.gradients != GpuViTArenaPlan::npos);
+  CHECK(plan.gradients == GpuViTArenaPlan::npos);
+  size_t slots = 0;
+  for (const auto& s : plan.slots) slots += s.bytes;
+  CHECK(slots == hand_activation_bytes(c, 32, 4, 306535400, plan.reduce_scratch_floats));
+  CHECK(plan.total_bytes - slots < kArenaAlign * plan.slots.size());  // only alignment padding
+  // About 2.6 GiB of activations (the GpuViT documentation's figure for this case).
+  CHECK(plan.total_bytes / 1073741824.0 == Approx(2.6).margin(0.2));
+  // cuBLASLt autotuning's largest output: fc1 / GELU gradient [N, M] fp32.
+  CHECK(e.transient.bytes == 32ull * 50 * 4096 * 4);
+  CHECK(e.persistent_bytes() == 1226141600ull + e.bytes_of("inputs") + (32ull << 20) + overlaid.total_bytes);
+  // With gradient accumulation the gradients must outlive the next forward: separate buffer.
+  const MemoryEstimate acc = estimate_gpu_memory(parse_args({"--model", "vit_l_32", "--batch-size", "16",
+                                                             "--grad-accum-steps", "2"}));
+  CHECK(acc.bytes_of("gradients") == 306535400ull * 4);
+  CHECK(acc.bytes_of("activations") == plan_gpu_vit_arena(c, 306535400, 16, Precision::fp32).total_bytes);
+  CHECK(e.peak_bytes() == e.persistent_bytes() + e.transient.bytes);
+}
+
+TEST_CASE("memory estimate: momentum, bf16, reducer buffers", "[memory]") {
+  const Options o = parse_args({"--model", "vit_b_32", "--batch-size", "8", "--precision", "bf16", "--momentum", "0.9",
+                                "--grad-as-bucket-view", "off", "--compression", "fp16"});
+  const ParamLayout layout = make_param_layout(vit_config("vit_b_32"));
+  const std::vector<Bucket> buckets = assign_buckets(layout, 1 << 20, 25 << 20);
+  const MemoryEstimate e = estimate_gpu_memory(o, layout, buckets);
+  const size_t n = layout.total;
+  CHECK(e.bytes_of("momentum") == n * 4);
+  size_t largest = 0;
+  for (const auto& b : buckets) largest = std::max(largest, b.numel);
+  CHECK(e.bytes_of("reducer") == n * 4 + largest * 2);  // bucket buffer + 16-bit staging
+  const GpuViTArenaPlan plan = plan_gpu_vit_arena(layout.cfg, n, 8, Precision::bf16);
+  CHECK(plan.weights16_bytes == n * 2);
+  size_t slots = 0;
+  for (const auto& s : plan.slots) slots += s.bytes;
+  CHECK(slots == hand_activation_bytes(layout.cfg, 8, 2, n, plan.reduce_scratch_floats));
+  CHECK(e.bytes_of("activations") == plan_gpu_vit_arena(layout.cfg, n, 8, Precision::bf16, true).total_bytes);
+
+  const Options nd = parse_args({"--model", "vit_b_32", "--no-ddp", "--grad-as-bucket-view", "off"});
+  CHECK(estimate_gpu_memory(nd, layout, buckets).bytes_of("reducer") == 0);  // no reducer at all
+
+  Options ps = parse_args({"--model", "vit_b_32", "--compression", "powersgd"});
+  const size_t powersgd = PowerSgdNccl::planned_device_bytes(hook_buckets(layout, buckets), reducer_options(ps).powersgd);
+  CHECK(powersgd > 0);
+  CHECK(estimate_gpu_memory(ps, layout, buckets).bytes_of("reducer") == powersgd);
+  ps.powersgd_error_feedback = false;  // no error buffers, no input copy
+  CHECK(PowerSgdNccl::planned_device_bytes(hook_buckets(layout, buckets), reducer_options(ps).powersgd) < powersgd);
+}
+
+TEST_CASE("activation arena: aligned, disjoint buffers; every pointer GpuViT binds is a slot", "[memory]") {
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    const ViTConfig c = vit_config("vit_tiny");
+    const size_t total = make_param_layout(c).total;
+    const GpuViTArenaPlan plan = plan_gpu_vit_arena(c, total, 5, p);
+    std::map<size_t, size_t> slot_at;  // offset -> bytes
+    size_t end = 0;
+    for (const auto& s : plan.slots) {
+      CHECK(s.offset % kArenaAlign == 0);
+      CHECK(s.offset >= end);  // in order, no overlap
+      end = s.offset + s.bytes;
+      slot_at[s.offset] = s.bytes;
+    }
+    CHECK(end == plan.total_bytes);
+    std::vector<size_t> bound = {plan.emb, plan.xf, plan.meanf, plan.rstdf, plan.logits, plan.dlogits, plan.dx,
+                                 plan.dscores, plan.dxf, plan.reduce_scratch, plan.patches, plan.dwide, plan.dnarrow,
+                                 plan.demb};
+    for (size_t x : plan.x) bound.push_back(x);
+    for (const auto& b : plan.blocks)
+      for (size_t off : {b.y1, b.qkv, b.attn, b.z, b.u, b.g, b.mean1, b.rstd1, b.probs, b.xmid, b.mean2, b.rstd2})
+        bound.push_back(off);
+    if (p == Precision::bf16) {
+      bound.push_back(plan.weights16);
+      bound.push_back(plan.dx16);
+    } else {
+      CHECK(plan.weights16 == GpuViTArenaPlan::npos);
+      CHECK(plan.dx16 == GpuViTArenaPlan::npos);
+    }
+    CHECK(bound.size() == plan.slots.size());
+    std::sort(bound.begin(), bound.end());
+    CHECK(std::adjacent_find(bound.begin(), bound.end()) == bound.end());  // each slot bound once
+    for (size_t off : bound) CHECK(slot_at.count(off) == 1);
+    CHECK(plan.x.size() == (size_t)c.layers + 1);
+  }
+  CHECK_THROWS(plan_gpu_vit_arena(vit_config("vit_tiny"), 10, 0, Precision::fp32));
+  // The overlay: block m's buffers never share memory with the gradients of blocks m..L-1 (nor
+  // the head's), which backward writes while block m is still to be read.
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    const ParamLayout layout = make_param_layout(vit_config("vit_b_32"));
+    const GpuViTArenaPlan plan = plan_gpu_vit_arena(layout.cfg, layout.total, 8, p, true);
+    REQUIRE(plan.gradients != GpuViTArenaPlan::npos);
+    const int L = layout.cfg.layers;
+    for (int m = 0; m < L; ++m) {
+      size_t grad_end = 0;  // bytes from plan.gradients: end of the gradients of blocks m..L-1
+      for (size_t i = 4 + 12 * (size_t)m; i < 4 + 12 * (size_t)(m + 1); ++i)
+        grad_end = std::max(grad_end, (layout.params[i].offset + layout.params[i].numel) * 4);
+      const size_t lo = plan.x[m];
+      const auto& b = plan.blocks[m];
+      for (size_t off : {b.y1, b.qkv, b.attn, b.z, b.u, b.g, b.mean1, b.rstd1, b.probs, b.xmid, b.mean2, b.rstd2, lo}) {
+        CHECK(off >= plan.gradients + grad_end);
+        CHECK(off < plan.gradients + grad_end + plan.block_bytes * (L - m) + kArenaAlign * L);
+      }
+      if (m + 1 < L) CHECK(plan.x[m] >= plan.x[m + 1] + plan.block_bytes);  // blocks do not overlap
+    }
+    CHECK(plan.total_bytes >= plan.gradients + layout.total * 4);
+  }
+  CHECK_THROWS(plan_gpu_vit_arena(vit_config("vit_b_32"), 10, 8, Precision::fp32, true));  // not its layout
+  CHECK(GpuViT::workspace_bytes(GpuViTOptions()) == 32u << 20);
+}
+
+TEST_CASE("out-of-memory message names the allocation that does not fit and the whole need", "[memory]") {
+  const MemoryEstimate e = estimate_gpu_memory(parse_args({"--model", "vit_l_32", "--batch-size", "32"}));
+  CHECK(out_of_memory_message(e, e.peak_bytes(), 80ull << 30).empty());
+  // 2 GiB free: the parameters (1.14 GiB) fit, the activations (with the overlaid gradients) no longer do.
+  const std::string m = out_of_memory_message(e, 2ull << 30, 80ull << 30);
+  CHECK_THAT(m, Catch::StartsWith("out of GPU memory allocating activations (2.5"));
+  CHECK_THAT(m, Catch::Contains("vit_l_32 at batch 32, fp32 needs "));
+  CHECK_THAT(m, Catch::Contains("(parameters 1.14, gradients 0, momentum 0, inputs 0.04, cuBLASLt workspace 0.03, activations "));
+  CHECK_THAT(m, Catch::EndsWith("but cudaMemGetInfo reports 2.00 GiB free of 80.0 GiB"));
+  // A batch whose activations do not fit.
+  const MemoryEstimate big = estimate_gpu_memory(parse_args({"--model", "vit_h_14", "--batch-size", "4096", "--precision", "bf16"}));
+  CHECK_THAT(out_of_memory_message(big, 130ull << 30, 140ull << 30), Catch::StartsWith("out of GPU memory allocating activations ("));
+  CHECK_THAT(memory_report(big), Catch::Contains("activations"));
+  CHECK(gib(0) == "0");
+  CHECK(gib(1ull << 30) == "1.00");
+  CHECK(gib(100ull << 30) == "100.0");
+}

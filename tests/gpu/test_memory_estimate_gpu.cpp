@@ -1,0 +1,45 @@
+// The device-memory estimate (src/memory_estimate.h) against what the GPU code really allocates:
+// the engine's own count of its buffers, GpuViT's arena, and cudaMemGetInfo.
+#include <cuda_runtime.h>
+
+#include "cuda/gpu_vit.h"
+#include "cuda/gpu_vit_arena.h"
+#include "src/engine.h"
+#include "src/memory_estimate.h"
+#include "tests/catch.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/test_util.h"
+
+using namespace vitddp;
+using namespace vitddp_test;
+
+TEST_CASE("memory estimate: equals the GPU engine's allocations (no DDP)", "[gpu][memory]") {
+  REQUIRE_GPU();
+  for (const char* precision : {"fp32", "bf16"}) {
+    for (const char* momentum : {"0", "0.9"}) {
+      const Options o = parse_args({"--model", "vit_micro", "--batch-size", "3", "--no-ddp", "--precision", precision,
+                                    "--momentum", momentum, "--grad-accum-steps", "2"});
+      const ParamLayout L = make_param_layout(vit_config(o.model));
+      const MemoryEstimate e = estimate_gpu_memory(o, L, {});
+      size_t free_before = 0, free_after = 0, total = 0;
+      CUDA_CHECK(cudaSetDevice(0));
+      CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+      auto engine = make_gpu_engine(o, World(), L, {}, nullptr);
+      CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+      INFO(precision << " momentum " << momentum);
+      CHECK(engine->info().device_bytes == e.persistent_bytes());
+      CHECK(free_before - free_after >= e.persistent_bytes());  // cudaMalloc rounds up, never down
+    }
+  }
+}
+
+TEST_CASE("memory estimate: GpuViT allocates its arena plan plus the workspace", "[gpu][memory]") {
+  REQUIRE_GPU();
+  Stream st;
+  const ParamLayout L = make_param_layout(vit_config("vit_tiny"));
+  for (Precision p : {Precision::fp32, Precision::tf32, Precision::bf16}) {
+    const GpuViTOptions opt = GpuViTOptions::for_precision(p);
+    GpuViT gpu(L, 5, st.s, opt);
+    CHECK(gpu.device_bytes() == plan_gpu_vit_arena(L.cfg, L.total, 5, p).total_bytes + GpuViT::workspace_bytes(opt));
+  }
+}
