@@ -41,6 +41,13 @@ double parse_double(const std::string& opt, const std::string& v, double lo, dou
   return x;
 }
 
+/// An AdamW beta: a number in [0, 1) (torch.optim.AdamW's check).
+double parse_beta(const std::string& opt, const std::string& v) {
+  const double x = parse_double(opt, v, 0, 1, false);
+  if (x >= 1) bad(opt, "must be in [0, 1), got '" + v + "'");
+  return x;
+}
+
 std::string fmt(double x) {
   std::ostringstream s;
   s << x;
@@ -157,10 +164,10 @@ const std::vector<Spec>& table() {
        [](Options& o, const std::string& v) { o.weight_decay = parse_double("--weight-decay", v, 0, 1e3, false); },
        [](const Options& o) { return fmt(o.weight_decay); }},
       {"adam-beta1", "X", "AdamW betas[0], the first-moment decay (torch default)",
-       [](Options& o, const std::string& v) { o.adam_beta1 = parse_double("--adam-beta1", v, 0, 0.999999999, false); },
+       [](Options& o, const std::string& v) { o.adam_beta1 = parse_beta("--adam-beta1", v); },
        [](const Options& o) { return fmt(o.adam_beta1); }},
       {"adam-beta2", "X", "AdamW betas[1], the second-moment decay (torch default)",
-       [](Options& o, const std::string& v) { o.adam_beta2 = parse_double("--adam-beta2", v, 0, 0.999999999, false); },
+       [](Options& o, const std::string& v) { o.adam_beta2 = parse_beta("--adam-beta2", v); },
        [](const Options& o) { return fmt(o.adam_beta2); }},
       {"adam-eps", "X", "AdamW eps, added to the denominator (torch default)",
        [](Options& o, const std::string& v) { o.adam_eps = parse_double("--adam-eps", v, 0, 1, true); },
