@@ -9,8 +9,8 @@ namespace vitddp {
 void LrSchedule::validate() const {
   auto bad = [](const std::string& what) { throw std::invalid_argument("learning-rate schedule: " + what); };
   if (!(base_lr >= 0) || !std::isfinite(base_lr)) bad("base_lr must be a finite value >= 0, got " + std::to_string(base_lr));
-  if (kind != LrScheduleKind::WarmupCosine) return;
   if (warmup_steps < 0) bad("warmup_steps must be >= 0, got " + std::to_string(warmup_steps));
+  if (kind != LrScheduleKind::WarmupCosine) return;
   if (total_steps <= warmup_steps)
     bad("total_steps (" + std::to_string(total_steps) + ") must be greater than warmup_steps (" +
         std::to_string(warmup_steps) + ")");
@@ -21,8 +21,8 @@ void LrSchedule::validate() const {
 double LrSchedule::lr_at(int64_t step) const {
   validate();
   if (step < 0) throw std::invalid_argument("learning-rate schedule: step must be >= 0, got " + std::to_string(step));
-  if (kind == LrScheduleKind::Constant) return base_lr;
   if (step < warmup_steps) return base_lr * static_cast<double>(step) / static_cast<double>(warmup_steps);
+  if (kind == LrScheduleKind::Constant) return base_lr;
   const double progress =
       std::min(1.0, static_cast<double>(step - warmup_steps) / static_cast<double>(total_steps - warmup_steps));
   const double pi = 3.14159265358979323846;

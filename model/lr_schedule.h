@@ -6,7 +6,7 @@
 namespace vitddp {
 
 enum class LrScheduleKind {
-  Constant,      ///< lr(step) = base_lr
+  Constant,      ///< linear warm-up from 0 (if warmup_steps > 0), then lr(step) = base_lr
   WarmupCosine,  ///< linear warm-up from 0, then half a cosine down to min_lr
 };
 
@@ -14,6 +14,12 @@ enum class LrScheduleKind {
 /// update (the first optimizer.step() is step 0), as with a torch LambdaLR stepped after each
 /// optimizer.step(). Units: lr values in the optimizer's units; steps are optimizer updates (not
 /// micro-batches).
+///
+/// Constant (transformers.get_constant_schedule_with_warmup; torch LambdaLR with
+/// lambda s: min(1, s / warmup_steps)):
+///   step < warmup_steps:  lr = base_lr * step / warmup_steps            (0 at step 0)
+///   otherwise:            lr = base_lr
+/// (total_steps and min_lr are not used).
 ///
 /// WarmupCosine (transformers.get_cosine_schedule_with_warmup with num_cycles = 0.5, and its
 /// min-lr variant get_cosine_with_min_lr_schedule_with_warmup; timm CosineLRScheduler with
@@ -25,7 +31,7 @@ enum class LrScheduleKind {
 struct LrSchedule {
   LrScheduleKind kind = LrScheduleKind::Constant;
   double base_lr = 1e-3;
-  int64_t warmup_steps = 0;  ///< WarmupCosine only; 0 = no warm-up
+  int64_t warmup_steps = 0;  ///< linear warm-up steps (both kinds); 0 = no warm-up
   int64_t total_steps = 0;   ///< WarmupCosine only: steps until min_lr, > warmup_steps
   double min_lr = 0.0;       ///< WarmupCosine only: floor, 0 <= min_lr <= base_lr
 
@@ -33,8 +39,9 @@ struct LrSchedule {
   /// an invalid schedule (see validate()).
   double lr_at(int64_t step) const;
 
-  /// Throws std::invalid_argument naming the field when: base_lr < 0 (or not finite); for
-  /// WarmupCosine, warmup_steps < 0, total_steps <= warmup_steps, or min_lr outside [0, base_lr].
+  /// Throws std::invalid_argument naming the field when: base_lr < 0 (or not finite),
+  /// warmup_steps < 0; for WarmupCosine also total_steps <= warmup_steps or min_lr outside
+  /// [0, base_lr].
   void validate() const;
 };
 

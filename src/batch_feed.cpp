@@ -14,7 +14,7 @@ std::shared_ptr<const IdxDataset> load_training_data(const Options& o) {
 }
 
 BatchFeed::BatchFeed(const Options& o, const World& w, const ViTConfig& cfg, Engine& engine,
-                     std::shared_ptr<const IdxDataset> data)
+                     std::shared_ptr<const IdxDataset> data, int64_t first_batch)
     : opts_(o), world_(w), engine_(engine), shape_(batch_shape(cfg, o.batch_size)) {
   const DataSpec spec = parse_data_option(o.data);
   if (spec.kind == DataSpec::Kind::device) return;
@@ -29,6 +29,7 @@ BatchFeed::BatchFeed(const Options& o, const World& w, const ViTConfig& cfg, Eng
   }
   SourceOptions so;
   so.workers = o.data_workers;
+  so.first_step = first_batch;
   if (spec.kind == DataSpec::Kind::synthetic) {
     source_ = std::make_unique<SyntheticSource>(shape_, o.seed, w.rank, slots, so);
   } else {

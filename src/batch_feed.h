@@ -22,15 +22,18 @@ std::shared_ptr<const IdxDataset> load_training_data(const Options& opts);
 class BatchFeed {
  public:
   /// `dataset` is the training split for --data idx:DIR (load_training_data), null otherwise.
+  /// `first_batch` is the index of the first batch the source produces (0, or the batches a
+  /// resumed run's checkpoint consumed): every source derives batch b from (seed, rank, b) alone
+  /// (IDX: epoch b / batches_per_epoch), so the same index gives the same batch.
   /// Throws std::invalid_argument when the data set does not fit the model (labels >= classes)
   /// or has fewer samples per rank than a batch.
   BatchFeed(const Options& opts, const World& w, const ViTConfig& cfg, Engine& engine,
-            std::shared_ptr<const IdxDataset> dataset);
+            std::shared_ptr<const IdxDataset> dataset, int64_t first_batch = 0);
   ~BatchFeed();
   BatchFeed(const BatchFeed&) = delete;
   BatchFeed& operator=(const BatchFeed&) = delete;
 
-  /// Takes the batch of `step` from the source (blocking until its workers have it) and stages it
+  /// Takes the batch of `step` (the batch index: first_batch, first_batch + 1, ... in order) from the source (blocking until its workers have it) and stages it
   /// on the engine (an asynchronous copy on the GPU backend). Returns the milliseconds spent
   /// blocked on the source: the data wait of that step. The batch's host buffer is handed back to
   /// the workers by the following call, after the engine finished the step that used it.

@@ -1,4 +1,4 @@
-// The CPU backend: the double-accumulating reference model, MPI all-reduce, host SGD. It runs the
+// The CPU backend: the double-accumulating reference model, MPI all-reduce, host SGD or AdamW. It runs the
 // same trainer as the GPU backend for CI, tests and machines without a GPU.
 #include <chrono>
 #include <cmath>
@@ -10,8 +10,8 @@
 #include "cuda/nvtx.h"
 #include "model/cpu_vit.h"
 #include "model/init.h"
-#include "model/sgd.h"
 #include "src/engine.h"
+#include "src/optimizer.h"
 
 namespace vitddp {
 namespace {
@@ -35,7 +35,8 @@ class CpuEngine final : public Engine {
   CpuEngine(const Options& o, const World& w, const ParamLayout& layout, std::vector<Bucket> buckets,
             const std::vector<float>* initial_params)
       : opts_(o), world_(w), layout_(layout), buckets_(std::move(buckets)), model_(layout, o.batch_size),
-        params_(layout.total), grads_(layout.total, 0.0f), momentum_(o.momentum != 0 ? layout.total : 0) {
+        params_(layout.total), grads_(layout.total, 0.0f), spec_(optimizer_spec(o)), lr_(o.lr) {
+    for (const auto& name : optimizer_state_names(spec_)) state_.emplace_back(name, std::vector<float>(layout.total, 0.0f));
     if (initial_params) params_ = *initial_params;
     else init_params(layout, parse_init_scheme(o.init), o.seed, params_.data());
     const auto& c = layout.cfg;
@@ -98,14 +99,15 @@ class CpuEngine final : public Engine {
     const auto t3 = Clock::now();
     {
       NvtxRange r("optimizer step", NvtxColor::Yellow);
-      SgdConfig cfg{opts_.lr, opts_.momentum, opts_.weight_decay};
-      cfg.grad_scale = 1.0 / micro_steps;
       rec_.nonfinite = !std::isfinite(rec_.loss);
       for (size_t i = 0; i < grads_.size() && !rec_.nonfinite; ++i) rec_.nonfinite = !std::isfinite(grads_[i]);
-      if (!rec_.nonfinite) {  // a non-finite step is skipped, as on the GPU
-        sgd_step_host(params_.data(), grads_.data(), momentum_.empty() ? nullptr : momentum_.data(), layout_.total,
-                      cfg, first_step_);
-        first_step_ = false;
+      // A non-finite step is skipped, as on the GPU, and not counted (AdamW's step number stays).
+      if (!rec_.nonfinite) {
+        std::vector<float*> bufs;
+        for (auto& b : state_) bufs.push_back(b.second.data());
+        optimizer_step_host(spec_, lr_, 1.0 / micro_steps, params_.data(), grads_.data(), bufs, layout_.total,
+                            applied_steps_);
+        ++applied_steps_;
       }
     }
     const auto t4 = Clock::now();
@@ -127,13 +129,23 @@ class CpuEngine final : public Engine {
 
   const std::vector<Bucket>& buckets() const override { return buckets_; }
   std::vector<float> parameters() const override { return params_; }
+  void set_lr(double lr) override { lr_ = lr; }
+
+  TrainState train_state() const override { return TrainState{params_, state_, applied_steps_}; }
+
+  void load_train_state(const TrainState& s) override {
+    check_train_state(s, spec_, layout_.total);
+    params_ = s.params;
+    state_ = s.optimizer;
+    applied_steps_ = s.optimizer_steps;
+  }
 
   EngineInfo info() const override {
     EngineInfo i;
     i.backend = "cpu";
     i.device_name = cpu_model_name();
     i.versions = "CPU reference (double accumulation), MPI all-reduce";
-    i.device_bytes = (params_.size() + grads_.size() + momentum_.size()) * sizeof(float);
+    i.device_bytes = (params_.size() + grads_.size() + state_.size() * layout_.total) * sizeof(float);
     return i;
   }
 
@@ -145,10 +157,13 @@ class CpuEngine final : public Engine {
   const ParamLayout& layout_;
   std::vector<Bucket> buckets_;
   CpuViT<float> model_;
-  std::vector<float> params_, grads_, momentum_, images_;
+  std::vector<float> params_, grads_, images_;
+  OptimizerSpec spec_;
+  std::vector<std::pair<std::string, std::vector<float>>> state_;  // optimizer_state_names(spec_)
+  double lr_;                                                       // set_lr (the schedule)
+  int64_t applied_steps_ = 0;                                       // optimizer updates applied
   std::vector<int32_t> labels_;
   int batch_ = 0;
-  bool first_step_ = true;
   std::unique_ptr<MpiReducer> reducer_;
   StepRecord rec_;
   Clock::time_point step_start_, origin_;

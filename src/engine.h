@@ -12,6 +12,7 @@
 #include "mpi/reducer.h"
 #include "mpi/world.h"
 #include "src/options.h"
+#include "src/train_state.h"
 
 namespace vitddp {
 
@@ -30,7 +31,7 @@ struct StepRecord {
   double forward_ms = 0;        ///< forward + loss
   double backward_ms = 0;       ///< backward compute (the all-reduces it overlaps included)
   double exposed_comm_ms = 0;   ///< after backward compute, waiting for the last all-reduce
-  double optimizer_ms = 0;      ///< SGD step
+  double optimizer_ms = 0;      ///< optimizer step (SGD or AdamW)
   double step_ms = 0;           ///< step start to step end on the device
   double wall_ms = 0;           ///< host wall time of the whole step (trainer)
   double backward_end_ms = 0;   ///< end of the last micro-step's backward compute, from step start
@@ -74,6 +75,9 @@ class Engine {
   /// communication (DDP's no_sync()); the last one runs the bucketed all-reduce (when DDP is on)
   /// and the optimizer with the gradient scaled by 1/micro_steps. Returns without waiting.
   virtual void run_micro_step(int micro, int micro_steps) = 0;
+  /// Learning rate of the optimizer steps enqueued from now on (the trainer sets the schedule's
+  /// value before each step); initially opts.lr.
+  virtual void set_lr(double lr) = 0;
   /// Fault injection for tests (--debug-nan-at-step): the next staged batch's first pixel becomes NaN.
   virtual void poison_staged_batch() = 0;
   /// "" or a description of an asynchronous communicator error (a peer failed). Thread-safe:
@@ -97,6 +101,13 @@ class Engine {
   virtual const std::vector<Bucket>& buckets() const = 0;
   /// A host copy of the flat parameter buffer (layout.total floats); waits for the device.
   virtual std::vector<float> parameters() const = 0;
+  /// A host copy of the parameters and optimizer state (see TrainState); waits for the device.
+  /// Call between steps (after finish_step).
+  virtual TrainState train_state() const = 0;
+  /// Replaces parameters and optimizer state (e.g. from a checkpoint); call before the first step.
+  /// Throws std::invalid_argument when a buffer has the wrong size or the optimizer buffers do not
+  /// match optimizer_state_names of the engine's optimizer (names and order).
+  virtual void load_train_state(const TrainState& s) = 0;
   virtual EngineInfo info() const = 0;
   /// Marks the timed window for profilers (cudaProfilerStart/Stop for the GPU backend).
   virtual void profiler(bool start) = 0;

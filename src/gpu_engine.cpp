@@ -1,4 +1,4 @@
-// The GPU backend: GpuViT on this rank's device, NCCL reducer on a comm stream, fused SGD.
+// The GPU backend: GpuViT on this rank's device, NCCL reducer on a comm stream, fused SGD or AdamW.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda/adamw.h"
 #include "cuda/check.h"
 #include "cuda/gpu_vit.h"
 #include "cuda/nvtx.h"
@@ -22,6 +23,7 @@
 #include "mpi/nccl_transport.h"
 #include "src/engine.h"
 #include "src/memory_estimate.h"
+#include "src/optimizer.h"
 #include "cuda/device_buffer.h"
 
 namespace vitddp {
@@ -37,7 +39,8 @@ class GpuEngine final : public Engine {
  public:
   GpuEngine(const Options& o, const World& w, const ParamLayout& layout, std::vector<Bucket> buckets,
             const std::vector<float>* initial_params)
-      : opts_(o), world_(w), layout_(layout), buckets_(std::move(buckets)), initial_params_(initial_params) {
+      : opts_(o), world_(w), layout_(layout), buckets_(std::move(buckets)), initial_params_(initial_params),
+        spec_(optimizer_spec(o)), state_names_(optimizer_state_names(spec_)), lr_(o.lr) {
     // Device choice and every allocation happen before any collective, and the ranks agree on the
     // outcome before NCCL starts: one rank out of memory must not leave the others waiting inside
     // ncclCommInitRank.
@@ -157,16 +160,29 @@ class GpuEngine final : public Engine {
     {
       // Eager, after the graph: a few launches that take this step's learning rate.
       NvtxRange r("optimizer step", NvtxColor::Yellow);
-      SgdConfig cfg = sgd_config();
-      cfg.grad_scale = 1.0 / micro_steps;
       // Skipped on the device when the averaged gradients hold NaN/Inf (the same on every rank,
-      // since the all-reduce spreads a non-finite value everywhere).
+      // since the all-reduce spreads a non-finite value everywhere); finish_step() then does not
+      // count the update (AdamW's step number stays, as PyTorch's GradScaler skipping step()).
       CUDA_CHECK(cudaMemsetAsync(nonfinite_.get(), 0, sizeof(int), compute_));
       flag_nonfinite(grads_, layout_.total, nonfinite_.get(), compute_);
-      // bf16: the same pass refreshes the model's bf16 working copy of the weights.
-      sgd_step_gpu(params_.get(), grads_, momentum_.get(), layout_.total, cfg, first_step_, compute_,
-                   nonfinite_.get(), model_->bf16_weights());
-      first_step_ = false;
+      if (spec_.kind == OptimizerKind::AdamW) {
+        AdamWConfig cfg = spec_.adamw;
+        cfg.lr = lr_;
+        cfg.grad_scale = 1.0 / micro_steps;
+        adamw_step_gpu(params_.get(), grads_, state_[0].get(), state_[1].get(), layout_.total, cfg,
+                       applied_steps_ + 1, compute_, nonfinite_.get());
+        // bf16: refresh the model's working copy (unchanged parameters when the step was skipped).
+        if (model_->bf16_weights()) convert_to_bf16(params_.get(), model_->bf16_weights(), layout_.total, compute_);
+      } else {
+        SgdConfig cfg = spec_.sgd;
+        cfg.lr = lr_;
+        cfg.grad_scale = 1.0 / micro_steps;
+        // The momentum buffer is zeroed, so a first step skipped on the device and then repeated
+        // gives the same result either way (buf = m * 0 + g). bf16: the same pass refreshes the
+        // model's bf16 working copy of the weights.
+        sgd_step_gpu(params_.get(), grads_, state_.empty() ? nullptr : state_[0].get(), layout_.total, cfg,
+                     applied_steps_ == 0, compute_, nonfinite_.get(), model_->bf16_weights());
+      }
     }
     CUDA_CHECK(cudaMemcpyAsync(loss_host_, loss_.get(), micro_steps * sizeof(float), cudaMemcpyDeviceToHost, compute_));
     CUDA_CHECK(cudaMemcpyAsync(nonfinite_host_, nonfinite_.get(), sizeof(int), cudaMemcpyDeviceToHost, compute_));
@@ -192,6 +208,7 @@ class GpuEngine final : public Engine {
     rec->backward_end_ms = elapsed(ev_start_, micro_ev_[micro_steps_ - 1].bwd);
     rec->start_ms = elapsed(ev_origin_, ev_start_);
     rec->nonfinite = *nonfinite_host_ != 0 || !std::isfinite(rec->loss);
+    if (*nonfinite_host_ == 0) ++applied_steps_;  // the kernel applied the update
     rec->buckets = reducer_ ? reducer_->times(ev_start_) : BucketTimes{};
   }
 
@@ -228,11 +245,30 @@ class GpuEngine final : public Engine {
 
   const std::vector<Bucket>& buckets() const override { return buckets_; }
 
-  std::vector<float> parameters() const override {
-    std::vector<float> h(layout_.total);
+  std::vector<float> parameters() const override { return download(params_.get()); }
+
+  void set_lr(double lr) override { lr_ = lr; }
+
+  TrainState train_state() const override {
+    TrainState s;
+    s.params = download(params_.get());
+    for (size_t b = 0; b < state_.size(); ++b) s.optimizer.emplace_back(state_names_[b], download(state_[b].get()));
+    s.optimizer_steps = applied_steps_;
+    return s;
+  }
+
+  void load_train_state(const TrainState& s) override {
+    check_train_state(s, spec_, layout_.total);
     CUDA_CHECK(cudaStreamSynchronize(compute_));
-    CUDA_CHECK(cudaMemcpy(h.data(), params_.get(), h.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    return h;
+    const size_t bytes = layout_.total * sizeof(float);
+    CUDA_CHECK(cudaMemcpy(params_.get(), s.params.data(), bytes, cudaMemcpyHostToDevice));
+    for (size_t b = 0; b < state_.size(); ++b)
+      CUDA_CHECK(cudaMemcpy(state_[b].get(), s.optimizer[b].second.data(), bytes, cudaMemcpyHostToDevice));
+    applied_steps_ = s.optimizer_steps;
+    if (model_->bf16_weights()) {  // the model's bf16 working copy follows the restored parameters
+      convert_to_bf16(params_.get(), model_->bf16_weights(), layout_.total, compute_);
+      CUDA_CHECK(cudaStreamSynchronize(compute_));
+    }
   }
 
   EngineInfo info() const override {
@@ -253,7 +289,7 @@ class GpuEngine final : public Engine {
     i.versions = "CUDA driver " + std::to_string(drv) + ", CUDA runtime " + std::to_string(rt) + ", NCCL " +
                  nccl_version_string() + ", cuBLASLt " + std::to_string(cublasLtGetVersion()) + ", cuDNN " +
                  std::to_string(cudnnGetVersion());
-    i.device_bytes = (params_.size() + own_grads_.size() + momentum_.size() + loss_.size()) * sizeof(float) +
+    i.device_bytes = (params_.size() + own_grads_.size() + state_.size() * layout_.total + loss_.size()) * sizeof(float) +
                      nonfinite_.size() * sizeof(int) + model_->device_bytes() + (reducer_ ? reducer_->device_bytes() : 0);
     for (int s = 0; s < 2; ++s) i.device_bytes += images_[s].size() * sizeof(float) + labels_[s].size() * sizeof(int32_t);
     return i;
@@ -286,10 +322,11 @@ class GpuEngine final : public Engine {
 
     const size_t n = layout.total;
     params_ = DeviceBuffer<float>(n, "parameters");
-    if (o.momentum != 0) {
-      // Zeroed, so that a skipped first step (non-finite gradients) changes nothing: buf = m*0 + g.
-      momentum_ = DeviceBuffer<float>(n, "SGD momentum buffer");
-      CUDA_CHECK(cudaMemset(momentum_.get(), 0, n * sizeof(float)));
+    for (const std::string& name : state_names_) {
+      // Zero: PyTorch's initial AdamW moments; for the SGD momentum buffer, so that a skipped
+      // first step (non-finite gradients) changes nothing.
+      state_.emplace_back(n, "optimizer state " + name);
+      CUDA_CHECK(cudaMemset(state_.back().get(), 0, n * sizeof(float)));
     }
     nonfinite_ = DeviceBuffer<int>(1, "non-finite flag");
     CUDA_CHECK(cudaMallocHost(&nonfinite_host_, sizeof(int)));
@@ -408,13 +445,23 @@ class GpuEngine final : public Engine {
       micro_ev_.push_back(m);
     }
   }
-  SgdConfig sgd_config() const { return SgdConfig{opts_.lr, opts_.momentum, opts_.weight_decay}; }
+  /// A host copy of n = layout.total device floats, after the compute stream's work.
+  std::vector<float> download(const float* d) const {
+    std::vector<float> h(layout_.total);
+    CUDA_CHECK(cudaStreamSynchronize(compute_));
+    CUDA_CHECK(cudaMemcpy(h.data(), d, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+  }
 
   Options opts_;
   World world_;
   const ParamLayout& layout_;
   std::vector<Bucket> buckets_;
   const std::vector<float>* initial_params_;  // --init-from, or null
+  OptimizerSpec spec_;
+  std::vector<std::string> state_names_;      // optimizer_state_names(spec_)
+  double lr_;                                 // set_lr (the schedule)
+  int64_t applied_steps_ = 0;                 // optimizer updates applied (finish_step reads the skip flag)
   int device_ = 0;
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
   cudaEvent_t ev_origin_, ev_start_, ev_opt_, ev_end_;  // origin: start of the first step
@@ -423,8 +470,9 @@ class GpuEngine final : public Engine {
   int micro_steps_ = 1;
   cudaEvent_t ev_copied_[2];    // input slot s filled (copy stream)
   cudaEvent_t ev_consumed_[2];  // the micro-step reading input slot s is done with it (compute stream)
-  DeviceBuffer<float> params_, own_grads_, momentum_, loss_;
+  DeviceBuffer<float> params_, own_grads_, loss_;
   float* grads_ = nullptr;  // own_grads_, or the model's overlaid buffer (GpuViT::gradients())
+  std::vector<DeviceBuffer<float>> state_;    // one per state_names_ entry
   DeviceBuffer<float> images_[2];
   DeviceBuffer<int32_t> labels_[2];
   float* loss_host_ = nullptr;
@@ -439,7 +487,6 @@ class GpuEngine final : public Engine {
   int slot_ = 1;          // slot of the running step; the next batch goes to slot_ ^ 1
   int staged_batch_ = 0;
   bool staged_ = false;
-  bool first_step_ = true;
   int64_t steps_enqueued_ = 0;             // optimizer steps enqueued so far
   std::map<GraphKey, StepGraph> graphs_;   // captured forward + backward (+ all-reduce) graphs
 };

@@ -10,6 +10,7 @@
 
 #include "model/fnv1a.h"
 #include "mpi/world.h"
+#include "src/checkpoint.h"
 #include "src/engine.h"
 #include "src/fault_injection.h"
 #include "src/memory_estimate.h"
@@ -128,6 +129,7 @@ int main(int argc, char** argv) {
     if (!all_ranks_equal(o.backend == "gpu" ? 1 : 0)) return input_error(w, "--backend auto: some ranks see a GPU and others do not; choose --backend");
     if (o.out.empty()) o.out = default_out(o, w);
     o.out = broadcast(o.out, w);
+    if (o.checkpoint_every > 0 && o.checkpoint_path.empty()) o.checkpoint_path = default_checkpoint_path(o.out);
     // Every rank must run the same configuration (same command line, same environment defaults).
     if (!all_ranks_equal(options_fingerprint(o))) return input_error(w, "ranks were started with different options: every rank must get the same command line");
 

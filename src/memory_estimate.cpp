@@ -1,5 +1,7 @@
 #include "src/memory_estimate.h"
 
+#include "src/optimizer.h"
+
 #include <cstdint>
 #include <cstdio>
 
@@ -42,8 +44,11 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
                                             "backward has finished with)"
                                           : "fp32, the DDP buckets (gradient_as_bucket_view)",
                      overlay ? 0 : n * f32});
-  e.items.push_back({"momentum", o.momentum != 0 ? "SGD momentum buffer, fp32" : "none (--momentum 0)",
-                     o.momentum != 0 ? n * f32 : 0});
+  const std::vector<std::string> state = optimizer_state_names(optimizer_spec(o));
+  std::string state_list;
+  for (const auto& s : state) state_list += (state_list.empty() ? "" : ", ") + s;
+  e.items.push_back({"optimizer state", state.empty() ? "none (SGD without momentum)" : "fp32 " + state_list,
+                     state.size() * n * f32});
   const size_t images = (size_t)o.batch_size * c.channels * c.image_size * c.image_size;
   e.items.push_back({"inputs", "2 input slots of images and labels, loss per micro-step, non-finite flag",
                      2 * (images * f32 + (size_t)o.batch_size * sizeof(int32_t)) + (size_t)o.grad_accum_steps * f32 +

@@ -48,7 +48,7 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
 MemoryEstimate estimate_gpu_memory(const Options& o);
 
 /// One line: "vit_l_32 at batch 32, fp32 needs 5.43 GiB in all (parameters 1.14, gradients 1.14,
-/// momentum 0, inputs 0.04, cuBLASLt workspace 0.03, activations 2.0, reducer 0, cuBLASLt
+/// optimizer state 0, inputs 0.04, cuBLASLt workspace 0.03, activations 2.0, reducer 0, cuBLASLt
 /// autotuning 0.05 in the first step; GiB)".
 std::string memory_summary(const MemoryEstimate& e);
 

@@ -41,6 +41,13 @@ double parse_double(const std::string& opt, const std::string& v, double lo, dou
   return x;
 }
 
+/// An AdamW beta: a number in [0, 1) (torch.optim.AdamW's check).
+double parse_beta(const std::string& opt, const std::string& v) {
+  const double x = parse_double(opt, v, 0, 1, false);
+  if (x >= 1) bad(opt, "must be in [0, 1), got '" + v + "'");
+  return x;
+}
+
 std::string fmt(double x) {
   std::ostringstream s;
   s << x;
@@ -147,15 +154,39 @@ const std::vector<Spec>& table() {
       {"nccl-max-ctas", "N", "cap the thread blocks (SMs) NCCL's kernels take from backward while they overlap it (ncclConfig_t maxCTAs); 0 = NCCL's choice",
        [](Options& o, const std::string& v) { o.nccl_max_ctas = (int)parse_int("--nccl-max-ctas", v, 0, 64); },
        [](const Options& o) { return std::to_string(o.nccl_max_ctas); }},
-      {"lr", "X", "SGD learning rate",
+      {"optimizer", "sgd|adamw", "sgd: torch.optim.SGD (--momentum, --weight-decay as L2 on the gradient); adamw: torch.optim.AdamW (--adam-beta1, --adam-beta2, --adam-eps, --weight-decay decoupled)",
+       [](Options& o, const std::string& v) { o.optimizer = one_of("--optimizer", v, {"sgd", "adamw"}); },
+       [](const Options& o) { return o.optimizer; }},
+      {"lr", "X", "learning rate (SGD and AdamW); with --lr-schedule the value after warm-up (the peak)",
        [](Options& o, const std::string& v) { o.lr = parse_double("--lr", v, 0, 1e6, false); },
        [](const Options& o) { return fmt(o.lr); }},
-      {"momentum", "X", "SGD momentum (torch.optim.SGD)",
+      {"momentum", "X", "SGD momentum (torch.optim.SGD); not with --optimizer adamw",
        [](Options& o, const std::string& v) { o.momentum = parse_double("--momentum", v, 0, 1, false); },
        [](const Options& o) { return fmt(o.momentum); }},
-      {"weight-decay", "X", "SGD weight decay (L2, added to the gradient as torch.optim.SGD)",
+      {"weight-decay", "X", "weight decay. SGD: L2, added to the gradient as torch.optim.SGD; AdamW: decoupled, p *= 1 - lr * wd, as torch.optim.AdamW. Our default is 0 for both (torch.optim.AdamW's is 1e-2: pass --weight-decay 0.01 for it)",
        [](Options& o, const std::string& v) { o.weight_decay = parse_double("--weight-decay", v, 0, 1e3, false); },
        [](const Options& o) { return fmt(o.weight_decay); }},
+      {"adam-beta1", "X", "AdamW betas[0], the first-moment decay (torch default)",
+       [](Options& o, const std::string& v) { o.adam_beta1 = parse_beta("--adam-beta1", v); },
+       [](const Options& o) { return fmt(o.adam_beta1); }},
+      {"adam-beta2", "X", "AdamW betas[1], the second-moment decay (torch default)",
+       [](Options& o, const std::string& v) { o.adam_beta2 = parse_beta("--adam-beta2", v); },
+       [](const Options& o) { return fmt(o.adam_beta2); }},
+      {"adam-eps", "X", "AdamW eps, added to the denominator (torch default)",
+       [](Options& o, const std::string& v) { o.adam_eps = parse_double("--adam-eps", v, 0, 1, true); },
+       [](const Options& o) { return fmt(o.adam_eps); }},
+      {"lr-schedule", "constant|cosine", "learning rate per optimizer step i (i counts every step of the run from 0: warm-up steps of the timing window and skipped non-finite steps included). constant: --lr after the linear warm-up; cosine: linear warm-up, then half a cosine from --lr down to --min-lr at step --lr-decay-steps (transformers get_cosine_schedule_with_warmup)",
+       [](Options& o, const std::string& v) { o.lr_schedule = one_of("--lr-schedule", v, {"constant", "cosine"}); },
+       [](const Options& o) { return o.lr_schedule; }},
+      {"lr-warmup-steps", "N", "linear learning-rate warm-up: lr = --lr * i / N for optimizer steps i < N (0 at the first step); 0 = none. Not the timing window's --warmup-steps",
+       [](Options& o, const std::string& v) { o.lr_warmup_steps = parse_int("--lr-warmup-steps", v, 0, kMaxSteps); },
+       [](const Options& o) { return std::to_string(o.lr_warmup_steps); }},
+      {"lr-decay-steps", "N", "cosine: the optimizer step at which the learning rate reaches --min-lr (held after it); 0 = the run's total steps (--warmup-steps + --steps + --cooldown-steps)",
+       [](Options& o, const std::string& v) { o.lr_decay_steps = parse_int("--lr-decay-steps", v, 0, kMaxSteps); },
+       [](const Options& o) { return std::to_string(o.lr_decay_steps); }},
+      {"min-lr", "X", "cosine: the learning rate at the end of the decay, <= --lr",
+       [](Options& o, const std::string& v) { o.min_lr = parse_double("--min-lr", v, 0, 1e6, false); },
+       [](const Options& o) { return fmt(o.min_lr); }},
       {"seed", "N", "seed of parameter initialisation and synthetic data (same on every rank)",
        [](Options& o, const std::string& v) { o.seed = (uint64_t)parse_int("--seed", v, 0, (1ll << 62)); },
        [](const Options& o) { return std::to_string(o.seed); }},
@@ -174,6 +205,21 @@ const std::vector<Spec>& table() {
          o.save_weights = v;
        },
        [](const Options& o) { return o.save_weights; }},
+      {"checkpoint-every", "N", "rank 0 writes a checkpoint (parameters, optimizer state, step, data position; also a weights file for --init-from) after every N optimizer steps, at the end of the run and when stopped by SIGTERM/SIGINT; 0 = never. Written to PATH.tmp, then renamed over PATH",
+       [](Options& o, const std::string& v) { o.checkpoint_every = (int)parse_int("--checkpoint-every", v, 0, kMaxSteps); },
+       [](const Options& o) { return std::to_string(o.checkpoint_every); }},
+      {"checkpoint-path", "PATH", "checkpoint file; '{step}' in it is replaced by the step count (one file per checkpoint), else each checkpoint replaces the previous one (default: --out with .h5 replaced by .ckpt.h5)",
+       [](Options& o, const std::string& v) {
+         if (v.empty()) bad("--checkpoint-path", "empty file name");
+         o.checkpoint_path = v;
+       },
+       [](const Options& o) { return o.checkpoint_path; }},
+      {"resume", "FILE", "continue the run stored in this checkpoint: from its step S to this run's total steps (--warmup-steps + --steps + --cooldown-steps count from step 0 of the original run, so give the original values; larger ones extend it). Model, ranks, batch, data, seed, precision, optimizer and schedule must match the checkpoint; the results file holds steps S+1.. only",
+       [](Options& o, const std::string& v) {
+         if (v.empty()) bad("--resume", "empty file name");
+         o.resume = v;
+       },
+       [](const Options& o) { return o.resume; }},
       {"out", "FILE", "HDF5 results file written by rank 0 (default: vitddp-<model>-np<ranks>-<time>.h5); never overwritten unless --overwrite",
        [](Options& o, const std::string& v) {
          if (v.empty()) bad("--out", "empty file name");
@@ -216,12 +262,45 @@ const std::vector<Spec>& table() {
       {"dry-run", nullptr, "print the device memory one rank of the GPU backend needs for this model, batch, precision, optimizer and reducer (item by item, from the sizes the allocations use) and exit without training; needs no GPU",
        [](Options& o, const std::string&) { o.dry_run = true; },
        [](const Options& o) { return o.dry_run ? std::string("true") : std::string("false"); }},
+      {"debug-crash-in-checkpoint", nullptr, "testing only: rank 0 kills itself (SIGKILL) after writing the first checkpoint's .tmp file, before the rename",
+       [](Options& o, const std::string&) { o.debug_crash_in_checkpoint = true; },
+       [](const Options& o) { return o.debug_crash_in_checkpoint ? std::string("true") : std::string("false"); }},
       {"help", nullptr, "print this help and exit",
        [](Options& o, const std::string&) { o.help = true; }, [](const Options&) { return std::string("false"); }},
       {"version", nullptr, "print the version (git commit) and exit",
        [](Options& o, const std::string&) { o.version = true; }, [](const Options&) { return std::string("false"); }},
   };
   return specs;
+}
+
+/// Cross-option checks of --optimizer and the learning-rate schedule (OptionError naming one).
+void check_optimizer_options(const Options& o) {
+  if (o.optimizer == "adamw" && o.momentum != 0)
+    bad("--momentum", "SGD only; with --optimizer adamw the first-moment decay is --adam-beta1");
+  if (o.lr_schedule == "constant") {
+    if (o.min_lr != 0) bad("--min-lr", "needs --lr-schedule cosine");
+    if (o.lr_decay_steps != 0) bad("--lr-decay-steps", "needs --lr-schedule cosine");
+    return;
+  }
+  if (o.min_lr > o.lr) bad("--min-lr", "must not exceed --lr (" + fmt(o.min_lr) + " > " + fmt(o.lr) + ")");
+  const int64_t decay = o.lr_decay_steps > 0 ? o.lr_decay_steps : o.total_steps();
+  if (decay <= o.lr_warmup_steps)
+    bad("--lr-warmup-steps", "must be less than the cosine schedule's length " + std::to_string(decay) +
+                                 (o.lr_decay_steps > 0 ? " (--lr-decay-steps)" : " (the run's total steps; see --lr-decay-steps)") +
+                                 ", got " + std::to_string(o.lr_warmup_steps));
+}
+
+/// Cross-option checks of --checkpoint-every, --checkpoint-path and --resume.
+void check_checkpoint_options(const Options& o) {
+  if (!o.checkpoint_path.empty() && o.checkpoint_every == 0)
+    bad("--checkpoint-path", "needs --checkpoint-every N (N > 0)");
+  if (o.debug_crash_in_checkpoint && o.checkpoint_every == 0)
+    bad("--debug-crash-in-checkpoint", "needs --checkpoint-every N (N > 0)");
+  if (o.compression == "powersgd" && (o.checkpoint_every > 0 || !o.resume.empty()))
+    bad("--compression", "powersgd: checkpoints do not hold PowerSGD's state (error feedback, warm-start Q, step "
+                         "counter), so --checkpoint-every and --resume are not supported with it");
+  if (!o.resume.empty() && !o.init_from.empty())
+    bad("--init-from", "cannot be combined with --resume (the checkpoint holds the parameters)");
 }
 
 }  // namespace
@@ -255,6 +334,8 @@ Options parse_options(int argc, const char* const* argv) {
   if (o.first_bucket_mb > o.bucket_cap_mb)
     throw OptionError("--first-bucket-mb: must not exceed --bucket-cap-mb (" + fmt(o.first_bucket_mb) +
                       " > " + fmt(o.bucket_cap_mb) + ")");
+  check_optimizer_options(o);
+  check_checkpoint_options(o);
   return o;
 }
 
@@ -263,7 +344,7 @@ std::string help_text() {
   s << "vitddp: data-parallel Vision Transformer training (MPI + NCCL), timings in HDF5.\n\n"
        "Usage: mpirun -np <ranks> vitddp [options]\n"
        "One MPI rank per GPU. Each step: get batch -> forward -> backward with bucketed all-reduce\n"
-       "overlapped on a separate stream -> SGD step. Every phase and bucket is timed with CUDA events\n"
+       "overlapped on a separate stream -> optimizer step (SGD or AdamW). Every phase and bucket is timed with CUDA events\n"
        "and written by rank 0 to the results file (see results/SCHEMA.md).\n\nOptions (default in brackets):\n";
   const Options d;
   for (const auto& sp : table()) {
@@ -303,6 +384,9 @@ std::string help_text() {
        "  mpirun -np 1 vitddp --no-ddp --out single.h5           # the article's single-GPU baseline\n"
        "  mpirun -np 2 vitddp --backend cpu --model vit_tiny     # CPU reference backend, small model\n"
        "  mpirun -np 2 vitddp --data idx:/usr/share/datasets/fashion-mnist --model vit_tiny --steps 500\n"
+       "  mpirun -np 2 vitddp --optimizer adamw --weight-decay 0.01 --lr-schedule cosine --lr-warmup-steps 100\n"
+       "  mpirun -np 2 vitddp --steps 1000 --checkpoint-every 100 --out run.h5      # checkpoints in run.ckpt.h5\n"
+       "  mpirun -np 2 vitddp --steps 1000 --resume run.ckpt.h5 --out run2.h5        # the same run, from the checkpoint on\n"
        "Environment: NCCL_DEBUG=INFO shows NCCL's transport; keep NCCL_NVLS_ENABLE=0 on shared machines.\n";
   return s.str();
 }

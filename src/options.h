@@ -39,9 +39,21 @@ struct Options {
   double powersgd_min_compression_rate = 2.0; ///< PowerSGD min_compression_rate
   bool powersgd_error_feedback = true;        ///< false: --powersgd-no-error-feedback
   bool powersgd_warm_start = true;            ///< false: --powersgd-no-warm-start
-  double lr = 1e-3;
-  double momentum = 0.0;
-  double weight_decay = 0.0;
+  std::string optimizer = "sgd";    ///< sgd | adamw (src/optimizer.h)
+  double lr = 1e-3;                 ///< base learning rate: the schedule's value after warm-up
+  double momentum = 0.0;            ///< SGD only
+  double weight_decay = 0.0;        ///< SGD: L2 added to the gradient; AdamW: decoupled (torch's AdamW default 1e-2 is not ours)
+  double adam_beta1 = 0.9;          ///< AdamW betas[0] (torch default)
+  double adam_beta2 = 0.999;        ///< AdamW betas[1] (torch default)
+  double adam_eps = 1e-8;           ///< AdamW eps (torch default)
+  std::string lr_schedule = "constant";  ///< constant | cosine (model/lr_schedule.h)
+  int64_t lr_warmup_steps = 0;      ///< linear warm-up of the learning rate from 0, in optimizer steps
+  int64_t lr_decay_steps = 0;       ///< cosine: optimizer steps until --min-lr; 0 = the run's total steps
+  double min_lr = 0.0;              ///< cosine: the learning rate at the end of the decay
+  int checkpoint_every = 0;         ///< write a checkpoint every N optimizer steps (and at the end); 0 = off
+  std::string checkpoint_path;      ///< checkpoint file; "{step}" is replaced by the step; empty: <out>.ckpt.h5
+  std::string resume;               ///< checkpoint file to continue from; empty: start fresh
+  bool debug_crash_in_checkpoint = false;  ///< fault injection: SIGKILL between the .tmp write and the rename
   uint64_t seed = 0;
   std::string init = "torchvision"; ///< torchvision | random
   std::string init_from;            ///< HDF5 weights file (torchvision names) to start from; empty: --init

@@ -8,14 +8,17 @@
 #include <ctime>
 #include <numeric>
 #include <optional>
+#include <utility>
 
 #include "cuda/nvtx.h"
 #include "model/param_layout.h"
 #include "mpi/buckets.h"
 #include "src/batch_feed.h"
+#include "src/checkpointer.h"
 #include "src/chrome_trace.h"
 #include "src/engine.h"
 #include "src/fault_injection.h"
+#include "src/optimizer.h"
 #include "src/results_h5.h"
 #include "src/run_guard.h"
 #include "src/weights_io.h"
@@ -44,7 +47,7 @@ const SeriesSpec kStepSeries[kFloatSeries] = {
     {"timing/forward", "s", "forward pass and loss (CUDA events on the compute stream)"},
     {"timing/backward", "s", "backward compute; the all-reduces it overlaps run meanwhile on the comm stream"},
     {"timing/exposed_comm", "s", "after backward compute, time the compute stream waited for the last all-reduce"},
-    {"timing/optimizer", "s", "SGD step over the flat parameter buffer"},
+    {"timing/optimizer", "s", "optimizer step (SGD or AdamW) over the flat parameter buffer"},
     {"timing/step_time", "s", "device time of the step, step-start event to step-end event"},
     {"timing/wall_time", "s", "host wall time of the step, get batch to step end"},
     {"training/loss", "1", "this rank's mean cross-entropy of the step (mean over micro-steps)"},
@@ -161,6 +164,7 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   f.set_attr("overlap", (int64_t)o.overlap);
   f.set_attr("gradient_as_bucket_view", (int64_t)(o.grad_as_bucket_view ? 1 : 0));
   f.set_attr("compression", o.compression);
+  f.set_attr("optimizer", o.optimizer);
   f.set_attr("num_buckets", (int64_t)buckets.size());
   f.set_attr("forward_flops_per_image", forward_flops_per_image(layout.cfg));
   f.set_attr("versions", info.versions + ", MPI: " + mpi_library_version());
@@ -191,6 +195,7 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   for (const auto& s : kBucketSeries)
     f.create_series(s.name, s.units, s.description, R, B, s.integer ? H5Dtype::i64 : H5Dtype::f64);
   f.create_series("steps/timed", "1", "1 for the steps of the timed window, 0 for warm-up and cool-down", 1, 0, H5Dtype::i64);
+  f.create_series("training/lr", "1", "learning rate of the step's optimizer update (--lr-schedule; also for a skipped step)", 1, 0, H5Dtype::f64);
   f.flush();
 }
 
@@ -282,6 +287,25 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
     return 2;
   }
 
+  // --resume: the checkpoint is read and checked on every rank before any device work; so is
+  // --checkpoint-path (on rank 0, which writes it).
+  std::optional<ResumePoint> resume;
+  std::string resume_error;
+  try {
+    if (!o.resume.empty()) resume.emplace(read_resume_point(o, w, layout));
+    if (w.rank == 0) resume_error = checkpoint_path_problem(o, resume ? resume->header.step : 0);
+  } catch (const std::exception& e) {
+    resume_error = e.what();
+  }
+  if (!all_ranks_ok(resume_error.empty())) {
+    if (w.rank == 0)
+      std::fprintf(stderr, "vitddp: error: %s\n", resume_error.empty() ? "--resume: rejected on another rank" : resume_error.c_str());
+    else if (!resume_error.empty() && resume_error.rfind("--resume: checkpoint", 0) == 0)
+      std::fprintf(stderr, "[vitddp rank %d] error: %s\n", w.rank, resume_error.c_str());  // this rank's own data position
+    return 2;
+  }
+  const int start = resume ? (int)resume->header.step : 0;  // first step of this run (0-based)
+
   // Rank 0 owns the results file; it is created before any device work so a bad path fails fast.
   std::optional<ResultsFile> results;
   std::string file_error;
@@ -302,10 +326,16 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
                 layout.cfg.name.c_str(), layout.parameter_count(), w.world_size, o.backend.c_str(), o.batch_size,
                 buckets.size(), o.ddp ? "" : " (no DDP)");
   std::unique_ptr<Engine> engine;
+  int64_t resumed_updates = 0;  // optimizer updates the checkpoint had applied
   try {
-    const std::vector<float>* init = initial.empty() ? nullptr : &initial;
+    const std::vector<float>* init = resume ? &resume->state.params : initial.empty() ? nullptr : &initial;
     engine = o.backend == "gpu" ? make_gpu_engine(o, w, layout, buckets, init) : make_cpu_engine(o, w, layout, buckets, init);
     std::vector<float>().swap(initial);  // the engine holds its own copy now
+    if (resume) {
+      engine->load_train_state(resume->state);
+      resumed_updates = resume->state.optimizer_steps;
+      resume->state = TrainState{};  // the engine holds its own copy now
+    }
   } catch (const EngineSetupError& e) {
     // Every rank got here together; the ranks that failed say why.
     if (*e.what()) std::fprintf(stderr, "[vitddp rank %d] error: %s\n", w.rank, e.what());
@@ -323,35 +353,53 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
     const std::string warning = powersgd_start_warning(o);
     if (!warning.empty()) std::printf("[vitddp] warning: %s\n", warning.c_str());
   }
-  if (w.rank == 0) write_header(*results, o, w, layout, buckets, info, cmd, hosts, devices, uuids);
+  if (w.rank == 0) {
+    write_header(*results, o, w, layout, buckets, info, cmd, hosts, devices, uuids);
+    results->set_attr("resumed_from", o.resume);
+    results->set_attr("resumed_from_step", (int64_t)start);
+    results->flush();
+    if (resume)
+      std::printf("[vitddp] resuming from %s at step %d of %d (optimizer updates applied: %lld)\n", o.resume.c_str(),
+                  start, o.total_steps(), (long long)resumed_updates);
+  }
   std::fflush(stdout);
 
-  BatchFeed feed(o, w, layout.cfg, *engine, dataset);
+  const LrSchedule schedule = lr_schedule(o);
+  const int k = o.grad_accum_steps;
+  const int64_t first_batch = (int64_t)start * k;  // batches the completed steps consumed (all sources: pure in the index)
+  BatchFeed feed(o, w, layout.cfg, *engine, dataset, first_batch);
+  Checkpointer checkpointer(o, w, layout, VITDDP_GIT_COMMIT);
   const size_t nb = buckets.size();
   const int total = o.total_steps();
   std::vector<double> gathered(w.rank == 0 ? (size_t)w.world_size * (kScalars + kBucketArrays * nb) : 0);
   std::vector<double> timed_steps_ms;
-  double window_s = 0;
+  double window_s = 0, window_pause_s = 0;  // pause: checkpoints written inside the timed window
   Clock::time_point window_start;
-  const int k = o.grad_accum_steps;
-  int64_t micro_batches = 0;  // batches taken from the data source so far
+  // The timed window of a resumed run is what is left of it after `start`.
+  const int window_begin = std::max(o.warmup_steps, start), window_end = o.warmup_steps + o.steps;
+  const int timed_count = std::max(0, window_end - window_begin);
+  int64_t micro_batches = first_batch;  // index of the next batch taken from the data source
   double data_wait_next_ms = feed.stage_next(micro_batches++);  // first batch before the loop
   int late_buckets = 0, timed_buckets = 0;
   ChromeTrace trace;
 
   RunGuard guard(w.rank, o.step_timeout_s, [&engine]() { return engine->async_error(); });
-  int nonfinite_steps = 0, steps_done = 0, exit_code = 0;
+  int nonfinite_steps = 0, steps_done = start, exit_code = 0;
   std::string stop_reason = "completed";
   const ErrorMark error_mark(results, steps_done);
   const FaultInjection fault(o);  // --debug-fail-*: off unless asked
 
-  for (int i = 0; i < total; ++i) {
+  for (int i = start; i < total; ++i) {
     if (i == o.debug_nan_at_step && w.rank == 0) engine->poison_staged_batch();
-    if (i == o.warmup_steps) {
+    if (i == window_begin && timed_count > 0) {
       engine->profiler(true);
       window_start = Clock::now();
     }
     const auto t0 = Clock::now();
+    // The schedule advances with every step, skipped ones included (torch: scheduler.step() runs
+    // even when GradScaler skips optimizer.step()).
+    const double lr = schedule.lr_at(i);
+    engine->set_lr(lr);
     StepRecord rec;
     double data_wait_ms = data_wait_next_ms;
     {
@@ -369,8 +417,8 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
     }
     rec.data_wait_ms = data_wait_ms;
     rec.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (i == o.warmup_steps + o.steps - 1) {
-      window_s = std::chrono::duration<double>(Clock::now() - window_start).count();
+    if (i == window_end - 1 && timed_count > 0) {
+      window_s = std::chrono::duration<double>(Clock::now() - window_start).count() - window_pause_s;
       engine->profiler(false);
     }
     const bool timed = i >= o.warmup_steps && i < o.warmup_steps + o.steps;
@@ -411,6 +459,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
         }
       }
       results->append_step("steps/timed", std::vector<int64_t>{timed ? 1 : 0});
+      results->append_step("training/lr", std::vector<double>{lr});
       std::vector<int64_t> nf(w.world_size);
       for (int r = 0; r < w.world_size; ++r) nf[r] = gathered[r * stride + kNonfiniteIndex] != 0;
       results->append_step("training/nonfinite", nf);
@@ -418,10 +467,30 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
         for (int r = 0; r < w.world_size; ++r) add_to_trace(trace, r, i, &gathered[r * stride], nb);
       if ((i + 1) % o.flush_every == 0) results->flush();
       if ((i + 1) % o.progress_every == 0 || i + 1 == total)
-        std::printf("[vitddp] step %d/%d (%s) loss %.4f | step %.1f ms: fwd %.1f, bwd %.1f, exposed comm %.1f, opt %.1f, data wait %.1f\n",
-                    i + 1, total, phase_of(i, o), rec.loss, rec.step_ms, rec.forward_ms, rec.backward_ms,
+        std::printf("[vitddp] step %d/%d (%s) loss %.4f lr %.3g | step %.1f ms: fwd %.1f, bwd %.1f, exposed comm %.1f, opt %.1f, data wait %.1f\n",
+                    i + 1, total, phase_of(i, o), rec.loss, lr, rec.step_ms, rec.forward_ms, rec.backward_ms,
                     rec.exposed_comm_ms, rec.optimizer_ms, rec.data_wait_ms);
       std::fflush(stdout);
+    }
+    // Checkpoint after this step: every --checkpoint-every steps, at the end, on a signal stop;
+    // never after a step that stops the run as non-finite.
+    const bool nonfinite_stop = any[1] && o.on_nonfinite == "stop";
+    if (!nonfinite_stop && checkpointer.due(i + 1, i + 1 == total, any[0] != 0)) {
+      const auto c0 = Clock::now();
+      const std::string err = checkpointer.write(*engine, i + 1, first_batch + (int64_t)(i + 1 - start) * k);
+      const double took = std::chrono::duration<double>(Clock::now() - c0).count();
+      if (i >= window_begin && i + 1 < window_end) window_pause_s += took;  // not part of the timed window
+      if (!err.empty()) {
+        if (w.rank == 0) std::fprintf(stderr, "[vitddp] error: checkpoint after step %d: %s\n", i + 1, err.c_str());
+        stop_reason = "checkpoint failed after step " + std::to_string(i + 1);
+        exit_code = 1;
+        break;
+      }
+      if (w.rank == 0) {
+        std::printf("[vitddp] checkpoint after step %d written to %s (%.2f s)\n", i + 1,
+                    checkpointer.last_file().c_str(), took);
+        std::fflush(stdout);
+      }
     }
     if (any[1]) {
       if (w.rank == 0)
@@ -440,7 +509,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
       break;
     }
   }
-  const bool window_complete = steps_done >= o.warmup_steps + o.steps;
+  const bool window_complete = steps_done >= window_end && timed_count > 0;
   if (!o.save_weights.empty() && w.rank == 0) {
     // All replicas are identical (same start, same averaged gradients): rank 0's are the model's.
     save_weights(o.save_weights, layout, engine->parameters().data(), o.overwrite);
@@ -453,14 +522,21 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
     std::printf("[vitddp] NCCL transport: %s\n", transports[0].c_str());
     results->set_attr("stop_reason", stop_reason);
     results->set_attr("steps_completed", (int64_t)steps_done);
+    if (checkpointer.enabled()) {
+      results->set_attr("checkpoint_steps", std::vector<int64_t>(checkpointer.written_steps()));
+      results->set_attr("last_checkpoint", checkpointer.last_file());
+    }
     results->write_summary("nonfinite_steps", nonfinite_steps, "1", "steps whose loss or gradients held NaN/Inf (not applied)");
     if (!window_complete) {
       results->close();
-      std::printf("[vitddp] run ended early (%s) after %d of %d steps; results written to %s\n", stop_reason.c_str(),
-                  steps_done, total, o.out.c_str());
+      if (stop_reason == "completed")
+        std::printf("[vitddp] resumed after the timed window: no timing summary; results written to %s\n", o.out.c_str());
+      else
+        std::printf("[vitddp] run ended early (%s) after %d of %d steps; results written to %s\n", stop_reason.c_str(),
+                    steps_done, total, o.out.c_str());
       return exit_code;
     }
-    const double sps = o.steps / window_s;
+    const double sps = timed_count / window_s;
     const double img_rank = sps * o.batch_size;
     const double tflops = 3.0 * forward_flops_per_image(layout.cfg) * img_rank / 1e12;
     std::vector<double> sorted = timed_steps_ms;
@@ -482,7 +558,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
     }
     std::printf("[vitddp] timed window: %d steps in %.3f s: %.2f steps/s per rank, %.1f images/s per rank, "
                 "%.1f images/s total, %.1f TFLOP/s per rank; median step %.1f ms\n",
-                o.steps, window_s, sps, img_rank, img_rank * w.world_size, tflops, median_ms);
+                timed_count, window_s, sps, img_rank, img_rank * w.world_size, tflops, median_ms);
     if (o.ddp && w.world_size > 1)
       std::printf("[vitddp] %d of %d bucket all-reduces started after backward compute ended\n", late_buckets,
                   timed_buckets);

@@ -34,6 +34,11 @@ expect_error "no-ddp with 2 ranks" "--no-ddp: trains one replica" --no-ddp --mod
 expect_error "missing output dir" "--out:" --model vit_micro --out $TMP/missing/dir/run.h5
 expect_error "unknown precision" "--precision: unknown value 'fp16'" --precision fp16
 expect_error "bf16 on the CPU backend" "--precision bf16: needs the GPU backend" --precision bf16 --model vit_micro
+expect_error "unknown optimizer" "--optimizer: unknown value 'adam' (choose one of: sgd, adamw)" --optimizer adam
+expect_error "momentum with AdamW" "--momentum: SGD only" --optimizer adamw --momentum 0.9
+expect_error "AdamW beta2 of 1" "--adam-beta2: must be in [0," --optimizer adamw --adam-beta2 1
+expect_error "min-lr without cosine" "--min-lr: needs --lr-schedule cosine" --min-lr 0.0001
+expect_error "warm-up longer than the cosine" "--lr-warmup-steps: must be less than the cosine schedule's length 14" --lr-schedule cosine --lr-warmup-steps 20
 
 # --help: exit 0, every option listed.
 out=$("$BIN" --help 2>&1); rc=$?
@@ -53,6 +58,14 @@ if command -v h5ls >/dev/null; then
 else
   bad "h5ls not installed (hdf5-tools)"
 fi
+
+# AdamW with warm-up + cosine: the learning rate of every step is in training/lr.
+out=$(timeout 300 $MPIRUN -np 2 "$BIN" --backend cpu --model vit_micro --batch-size 4 --warmup-steps 1 --steps 3 \
+      --cooldown-steps 1 --optimizer adamw --lr 0.01 --lr-schedule cosine --lr-warmup-steps 2 --out "$TMP/adamw.h5" 2>&1); rc=$?
+lrs=$(/usr/bin/python3 -c "import h5py,sys; print(' '.join('%g' % x for x in h5py.File(sys.argv[1],'r')['training/lr'][0]))" "$TMP/adamw.h5" 2>&1)
+# 5 steps: warm-up 0, 0.005; cosine from 0.01 over steps 2..5: 0.01, 0.0075, 0.0025
+if [ $rc -eq 0 ] && [ "$lrs" = "0 0.005 0.01 0.0075 0.0025" ]; then ok "AdamW + cosine run, training/lr = $lrs"
+else bad "AdamW run rc=$rc lr='$lrs': $out"; fi
 
 # The Chrome trace: valid JSON, 2 processes, 5 "Batch i" per rank, one all-reduce per bucket and step.
 nb=$(h5ls -r "$TMP/run.h5" | grep '^/buckets/bytes ' | sed 's/.*{\([0-9]*\)}.*/\1/')

@@ -36,7 +36,7 @@ grep -E "device memory of rank 0|warning: the memory estimate" $D/l32.log
 echo "nvidia-smi, peak used_memory per process (MiB, CUDA context and NCCL included):"
 awk -F', ' '$2+0 > m[$1] {m[$1] = $2+0} END {for (p in m) print "  pid " p ": " m[p] " MiB"}' $D/smi.csv
 echo "-- bf16, momentum, --grad-as-bucket-view off, fp16 compression (reducer buffers)"
-$B --dry-run --model vit_l_32 --batch-size 32 --precision bf16 --momentum 0.9 --grad-as-bucket-view off --compression fp16 | grep -E "momentum|activations|reducer|persistent"
+$B --dry-run --model vit_l_32 --batch-size 32 --precision bf16 --momentum 0.9 --grad-as-bucket-view off --compression fp16 | grep -E "optimizer state|activations|reducer|persistent"
 timeout 120 $MPI -np 2 $B --model vit_l_32 --batch-size 32 --precision bf16 --momentum 0.9 --grad-as-bucket-view off \
   --compression fp16 --warmup-steps 2 --steps 3 --out $D/l32b.h5 > $D/l32b.log 2>&1; echo "run: exit $?"
 grep -E "device memory of rank 0|warning: the memory estimate" $D/l32b.log

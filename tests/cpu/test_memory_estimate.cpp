@@ -38,7 +38,7 @@ TEST_CASE("memory estimate: vit_l_32, batch 32, fp32 by hand", "[memory]") {
   CHECK(e.parameter_count == 306535400u);
   CHECK(e.bytes_of("parameters") == 306535400ull * 4);  // 1,226,141,600 bytes
   CHECK(e.bytes_of("gradients") == 0);  // overlaid on dead activations inside the arena (no accumulation)
-  CHECK(e.bytes_of("momentum") == 0);
+  CHECK(e.bytes_of("optimizer state") == 0);
   CHECK(e.bytes_of("inputs") == 2 * (32ull * 3 * 224 * 224 * 4 + 32 * 4) + 4 + 4);
   CHECK(e.bytes_of("cuBLASLt workspace") == 32ull << 20);
   CHECK(e.bytes_of("reducer") == 0);  // in-place all-reduce of the gradients
@@ -77,7 +77,7 @@ TEST_CASE("memory estimate: momentum, bf16, reducer buffers", "[memory]") {
   const std::vector<Bucket> buckets = assign_buckets(layout, 1 << 20, 25 << 20);
   const MemoryEstimate e = estimate_gpu_memory(o, layout, buckets);
   const size_t n = layout.total;
-  CHECK(e.bytes_of("momentum") == n * 4);
+  CHECK(e.bytes_of("optimizer state") == n * 4);
   size_t largest = 0;
   for (const auto& b : buckets) largest = std::max(largest, b.numel);
   CHECK(e.bytes_of("reducer") == n * 4 + largest * 2);  // bucket buffer + 16-bit staging
@@ -166,7 +166,7 @@ TEST_CASE("out-of-memory message names the allocation that does not fit and the 
   const std::string m = out_of_memory_message(e, 2ull << 30, 80ull << 30);
   CHECK_THAT(m, Catch::StartsWith("out of GPU memory allocating activations (2.5"));
   CHECK_THAT(m, Catch::Contains("vit_l_32 at batch 32, fp32 needs "));
-  CHECK_THAT(m, Catch::Contains("(parameters 1.14, gradients 0, momentum 0, inputs 0.04, cuBLASLt workspace 0.03, activations "));
+  CHECK_THAT(m, Catch::Contains("(parameters 1.14, gradients 0, optimizer state 0, inputs 0.04, cuBLASLt workspace 0.03, activations "));
   CHECK_THAT(m, Catch::EndsWith("but cudaMemGetInfo reports 2.00 GiB free of 80.0 GiB"));
   // A batch whose activations do not fit.
   const MemoryEstimate big = estimate_gpu_memory(parse_args({"--model", "vit_h_14", "--batch-size", "4096", "--precision", "bf16"}));

@@ -1,0 +1,226 @@
+// The optimizer wiring (src/optimizer.h): options -> OptimizerSpec and LrSchedule, and the CPU
+// engine's steps against model/adamw.h and model/sgd.h applied by hand to the same gradients,
+// with the schedule's learning rate per step and a skipped (non-finite) step.
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/adamw.h"
+#include "model/cpu_vit.h"
+#include "model/sgd.h"
+#include "src/engine.h"
+#include "src/optimizer.h"
+#include "tests/catch.h"
+#include "tests/test_util.h"
+
+using namespace vitddp;
+using vitddp_test::parse_args;
+
+namespace {
+
+/// Runs `steps` steps of a CPU engine with options `o` (no DDP, batch 4 of vit_micro, a new random
+/// batch per step, step `poisoned` gets a NaN pixel) and, beside it, the same steps by hand: the
+/// reference model's gradients, then optimizer_step_host's formula written out per optimizer
+/// (adamw_step_host / sgd_step_host) with the schedule's lr, skipping the poisoned step without
+/// counting it. REQUIREs bitwise equal losses, parameters and optimizer state.
+void check_engine_against_hand(Options o, int steps, int poisoned) {
+  o.model = "vit_micro";
+  o.init = "random";
+  o.ddp = false;
+  o.batch_size = 4;
+  const ParamLayout L = make_param_layout(vit_config(o.model));
+  const World w;
+  auto engine = make_cpu_engine(o, w, L, {}, nullptr);
+  const OptimizerSpec spec = optimizer_spec(o);
+  const LrSchedule sched = lr_schedule(o);
+
+  std::vector<float> p = engine->parameters(), g(L.total), m(L.total, 0.0f), v(L.total, 0.0f);
+  const std::vector<float> p0 = p;
+  CpuViT<float> model(L, 4);
+  int64_t applied = 0;
+  for (int step = 0; step < steps; ++step) {
+    const auto images = vitddp_test::random_images(L.cfg, 4, 100 + step);
+    const auto labels = vitddp_test::random_labels(L.cfg, 4, 100 + step);
+    const double lr = sched.lr_at(step);
+    engine->set_lr(lr);
+    engine->stage(HostBatch{images.data(), labels.data(), 4});
+    if (step == poisoned) engine->poison_staged_batch();
+    engine->run_micro_step(0, 1);
+    StepRecord rec;
+    engine->finish_step(&rec);
+    INFO("step " << step << " lr " << lr);
+    REQUIRE(rec.nonfinite == (step == poisoned));
+    if (step == poisoned) continue;  // skipped: no update, not counted (AdamW's step number stays)
+    const double loss = model.forward(p.data(), images.data(), labels.data(), 4);
+    model.backward(p.data(), g.data(), false);
+    CHECK(rec.loss == loss);
+    if (spec.kind == OptimizerKind::AdamW) {
+      AdamWConfig c = spec.adamw;
+      c.lr = lr;
+      adamw_step_host(p.data(), g.data(), m.data(), v.data(), L.total, c, applied + 1);
+    } else {
+      SgdConfig c = spec.sgd;
+      c.lr = lr;
+      sgd_step_host(p.data(), g.data(), m.data(), L.total, c, applied == 0);
+    }
+    ++applied;
+  }
+  const TrainState s = engine->train_state();
+  CHECK(s.optimizer_steps == applied);
+  CHECK(s.params == p);
+  CHECK(engine->parameters() == p);
+  if (spec.kind == OptimizerKind::AdamW) {
+    REQUIRE(s.optimizer.size() == 2);
+    CHECK(s.optimizer[0].first == "exp_avg");
+    CHECK(s.optimizer[1].first == "exp_avg_sq");
+    CHECK(s.optimizer[0].second == m);
+    CHECK(s.optimizer[1].second == v);
+  } else {
+    REQUIRE(s.optimizer.size() == 1);
+    CHECK(s.optimizer[0].first == "momentum_buffer");
+    CHECK(s.optimizer[0].second == m);
+  }
+  double moved = 0;
+  for (size_t i = 0; i < p.size(); ++i) moved += std::fabs((double)p[i] - p0[i]);
+  CHECK(moved > 1e-3);  // the comparison is not vacuous
+}
+
+}  // namespace
+
+TEST_CASE("optimizer options: defaults are SGD, constant lr, torch's AdamW betas and eps", "[optim][options]") {
+  const Options o = parse_args({});
+  CHECK(o.optimizer == "sgd");
+  CHECK(o.lr_schedule == "constant");
+  CHECK(o.lr_warmup_steps == 0);
+  CHECK(o.lr_decay_steps == 0);
+  CHECK(o.min_lr == 0);
+  CHECK(o.adam_beta1 == 0.9);
+  CHECK(o.adam_beta2 == 0.999);
+  CHECK(o.adam_eps == 1e-8);
+  CHECK(o.weight_decay == 0);  // ours; torch.optim.AdamW's default is 1e-2
+  const OptimizerSpec s = optimizer_spec(o);
+  CHECK(s.kind == OptimizerKind::Sgd);
+  CHECK(optimizer_state_names(s).empty());
+  const OptimizerSpec a = optimizer_spec(parse_args({"--optimizer", "adamw", "--adam-beta2", "0.95", "--weight-decay", "0.1"}));
+  CHECK(a.kind == OptimizerKind::AdamW);
+  CHECK(a.adamw.beta1 == 0.9);
+  CHECK(a.adamw.beta2 == 0.95);
+  CHECK(a.adamw.weight_decay == 0.1);
+  CHECK(optimizer_state_names(a) == std::vector<std::string>{"exp_avg", "exp_avg_sq"});
+  CHECK(optimizer_state_names(optimizer_spec(parse_args({"--momentum", "0.9"}))) ==
+        std::vector<std::string>{"momentum_buffer"});
+}
+
+TEST_CASE("lr schedule from the options: warm-up and cosine end points, length = total steps", "[optim][options]") {
+  // 10 + 3 + 1 = 14 steps by default: cosine from step 4 (after 4 warm-up steps) to step 14.
+  Options o = parse_args({"--lr", "0.1", "--lr-schedule", "cosine", "--lr-warmup-steps", "4", "--min-lr", "0.01"});
+  LrSchedule s = lr_schedule(o);
+  CHECK(lr_decay_steps(o) == 14);
+  CHECK(s.lr_at(0) == 0.0);
+  CHECK(std::fabs(s.lr_at(2) - 0.05) < 1e-15);
+  CHECK(std::fabs(s.lr_at(4) - 0.1) < 1e-15);                 // the peak at the end of warm-up
+  CHECK(std::fabs(s.lr_at(9) - (0.01 + 0.09 * 0.5)) < 1e-15); // half way
+  CHECK(std::fabs(s.lr_at(14) - 0.01) < 1e-15);               // the end: --min-lr
+  CHECK(std::fabs(s.lr_at(20) - 0.01) < 1e-15);               // held after it
+  o = parse_args({"--lr", "0.1", "--lr-schedule", "cosine", "--lr-decay-steps", "100", "--steps", "500"});
+  CHECK(lr_schedule(o).total_steps == 100);
+  CHECK(lr_schedule(o).lr_at(0) == 0.1);
+  CHECK(std::fabs(lr_schedule(o).lr_at(50) - 0.05) < 1e-15);
+  CHECK(lr_schedule(o).lr_at(100) == 0.0);
+  // Constant with warm-up (transformers.get_constant_schedule_with_warmup).
+  o = parse_args({"--lr", "0.2", "--lr-warmup-steps", "4"});
+  s = lr_schedule(o);
+  CHECK(s.lr_at(0) == 0.0);
+  CHECK(std::fabs(s.lr_at(1) - 0.05) < 1e-15);
+  CHECK(std::fabs(s.lr_at(3) - 0.15) < 1e-15);
+  CHECK(s.lr_at(4) == 0.2);
+  CHECK(s.lr_at(1000) == 0.2);
+  CHECK(parse_args({"--lr", "0.2"}).lr == 0.2);
+  CHECK(lr_schedule(parse_args({"--lr", "0.2"})).lr_at(0) == 0.2);  // no warm-up: today's behaviour
+}
+
+TEST_CASE("optimizer options: bad values and combinations name the option", "[optim][options]") {
+  using vitddp_test::option_error;
+  CHECK(option_error({"--optimizer", "adam"}) == "--optimizer: unknown value 'adam' (choose one of: sgd, adamw)");
+  CHECK(option_error({"--lr-schedule", "linear"}).rfind("--lr-schedule: unknown value 'linear'", 0) == 0);
+  CHECK(option_error({"--adam-beta1", "1"}).rfind("--adam-beta1: must be in [0,", 0) == 0);
+  CHECK(option_error({"--adam-beta2", "-0.1"}).rfind("--adam-beta2: must be in [0,", 0) == 0);
+  CHECK(option_error({"--adam-eps", "0"}).rfind("--adam-eps: must be in (0,", 0) == 0);
+  CHECK(option_error({"--lr-warmup-steps", "-1"}).rfind("--lr-warmup-steps: must be in [0,", 0) == 0);
+  CHECK(option_error({"--optimizer", "adamw", "--momentum", "0.9"}).rfind("--momentum: SGD only", 0) == 0);
+  CHECK(option_error({"--min-lr", "0.1"}) == "--min-lr: needs --lr-schedule cosine");
+  CHECK(option_error({"--lr-decay-steps", "10"}) == "--lr-decay-steps: needs --lr-schedule cosine");
+  CHECK(option_error({"--lr-schedule", "cosine", "--lr", "0.1", "--min-lr", "0.2"}).rfind("--min-lr: must not exceed --lr", 0) == 0);
+  CHECK(option_error({"--lr-schedule", "cosine", "--lr-warmup-steps", "14"}).rfind("--lr-warmup-steps: must be less than", 0) == 0);
+  CHECK(option_error({"--lr-schedule", "cosine", "--lr-warmup-steps", "13"}).empty());
+  CHECK(option_error({"--lr-schedule", "cosine", "--lr-warmup-steps", "20", "--lr-decay-steps", "20"})
+            .rfind("--lr-warmup-steps: must be less than the cosine schedule's length 20 (--lr-decay-steps)", 0) == 0);
+}
+
+TEST_CASE("CPU engine: AdamW with warm-up + cosine equals adamw_step_host by hand, a skipped step not counted",
+          "[optim][engine]") {
+  Options o;
+  o.optimizer = "adamw";
+  o.lr = 0.01;
+  o.weight_decay = 0.05;
+  o.adam_beta2 = 0.99;
+  o.lr_schedule = "cosine";
+  o.lr_warmup_steps = 2;
+  o.warmup_steps = 0;
+  o.steps = 6;
+  o.cooldown_steps = 0;
+  check_engine_against_hand(o, 6, 3);
+}
+
+TEST_CASE("CPU engine: AdamW with torch's defaults and constant lr equals adamw_step_host by hand", "[optim][engine]") {
+  Options o;
+  o.optimizer = "adamw";
+  o.weight_decay = 1e-2;
+  check_engine_against_hand(o, 3, -1);
+}
+
+TEST_CASE("CPU engine: SGD with momentum, weight decay and a schedule equals sgd_step_host by hand, first step skipped",
+          "[optim][engine]") {
+  Options o;
+  o.lr = 0.1;
+  o.momentum = 0.9;
+  o.weight_decay = 0.01;
+  o.lr_schedule = "cosine";
+  o.warmup_steps = 0;
+  o.steps = 4;
+  o.cooldown_steps = 0;
+  check_engine_against_hand(o, 4, 0);  // the skipped first step leaves the momentum buffer uninitialised
+}
+
+TEST_CASE("training state: check_train_state and load_train_state refuse what does not fit", "[optim][engine]") {
+  Options o;
+  o.model = "vit_micro";
+  o.optimizer = "adamw";
+  o.ddp = false;
+  o.batch_size = 2;
+  const ParamLayout L = make_param_layout(vit_config(o.model));
+  auto engine = make_cpu_engine(o, World{}, L, {}, nullptr);
+  TrainState s = engine->train_state();
+  CHECK(s.optimizer_steps == 0);
+  s.params[0] += 1.0f;
+  s.optimizer[0].second[1] = 0.5f;
+  s.optimizer_steps = 7;
+  engine->load_train_state(s);
+  const TrainState back = engine->train_state();
+  CHECK(back.params == s.params);
+  CHECK(back.optimizer == s.optimizer);
+  CHECK(back.optimizer_steps == 7);
+
+  using vitddp_test::message_of;
+  TrainState bad = s;
+  bad.optimizer.pop_back();
+  CHECK(message_of<std::invalid_argument>([&] { engine->load_train_state(bad); }).find("optimizer buffers {exp_avg}, expected {exp_avg, exp_avg_sq}") !=
+        std::string::npos);
+  bad = s;
+  bad.params.resize(3);
+  CHECK(message_of<std::invalid_argument>([&] { engine->load_train_state(bad); }).find("params hold 3 elements") != std::string::npos);
+  bad = s;
+  bad.optimizer[1].second.resize(5);
+  CHECK(message_of<std::invalid_argument>([&] { engine->load_train_state(bad); }).find("exp_avg_sq holds 5") != std::string::npos);
+}
