@@ -2,10 +2,12 @@
 //
 // Activations (row-major, N = B*T token rows, all sized for max_batch). "op" marks a GEMM operand,
 // stored in the operand type T (float in fp32/tf32, bf16 in bf16 mode); the rest is always fp32:
-//   patches [B*Np, C*P*P] op  im2col of the images (input of the conv-as-GEMM)
+//   patches [B*Np, C*P*P] op  im2col of the images (input of the conv-as-GEMM; gemm patch
+//                             embedding only: the cuDNN convolution keeps its own image copy)
 //   emb     [B*Np, D]         conv_proj output
 //   x[l]    [N, D]            residual stream entering block l (x[L] leaves the last block)
-//   per block l: y1 (LN1 out, op), mean1/rstd1, qkv [N,3D] (op), probs [B,H,T,T], attn [N,D] (op,
+//   per block l: y1 (LN1 out, op), mean1/rstd1, qkv [N,3D] (op), probs [B,H,T,T] (custom
+//   attention; cuDNN attention keeps the softmax log-sum-exp [B,H,T] there instead), attn [N,D] (op,
 //   heads concatenated), xmid [N,D] (= x[l] + out_proj), z (LN2 out, op), mean2/rstd2, u [N,M]
 //   (fc1 out, op), g [N,M] (GELU(u), op).  x[l+1] = xmid + fc2(g).
 //   xf [B, D] final LN of the class-token rows only (the head sees nothing else), logits [B, K].
@@ -27,6 +29,8 @@
 #include "cuda/attention.h"
 #include "cuda/cast.h"
 #include "cuda/check.h"
+#include "cuda/cudnn_attention.h"
+#include "cuda/cudnn_conv.h"
 #include "cuda/device_arena.h"
 #include "cuda/gelu.h"
 #include "cuda/layernorm.h"
@@ -44,8 +48,8 @@ using bf16 = __nv_bfloat16;
 template <typename T>
 struct BlockActs {
   T *y1 = nullptr, *qkv = nullptr, *attn = nullptr, *z = nullptr, *u = nullptr, *g = nullptr;
-  float *mean1 = nullptr, *rstd1 = nullptr, *probs = nullptr, *xmid = nullptr, *mean2 = nullptr,
-        *rstd2 = nullptr;
+  float *mean1 = nullptr, *rstd1 = nullptr, *xmid = nullptr, *mean2 = nullptr, *rstd2 = nullptr;
+  float* probs = nullptr;  // custom attention: [B,H,T,T] probabilities; cuDNN: [B,H,T] statistics
 };
 
 /// Every buffer whose element type is the GEMM-operand type T.
@@ -77,6 +81,10 @@ struct GpuViT::Impl {
   Precision precision = Precision::fp32;
   DeviceArena arena;
   LtGemm lt;
+  AttentionImpl attention = AttentionImpl::custom;
+  PatchEmbedImpl patch_embed = PatchEmbedImpl::gemm;
+  std::unique_ptr<CudnnAttention> cudnn_attention;  // attention == cudnn
+  std::unique_ptr<CudnnPatchEmbed> cudnn_conv;      // patch_embed == cudnn
 
   // fp32 activations.
   float* emb = nullptr;
@@ -107,8 +115,21 @@ struct GpuViT::Impl {
 
   Impl(const ParamLayout& l, int mb, cudaStream_t s, const GpuViTOptions& o)
       : layout(l), cfg(l.cfg), max_batch(mb), stream(s), precision(o.precision),
-        lt(s, gemm_options(o)), fused_bias_grad(o.fused_bias_grad),
-        refresh_bf16(o.refresh_bf16_weights) {}
+        lt(s, gemm_options(o)), attention(o.attention), patch_embed(o.patch_embed),
+        fused_bias_grad(o.fused_bias_grad), refresh_bf16(o.refresh_bf16_weights) {
+    if (attention == AttentionImpl::cudnn) {
+      if (precision != Precision::bf16)
+        throw std::invalid_argument(std::string("GpuViT: cuDNN attention needs bf16 precision (got ") +
+                                    precision_name(precision) + ")");
+      cudnn_attention = std::make_unique<CudnnAttention>(s);
+      cudnn_attention->prepare(max_batch, cfg.seq_len(), cfg.heads, cfg.head_dim());
+    }
+    if (patch_embed == PatchEmbedImpl::cudnn) {
+      cudnn_conv = std::make_unique<CudnnPatchEmbed>(geometry(max_batch), precision, s,
+                                                     o.gemm_autotune_candidates > 1);
+      cudnn_conv->prepare(max_batch);
+    }
+  }
 
   template <typename T>
   OperandBuffers<T>& ops() {
@@ -132,7 +153,7 @@ struct GpuViT::Impl {
                  Np = cfg.num_patches(), PD = cfg.patch_dim();
     const size_t N = B * T_;
     OperandBuffers<T>& o = ops<T>();
-    o.patches = arena.alloc<T>(B * Np * PD, "patches");
+    if (patch_embed == PatchEmbedImpl::gemm) o.patches = arena.alloc<T>(B * Np * PD, "patches");
     o.blocks.resize(cfg.layers);
     for (int l = 0; l < cfg.layers; ++l) {
       const std::string s = " of block " + std::to_string(l);
@@ -165,7 +186,10 @@ struct GpuViT::Impl {
       BlockActs<float>& a = stats[l];
       a.mean1 = arena.alloc<float>(N, "ln_1 mean" + s);
       a.rstd1 = arena.alloc<float>(N, "ln_1 rstd" + s);
-      a.probs = arena.alloc<float>(B * H * T * T, "attention probabilities" + s);
+      a.probs = attention == AttentionImpl::cudnn
+                    ? arena.alloc<float>(CudnnAttention::stats_floats(max_batch, (int)T, (int)H),
+                                         "attention softmax statistics" + s)
+                    : arena.alloc<float>(B * H * T * T, "attention probabilities" + s);
       a.xmid = arena.alloc<float>(N * D, "post-attention residual" + s);
       a.mean2 = arena.alloc<float>(N, "ln_2 mean" + s);
       a.rstd2 = arena.alloc<float>(N, "ln_2 rstd" + s);
@@ -176,8 +200,9 @@ struct GpuViT::Impl {
     logits = arena.alloc<float>(B * K, "logits");
     dlogits = arena.alloc<float>(B * K, "logits gradient");
     dx = arena.alloc<float>(N * D, "residual-stream gradient");
-    dscores = arena.alloc<float>(attention_backward_scratch_floats(max_batch, (int)T, (int)H),
-                                 "attention score gradient");
+    if (attention == AttentionImpl::custom)
+      dscores = arena.alloc<float>(attention_backward_scratch_floats(max_batch, (int)T, (int)H),
+                                   "attention score gradient");
     dxf = arena.alloc<float>(B * D, "final LayerNorm output gradient");
     auto copy_stats = [&](auto& blocks) {
       for (int l = 0; l < cfg.layers; ++l) {
@@ -219,6 +244,24 @@ struct GpuViT::Impl {
     else return weights16 + (p - params);
   }
 
+  /// The attention core of one block (custom kernels or cuDNN; cuDNN only with T = bf16).
+  template <typename T>
+  void attention_core_forward(BlockActs<T>& a, int B) {
+    const int T_ = cfg.seq_len(), H = cfg.heads, dh = cfg.head_dim();
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (cudnn_attention) return cudnn_attention->forward(a.qkv, a.probs, a.attn, B, T_, H, dh);
+    }
+    attention_forward(a.qkv, a.probs, a.attn, B, T_, H, dh, stream);
+  }
+  template <typename T>
+  void attention_core_backward(BlockActs<T>& a, const T* dout, T* dqkv, int B) {
+    const int T_ = cfg.seq_len(), H = cfg.heads, dh = cfg.head_dim();
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (cudnn_attention) return cudnn_attention->backward(a.qkv, a.attn, a.probs, dout, dqkv, B, T_, H, dh);
+    }
+    attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream);
+  }
+
   template <typename T>
   void forward_pass(const float* d_params, const float* d_images, const int32_t* d_labels, int B,
                     float* d_loss);
@@ -232,7 +275,7 @@ void GpuViT::Impl::forward_pass(const float* d_params, const float* d_images,
   const ViTConfig& c = cfg;
   const ViTTensors<const float> p = bind_tensors(layout, d_params);
   OperandBuffers<T>& o = ops<T>();
-  const int T_ = c.seq_len(), D = c.hidden, M = c.mlp_dim, H = c.heads, K = c.num_classes,
+  const int T_ = c.seq_len(), D = c.hidden, M = c.mlp_dim, K = c.num_classes,
             Np = c.num_patches(), PD = c.patch_dim();
   const int N = B * T_;
   const float eps = (float)c.ln_eps;
@@ -243,9 +286,14 @@ void GpuViT::Impl::forward_pass(const float* d_params, const float* d_images,
     if (refresh_bf16) convert_to_bf16(d_params, weights16, layout.total, st);
   }
 
-  // Patch embedding: conv_proj as im2col + GEMM (+ bias), then class token and positions.
-  patch_im2col(d_images, o.patches, geo, st);
-  linear_forward(lt, o.patches, W(p.conv_w), p.conv_b, nullptr, emb, B * Np, D, PD);
+  // Patch embedding: conv_proj as im2col + GEMM (+ bias) or as a cuDNN convolution, then class
+  // token and positions.
+  if (cudnn_conv) {
+    cudnn_conv->forward(d_images, W(p.conv_w), p.conv_b, emb, B);
+  } else {
+    patch_im2col(d_images, o.patches, geo, st);
+    linear_forward(lt, o.patches, W(p.conv_w), p.conv_b, nullptr, emb, B * Np, D, PD);
+  }
   assemble_tokens(emb, p.class_token, p.pos_embedding, x[0], geo, st);
 
   for (int l = 0; l < c.layers; ++l) {
@@ -253,7 +301,7 @@ void GpuViT::Impl::forward_pass(const float* d_params, const float* d_images,
     BlockActs<T>& a = o.blocks[l];
     layernorm_forward(x[l], D, w.ln1_w, w.ln1_b, a.y1, D, a.mean1, a.rstd1, N, D, eps, st);
     linear_forward(lt, a.y1, W(w.qkv_w), W(w.qkv_b), nullptr, a.qkv, N, 3 * D, D);
-    attention_forward(a.qkv, a.probs, a.attn, B, T_, H, c.head_dim(), st);
+    attention_core_forward(a, B);
     linear_forward(lt, a.attn, W(w.proj_w), w.proj_b, x[l], a.xmid, N, D, D);
     layernorm_forward(a.xmid, D, w.ln2_w, w.ln2_b, a.z, D, a.mean2, a.rstd2, N, D, eps, st);
     linear_forward(lt, a.z, W(w.fc1_w), W(w.fc1_b), nullptr, a.u, N, M, D);
@@ -276,7 +324,7 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
   const ViTTensors<const float> p = bind_tensors(L, d_params);
   const ViTTensors<float> gr = bind_tensors(L, d_grads);
   OperandBuffers<T>& o = ops<T>();
-  const int B = batch, T_ = c.seq_len(), D = c.hidden, M = c.mlp_dim, H = c.heads,
+  const int B = batch, T_ = c.seq_len(), D = c.hidden, M = c.mlp_dim,
             K = c.num_classes, Np = c.num_patches(), PD = c.patch_dim();
   const int N = B * T_;
   cudaStream_t st = stream;
@@ -337,7 +385,7 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
     ready({block_index(l, 5), block_index(l, 4)});
     linear_backward_input(lt, dxo, W(w.proj_w), o.dnarrow, N, D, D);
     // Attention core, then in_proj.
-    attention_backward(a.qkv, a.probs, o.dnarrow, o.dwide, dscores, B, T_, H, c.head_dim(), st);
+    attention_core_backward(a, o.dnarrow, o.dwide, B);
     linear_grads(o.dwide, a.y1, g.qkv_w, g.qkv_b, N, 3 * D, D);
     ready({block_index(l, 3), block_index(l, 2)});
     linear_backward_input(lt, o.dwide, W(w.qkv_w), o.dnarrow, N, 3 * D, D);
@@ -351,7 +399,12 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
   const PatchGeometry geo = geometry(B);
   assemble_tokens_backward(dx, o.demb, gr.class_token, gr.pos_embedding, acc, geo, st);
   ready({3, 0});
-  linear_grads(o.demb, o.patches, gr.conv_w, gr.conv_b, B * Np, D, PD);
+  if (cudnn_conv) {
+    cudnn_conv->backward_weight(o.demb, gr.conv_w, acc, B);
+    column_sum(o.demb, B * Np, D, D, gr.conv_b, acc, scratch, st);
+  } else {
+    linear_grads(o.demb, o.patches, gr.conv_w, gr.conv_b, B * Np, D, PD);
+  }
   ready({2, 1});
 }
 
@@ -374,7 +427,11 @@ GpuViT::~GpuViT() = default;
 
 const float* GpuViT::logits() const { return impl_->logits; }
 
-size_t GpuViT::device_bytes() const { return impl_->arena.bytes() + impl_->lt.device_bytes(); }
+size_t GpuViT::device_bytes() const {
+  const Impl& s = *impl_;
+  return s.arena.bytes() + s.lt.device_bytes() + (s.cudnn_attention ? s.cudnn_attention->device_bytes() : 0) +
+         (s.cudnn_conv ? s.cudnn_conv->device_bytes() : 0);
+}
 
 Precision GpuViT::precision() const { return impl_->precision; }
 

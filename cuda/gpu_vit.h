@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "cuda/kernel_choice.h"
 #include "cuda/precision.h"
 #include "model/grad_ready.h"
 #include "model/param_layout.h"
@@ -32,6 +33,14 @@ struct GpuViTOptions {
   /// (bf16_weights(), about 0.5 ms for vit_l_32); false = the caller keeps that copy current
   /// itself (e.g. an optimizer that writes fp32 and bf16 parameters in one pass).
   bool refresh_bf16_weights = true;
+  /// Attention core: custom kernels (cuda/attention.h, every precision) or cuDNN's fused flash
+  /// attention (cuda/cudnn_attention.h, bf16 only: the constructor throws std::invalid_argument
+  /// otherwise). cudnn keeps [B, H, T] fp32 softmax statistics per block instead of the
+  /// [B, H, T, T] probabilities.
+  AttentionImpl attention = AttentionImpl::custom;
+  /// conv_proj: im2col + cuBLASLt GEMM (cuda/patch_embed.h) or cuDNN convolution
+  /// (cuda/cudnn_conv.h; algorithms timed at set-up when gemm_autotune_candidates > 1).
+  PatchEmbedImpl patch_embed = PatchEmbedImpl::gemm;
 
   /// The defaults with `p` as the precision.
   static GpuViTOptions for_precision(Precision p) {
@@ -66,8 +75,10 @@ struct GpuViTOptions {
 ///    The tests hold logits, loss and every gradient tensor within 3e-2 norm-relative of the
 ///    fp32 CPU reference (tf32: 5e-3).
 ///
-/// Errors: CUDA / cuBLASLt failures throw std::runtime_error with file and line
-/// (cuda/check.h). Out-of-memory names the buffer and the bytes requested.
+/// Errors: CUDA / cuBLASLt / cuDNN failures throw std::runtime_error with file and line
+/// (cuda/check.h). Out-of-memory names the buffer and the bytes requested. With a cuDNN
+/// implementation selected, the constructor builds its graphs / algorithms for max_batch, so a
+/// shape that the installed cuDNN cannot run fails there, naming the operation and cuDNN's message.
 class GpuViT {
  public:
   GpuViT(const ParamLayout& layout, int max_batch, cudaStream_t stream,
@@ -90,7 +101,7 @@ class GpuViT {
   const float* logits() const;
 
   /// Bytes of device memory this object allocated (activations, the bf16 weight copy,
-  /// cuBLASLt workspace).
+  /// cuBLASLt and cuDNN workspaces).
   size_t device_bytes() const;
 
   /// The precision this model computes in.
