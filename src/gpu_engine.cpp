@@ -280,7 +280,10 @@ class GpuEngine final : public Engine {
     }
     CUDA_CHECK(cudaMemset(grads_.get(), 0, n * sizeof(float)));
 
-    model_ = std::make_unique<GpuViT>(layout, o.batch_size, compute_, GpuViTOptions::for_precision(parse_precision(o.precision)));
+    GpuViTOptions model_options = GpuViTOptions::for_precision(parse_precision(o.precision));
+    model_options.attention = resolve_attention(o.attention, model_options.precision);
+    model_options.patch_embed = resolve_patch_embed(o.patch_embed, model_options.precision);
+    model_ = std::make_unique<GpuViT>(layout, o.batch_size, compute_, model_options);
   }
 
   /// Every rank must drive its own GPU. Ranks that each see a single GPU (one per task) all pick

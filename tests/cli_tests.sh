@@ -34,6 +34,9 @@ expect_error "no-ddp with 2 ranks" "--no-ddp: trains one replica" --no-ddp --mod
 expect_error "missing output dir" "--out:" --model vit_micro --out $TMP/missing/dir/run.h5
 expect_error "unknown precision" "--precision: unknown value 'fp16'" --precision fp16
 expect_error "bf16 on the CPU backend" "--precision bf16: needs the GPU backend" --precision bf16 --model vit_micro
+expect_error "cuDNN attention in fp32" "--attention cudnn: needs --precision bf16" --attention cudnn
+expect_error "unknown patch embedding" "--patch-embed: unknown value 'fft'" --patch-embed fft
+expect_error "cuDNN patch embedding on the CPU backend" "--patch-embed cudnn: needs the GPU backend" --patch-embed cudnn --model vit_micro
 
 # --help: exit 0, every option listed.
 out=$("$BIN" --help 2>&1); rc=$?
