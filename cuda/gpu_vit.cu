@@ -2,10 +2,12 @@
 //
 // Activations (row-major, N = B*T token rows, all sized for max_batch). "op" marks a GEMM operand,
 // stored in the operand type T (float in fp32/tf32, bf16 in bf16 mode); the rest is always fp32:
-//   patches [B*Np, C*P*P] op  im2col of the images (input of the conv-as-GEMM)
+//   patches [B*Np, C*P*P] op  im2col of the images (input of the conv-as-GEMM; gemm patch
+//                             embedding only: the cuDNN convolution keeps its own image copy)
 //   emb     [B*Np, D]         conv_proj output
 //   x[l]    [N, D]            residual stream entering block l (x[L] leaves the last block)
-//   per block l: y1 (LN1 out, op), mean1/rstd1, qkv [N,3D] (op), probs [B,H,T,T], attn [N,D] (op,
+//   per block l: y1 (LN1 out, op), mean1/rstd1, qkv [N,3D] (op), probs [B,H,T,T] (custom
+//   attention; cuDNN attention keeps the softmax log-sum-exp [B,H,T] there instead), attn [N,D] (op,
 //   heads concatenated), xmid [N,D] (= x[l] + out_proj), z (LN2 out, op), mean2/rstd2, u [N,M]
 //   (fc1 out, op), g [N,M] (GELU(u), op).  x[l+1] = xmid + fc2(g).
 //   xf [B, D] final LN of the class-token rows only (the head sees nothing else), logits [B, K].
@@ -29,6 +31,8 @@
 #include "cuda/attention.h"
 #include "cuda/cast.h"
 #include "cuda/check.h"
+#include "cuda/cudnn_attention.h"
+#include "cuda/cudnn_conv.h"
 #include "cuda/device_buffer.h"
 #include "cuda/gelu.h"
 #include "cuda/gpu_vit_arena.h"
@@ -47,8 +51,8 @@ using bf16 = __nv_bfloat16;
 template <typename T>
 struct BlockActs {
   T *y1 = nullptr, *qkv = nullptr, *attn = nullptr, *z = nullptr, *u = nullptr, *g = nullptr;
-  float *mean1 = nullptr, *rstd1 = nullptr, *probs = nullptr, *xmid = nullptr, *mean2 = nullptr,
-        *rstd2 = nullptr;
+  float *mean1 = nullptr, *rstd1 = nullptr, *xmid = nullptr, *mean2 = nullptr, *rstd2 = nullptr;
+  float* probs = nullptr;  // custom attention: [B,H,T,T] probabilities; cuDNN: [B,H,T] statistics
 };
 
 /// Every buffer whose element type is the GEMM-operand type T.
@@ -81,6 +85,10 @@ struct GpuViT::Impl {
   GpuViTArenaPlan plan;       // where each buffer lives in `arena`
   DeviceBuffer<char> arena;   // every activation buffer, one allocation
   LtGemm lt;
+  AttentionImpl attention = AttentionImpl::custom;
+  PatchEmbedImpl patch_embed = PatchEmbedImpl::gemm;
+  std::unique_ptr<CudnnAttention> cudnn_attention;  // attention == cudnn
+  std::unique_ptr<CudnnPatchEmbed> cudnn_conv;      // patch_embed == cudnn
 
   // fp32 activations.
   float* emb = nullptr;
@@ -113,8 +121,22 @@ struct GpuViT::Impl {
 
   Impl(const ParamLayout& l, int mb, cudaStream_t s, const GpuViTOptions& o)
       : layout(l), cfg(l.cfg), max_batch(mb), stream(s), precision(o.precision),
-        lt(s, gemm_options(o)), fused_bias_grad(o.fused_bias_grad),
-        refresh_bf16(o.refresh_bf16_weights), overlay_gradients(o.overlay_gradients) {}
+        lt(s, gemm_options(o)), attention(o.attention), patch_embed(o.patch_embed),
+        fused_bias_grad(o.fused_bias_grad), refresh_bf16(o.refresh_bf16_weights),
+        overlay_gradients(o.overlay_gradients) {
+    if (attention == AttentionImpl::cudnn) {
+      if (precision != Precision::bf16)
+        throw std::invalid_argument(std::string("GpuViT: cuDNN attention needs bf16 precision (got ") +
+                                    precision_name(precision) + ")");
+      cudnn_attention = std::make_unique<CudnnAttention>(s);
+      cudnn_attention->prepare(max_batch, cfg.seq_len(), cfg.heads, cfg.head_dim());
+    }
+    if (patch_embed == PatchEmbedImpl::cudnn) {
+      cudnn_conv = std::make_unique<CudnnPatchEmbed>(geometry(max_batch), precision, s,
+                                                     o.gemm_autotune_candidates > 1);
+      cudnn_conv->prepare(max_batch);
+    }
+  }
 
   template <typename T>
   OperandBuffers<T>& ops() {
@@ -139,7 +161,7 @@ struct GpuViT::Impl {
     const GpuViTArenaPlan& p = plan;
     OperandBuffers<T>& o = ops<T>();
     auto at = [base](size_t offset) { return reinterpret_cast<T*>(base + offset); };
-    o.patches = at(p.patches);
+    o.patches = p.patches == GpuViTArenaPlan::npos ? nullptr : at(p.patches);
     o.blocks.resize(cfg.layers);
     for (int l = 0; l < cfg.layers; ++l) {
       BlockActs<T>& a = o.blocks[l];
@@ -166,7 +188,7 @@ struct GpuViT::Impl {
   }
 
   void allocate() {
-    plan = plan_gpu_vit_arena(cfg, layout.total, max_batch, precision, overlay_gradients);
+    plan = plan_gpu_vit_arena(cfg, layout.total, max_batch, precision, overlay_gradients, attention, patch_embed);
     arena = DeviceBuffer<char>(plan.total_bytes, "the activation arena (" + cfg.name + ", batch " +
                                                      std::to_string(max_batch) + ", " +
                                                      precision_name(precision) + ")");
@@ -181,7 +203,7 @@ struct GpuViT::Impl {
     logits = f(plan.logits);
     dlogits = f(plan.dlogits);
     dx = f(plan.dx);
-    dscores = f(plan.dscores);
+    dscores = plan.dscores == GpuViTArenaPlan::npos ? nullptr : f(plan.dscores);
     dxf = f(plan.dxf);
     reduce_scratch = f(plan.reduce_scratch);
     reduce_scratch_floats = plan.reduce_scratch_floats;
@@ -202,6 +224,24 @@ struct GpuViT::Impl {
     else return weights16 + (p - params);
   }
 
+  /// The attention core of one block (custom kernels or cuDNN; cuDNN only with T = bf16).
+  template <typename T>
+  void attention_core_forward(BlockActs<T>& a, int B) {
+    const int T_ = cfg.seq_len(), H = cfg.heads, dh = cfg.head_dim();
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (cudnn_attention) return cudnn_attention->forward(a.qkv, a.probs, a.attn, B, T_, H, dh);
+    }
+    attention_forward(a.qkv, a.probs, a.attn, B, T_, H, dh, stream);
+  }
+  template <typename T>
+  void attention_core_backward(BlockActs<T>& a, const T* dout, T* dqkv, int B) {
+    const int T_ = cfg.seq_len(), H = cfg.heads, dh = cfg.head_dim();
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (cudnn_attention) return cudnn_attention->backward(a.qkv, a.attn, a.probs, dout, dqkv, B, T_, H, dh);
+    }
+    attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream);
+  }
+
   template <typename T>
   void forward_pass(const float* d_params, const float* d_images, const int32_t* d_labels, int B,
                     float* d_loss);
@@ -215,7 +255,7 @@ void GpuViT::Impl::forward_pass(const float* d_params, const float* d_images,
   const ViTConfig& c = cfg;
   const ViTTensors<const float> p = bind_tensors(layout, d_params);
   OperandBuffers<T>& o = ops<T>();
-  const int T_ = c.seq_len(), D = c.hidden, M = c.mlp_dim, H = c.heads, K = c.num_classes,
+  const int T_ = c.seq_len(), D = c.hidden, M = c.mlp_dim, K = c.num_classes,
             Np = c.num_patches(), PD = c.patch_dim();
   const int N = B * T_;
   const float eps = (float)c.ln_eps;
@@ -226,9 +266,14 @@ void GpuViT::Impl::forward_pass(const float* d_params, const float* d_images,
     if (refresh_bf16) convert_to_bf16(d_params, weights16, layout.total, st);
   }
 
-  // Patch embedding: conv_proj as im2col + GEMM (+ bias), then class token and positions.
-  patch_im2col(d_images, o.patches, geo, st);
-  linear_forward(lt, o.patches, W(p.conv_w), p.conv_b, nullptr, emb, B * Np, D, PD);
+  // Patch embedding: conv_proj as im2col + GEMM (+ bias) or as a cuDNN convolution, then class
+  // token and positions.
+  if (cudnn_conv) {
+    cudnn_conv->forward(d_images, W(p.conv_w), p.conv_b, emb, B);
+  } else {
+    patch_im2col(d_images, o.patches, geo, st);
+    linear_forward(lt, o.patches, W(p.conv_w), p.conv_b, nullptr, emb, B * Np, D, PD);
+  }
   assemble_tokens(emb, p.class_token, p.pos_embedding, x[0], geo, st);
 
   for (int l = 0; l < c.layers; ++l) {
@@ -236,7 +281,7 @@ void GpuViT::Impl::forward_pass(const float* d_params, const float* d_images,
     BlockActs<T>& a = o.blocks[l];
     layernorm_forward(x[l], D, w.ln1_w, w.ln1_b, a.y1, D, a.mean1, a.rstd1, N, D, eps, st);
     linear_forward(lt, a.y1, W(w.qkv_w), W(w.qkv_b), nullptr, a.qkv, N, 3 * D, D);
-    attention_forward(a.qkv, a.probs, a.attn, B, T_, H, c.head_dim(), st);
+    attention_core_forward(a, B);
     linear_forward(lt, a.attn, W(w.proj_w), w.proj_b, x[l], a.xmid, N, D, D);
     layernorm_forward(a.xmid, D, w.ln2_w, w.ln2_b, a.z, D, a.mean2, a.rstd2, N, D, eps, st);
     linear_forward(lt, a.z, W(w.fc1_w), W(w.fc1_b), nullptr, a.u, N, M, D);
@@ -259,7 +304,7 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
   const ViTTensors<const float> p = bind_tensors(L, d_params);
   const ViTTensors<float> gr = bind_tensors(L, d_grads);
   OperandBuffers<T>& o = ops<T>();
-  const int B = batch, T_ = c.seq_len(), D = c.hidden, M = c.mlp_dim, H = c.heads,
+  const int B = batch, T_ = c.seq_len(), D = c.hidden, M = c.mlp_dim,
             K = c.num_classes, Np = c.num_patches(), PD = c.patch_dim();
   const int N = B * T_;
   cudaStream_t st = stream;
@@ -320,7 +365,7 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
     ready({block_index(l, 5), block_index(l, 4)});
     linear_backward_input(lt, dxo, W(w.proj_w), o.dnarrow, N, D, D);
     // Attention core, then in_proj.
-    attention_backward(a.qkv, a.probs, o.dnarrow, o.dwide, dscores, B, T_, H, c.head_dim(), st);
+    attention_core_backward(a, o.dnarrow, o.dwide, B);
     linear_grads(o.dwide, a.y1, g.qkv_w, g.qkv_b, N, 3 * D, D);
     ready({block_index(l, 3), block_index(l, 2)});
     linear_backward_input(lt, o.dwide, W(w.qkv_w), o.dnarrow, N, 3 * D, D);
@@ -334,7 +379,12 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
   const PatchGeometry geo = geometry(B);
   assemble_tokens_backward(dx, o.demb, gr.class_token, gr.pos_embedding, acc, geo, st);
   ready({3, 0});
-  linear_grads(o.demb, o.patches, gr.conv_w, gr.conv_b, B * Np, D, PD);
+  if (cudnn_conv) {
+    cudnn_conv->backward_weight(o.demb, gr.conv_w, acc, B);
+    column_sum(o.demb, B * Np, D, D, gr.conv_b, acc, scratch, st);
+  } else {
+    linear_grads(o.demb, o.patches, gr.conv_w, gr.conv_b, B * Np, D, PD);
+  }
   ready({2, 1});
 }
 
@@ -362,7 +412,12 @@ const float* GpuViT::logits() const { return impl_->logits; }
 
 float* GpuViT::gradients() const { return impl_->gradients; }
 
-size_t GpuViT::device_bytes() const { return impl_->arena.size() + impl_->lt.device_bytes(); }
+size_t GpuViT::device_bytes() const { return impl_->arena.size() + impl_->lt.device_bytes() + cudnn_bytes(); }
+
+size_t GpuViT::cudnn_bytes() const {
+  const Impl& s = *impl_;
+  return (s.cudnn_attention ? s.cudnn_attention->device_bytes() : 0) + (s.cudnn_conv ? s.cudnn_conv->device_bytes() : 0);
+}
 
 size_t GpuViT::workspace_bytes(const GpuViTOptions& options) {
   return Impl::gemm_options(options).workspace_bytes;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "cuda/kernel_choice.h"
 #include "cuda/precision.h"
 #include "model/grad_ready.h"
 #include "model/param_layout.h"
@@ -39,6 +40,14 @@ struct GpuViTOptions {
   /// forward (which overwrites them): for training without gradient accumulation, where the
   /// optimizer consumes them in between. The caller passes gradients() to backward().
   bool overlay_gradients = false;
+  /// Attention core: custom kernels (cuda/attention.h, every precision) or cuDNN's fused flash
+  /// attention (cuda/cudnn_attention.h, bf16 only: the constructor throws std::invalid_argument
+  /// otherwise). cudnn keeps [B, H, T] fp32 softmax statistics per block instead of the
+  /// [B, H, T, T] probabilities.
+  AttentionImpl attention = AttentionImpl::custom;
+  /// conv_proj: im2col + cuBLASLt GEMM (cuda/patch_embed.h) or cuDNN convolution
+  /// (cuda/cudnn_conv.h; algorithms timed at set-up when gemm_autotune_candidates > 1).
+  PatchEmbedImpl patch_embed = PatchEmbedImpl::gemm;
 
   /// The defaults with `p` as the precision.
   static GpuViTOptions for_precision(Precision p) {
@@ -73,8 +82,10 @@ struct GpuViTOptions {
 ///    The tests hold logits, loss and every gradient tensor within 3e-2 norm-relative of the
 ///    fp32 CPU reference (tf32: 5e-3).
 ///
-/// Errors: CUDA / cuBLASLt failures throw std::runtime_error with file and line
-/// (cuda/check.h). Out-of-memory names the buffer and the bytes requested.
+/// Errors: CUDA / cuBLASLt / cuDNN failures throw std::runtime_error with file and line
+/// (cuda/check.h). Out-of-memory names the buffer and the bytes requested. With a cuDNN
+/// implementation selected, the constructor builds its graphs / algorithms for max_batch, so a
+/// shape that the installed cuDNN cannot run fails there, naming the operation and cuDNN's message.
 class GpuViT {
  public:
   GpuViT(const ParamLayout& layout, int max_batch, cudaStream_t stream,
@@ -102,9 +113,12 @@ class GpuViT {
 
   /// Bytes of device memory this object allocated: the activation arena (one allocation of
   /// plan_gpu_vit_arena(...).total_bytes, cuda/gpu_vit_arena.h: activations, scratch, the bf16
-  /// weight copy) plus the cuBLASLt workspace (workspace_bytes()). Not counted: the transient
-  /// cuBLASLt autotuning output of the first step (gpu_vit_autotune_scratch_bytes).
+  /// weight copy) plus the cuBLASLt and cuDNN workspaces (workspace_bytes()). Not counted: the
+  /// transient cuBLASLt autotuning output of the first step (gpu_vit_autotune_scratch_bytes).
   size_t device_bytes() const;
+  /// Of which the cuDNN attention graphs' and convolution's workspaces and buffers (sized by
+  /// cuDNN when the graphs are built, so not in the memory estimate); 0 without cuDNN paths.
+  size_t cudnn_bytes() const;
 
   /// Bytes of the cuBLASLt workspace a GpuViT built with `options` allocates (no CUDA call).
   static size_t workspace_bytes(const GpuViTOptions& options);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "cuda/attention.h"
+#include "cuda/cudnn_attention.h"
 #include "cuda/layernorm.h"
 #include "cuda/loss.h"
 #include "cuda/reduce.h"
@@ -37,7 +38,8 @@ namespace {
 
 /// Byte offsets of one encoder block's buffers relative to the block's start (its input x[l]
 /// first, then everything backward reads of it); returns the block's bytes (aligned).
-size_t plan_block(const ViTConfig& cfg, size_t B, size_t op, GpuViTArenaPlan::Block& b, size_t& x_in) {
+size_t plan_block(const ViTConfig& cfg, size_t B, size_t op, bool cudnn_attention, GpuViTArenaPlan::Block& b,
+                  size_t& x_in) {
   const size_t T = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim, H = cfg.heads, N = B * T, f32 = 4;
   size_t off = 0;
   auto take = [&](size_t count, size_t elem) {
@@ -50,7 +52,7 @@ size_t plan_block(const ViTConfig& cfg, size_t B, size_t op, GpuViTArenaPlan::Bl
   b.mean1 = take(N, f32);
   b.rstd1 = take(N, f32);
   b.qkv = take(N * 3 * D, op);
-  b.probs = take(B * H * T * T, f32);
+  b.probs = take(cudnn_attention ? CudnnAttention::stats_floats((int)B, (int)T, (int)H) : B * H * T * T, f32);
   b.attn = take(N * D, op);
   b.xmid = take(N * D, f32);
   b.z = take(N * D, op);
@@ -70,7 +72,7 @@ void shift(GpuViTArenaPlan::Block& b, size_t base) {
 }  // namespace
 
 GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int max_batch, Precision precision,
-                                   bool overlay_gradients) {
+                                   bool overlay_gradients, AttentionImpl attention, PatchEmbedImpl patch_embed) {
   if (max_batch < 1) throw std::invalid_argument("plan_gpu_vit_arena: max_batch must be >= 1");
   GpuViTArenaPlan p;
   Planner a(p);
@@ -91,13 +93,16 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
   p.logits = a.add(B * K, f32, "logits");
   p.dlogits = a.add(B * K, f32, "logits gradient");
   p.dx = a.add(N * D, f32, "residual-stream gradient");
-  p.dscores = a.add(attention_backward_scratch_floats(max_batch, (int)T, (int)H), f32, "attention score gradient");
+  const bool cudnn_attention = attention == AttentionImpl::cudnn;
+  p.dscores = cudnn_attention ? GpuViTArenaPlan::npos
+                              : a.add(attention_backward_scratch_floats(max_batch, (int)T, (int)H), f32,
+                                      "attention score gradient");
   p.dxf = a.add(B * D, f32, "final LayerNorm output gradient");
   if (half) {
     p.weights16 = a.add(param_total, bf16, "bf16 copy of the parameters");
     p.weights16_bytes = p.slots.back().bytes;
   }
-  p.patches = a.add(B * Np * PD, op, "patches");
+  p.patches = patch_embed == PatchEmbedImpl::cudnn ? GpuViTArenaPlan::npos : a.add(B * Np * PD, op, "patches");
   p.dwide = a.add(N * std::max(M, 3 * D), op, "wide gradient scratch");
   p.dnarrow = a.add(N * D, op, "narrow gradient scratch");
   p.demb = a.add(B * Np * D, op, "patch embedding gradient");
@@ -121,7 +126,7 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
   p.blocks.resize(L);
   std::vector<size_t> x_rel(L);
   size_t per_block = 0;
-  for (int l = 0; l < L; ++l) per_block = plan_block(cfg, B, op, p.blocks[l], x_rel[l]);
+  for (int l = 0; l < L; ++l) per_block = plan_block(cfg, B, op, cudnn_attention, p.blocks[l], x_rel[l]);
   std::vector<size_t> start(L);
   size_t region = 0;
   if (overlay_gradients) {
@@ -159,7 +164,8 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
     const std::pair<const char*, std::pair<size_t, size_t>> bufs[] = {
         {"residual stream x[l]", {p.x[m], nd}}, {"ln_1 output", {b.y1, N * D * op}},
         {"ln_1 mean", {b.mean1, N * f32}},     {"ln_1 rstd", {b.rstd1, N * f32}},
-        {"qkv", {b.qkv, N * 3 * D * op}},       {"attention probabilities", {b.probs, B * H * T * T * f32}},
+        {"qkv", {b.qkv, N * 3 * D * op}},       {cudnn_attention ? "attention softmax statistics" : "attention probabilities",
+         {b.probs, (cudnn_attention ? CudnnAttention::stats_floats((int)B, (int)T, (int)H) : B * H * T * T) * f32}},
         {"attention output", {b.attn, N * D * op}}, {"post-attention residual", {b.xmid, nd}},
         {"ln_2 output", {b.z, N * D * op}},     {"ln_2 mean", {b.mean2, N * f32}},
         {"ln_2 rstd", {b.rstd2, N * f32}},      {"mlp.0 output", {b.u, N * M * op}},

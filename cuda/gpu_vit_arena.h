@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/kernel_choice.h"
 #include "cuda/precision.h"
 #include "model/vit_config.h"
 
@@ -41,12 +42,12 @@ struct GpuViTArenaPlan {
   size_t xf = 0, meanf = 0, rstdf = 0;   ///< fp32 [B, D], [B], [B] final LayerNorm (class tokens)
   size_t logits = 0, dlogits = 0;        ///< fp32 [B, K]
   size_t dx = 0;                         ///< fp32 [N, D] residual-stream gradient
-  size_t dscores = 0;                    ///< fp32 attention_backward_scratch_floats(B, T, H)
+  size_t dscores = 0;                    ///< fp32 attention_backward_scratch_floats(B, T, H); npos with cuDNN attention
   size_t dxf = 0;                        ///< fp32 [B, D]
   size_t reduce_scratch = 0;             ///< fp32 [reduce_scratch_floats]
   size_t reduce_scratch_floats = 0;
   size_t weights16 = npos;               ///< bf16 only: [param_total] bf16 copy of the parameters
-  size_t patches = 0;                    ///< op [B*Np, PD] im2col patches
+  size_t patches = 0;                    ///< op [B*Np, PD] im2col patches; npos with the cuDNN patch embedding
   size_t dwide = 0;                      ///< op [N, max(M, 3D)]
   size_t dnarrow = 0;                    ///< op [N, D]
   size_t demb = 0;                       ///< op [B*Np, D]
@@ -68,8 +69,12 @@ struct GpuViTArenaPlan {
 /// then grows by much less than the gradients' size (vit_l_32 bf16 batch 32: about 0.1 GB instead
 /// of 1.2 GB). Throws std::invalid_argument if max_batch < 1, or for the overlay when
 /// param_total is not that layout's padding-free size.
+/// attention = cudnn keeps [B, H, T] softmax statistics (CudnnAttention::stats_floats) in the
+/// probs slot and needs no score-gradient scratch (dscores = npos); patch_embed = cudnn needs no
+/// im2col patches (patches = npos).
 GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int max_batch, Precision precision,
-                                   bool overlay_gradients = false);
+                                   bool overlay_gradients = false, AttentionImpl attention = AttentionImpl::custom,
+                                   PatchEmbedImpl patch_embed = PatchEmbedImpl::gemm);
 
 /// Largest temporary output buffer cuBLASLt autotuning allocates (cuda/lt_gemm.cu: m x ldd of the
 /// output type, freed after timing each new GEMM shape in the first step) over every GEMM GpuViT

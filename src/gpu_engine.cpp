@@ -65,7 +65,7 @@ class GpuEngine final : public Engine {
       comm_ = std::make_unique<NcclComm>(w, o.nccl_max_ctas);
       reducer_ = std::make_unique<NcclReducer>(layout, buckets_, grads_, comm_->get(), compute_, reducer_options(o));
     }
-    const size_t allocated = info().device_bytes;
+    const size_t allocated = info().device_bytes - model_->cudnn_bytes();  // cuDNN sizes its own at set-up
     if (allocated != need.persistent_bytes())
       std::fprintf(stderr, "[vitddp rank %d] warning: the memory estimate (%zu bytes) differs from what was allocated "
                    "(%zu bytes): src/memory_estimate.cpp is out of date\n", w.rank, need.persistent_bytes(), allocated);
@@ -351,6 +351,8 @@ class GpuEngine final : public Engine {
     // here and then by the optimizer's pass, instead of a cast at every forward.
     GpuViTOptions mo = GpuViTOptions::for_precision(parse_precision(o.precision));
     mo.refresh_bf16_weights = false;
+    mo.attention = resolve_attention(o.attention, mo.precision);
+    mo.patch_embed = resolve_patch_embed(o.patch_embed, mo.precision);
     // Without gradient accumulation the gradients need to live only from backward to the
     // optimizer step: they share memory with dead activations (GpuViTOptions::overlay_gradients).
     mo.overlay_gradients = o.grad_accum_steps == 1 && layout.total == layout.parameter_count();

@@ -1,5 +1,6 @@
 #include "src/memory_estimate.h"
 
+#include "cuda/kernel_choice.h"
 #include "src/optimizer.h"
 
 #include <cstdint>
@@ -55,7 +56,8 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
                          sizeof(int)});
   const GpuViTOptions vo = GpuViTOptions::for_precision(p);
   e.items.push_back({"cuBLASLt workspace", "scratch of the cuBLASLt GEMMs (split-K etc.)", GpuViT::workspace_bytes(vo)});
-  const GpuViTArenaPlan plan = plan_gpu_vit_arena(c, n, o.batch_size, p, overlay);
+  const GpuViTArenaPlan plan = plan_gpu_vit_arena(c, n, o.batch_size, p, overlay, resolve_attention(o.attention, p),
+                                                     resolve_patch_embed(o.patch_embed, p));
   std::string arena = "the activation arena: " + std::to_string(plan.slots.size()) + " buffers for batch " +
                       std::to_string(o.batch_size);
   if (plan.weights16_bytes) arena += ", including the bf16 parameter copy (" + gib(plan.weights16_bytes) + " GiB)";

@@ -6,6 +6,7 @@
 #include <functional>
 #include <sstream>
 
+#include "cuda/kernel_choice.h"
 #include "cuda/precision.h"
 #include "model/vit_config.h"
 
@@ -134,6 +135,12 @@ const std::vector<Spec>& table() {
       {"cuda-graph", "on|off", "GPU: on = from the second step, forward, backward and the bucketed NCCL all-reduces of a step are one CUDA graph, captured once and replayed (no per-kernel launch cost; the optimizer step follows eagerly); off = every kernel launched each step, with NVTX ranges for forward, backward and each bucket's all-reduce (with on, nsys shows one 'forward + backward (CUDA graph)' range per step). PowerSGD always runs eagerly",
        [](Options& o, const std::string& v) { o.cuda_graph = one_of("--cuda-graph", v, {"on", "off"}) == "on"; },
        [](const Options& o) { return std::string(o.cuda_graph ? "on" : "off"); }},
+      {"attention", "auto|cudnn|custom", "attention core softmax(QK^T/sqrt(d))V of the GPU model: custom = this project's kernels (any precision; keep the probabilities for backward); cudnn = cuDNN's fused flash attention (scaled dot-product attention through the cuDNN graph API; --precision bf16 only); auto = the one measured faster (tests/gpu/bench_cudnn.cpp [attention_bench]; custom until measured on the H200)",
+       [](Options& o, const std::string& v) { o.attention = one_of("--attention", v, attention_choice_names()); },
+       [](const Options& o) { return o.attention; }},
+      {"patch-embed", "auto|cudnn|gemm", "patch embedding conv_proj of the GPU model: gemm = im2col + cuBLASLt GEMM; cudnn = cuDNN convolution (any precision); auto = the one measured faster (tests/gpu/bench_cudnn.cpp [attention_bench]; gemm until measured on the H200)",
+       [](Options& o, const std::string& v) { o.patch_embed = one_of("--patch-embed", v, patch_embed_choice_names()); },
+       [](const Options& o) { return o.patch_embed; }},
       {"powersgd-rank", "R", "PowerSGD matrix_approximation_rank",
        [](Options& o, const std::string& v) { o.powersgd_rank = (int)parse_int("--powersgd-rank", v, 1, 1024); },
        [](const Options& o) { return std::to_string(o.powersgd_rank); }},
@@ -331,6 +338,8 @@ Options parse_options(int argc, const char* const* argv) {
     }
     spec->set(o, value);
   }
+  const std::string attention_error = attention_choice_error(o.attention, parse_precision(o.precision));
+  if (!attention_error.empty()) throw OptionError(attention_error);
   if (o.first_bucket_mb > o.bucket_cap_mb)
     throw OptionError("--first-bucket-mb: must not exceed --bucket-cap-mb (" + fmt(o.first_bucket_mb) +
                       " > " + fmt(o.bucket_cap_mb) + ")");

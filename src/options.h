@@ -34,6 +34,8 @@ struct Options {
   std::string compression = "none"; ///< none | fp16 | bf16 | powersgd (DDP comm hook)
   bool cuda_graph = true;           ///< GPU: replay forward + backward + all-reduces as a CUDA graph (--cuda-graph)
   std::string precision = "fp32";   ///< fp32 | tf32 | bf16 (GPU model numerics; cuda/precision.h)
+  std::string attention = "auto";   ///< auto | cudnn | custom (attention core; cuda/kernel_choice.h)
+  std::string patch_embed = "auto"; ///< auto | cudnn | gemm (conv_proj; cuda/kernel_choice.h)
   int powersgd_rank = 1;            ///< PowerSGD matrix_approximation_rank
   int64_t powersgd_start_step = 1000;         ///< PowerSGD start_powerSGD_iter
   double powersgd_min_compression_rate = 2.0; ///< PowerSGD min_compression_rate

@@ -39,6 +39,9 @@ expect_error "momentum with AdamW" "--momentum: SGD only" --optimizer adamw --mo
 expect_error "AdamW beta2 of 1" "--adam-beta2: must be in [0," --optimizer adamw --adam-beta2 1
 expect_error "min-lr without cosine" "--min-lr: needs --lr-schedule cosine" --min-lr 0.0001
 expect_error "warm-up longer than the cosine" "--lr-warmup-steps: must be less than the cosine schedule's length 14" --lr-schedule cosine --lr-warmup-steps 20
+expect_error "cuDNN attention in fp32" "--attention cudnn: needs --precision bf16" --attention cudnn
+expect_error "unknown patch embedding" "--patch-embed: unknown value 'fft'" --patch-embed fft
+expect_error "cuDNN patch embedding on the CPU backend" "--patch-embed cudnn: needs the GPU backend" --patch-embed cudnn --model vit_micro
 
 # --help: exit 0, every option listed.
 out=$("$BIN" --help 2>&1); rc=$?

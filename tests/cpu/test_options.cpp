@@ -1,4 +1,8 @@
 // Option parsing: defaults as the article, every bad value names its option.
+#include <stdexcept>
+#include <string>
+
+#include "cuda/kernel_choice.h"
 #include "src/options.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
@@ -61,4 +65,40 @@ TEST_CASE("--precision: fp32 by default, tf32 and bf16 accepted, anything else n
   CHECK(parse_args({"--precision", "tf32"}).precision == "tf32");
   CHECK(parse_args({"--precision=bf16"}).precision == "bf16");
   CHECK(option_error({"--precision", "fp16"}) == "--precision: unknown value 'fp16' (choose one of: fp32, tf32, bf16)");
+}
+
+TEST_CASE("--attention and --patch-embed: auto by default; cuDNN attention only in bf16", "[options]") {
+  CHECK(parse_args({}).attention == "auto");
+  CHECK(parse_args({}).patch_embed == "auto");
+  CHECK(parse_args({"--attention", "custom"}).attention == "custom");
+  CHECK(parse_args({"--attention", "cudnn", "--precision", "bf16"}).attention == "cudnn");
+  CHECK(parse_args({"--patch-embed", "cudnn"}).patch_embed == "cudnn");
+  CHECK(parse_args({"--patch-embed=gemm", "--precision", "tf32"}).patch_embed == "gemm");
+  CHECK(option_error({"--attention", "flash"}) == "--attention: unknown value 'flash' (choose one of: auto, cudnn, custom)");
+  CHECK(option_error({"--patch-embed", "fft"}) == "--patch-embed: unknown value 'fft' (choose one of: auto, cudnn, gemm)");
+  for (const char* p : {"fp32", "tf32"}) {
+    const std::string e = option_error({"--attention", "cudnn", "--precision", p});
+    INFO(e);
+    CHECK(e.rfind("--attention cudnn: needs --precision bf16", 0) == 0);
+    CHECK(e.find(std::string("got --precision ") + p) != std::string::npos);
+  }
+}
+
+TEST_CASE("kernel choice: names map to implementations; auto never picks cuDNN attention outside bf16",
+          "[options]") {
+  using namespace vitddp;
+  for (const Precision p : {Precision::fp32, Precision::tf32, Precision::bf16}) {
+    CHECK(resolve_attention("custom", p) == AttentionImpl::custom);
+    CHECK(resolve_patch_embed("gemm", p) == PatchEmbedImpl::gemm);
+    CHECK(resolve_patch_embed("cudnn", p) == PatchEmbedImpl::cudnn);
+    (void)resolve_patch_embed("auto", p);
+  }
+  CHECK(resolve_attention("auto", Precision::fp32) == AttentionImpl::custom);
+  CHECK(resolve_attention("auto", Precision::tf32) == AttentionImpl::custom);
+  CHECK(resolve_attention("cudnn", Precision::bf16) == AttentionImpl::cudnn);
+  CHECK_THROWS_AS(resolve_attention("cudnn", Precision::fp32), std::invalid_argument);
+  CHECK_THROWS_AS(resolve_attention("flash", Precision::bf16), std::invalid_argument);
+  CHECK_THROWS_AS(resolve_patch_embed("fft", Precision::bf16), std::invalid_argument);
+  CHECK(std::string(attention_impl_name(AttentionImpl::cudnn)) == "cudnn");
+  CHECK(std::string(patch_embed_impl_name(PatchEmbedImpl::gemm)) == "gemm");
 }

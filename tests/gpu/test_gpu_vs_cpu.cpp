@@ -136,6 +136,28 @@ TEST_CASE("gpu_vit: bf16 mixed precision matches CpuViT<float> within 3e-2 (vit_
   compare_with_cpu(cfg, 4, 4, 101, 3e-2, 3e-2, 3e-2, GpuViTOptions::for_precision(Precision::bf16));
 }
 
+TEST_CASE("gpu_vit: bf16 with cuDNN attention and cuDNN patch embedding matches CpuViT<float> within 3e-2 "
+          "(vit_b_32 with 2 blocks, batch 4)",
+          "[gpu][gpu_vit][precision][cudnn]") {
+  REQUIRE_GPU();
+  ViTConfig cfg = vit_config("vit_b_32");
+  cfg.layers = 2;
+  GpuViTOptions o = GpuViTOptions::for_precision(Precision::bf16);
+  o.attention = AttentionImpl::cudnn;
+  o.patch_embed = PatchEmbedImpl::cudnn;
+  compare_with_cpu(cfg, 4, 4, 101, 3e-2, 3e-2, 3e-2, o);
+}
+
+TEST_CASE("gpu_vit: fp32 with cuDNN patch embedding matches CpuViT<float> (vit_b_32 with 2 blocks, batch 4)",
+          "[gpu][gpu_vit][cudnn]") {
+  REQUIRE_GPU();
+  ViTConfig cfg = vit_config("vit_b_32");
+  cfg.layers = 2;
+  GpuViTOptions o;
+  o.patch_embed = PatchEmbedImpl::cudnn;
+  compare_with_cpu(cfg, 4, 4, 101, 1e-5, 1e-6, 1e-4, o);
+}
+
 TEST_CASE("gpu_vit: bf16 without autotuning or fused bias gradients, odd sizes (vit_tiny, batch 3 of max 5)",
           "[gpu][gpu_vit][precision]") {
   REQUIRE_GPU();

@@ -1,0 +1,40 @@
+// Which implementation runs the attention core and the patch embedding (custom kernels / GEMM or
+// cuDNN), and how the command line's auto|cudnn|custom names map to them.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "cuda/precision.h"
+
+namespace vitddp {
+
+/// Attention core softmax(QK^T/sqrt(dh))V: custom = cuda/attention.h (fp32 and bf16, keeps the
+/// probabilities), cudnn = cuda/cudnn_attention.h (cuDNN fused flash attention, bf16 only, keeps
+/// the softmax log-sum-exp).
+enum class AttentionImpl { custom, cudnn };
+
+/// conv_proj: gemm = im2col + cuBLASLt GEMM (cuda/patch_embed.h), cudnn = cuDNN convolution
+/// (cuda/cudnn_conv.h). Both run in every precision.
+enum class PatchEmbedImpl { gemm, cudnn };
+
+/// "custom" / "cudnn"; "gemm" / "cudnn".
+const char* attention_impl_name(AttentionImpl a);
+const char* patch_embed_impl_name(PatchEmbedImpl p);
+
+/// Accepted option values: {"auto", "cudnn", "custom"} and {"auto", "cudnn", "gemm"}.
+std::vector<std::string> attention_choice_names();
+std::vector<std::string> patch_embed_choice_names();
+
+/// "" when `name` (one of attention_choice_names()) can run in precision `p`; otherwise one line
+/// saying why not (cudnn needs bf16: cuDNN's flash attention has no fp32 form).
+std::string attention_choice_error(const std::string& name, Precision p);
+
+/// The implementation a name selects in precision `p`. "auto" is the default chosen by
+/// measurement (tests/gpu/bench_cudnn.cpp, [attention_bench]); until the H200 numbers are in,
+/// auto = custom / gemm (the implementations the earlier results were measured with).
+/// Throws std::invalid_argument for an unknown name or a combination attention_choice_error
+/// rejects.
+AttentionImpl resolve_attention(const std::string& name, Precision p);
+PatchEmbedImpl resolve_patch_embed(const std::string& name, Precision p);
+
+}  // namespace vitddp
