@@ -3,7 +3,8 @@
 # an odd-sized test split (1001 images, plain uncompressed IDX files) evaluated by 2 ranks counts
 # every image once (eval/samples = 1001 at every evaluation, eval/step = 2, 4, 5); 1 and 2 ranks
 # give the same correct count and loss for the same parameters; --eval-split train evaluates the
-# training split; without an IDX data set or without its t10k files: exit 2 naming the option.
+# training split; without an IDX data set or without its t10k files: exit 2 naming the option;
+# results/vitddp_plot.py eval draws the curve.
 # Usage: eval_tests.sh <vitddp binary> <mpirun> <python3>
 set -u
 BIN=$1
@@ -110,6 +111,17 @@ out=$(timeout 300 $MPIRUN -np 2 "$BIN" $COMMON --warmup-steps 0 --steps 2 --cool
       --eval-split train --out "$TMP/train.h5" 2>&1); rc=$?
 if [ $rc -eq 0 ] && grep -q "eval after step 2: .*(.*/96)" <<<"$out"; then ok "--eval-split train evaluates 96 images"
 else bad "--eval-split train rc=$rc: $out"; fi
+
+# results/vitddp_plot.py eval: a PNG of the curve; a file without evaluations is one line, exit 2.
+PLOT="$(dirname "$0")/../results/vitddp_plot.py"
+out=$("$PY" "$PLOT" eval "$TMP/np2.h5" -o "$TMP/eval.png" --target 50 2>&1); rc=$?
+if [ $rc -eq 0 ] && [ "$(head -c 8 "$TMP/eval.png" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]; then
+  ok "vitddp_plot.py eval writes a PNG"; else bad "vitddp_plot.py eval rc=$rc: $out"; fi
+out=$(timeout 120 $MPIRUN -np 1 "$BIN" --backend cpu --model vit_micro --batch-size 2 --warmup-steps 0 --steps 1 \
+      --cooldown-steps 0 --out "$TMP/noeval.h5" 2>&1)
+out=$("$PY" "$PLOT" eval "$TMP/noeval.h5" -o "$TMP/noeval.png" 2>&1); rc=$?
+if [ $rc -eq 2 ] && grep -q "missing dataset 'eval/step'" <<<"$out"; then ok "vitddp_plot.py eval without eval/*: exit 2 ($out)"
+else bad "vitddp_plot.py eval on a file without eval/*: rc=$rc: $out"; fi
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
