@@ -33,10 +33,15 @@ RECIPE=(--model vit_fmnist --data "idx:$DATA" --batch-size 128 --momentum 0.9
         --warmup-steps 0 --steps 4680 --cooldown-steps 0 --eval-every 468 --eval-split test
         --progress-every 234 --flush-every 234 --data-workers 4)
 LOG=$OUT/fmnist.log
+# A python3 with h5py (the first on PATH may lack it; Debian's has python3-h5py).
+PY=python3
+for p in python3 /usr/bin/python3; do
+  if "$p" -c "import h5py, numpy" 2>/dev/null; then PY=$p; break; fi
+done
 
 # final_accuracy FILE: the last eval/accuracy in FILE (fraction), or nothing.
 final_accuracy() {
-  python3 -c 'import sys, h5py; print("%.4f" % h5py.File(sys.argv[1], "r")["eval/accuracy"][0, -1])' "$1" 2>/dev/null
+  "$PY" -c 'import sys, h5py; print("%.4f" % h5py.File(sys.argv[1], "r")["eval/accuracy"][0, -1])' "$1" 2>/dev/null
 }
 
 # train LR: one run of the recipe at that learning rate; prints its final accuracy.
@@ -57,23 +62,25 @@ EXTRA=("$@")
   ls -la "$DATA"
   train 0.03
   acc=$(final_accuracy "$OUT/fmnist-lr0.03.h5")
-  if [ -z "$acc" ] || python3 -c "import sys; sys.exit(0 if float('$acc') < 0.88 else 1)"; then
+  if [ -z "$acc" ] || "$PY" -c "import sys; sys.exit(0 if float('$acc') < 0.88 else 1)"; then
     echo "== below 88% (or no result): the same recipe at lr 0.015"
     train 0.015
   fi
   for f in "$OUT"/fmnist-lr*.h5; do
-    python3 results/vitddp_plot.py eval "$f" -o "${f%.h5}-accuracy.png" || true
-    python3 - "$f" <<'PY'
+    "$PY" results/vitddp_plot.py eval "$f" --target 88 -o "${f%.h5}-accuracy.png" || true
+    "$PY" - "$f" <<'PY'
 import sys, h5py
 with h5py.File(sys.argv[1], "r") as f:
     print(sys.argv[1])
     for s, a, l, n, t in zip(f["eval/step"][0], f["eval/accuracy"][0], f["eval/loss"][0],
                              f["eval/samples"][0], f["eval/time"][0]):
         print("  step %5d  top-1 %6.2f%%  loss %.4f  images %d  %.2f s" % (s, 100 * a, l, n, t))
+    acc = f["eval/accuracy"][0]
+    print("  final top-1 %.2f%%, best %.2f%% (step %d)" % (100 * acc[-1], 100 * acc.max(), f["eval/step"][0][acc.argmax()]))
     print("  timed window %.1f s, %.0f images/s" % (f["summary/timed_window"][()], f["summary/images_per_second"][()]))
 PY
   done
-} 2>&1 | tee "$LOG" | grep -E "^==|eval after|step  |timed window|images/s|error"
+} 2>&1 | tee "$LOG" | grep -E "^==|eval after|step  |final top-1|timed window|images/s|error|wrote"
 best=$(for f in "$OUT"/fmnist-lr*.h5; do final_accuracy "$f"; done | sort -r | head -1)
 echo "best final top-1: ${best:-none} (goal >= 0.88)"
-python3 -c "import sys; sys.exit(0 if float('${best:-0}') >= 0.88 else 1)"
+"$PY" -c "import sys; sys.exit(0 if float('${best:-0}') >= 0.88 else 1)"
