@@ -27,6 +27,8 @@ std::vector<ViTConfig> variants() {
       make("vit_h_14", 224, 14, 32, 16, 1280, 5120, 1000),
       make("vit_tiny", 32, 8, 4, 4, 64, 128, 10),
       make("vit_micro", 8, 4, 2, 2, 8, 16, 5),
+      make("vit_fmnist", 28, 4, 6, 3, 192, 384, 10),
+      make("vit_fmnist_cpu", 28, 7, 2, 2, 32, 64, 10),
   };
 }
 }  // namespace

@@ -30,7 +30,14 @@ struct ViTConfig {
 
 /// Known variants: vit_b_32, vit_b_16, vit_l_32, vit_l_16, vit_h_14 (torchvision sizes, 1000
 /// classes) and test sizes vit_tiny (32x32 images, 4 blocks of width 64) and vit_micro (2 blocks of
-/// width 16, for finite differences). `num_classes` overrides the class count when > 0.
+/// width 16, for finite differences). Two sizes for 28x28 Fashion-MNIST (10 classes, images taken
+/// as they are: no resize; 3 channels, the grey image repeated, as torchvision's ViT):
+///  - vit_fmnist: patch 4 (7x7 = 49 patches, 50 tokens), 6 blocks of width 192, 3 heads of 64,
+///    MLP 384; 1.8 M parameters, about 0.19 GFLOP per image forward. The GPU accuracy run
+///    (results/commands/device_fmnist.sh); inside the fast attention path (T <= 64, head_dim <= 64).
+///  - vit_fmnist_cpu: patch 7 (4x4 = 16 patches, 17 tokens), 2 blocks of width 32, 2 heads, MLP
+///    64; about 0.8 MFLOP per image, small enough for the CPU backend's accuracy test in CI.
+/// `num_classes` overrides the class count when > 0.
 /// Throws std::invalid_argument naming the variant when it is unknown.
 ViTConfig vit_config(const std::string& name, int num_classes = 0);
 

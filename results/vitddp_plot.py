@@ -10,6 +10,7 @@ Reads the files vitddp writes (layout: results/SCHEMA.md) with h5py and draws wi
                                   compute stream and comm stream per rank against time (as nsys)
   sweep FILE... -o OUT            steps/s per rank against bucket size, one line per compression
   scaling FILE... -o OUT          steps/s per rank and scaling efficiency against number of GPUs
+  eval FILE... -o OUT             test accuracy and loss against optimizer step (--eval-every)
 
 Plots are written as PNG or SVG, chosen by the extension of -o, or both with --format both.
 Errors (missing file, dataset or attribute; unusable arguments) print one line naming what is
@@ -779,6 +780,49 @@ def cmd_scaling(a):
     return 0
 
 
+# ----------------------------------------------------------------------------------------- eval
+
+def cmd_eval(a):
+    """`eval`: test accuracy and mean cross-entropy against optimizer step, one line per file."""
+    output_paths(a.output, a.format)  # fail on a bad -o before reading anything
+    runs = open_runs(a.files)
+    curves = []
+    for r in runs:
+        step = np.asarray(r.data("eval/step")).reshape(-1)
+        acc = np.asarray(r.data("eval/accuracy"), dtype=float).reshape(-1)
+        loss = np.asarray(r.data("eval/loss"), dtype=float).reshape(-1)
+        samples = np.asarray(r.data("eval/samples")).reshape(-1)
+        if step.size == 0:
+            raise PlotError("%s: no evaluation recorded (eval/step is empty)" % r.path)
+        curves.append((r, step, acc, loss, samples))
+    fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(12, 4.8))
+    for r, step, acc, loss, samples in curves:
+        label = "%s (%s, %d rank%s, lr %s)" % (r.label, r.model, r.world_size, "" if r.world_size == 1 else "s",
+                                                _text(r.attr("option.lr", "?")))
+        line, = ax_acc.plot(step, 100 * acc, marker="o", linewidth=1.8, markersize=5, label=label)
+        ax_acc.annotate("%.2f%%" % (100 * acc[-1]), (step[-1], 100 * acc[-1]), textcoords="offset points",
+                        xytext=(0, 8), ha="center", fontsize=9, color=line.get_color())
+        ax_loss.plot(step, loss, marker="o", linewidth=1.8, markersize=5, color=line.get_color(), label=label)
+    n = sorted({int(x) for _, _, _, _, s in curves for x in s})
+    split = _text(curves[0][0].attr("option.eval-split", "test"))
+    ax_acc.set_title("top-1 accuracy on the %s split (%s images)" % (split, "/".join(str(x) for x in n)))
+    ax_acc.set_xlabel("optimizer step")
+    ax_acc.set_ylabel("top-1 accuracy (%)")
+    ax_loss.set_title("mean cross-entropy on the %s split" % split)
+    ax_loss.set_xlabel("optimizer step")
+    ax_loss.set_ylabel("loss (nats)")
+    for ax in (ax_acc, ax_loss):
+        ax.grid(True, color="#DDDDDD", linewidth=0.6)
+    if a.target is not None:
+        ax_acc.axhline(a.target, color="#888888", linestyle="--", linewidth=1.0)
+        ax_acc.annotate("%g%%" % a.target, (ax_acc.get_xlim()[0], a.target), textcoords="offset points",
+                        xytext=(4, 4), fontsize=9, color="#666666")
+    ax_loss.legend(loc="upper right", frameon=False, fontsize=8)
+    fig.tight_layout()
+    save(fig, a.output, a.format)
+    return 0
+
+
 # ----------------------------------------------------------------------------------------- CLI
 
 def build_parser():
@@ -849,6 +893,15 @@ def build_parser():
     s.add_argument("files", nargs="+", metavar="FILE", help="vitddp results files")
     plot_args(s)
     s.set_defaults(func=cmd_scaling)
+
+    s = sub.add_parser("eval", help="test accuracy and loss against optimizer step (--eval-every runs)",
+                       description="Top-1 accuracy (eval/accuracy, in %) and mean cross-entropy (eval/loss) "
+                       "against the optimizer step of each evaluation (eval/step), one line per file, the "
+                       "final accuracy written next to its point.")
+    s.add_argument("files", nargs="+", metavar="FILE", help="vitddp results files with eval/* series")
+    s.add_argument("--target", type=float, metavar="PERCENT", help="draw a dashed line at this accuracy (e.g. 88)")
+    plot_args(s)
+    s.set_defaults(func=cmd_eval)
     return p
 
 

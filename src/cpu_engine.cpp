@@ -12,6 +12,7 @@
 #include "model/init.h"
 #include "src/engine.h"
 #include "src/optimizer.h"
+#include "src/evaluation.h"
 
 namespace vitddp {
 namespace {
@@ -116,6 +117,15 @@ class CpuEngine final : public Engine {
     rec_.step_ms = ms_between(step_start_, t4);
     rec_.backward_end_ms = ms_between(step_start_, t2);
     if (reducer_) rec_.buckets = reducer_->times();
+  }
+
+  EvalResult evaluate(const HostBatch& b) override {
+    if (b.batch < 1 || b.batch > opts_.batch_size)
+      throw std::invalid_argument("CpuEngine::evaluate: batch " + std::to_string(b.batch) + " outside [1, " +
+                                  std::to_string(opts_.batch_size) + "]");
+    // Straight from the caller's buffers: the staged training batch (images_, labels_) stays.
+    model_.forward(params_.data(), b.images, b.labels, b.batch);
+    return logits_metrics(model_.logits().data(), b.labels, b.batch, layout_.cfg.num_classes);
   }
 
   void wait_staged_copy() override {}

@@ -473,6 +473,37 @@ void IdxSource::produce(int64_t step, int first, int count, const Batch& out) co
   }
 }
 
+// ---------------------------------------------------------------- IdxImageTransform
+
+IdxImageTransform::IdxImageTransform(int rows, int cols, const BatchShape& shape, const IdxOptions& idx)
+    : rows_(rows), cols_(cols), channels_(shape.channels), idx_(checked_idx_options(idx)) {
+  if (rows < 1 || cols < 1 || shape.channels < 1 || shape.height < 1 || shape.width < 1)
+    throw std::invalid_argument("IdxImageTransform: sizes must be >= 1; got " + std::to_string(rows) + " x " +
+                                std::to_string(cols) + " -> " + std::to_string(shape.channels) + " x " +
+                                std::to_string(shape.height) + " x " + std::to_string(shape.width));
+  row_taps_ = bilinear_taps<Tap>(rows, shape.height);
+  col_taps_ = bilinear_taps<Tap>(cols, shape.width);
+}
+
+void IdxImageTransform::apply(const IdxDataset& data, int64_t sample, float* out) const {
+  if (sample < 0 || sample >= data.count)
+    throw std::out_of_range("IdxImageTransform: sample " + std::to_string(sample) + " outside [0, " +
+                            std::to_string(data.count) + ")");
+  if (data.rows != rows_ || data.cols != cols_)
+    throw std::invalid_argument("IdxImageTransform: data set images are " + std::to_string(data.rows) + " x " +
+                                std::to_string(data.cols) + ", expected " + std::to_string(rows_) + " x " +
+                                std::to_string(cols_));
+  const size_t in_elems = static_cast<size_t>(rows_) * cols_;
+  const size_t plane = row_taps_.size() * col_taps_.size();
+  std::vector<float> in(in_elems);
+  const uint8_t* px = data.pixels.data() + static_cast<size_t>(sample) * in_elems;
+  for (size_t i = 0; i < in_elems; ++i) in[i] = px[i] / 255.0f;
+  resize_with_taps(in.data(), cols_, out, row_taps_, col_taps_);
+  const float inv_std = 1.0f / idx_.std;
+  for (size_t i = 0; i < plane; ++i) out[i] = (out[i] - idx_.mean) * inv_std;
+  for (int c = 1; c < channels_; ++c) std::copy(out, out + plane, out + c * plane);
+}
+
 // ---------------------------------------------------------------- factory
 
 std::unique_ptr<HostSource> make_host_source(const DataSpec& spec, const BatchShape& shape, uint64_t seed, int rank,

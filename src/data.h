@@ -206,6 +206,29 @@ struct IdxOptions {
   float std = 0.3530f;
 };
 
+/// The per-image preprocessing of IdxSource as a reusable object (evaluation batches use it, so
+/// test images get exactly the training transform): uint8 / 255 -> bilinear resize rows x cols ->
+/// height x width (resize_bilinear) -> (x - mean) / std, repeated over the channels. Stateless
+/// after construction, so several threads may share one.
+class IdxImageTransform {
+ public:
+  /// Source images rows x cols, output images as `shape` (channels, height, width). Throws
+  /// std::invalid_argument on non-positive sizes or a non-positive / non-finite std.
+  IdxImageTransform(int rows, int cols, const BatchShape& shape, const IdxOptions& idx = {});
+  /// Writes sample `sample` of `data` (rows x cols must match) to `out`: shape.image_elems()
+  /// floats, [channels, height, width]. Throws std::out_of_range for a sample outside [0, count).
+  void apply(const IdxDataset& data, int64_t sample, float* out) const;
+
+ private:
+  struct Tap {  // bilinear source rows/columns and weights of one output coordinate
+    int i0, i1;
+    float w0, w1;
+  };
+  int rows_, cols_, channels_;
+  IdxOptions idx_;
+  std::vector<Tap> row_taps_, col_taps_;
+};
+
 /// Batches of an MNIST-format data set, split over ranks like DistributedSampler(shuffle=True,
 /// drop_last=True) followed by a DataLoader(drop_last=True):
 ///  - per epoch e, a permutation of the N samples from (seed, e), identical on every rank

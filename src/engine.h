@@ -41,6 +41,20 @@ struct StepRecord {
   BucketTimes buckets;          ///< per bucket all-reduce start/end, relative to step start
 };
 
+/// Classification metrics summed over a set of samples (one batch, one rank's shard, or the
+/// whole split after the MPI reduction): summed per-sample cross-entropy (natural log, nats),
+/// number of samples whose top-1 prediction (argmax of the logits, the first index on ties as
+/// torch.argmax) equals the label, and the number of samples.
+struct EvalResult {
+  double loss_sum = 0;
+  int64_t correct = 0;
+  int64_t count = 0;
+  /// correct / count (0 when count is 0).
+  double accuracy() const { return count > 0 ? (double)correct / (double)count : 0.0; }
+  /// loss_sum / count: the mean cross-entropy (0 when count is 0).
+  double mean_loss() const { return count > 0 ? loss_sum / (double)count : 0.0; }
+};
+
 /// Static facts an engine reports for the results file.
 struct EngineInfo {
   std::string backend;          ///< "gpu" or "cpu"
@@ -95,6 +109,12 @@ class Engine {
   /// Waits for the step (all its micro-steps) to finish and fills the engine's part of `rec`. Throws on device or
   /// communicator errors.
   virtual void finish_step(StepRecord* rec) = 0;
+  /// Forward only on `b` (1 <= b.batch <= --batch-size) with the current parameters: no
+  /// gradient, no communication, parameters and optimizer state unchanged, the staged training
+  /// batch untouched. Returns the batch's summed cross-entropy, correct count and count (b.batch).
+  /// Waits for the device; call it between steps (after finish_step). Throws
+  /// std::invalid_argument on a bad batch size.
+  virtual EvalResult evaluate(const HostBatch& b) = 0;
   /// NCCL's transport between this rank and its peers ("P2P [P2P/CUMEM/read]", "SHM [...]",
   /// "NET [...]"), known once a step has run (NCCL connects lazily); see mpi/nccl_transport.h.
   virtual std::string nccl_transport() = 0;

@@ -25,6 +25,7 @@
 #include "src/memory_estimate.h"
 #include "src/optimizer.h"
 #include "cuda/device_buffer.h"
+#include "cuda/eval_metrics.h"
 
 namespace vitddp {
 namespace {
@@ -212,6 +213,36 @@ class GpuEngine final : public Engine {
     rec->buckets = reducer_ ? reducer_->times(ev_start_) : BucketTimes{};
   }
 
+  EvalResult evaluate(const HostBatch& b) override {
+    if (b.batch < 1 || b.batch > opts_.batch_size)
+      throw std::invalid_argument("GpuEngine::evaluate: batch " + std::to_string(b.batch) + " outside [1, " +
+                                  std::to_string(opts_.batch_size) + "]");
+    if (!eval_images_.get()) allocate_eval_buffers();
+    // Own input buffers on the compute stream: the staged training batch (copy stream, input
+    // slots) and the step's loss buffer stay untouched; stream order puts this after the last
+    // optimizer step and before the next step's forward.
+    const auto& c = layout_.cfg;
+    const size_t img = (size_t)b.batch * c.channels * c.image_size * c.image_size;
+    CUDA_CHECK(cudaMemcpyAsync(eval_images_.get(), b.images, img * sizeof(float), cudaMemcpyHostToDevice, compute_));
+    CUDA_CHECK(cudaMemcpyAsync(eval_labels_.get(), b.labels, b.batch * sizeof(int32_t), cudaMemcpyHostToDevice, compute_));
+    model_->forward(params_.get(), eval_images_.get(), eval_labels_.get(), b.batch, eval_loss_.get());
+    eval_row_metrics(model_->logits(), eval_labels_.get(), b.batch, c.num_classes, eval_row_loss_.get(),
+                     eval_row_correct_.get(), compute_);
+    std::vector<float> loss(b.batch);
+    std::vector<int32_t> correct(b.batch);
+    CUDA_CHECK(cudaMemcpyAsync(loss.data(), eval_row_loss_.get(), b.batch * sizeof(float), cudaMemcpyDeviceToHost, compute_));
+    CUDA_CHECK(cudaMemcpyAsync(correct.data(), eval_row_correct_.get(), b.batch * sizeof(int32_t),
+                               cudaMemcpyDeviceToHost, compute_));
+    CUDA_CHECK(cudaStreamSynchronize(compute_));
+    EvalResult r;
+    for (int i = 0; i < b.batch; ++i) {
+      r.loss_sum += loss[i];
+      r.correct += correct[i];
+    }
+    r.count = b.batch;
+    return r;
+  }
+
   std::string nccl_transport() override {
     if (!comm_) return "none (no DDP)";
     if (transport_.empty()) transport_ = read_nccl_transport(nccl_log_);
@@ -363,6 +394,7 @@ class GpuEngine final : public Engine {
       grads_ = own_grads_.get();
     }
     CUDA_CHECK(cudaMemset(grads_, 0, n * sizeof(float)));
+    if (o.eval_every > 0) allocate_eval_buffers();
     if (model_->bf16_weights()) {
       convert_to_bf16(params_.get(), model_->bf16_weights(), n, compute_);
       CUDA_CHECK(cudaStreamSynchronize(compute_));
@@ -391,6 +423,19 @@ class GpuEngine final : public Engine {
                   "reach the other GPUs over NVLink only through cuMem handles (NCCL 2.28 on H200 does: P2P/CUMEM); "
                   "older NCCL falls back to SHM or NET - nccl_transport in the results file says which\n",
                   w.hostname.c_str());
+  }
+
+  /// Device buffers of the evaluation pass (Engine::evaluate): one batch of images and labels,
+  /// the forward's mean loss, per-row loss and correct flags. Allocated with the rest when
+  /// --eval-every is on (so the ranks agree on running out of memory), else at the first use.
+  void allocate_eval_buffers() {
+    const auto& c = layout_.cfg;
+    const int n = opts_.batch_size;
+    eval_images_ = DeviceBuffer<float>((size_t)n * c.channels * c.image_size * c.image_size, "evaluation images");
+    eval_labels_ = DeviceBuffer<int32_t>(n, "evaluation labels");
+    eval_loss_ = DeviceBuffer<float>(1, "evaluation loss");
+    eval_row_loss_ = DeviceBuffer<float>(n, "evaluation per-sample loss");
+    eval_row_correct_ = DeviceBuffer<int32_t>(n, "evaluation per-sample correct flags");
   }
 
   int next_slot() const { return slot_ ^ 1; }
@@ -475,6 +520,8 @@ class GpuEngine final : public Engine {
   DeviceBuffer<float> params_, own_grads_, loss_;
   float* grads_ = nullptr;  // own_grads_, or the model's overlaid buffer (GpuViT::gradients())
   std::vector<DeviceBuffer<float>> state_;    // one per state_names_ entry
+  DeviceBuffer<float> eval_images_, eval_loss_, eval_row_loss_;  // Engine::evaluate
+  DeviceBuffer<int32_t> eval_labels_, eval_row_correct_;
   DeviceBuffer<float> images_[2];
   DeviceBuffer<int32_t> labels_[2];
   float* loss_host_ = nullptr;

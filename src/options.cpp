@@ -76,7 +76,7 @@ constexpr long long kMaxSteps = 100000000;
 
 const std::vector<Spec>& table() {
   static const std::vector<Spec> specs = {
-      {"model", "NAME", "ViT variant: vit_l_32, vit_b_32, vit_l_16, vit_b_16, vit_h_14 (torchvision sizes) or the test sizes vit_tiny, vit_micro",
+      {"model", "NAME", "ViT variant: vit_l_32, vit_b_32, vit_l_16, vit_b_16, vit_h_14 (torchvision sizes), the test sizes vit_tiny, vit_micro, or vit_fmnist, vit_fmnist_cpu (28x28 Fashion-MNIST, model/vit_config.h)",
        [](Options& o, const std::string& v) { o.model = one_of("--model", v, vit_variant_names()); },
        [](const Options& o) { return o.model; }},
       {"num-classes", "K", "classes of the head; 0 = the variant's own (1000; vit_tiny 10)",
@@ -108,6 +108,12 @@ const std::vector<Spec>& table() {
          o.data = v;
        },
        [](const Options& o) { return o.data; }},
+      {"eval-every", "N", "evaluate top-1 accuracy and mean cross-entropy over the whole --eval-split (each sample once, split over ranks, forward only) after every N optimizer steps and after the last; 0 = never. Needs --data idx:DIR; results in eval/* of the results file",
+       [](Options& o, const std::string& v) { o.eval_every = (int)parse_int("--eval-every", v, 0, kMaxSteps); },
+       [](const Options& o) { return std::to_string(o.eval_every); }},
+      {"eval-split", "test|train", "split --eval-every evaluates: test = DIR/t10k-{images-idx3,labels-idx1}-ubyte[.gz] next to the training files of --data idx:DIR; train = the training split",
+       [](Options& o, const std::string& v) { o.eval_split = one_of("--eval-split", v, {"test", "train"}); },
+       [](const Options& o) { return o.eval_split; }},
       {"data-workers", "N", "host threads that prepare batches ahead of the training loop",
        [](Options& o, const std::string& v) { o.data_workers = (int)parse_int("--data-workers", v, 1, 256); },
        [](const Options& o) { return std::to_string(o.data_workers); }},
@@ -345,6 +351,9 @@ Options parse_options(int argc, const char* const* argv) {
                       " > " + fmt(o.bucket_cap_mb) + ")");
   check_optimizer_options(o);
   check_checkpoint_options(o);
+  if (o.eval_every > 0 && o.data.rfind("idx:", 0) != 0)
+    throw OptionError("--eval-every: --data " + o.data + " has no --eval-split " + o.eval_split +
+                      " to evaluate; use --data idx:DIR (an MNIST-format data set with its t10k test files)");
   return o;
 }
 
@@ -392,7 +401,7 @@ std::string help_text() {
        "  mpirun -np 2 vitddp --out run.h5                       # ViT-L/32, batch 32, fp32, 25 MiB buckets\n"
        "  mpirun -np 1 vitddp --no-ddp --out single.h5           # the article's single-GPU baseline\n"
        "  mpirun -np 2 vitddp --backend cpu --model vit_tiny     # CPU reference backend, small model\n"
-       "  mpirun -np 2 vitddp --data idx:/usr/share/datasets/fashion-mnist --model vit_tiny --steps 500\n"
+       "  mpirun -np 2 vitddp --data idx:/usr/share/datasets/fashion-mnist --model vit_tiny --steps 500 --eval-every 100\n"
        "  mpirun -np 2 vitddp --optimizer adamw --weight-decay 0.01 --lr-schedule cosine --lr-warmup-steps 100\n"
        "  mpirun -np 2 vitddp --steps 1000 --checkpoint-every 100 --out run.h5      # checkpoints in run.ckpt.h5\n"
        "  mpirun -np 2 vitddp --steps 1000 --resume run.ckpt.h5 --out run2.h5        # the same run, from the checkpoint on\n"

@@ -25,6 +25,8 @@ struct Options {
   std::string backend = "auto";     ///< gpu | cpu | auto (gpu when a CUDA device is visible)
   std::string data = "synthetic";   ///< synthetic | device | idx:DIR
   int data_workers = 4;             ///< host threads producing batches
+  int eval_every = 0;               ///< evaluate every N optimizer steps and after the last; 0: never
+  std::string eval_split = "test";  ///< test | train: the IDX split --eval-every evaluates
   double bucket_cap_mb = 25.0;      ///< MiB (DDP bucket_cap_mb)
   double first_bucket_mb = 1.0;     ///< MiB (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
   bool ddp = true;                  ///< false: --no-ddp, no reducer at all

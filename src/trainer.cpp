@@ -19,6 +19,7 @@
 #include "src/engine.h"
 #include "src/fault_injection.h"
 #include "src/optimizer.h"
+#include "src/evaluation.h"
 #include "src/results_h5.h"
 #include "src/run_guard.h"
 #include "src/weights_io.h"
@@ -256,6 +257,19 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
     }
     return 2;
   }
+  // The --eval-every split (DIR/t10k-* for --eval-split test), read and checked as the training data.
+  std::shared_ptr<const IdxDataset> eval_data;
+  std::string eval_error;
+  try {
+    eval_data = load_eval_data(o, dataset, layout.cfg.num_classes);
+  } catch (const std::exception& e) {
+    eval_error = e.what();
+  }
+  if (!all_ranks_ok(eval_error.empty())) {
+    if (w.rank == 0)
+      std::fprintf(stderr, "vitddp: error: %s\n", eval_error.empty() ? "--eval-split: rejected on another rank" : eval_error.c_str());
+    return 2;
+  }
   // --init-from is read (and checked by name and shape) on every rank before any device work;
   // --save-weights' path is checked now so a long run does not fail at its end.
   std::vector<float> initial;
@@ -369,6 +383,14 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   const int64_t first_batch = (int64_t)start * k;  // batches the completed steps consumed (all sources: pure in the index)
   BatchFeed feed(o, w, layout.cfg, *engine, dataset, first_batch);
   Checkpointer checkpointer(o, w, layout, VITDDP_GIT_COMMIT);
+  std::unique_ptr<Evaluator> evaluator;
+  if (eval_data) {
+    evaluator = std::make_unique<Evaluator>(eval_data, layout.cfg, o.batch_size, w, *engine, results ? &*results : nullptr);
+    if (w.rank == 0)
+      std::printf("[vitddp] evaluation every %d step(s) and after the last on the %s split: %lld images, %lld on rank 0\n",
+                  o.eval_every, o.eval_split.c_str(), (long long)eval_data->count, (long long)evaluator->shard().size());
+  }
+  double eval_in_window_s = 0;  // evaluation time inside the timed window, taken out of it
   const size_t nb = buckets.size();
   const int total = o.total_steps();
   std::vector<double> gathered(w.rank == 0 ? (size_t)w.world_size * (kScalars + kBucketArrays * nb) : 0);
@@ -418,7 +440,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
     rec.data_wait_ms = data_wait_ms;
     rec.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (i == window_end - 1 && timed_count > 0) {
-      window_s = std::chrono::duration<double>(Clock::now() - window_start).count() - window_pause_s;
+      window_s = std::chrono::duration<double>(Clock::now() - window_start).count() - window_pause_s - eval_in_window_s;
       engine->profiler(false);
     }
     const bool timed = i >= o.warmup_steps && i < o.warmup_steps + o.steps;
@@ -507,6 +529,13 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
       exit_code = 128 + any[0];
       if (w.rank == 0) std::fprintf(stderr, "[vitddp] stopping after step %d on signal %d\n", i + 1, any[0]);
       break;
+    }
+    if (evaluator && eval_due(o.eval_every, i + 1, total)) {
+      // Between steps: the next batch is already staged and stays so; not part of any step's timing.
+      double eval_s = 0;
+      evaluator->run(i + 1, &eval_s);
+      if (i >= window_begin && i + 1 < window_end) eval_in_window_s += eval_s;  // timed, not the last
+      guard.step_done(i);  // the watchdog measures steps, not evaluations
     }
   }
   const bool window_complete = steps_done >= window_end && timed_count > 0;

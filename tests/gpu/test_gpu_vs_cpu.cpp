@@ -108,6 +108,15 @@ TEST_CASE("gpu_vit: matches CpuViT<float> (vit_tiny, batch 3 of max 5)", "[gpu][
   compare_with_cpu(vit_config("vit_tiny"), 5, 3, 202, 1e-5, 1e-6, 1e-4);
 }
 
+TEST_CASE("gpu_vit: matches CpuViT<float> on the Fashion-MNIST sizes (vit_fmnist with 2 blocks, vit_fmnist_cpu)",
+          "[gpu][gpu_vit]") {
+  REQUIRE_GPU();
+  ViTConfig cfg = vit_config("vit_fmnist");  // 28x28, patch 4: 50 tokens, 3 heads of 64
+  cfg.layers = 2;
+  compare_with_cpu(cfg, 5, 3, 205, 1e-5, 1e-6, 1e-4);
+  compare_with_cpu(vit_config("vit_fmnist_cpu"), 5, 5, 206, 1e-5, 1e-6, 1e-4);
+}
+
 TEST_CASE("gpu_vit: matches CpuViT<float> without autotuning or fused bias gradients (vit_tiny)",
           "[gpu][gpu_vit]") {
   REQUIRE_GPU();
