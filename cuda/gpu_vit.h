@@ -48,6 +48,10 @@ struct GpuViTOptions {
   /// conv_proj: im2col + cuBLASLt GEMM (cuda/patch_embed.h) or cuDNN convolution
   /// (cuda/cudnn_conv.h; algorithms timed at set-up when gemm_autotune_candidates > 1).
   PatchEmbedImpl patch_embed = PatchEmbedImpl::gemm;
+  /// Bit-reproducible runs (checkpoint / resume): cuDNN attention uses its deterministic
+  /// backward (slower); pair with gemm_autotune_candidates = 0 so every process picks the same
+  /// cuBLASLt algorithms.
+  bool deterministic = false;
 
   /// The defaults with `p` as the precision.
   static GpuViTOptions for_precision(Precision p) {

@@ -384,6 +384,13 @@ class GpuEngine final : public Engine {
     mo.refresh_bf16_weights = false;
     mo.attention = resolve_attention(o.attention, mo.precision);
     mo.patch_embed = resolve_patch_embed(o.patch_embed, mo.precision);
+    if (o.checkpoint_every > 0 || !o.resume.empty()) {
+      // A resumed run must repeat the uninterrupted one bit for bit: no timing-based choice of
+      // cuBLASLt algorithms (which may differ between processes) and cuDNN's deterministic
+      // attention backward.
+      mo.gemm_autotune_candidates = 0;
+      mo.deterministic = true;
+    }
     // Without gradient accumulation the gradients need to live only from backward to the
     // optimizer step: they share memory with dead activations (GpuViTOptions::overlay_gradients).
     mo.overlay_gradients = o.grad_accum_steps == 1 && layout.total == layout.parameter_count();

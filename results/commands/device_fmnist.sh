@@ -29,7 +29,7 @@ if [ $# -gt 0 ] && [[ "$1" != --* ]]; then BIN=$1; shift; fi
 OUT=${OUT:-.}
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPI="mpirun --bind-to none -x NCCL_NVLS_ENABLE=0 -np 2"
-RECIPE=(--model vit_fmnist --data "idx:$DATA" --batch-size 128 --momentum 0.9
+RECIPE=(--model vit_fmnist --data "idx:$DATA" --batch-size 128 --momentum 0.9 --lr-schedule cosine --lr-warmup-steps 234
         --warmup-steps 0 --steps 4680 --cooldown-steps 0 --eval-every 468 --eval-split test
         --progress-every 234 --flush-every 234 --data-workers 4)
 LOG=$OUT/fmnist.log

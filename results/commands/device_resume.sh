@@ -19,7 +19,7 @@ mkdir -p "$OUT"
 D=/tmp/resume; rm -rf $D; mkdir -p $D
 MPI="mpirun --bind-to none -x NCCL_NVLS_ENABLE=0 -np 2"
 BASE="--backend gpu --model $MODEL --batch-size 32 --warmup-steps 2 --steps 4 --cooldown-steps 2 --init random --progress-every 1"
-FMNIST=/usr/share/datasets/fashion-mnist
+FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
 failed=0
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1"; failed=$((failed + 1)); }
