@@ -36,6 +36,7 @@ with h5py.File(full, "r") as a, h5py.File(res, "r") as b:
     assert (a["training/lr"][()][:, 4:] == b["training/lr"][()]).all(), "lr differs"
     losses = " ".join("%.9g" % x for x in lb[0])
 with h5py.File(cf, "r") as a, h5py.File(cr, "r") as b:
+    updates = a.attrs["optimizer_steps"]
     bad = []
     def same(name, obj):
         if isinstance(obj, h5py.Dataset):
@@ -45,7 +46,7 @@ with h5py.File(cf, "r") as a, h5py.File(cr, "r") as b:
     a.visititems(same)
     if bad:
         raise SystemExit("step-8 checkpoints differ in %d tensors, e.g. %s" % (len(bad), bad[:3]))
-print("ok: rank-0 losses of steps 5-8 %s; step-8 checkpoints identical (%d updates)" % (losses, a.attrs["optimizer_steps"]))
+print("ok: rank-0 losses of steps 5-8 %s; step-8 checkpoints identical (%d updates)" % (losses, updates))
 PY
 }
 
