@@ -411,132 +411,148 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   const ErrorMark error_mark(results, steps_done);
   const FaultInjection fault(o);  // --debug-fail-*: off unless asked
 
-  for (int i = start; i < total; ++i) {
-    if (i == o.debug_nan_at_step && w.rank == 0) engine->poison_staged_batch();
-    if (i == window_begin && timed_count > 0) {
-      engine->profiler(true);
-      window_start = Clock::now();
-    }
-    const auto t0 = Clock::now();
-    // The schedule advances with every step, skipped ones included (torch: scheduler.step() runs
-    // even when GradScaler skips optimizer.step()).
-    const double lr = schedule.lr_at(i);
-    engine->set_lr(lr);
-    StepRecord rec;
-    double data_wait_ms = data_wait_next_ms;
-    {
-      NvtxRange batch_range("Batch " + std::to_string(i), NvtxColor::Blue);
-      for (int j = 0; j < k; ++j) {
-        engine->run_micro_step(j, k);
-        // The next micro-batch is fetched and copied while this one runs on the device.
-        const bool more = i + 1 < total || j + 1 < k;
-        const double wait = more ? feed.stage_next(micro_batches++) : 0.0;
-        if (j + 1 < k) data_wait_ms += wait;
-        else data_wait_next_ms = wait;
+  // An error on this rank mid-run (a CUDA/NCCL error, an exception) must end every rank now: the
+  // peers may be waiting inside this step's collectives, and unwinding would run destructors that
+  // wait for the device (cudaDeviceSynchronize, cudaFree) and hence for those peers. So: one line,
+  // rank 0 marks and closes its results file, MPI_Abort.
+  try {
+    for (int i = start; i < total; ++i) {
+      if (i == o.debug_nan_at_step && w.rank == 0) engine->poison_staged_batch();
+      if (i == window_begin && timed_count > 0) {
+        engine->profiler(true);
+        window_start = Clock::now();
       }
-      if (fault.due(i, w.rank)) fault.trigger(*engine, w.rank, i);  // the step's collectives in flight
-      engine->finish_step(&rec);
-    }
-    rec.data_wait_ms = data_wait_ms;
-    rec.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (i == window_end - 1 && timed_count > 0) {
-      window_s = std::chrono::duration<double>(Clock::now() - window_start).count() - window_pause_s - eval_in_window_s;
-      engine->profiler(false);
-    }
-    const bool timed = i >= o.warmup_steps && i < o.warmup_steps + o.steps;
-    if (timed) {
-      timed_steps_ms.push_back(rec.step_ms);
-      const double bwd_end = rec.backward_end_ms;
-      for (size_t b = 0; b < rec.buckets.start_ms.size(); ++b) {
-        ++timed_buckets;
-        if (rec.buckets.start_ms[b] >= bwd_end) ++late_buckets;
+      const auto t0 = Clock::now();
+      // The schedule advances with every step, skipped ones included (torch: scheduler.step() runs
+      // even when GradScaler skips optimizer.step()).
+      const double lr = schedule.lr_at(i);
+      engine->set_lr(lr);
+      StepRecord rec;
+      double data_wait_ms = data_wait_next_ms;
+      {
+        NvtxRange batch_range("Batch " + std::to_string(i), NvtxColor::Blue);
+        for (int j = 0; j < k; ++j) {
+          engine->run_micro_step(j, k);
+          // The next micro-batch is fetched and copied while this one runs on the device.
+          const bool more = i + 1 < total || j + 1 < k;
+          const double wait = more ? feed.stage_next(micro_batches++) : 0.0;
+          if (j + 1 < k) data_wait_ms += wait;
+          else data_wait_next_ms = wait;
+        }
+        if (fault.due(i, w.rank)) fault.trigger(*engine, w.rank, i);  // the step's collectives in flight
+        engine->finish_step(&rec);
       }
-    }
-
-    guard.step_done(i);
-    steps_done = i + 1;
-    // One agreement per step: a signal on any rank, or a non-finite step on any rank, ends or marks
-    // the step on every rank at once.
-    int flags[2] = {guard.stop_signal(), rec.nonfinite ? 1 : 0}, any[2] = {0, 0};
-    MPI_CHECK(MPI_Allreduce(flags, any, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-    if (any[1]) ++nonfinite_steps;
-
-    const std::vector<double> row = pack(rec, nb);
-    MPI_CHECK(MPI_Gather(row.data(), (int)row.size(), MPI_DOUBLE, gathered.data(), (int)row.size(), MPI_DOUBLE, 0,
-                         MPI_COMM_WORLD));
-    if (w.rank == 0) {
-      const size_t stride = kScalars + kBucketArrays * nb;
-      std::vector<double> col(w.world_size), bk((size_t)w.world_size * nb);
-      for (int s = 0; s < kFloatSeries; ++s) {
-        for (int r = 0; r < w.world_size; ++r) col[r] = gathered[r * stride + s];
-        results->append_step(kStepSeries[s].name, col);
+      rec.data_wait_ms = data_wait_ms;
+      rec.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (i == window_end - 1 && timed_count > 0) {
+        window_s = std::chrono::duration<double>(Clock::now() - window_start).count() - window_pause_s - eval_in_window_s;
+        engine->profiler(false);
       }
-      for (int which = 0; which < kBucketArrays; ++which) {
-        for (int r = 0; r < w.world_size; ++r)
-          for (size_t b = 0; b < nb; ++b) bk[r * nb + b] = gathered[r * stride + kScalars + which * nb + b];
-        if (kBucketSeries[which].integer) {
-          results->append_step(kBucketSeries[which].name, std::vector<int64_t>(bk.begin(), bk.end()));
-        } else {
-          results->append_step(kBucketSeries[which].name, bk);
+      const bool timed = i >= o.warmup_steps && i < o.warmup_steps + o.steps;
+      if (timed) {
+        timed_steps_ms.push_back(rec.step_ms);
+        const double bwd_end = rec.backward_end_ms;
+        for (size_t b = 0; b < rec.buckets.start_ms.size(); ++b) {
+          ++timed_buckets;
+          if (rec.buckets.start_ms[b] >= bwd_end) ++late_buckets;
         }
       }
-      results->append_step("steps/timed", std::vector<int64_t>{timed ? 1 : 0});
-      results->append_step("training/lr", std::vector<double>{lr});
-      std::vector<int64_t> nf(w.world_size);
-      for (int r = 0; r < w.world_size; ++r) nf[r] = gathered[r * stride + kNonfiniteIndex] != 0;
-      results->append_step("training/nonfinite", nf);
-      if (!o.trace.empty())
-        for (int r = 0; r < w.world_size; ++r) add_to_trace(trace, r, i, &gathered[r * stride], nb);
-      if ((i + 1) % o.flush_every == 0) results->flush();
-      if ((i + 1) % o.progress_every == 0 || i + 1 == total)
-        std::printf("[vitddp] step %d/%d (%s) loss %.4f lr %.3g | step %.1f ms: fwd %.1f, bwd %.1f, exposed comm %.1f, opt %.1f, data wait %.1f\n",
-                    i + 1, total, phase_of(i, o), rec.loss, lr, rec.step_ms, rec.forward_ms, rec.backward_ms,
-                    rec.exposed_comm_ms, rec.optimizer_ms, rec.data_wait_ms);
-      std::fflush(stdout);
-    }
-    // Checkpoint after this step: every --checkpoint-every steps, at the end, on a signal stop;
-    // never after a step that stops the run as non-finite.
-    const bool nonfinite_stop = any[1] && o.on_nonfinite == "stop";
-    if (!nonfinite_stop && checkpointer.due(i + 1, i + 1 == total, any[0] != 0)) {
-      const auto c0 = Clock::now();
-      const std::string err = checkpointer.write(*engine, i + 1, first_batch + (int64_t)(i + 1 - start) * k);
-      const double took = std::chrono::duration<double>(Clock::now() - c0).count();
-      if (i >= window_begin && i + 1 < window_end) window_pause_s += took;  // not part of the timed window
-      if (!err.empty()) {
-        if (w.rank == 0) std::fprintf(stderr, "[vitddp] error: checkpoint after step %d: %s\n", i + 1, err.c_str());
-        stop_reason = "checkpoint failed after step " + std::to_string(i + 1);
-        exit_code = 1;
-        break;
-      }
+
+      guard.step_done(i);
+      steps_done = i + 1;
+      // One agreement per step: a signal on any rank, or a non-finite step on any rank, ends or marks
+      // the step on every rank at once.
+      int flags[2] = {guard.stop_signal(), rec.nonfinite ? 1 : 0}, any[2] = {0, 0};
+      MPI_CHECK(MPI_Allreduce(flags, any, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+      if (any[1]) ++nonfinite_steps;
+
+      const std::vector<double> row = pack(rec, nb);
+      MPI_CHECK(MPI_Gather(row.data(), (int)row.size(), MPI_DOUBLE, gathered.data(), (int)row.size(), MPI_DOUBLE, 0,
+                           MPI_COMM_WORLD));
       if (w.rank == 0) {
-        std::printf("[vitddp] checkpoint after step %d written to %s (%.2f s)\n", i + 1,
-                    checkpointer.last_file().c_str(), took);
+        const size_t stride = kScalars + kBucketArrays * nb;
+        std::vector<double> col(w.world_size), bk((size_t)w.world_size * nb);
+        for (int s = 0; s < kFloatSeries; ++s) {
+          for (int r = 0; r < w.world_size; ++r) col[r] = gathered[r * stride + s];
+          results->append_step(kStepSeries[s].name, col);
+        }
+        for (int which = 0; which < kBucketArrays; ++which) {
+          for (int r = 0; r < w.world_size; ++r)
+            for (size_t b = 0; b < nb; ++b) bk[r * nb + b] = gathered[r * stride + kScalars + which * nb + b];
+          if (kBucketSeries[which].integer) {
+            results->append_step(kBucketSeries[which].name, std::vector<int64_t>(bk.begin(), bk.end()));
+          } else {
+            results->append_step(kBucketSeries[which].name, bk);
+          }
+        }
+        results->append_step("steps/timed", std::vector<int64_t>{timed ? 1 : 0});
+        results->append_step("training/lr", std::vector<double>{lr});
+        std::vector<int64_t> nf(w.world_size);
+        for (int r = 0; r < w.world_size; ++r) nf[r] = gathered[r * stride + kNonfiniteIndex] != 0;
+        results->append_step("training/nonfinite", nf);
+        if (!o.trace.empty())
+          for (int r = 0; r < w.world_size; ++r) add_to_trace(trace, r, i, &gathered[r * stride], nb);
+        if ((i + 1) % o.flush_every == 0) results->flush();
+        if ((i + 1) % o.progress_every == 0 || i + 1 == total)
+          std::printf("[vitddp] step %d/%d (%s) loss %.4f lr %.3g | step %.1f ms: fwd %.1f, bwd %.1f, exposed comm %.1f, opt %.1f, data wait %.1f\n",
+                      i + 1, total, phase_of(i, o), rec.loss, lr, rec.step_ms, rec.forward_ms, rec.backward_ms,
+                      rec.exposed_comm_ms, rec.optimizer_ms, rec.data_wait_ms);
         std::fflush(stdout);
       }
-    }
-    if (any[1]) {
-      if (w.rank == 0)
-        std::fprintf(stderr, "[vitddp] step %d: non-finite loss or gradients (NaN/Inf); the update was not applied%s\n",
-                     i + 1, o.on_nonfinite == "stop" ? ": stopping (--on-nonfinite stop)" : ", going on (--on-nonfinite skip)");
-      if (o.on_nonfinite == "stop") {
-        stop_reason = "non-finite loss or gradients at step " + std::to_string(i + 1);
-        exit_code = 4;
+      // Checkpoint after this step: every --checkpoint-every steps, at the end, on a signal stop;
+      // never after a step that stops the run as non-finite.
+      const bool nonfinite_stop = any[1] && o.on_nonfinite == "stop";
+      if (!nonfinite_stop && checkpointer.due(i + 1, i + 1 == total, any[0] != 0)) {
+        const auto c0 = Clock::now();
+        const std::string err = checkpointer.write(*engine, i + 1, first_batch + (int64_t)(i + 1 - start) * k);
+        const double took = std::chrono::duration<double>(Clock::now() - c0).count();
+        if (i >= window_begin && i + 1 < window_end) window_pause_s += took;  // not part of the timed window
+        if (!err.empty()) {
+          if (w.rank == 0) std::fprintf(stderr, "[vitddp] error: checkpoint after step %d: %s\n", i + 1, err.c_str());
+          stop_reason = "checkpoint failed after step " + std::to_string(i + 1);
+          exit_code = 1;
+          break;
+        }
+        if (w.rank == 0) {
+          std::printf("[vitddp] checkpoint after step %d written to %s (%.2f s)\n", i + 1,
+                      checkpointer.last_file().c_str(), took);
+          std::fflush(stdout);
+        }
+      }
+      if (any[1]) {
+        if (w.rank == 0)
+          std::fprintf(stderr, "[vitddp] step %d: non-finite loss or gradients (NaN/Inf); the update was not applied%s\n",
+                       i + 1, o.on_nonfinite == "stop" ? ": stopping (--on-nonfinite stop)" : ", going on (--on-nonfinite skip)");
+        if (o.on_nonfinite == "stop") {
+          stop_reason = "non-finite loss or gradients at step " + std::to_string(i + 1);
+          exit_code = 4;
+          break;
+        }
+      }
+      if (any[0]) {
+        stop_reason = "signal " + std::to_string(any[0]) + " after step " + std::to_string(i + 1);
+        exit_code = 128 + any[0];
+        if (w.rank == 0) std::fprintf(stderr, "[vitddp] stopping after step %d on signal %d\n", i + 1, any[0]);
         break;
       }
+      if (evaluator && eval_due(o.eval_every, i + 1, total)) {
+        // Between steps: the next batch is already staged and stays so; not part of any step's timing.
+        double eval_s = 0;
+        evaluator->run(i + 1, &eval_s);
+        if (i >= window_begin && i + 1 < window_end) eval_in_window_s += eval_s;  // timed, not the last
+        guard.step_done(i);  // the watchdog measures steps, not evaluations
+      }
     }
-    if (any[0]) {
-      stop_reason = "signal " + std::to_string(any[0]) + " after step " + std::to_string(i + 1);
-      exit_code = 128 + any[0];
-      if (w.rank == 0) std::fprintf(stderr, "[vitddp] stopping after step %d on signal %d\n", i + 1, any[0]);
-      break;
+  } catch (const std::exception& e) {
+    if (w.rank == 0 && results && results->is_open()) {
+      try {
+        results->set_attr("stop_reason", "error on rank 0 after step " + std::to_string(steps_done) + " (see the log)");
+        results->set_attr("steps_completed", (int64_t)steps_done);
+        results->close();
+      } catch (...) {  // the rows already flushed stay readable
+      }
     }
-    if (evaluator && eval_due(o.eval_every, i + 1, total)) {
-      // Between steps: the next batch is already staged and stays so; not part of any step's timing.
-      double eval_s = 0;
-      evaluator->run(i + 1, &eval_s);
-      if (i >= window_begin && i + 1 < window_end) eval_in_window_s += eval_s;  // timed, not the last
-      guard.step_done(i);  // the watchdog measures steps, not evaluations
-    }
+    abort_all(w, e.what(), 1);
   }
   const bool window_complete = steps_done >= window_end && timed_count > 0;
   if (!o.save_weights.empty() && w.rank == 0) {
