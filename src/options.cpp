@@ -218,7 +218,7 @@ const std::vector<Spec>& table() {
          o.save_weights = v;
        },
        [](const Options& o) { return o.save_weights; }},
-      {"checkpoint-every", "N", "rank 0 writes a checkpoint (parameters, optimizer state, step, data position; also a weights file for --init-from) after every N optimizer steps, at the end of the run and when stopped by SIGTERM/SIGINT; 0 = never. Written to PATH.tmp, then renamed over PATH",
+      {"checkpoint-every", "N", "rank 0 writes a checkpoint (parameters, optimizer state, step, data position; also a weights file for --init-from) after every N optimizer steps, at the end of the run and when stopped by SIGTERM/SIGINT; 0 = never. Written to PATH.tmp, then renamed over PATH. With it (or --resume) the GPU picks its GEMM algorithms deterministically (no autotuning, about 2% slower) and cuDNN attention uses its deterministic backward, so a resumed run repeats the uninterrupted one bit for bit",
        [](Options& o, const std::string& v) { o.checkpoint_every = (int)parse_int("--checkpoint-every", v, 0, kMaxSteps); },
        [](const Options& o) { return std::to_string(o.checkpoint_every); }},
       {"checkpoint-path", "PATH", "checkpoint file; '{step}' in it is replaced by the step count (one file per checkpoint), else each checkpoint replaces the previous one (default: --out with .h5 replaced by .ckpt.h5)",
