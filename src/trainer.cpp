@@ -10,7 +10,9 @@
 #include <optional>
 #include <utility>
 
+#include "cuda/kernel_choice.h"
 #include "cuda/nvtx.h"
+#include "cuda/precision.h"
 #include "model/param_layout.h"
 #include "mpi/buckets.h"
 #include "src/batch_feed.h"
@@ -161,6 +163,11 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   f.set_attr("global_batch_size", (int64_t)o.batch_size * w.world_size);
   f.set_attr("backend", info.backend);
   f.set_attr("precision", o.precision);
+  // What --attention / --patch-embed resolved to ("auto" is chosen by measurement, cuda/kernel_choice.h).
+  const bool gpu = info.backend == "gpu";
+  const Precision prec = parse_precision(o.precision);
+  f.set_attr("attention", gpu ? attention_impl_name(resolve_attention(o.attention, prec)) : "cpu reference");
+  f.set_attr("patch_embed", gpu ? patch_embed_impl_name(resolve_patch_embed(o.patch_embed, prec)) : "cpu reference");
   f.set_attr("ddp", (int64_t)o.ddp);
   f.set_attr("overlap", (int64_t)o.overlap);
   f.set_attr("gradient_as_bucket_view", (int64_t)(o.grad_as_bucket_view ? 1 : 0));
