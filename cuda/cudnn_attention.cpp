@@ -10,6 +10,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 #include <tuple>
 #include <unordered_map>
 
@@ -73,6 +74,7 @@ struct CudnnAttention::Impl {
   cudnnHandle_t handle = nullptr;
   std::map<GraphKey, std::shared_ptr<fe::graph::Graph>> graphs;
   DeviceBuffer<char> workspace;
+  std::vector<DeviceBuffer<char>> retired;  // outgrown workspaces, alive as long as this object
 
   ~Impl() {
     if (handle) cudnnDestroy(handle);
@@ -151,8 +153,10 @@ struct CudnnAttention::Impl {
     int64_t ws = 0;
     fe_check(g->get_workspace_size(ws), op, "get_workspace_size");
     if ((size_t)ws > workspace.size()) {
-      CUDA_CHECK(cudaStreamSynchronize(stream));  // earlier graphs may still use the old buffer
-      workspace = DeviceBuffer<char>();
+      // The old workspace is kept, not freed: queued work or a captured CUDA graph (the trainer's
+      // step graph, captured at max_batch; a later evaluation batch may need a new graph) may
+      // still use its address.
+      retired.push_back(std::move(workspace));
       workspace = DeviceBuffer<char>((size_t)ws, "cuDNN attention workspace");
     }
     graphs.emplace(key, g);
@@ -216,7 +220,11 @@ void CudnnAttention::backward(const __nv_bfloat16* qkv, const __nv_bfloat16* out
   impl_->execute(g, pack, batch, T, heads, head_dim, true);
 }
 
-size_t CudnnAttention::device_bytes() const { return impl_->workspace.size(); }
+size_t CudnnAttention::device_bytes() const {
+  size_t b = impl_->workspace.size();
+  for (const auto& r : impl_->retired) b += r.size();
+  return b;
+}
 
 size_t CudnnAttention::graph_count() const { return impl_->graphs.size(); }
 

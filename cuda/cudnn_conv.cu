@@ -7,6 +7,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "cuda/cast.h"
 #include "cuda/check.h"
@@ -131,12 +132,14 @@ struct CudnnPatchEmbed::Impl {
     if (handle) cudnnDestroy(handle);
   }
 
+  /// Grows `buf` to `bytes`. The old buffer is kept (retired), never freed before this object:
+  /// queued work or a captured CUDA graph (the trainer's step graph) may still use its address.
   void grow(DeviceBuffer<char>& buf, size_t bytes, const char* what) {
     if (bytes <= buf.size()) return;
-    CUDA_CHECK(cudaStreamSynchronize(stream));  // queued work may still use the old buffer
-    buf = DeviceBuffer<char>();
+    retired.push_back(std::move(buf));
     buf = DeviceBuffer<char>(bytes, what);
   }
+  std::vector<DeviceBuffer<char>> retired;  // outgrown buffers, alive as long as this object
 
   std::string op_name(const char* what, int B) const {
     return std::string("cuDNN patch embedding ") + what + " (B=" + std::to_string(B) + " C=" +
@@ -300,7 +303,10 @@ void CudnnPatchEmbed::backward_weight(const __nv_bfloat16* demb, float* dw, bool
 
 size_t CudnnPatchEmbed::device_bytes() const {
   const Impl& s = *impl_;
-  return s.workspace.size() + s.reorder.size() + s.xkeep.size() + (s.y16.size() + s.dw16.size()) * sizeof(bf16);
+  size_t retired = 0;
+  for (const auto& r : s.retired) retired += r.size();
+  return s.workspace.size() + s.reorder.size() + s.xkeep.size() + (s.y16.size() + s.dw16.size()) * sizeof(bf16) +
+         retired;
 }
 
 }  // namespace vitddp
