@@ -40,7 +40,12 @@ std::string patch_embed_choice_error(const std::string& name, Precision p);
 /// gemm (cuDNN's convolution is 2.6-4.7x slower).
 /// Throws std::invalid_argument for an unknown name or a combination attention_choice_error
 /// rejects.
-AttentionImpl resolve_attention(const std::string& name, Precision p);
+/// `head_dim` (0 = unknown): auto falls back to custom for shapes cuDNN's flash attention does not
+/// take (head_dim not a multiple of 8 or above 256, e.g. the test model vit_micro).
+AttentionImpl resolve_attention(const std::string& name, Precision p, int head_dim = 0);
+
+/// True when cuDNN's fused attention runs head dimension `head_dim` (a multiple of 8, at most 256).
+bool cudnn_attention_supports(int head_dim);
 PatchEmbedImpl resolve_patch_embed(const std::string& name, Precision p);
 
 }  // namespace vitddp

@@ -181,7 +181,7 @@ std::string checkpoint_mismatch(const CheckpointHeader& h, const Options& o, int
       "model",     "num-classes", "batch-size",  "grad-accum-steps", "data",       "seed",
       "backend",   "precision",   "compression", "optimizer",        "lr",         "momentum",
       "weight-decay", "adam-beta1", "adam-beta2", "adam-eps",        "lr-schedule", "lr-warmup-steps",
-      "min-lr"};
+      "min-lr",    "attention",   "patch-embed"};
   const auto mine = option_values(o);
   for (const std::string& name : must_match) {
     bool in_file = false, in_run = false;

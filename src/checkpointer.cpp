@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <utility>
+#include <vector>
 #include <stdexcept>
 
 #include "src/optimizer.h"
@@ -56,7 +58,6 @@ std::string checkpoint_path_problem(const Options& o, int64_t first_step) {
   std::error_code ec;
   if (!fs::is_directory(parent, ec))
     return "--checkpoint-path: directory '" + parent.string() + "' does not exist";
-  if (o.overwrite) return "";
   // The files this run will write: every N-th step after first_step, and the last step. (A
   // signal stop writes one more, at a step not known in advance: it replaces what is there.)
   std::vector<int64_t> steps;
@@ -67,6 +68,20 @@ std::string checkpoint_path_problem(const Options& o, int64_t first_step) {
     if (!per_step) break;
   }
   steps.push_back(total);
+  // A checkpoint renamed over the results file (open for writing), the weights file or the trace
+  // would destroy them: refused even with --overwrite.
+  auto same_path = [&ec](const std::string& a, const std::string& b) {
+    return !a.empty() && !b.empty() &&
+           fs::absolute(a, ec).lexically_normal() == fs::absolute(b, ec).lexically_normal();
+  };
+  for (int64_t s : steps) {
+    const std::string f = checkpoint_file(pattern, s);
+    for (const auto& [opt, other] : {std::pair<const char*, const std::string*>{"--out", &o.out},
+                                     {"--save-weights", &o.save_weights}, {"--trace", &o.trace}})
+      if (same_path(f, *other))
+        return "--checkpoint-path: '" + f + "' is also the " + opt + " file; give the checkpoints their own path";
+  }
+  if (o.overwrite) return "";
   for (int64_t s : steps) {
     const std::string f = checkpoint_file(pattern, s);
     if (fs::exists(fs::symlink_status(f, ec)) && !(!o.resume.empty() && same_file(f, o.resume)))

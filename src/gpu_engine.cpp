@@ -382,7 +382,7 @@ class GpuEngine final : public Engine {
     // here and then by the optimizer's pass, instead of a cast at every forward.
     GpuViTOptions mo = GpuViTOptions::for_precision(parse_precision(o.precision));
     mo.refresh_bf16_weights = false;
-    mo.attention = resolve_attention(o.attention, mo.precision);
+    mo.attention = resolve_attention(o.attention, mo.precision, layout.cfg.head_dim());
     mo.patch_embed = resolve_patch_embed(o.patch_embed, mo.precision);
     if (o.checkpoint_every > 0 || !o.resume.empty()) {
       // A resumed run must repeat the uninterrupted one bit for bit: no timing-based choice of
@@ -400,7 +400,9 @@ class GpuEngine final : public Engine {
       own_grads_ = DeviceBuffer<float>(n, "gradients");
       grads_ = own_grads_.get();
     }
-    CUDA_CHECK(cudaMemset(grads_, 0, n * sizeof(float)));
+    // On the compute stream (the overlaid gradients share memory with activations), then wait.
+    CUDA_CHECK(cudaMemsetAsync(grads_, 0, n * sizeof(float), compute_));
+    CUDA_CHECK(cudaStreamSynchronize(compute_));
     if (o.eval_every > 0) allocate_eval_buffers();
     if (model_->bf16_weights()) {
       convert_to_bf16(params_.get(), model_->bf16_weights(), n, compute_);

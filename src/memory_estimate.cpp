@@ -54,9 +54,10 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
   e.items.push_back({"inputs", "2 input slots of images and labels, loss per micro-step, non-finite flag",
                      2 * (images * f32 + (size_t)o.batch_size * sizeof(int32_t)) + (size_t)o.grad_accum_steps * f32 +
                          sizeof(int)});
-  const GpuViTOptions vo = GpuViTOptions::for_precision(p);
+  GpuViTOptions vo = GpuViTOptions::for_precision(p);
+  if (o.checkpoint_every > 0 || !o.resume.empty()) vo.gemm_autotune_candidates = 0;  // as GpuEngine: deterministic
   e.items.push_back({"cuBLASLt workspace", "scratch of the cuBLASLt GEMMs (split-K etc.)", GpuViT::workspace_bytes(vo)});
-  const GpuViTArenaPlan plan = plan_gpu_vit_arena(c, n, o.batch_size, p, overlay, resolve_attention(o.attention, p),
+  const GpuViTArenaPlan plan = plan_gpu_vit_arena(c, n, o.batch_size, p, overlay, resolve_attention(o.attention, p, c.head_dim()),
                                                      resolve_patch_embed(o.patch_embed, p));
   std::string arena = "the activation arena: " + std::to_string(plan.slots.size()) + " buffers for batch " +
                       std::to_string(o.batch_size);

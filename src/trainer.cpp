@@ -166,7 +166,7 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   // What --attention / --patch-embed resolved to ("auto" is chosen by measurement, cuda/kernel_choice.h).
   const bool gpu = info.backend == "gpu";
   const Precision prec = parse_precision(o.precision);
-  f.set_attr("attention", gpu ? attention_impl_name(resolve_attention(o.attention, prec)) : "cpu reference");
+  f.set_attr("attention", gpu ? attention_impl_name(resolve_attention(o.attention, prec, layout.cfg.head_dim())) : "cpu reference");
   f.set_attr("patch_embed", gpu ? patch_embed_impl_name(resolve_patch_embed(o.patch_embed, prec)) : "cpu reference");
   f.set_attr("ddp", (int64_t)o.ddp);
   f.set_attr("overlap", (int64_t)o.overlap);
@@ -513,6 +513,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
         const auto c0 = Clock::now();
         const std::string err = checkpointer.write(*engine, i + 1, first_batch + (int64_t)(i + 1 - start) * k);
         const double took = std::chrono::duration<double>(Clock::now() - c0).count();
+        guard.step_done(i);  // the watchdog measures steps: a checkpoint gets its own --step-timeout
         if (i >= window_begin && i + 1 < window_end) window_pause_s += took;  // not part of the timed window
         if (!err.empty()) {
           if (w.rank == 0) std::fprintf(stderr, "[vitddp] error: checkpoint after step %d: %s\n", i + 1, err.c_str());
@@ -545,6 +546,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
       if (evaluator && eval_due(o.eval_every, i + 1, total)) {
         // Between steps: the next batch is already staged and stays so; not part of any step's timing.
         double eval_s = 0;
+        guard.step_done(i);  // the evaluation gets its own --step-timeout
         evaluator->run(i + 1, &eval_s);
         if (i >= window_begin && i + 1 < window_end) eval_in_window_s += eval_s;  // timed, not the last
         guard.step_done(i);  // the watchdog measures steps, not evaluations

@@ -38,6 +38,8 @@ expect_error "unknown optimizer" "--optimizer: unknown value 'adam' (choose one 
 expect_error "momentum with AdamW" "--momentum: SGD only" --optimizer adamw --momentum 0.9
 expect_error "AdamW beta2 of 1" "--adam-beta2: must be in [0," --optimizer adamw --adam-beta2 1
 expect_error "min-lr without cosine" "--min-lr: needs --lr-schedule cosine" --min-lr 0.0001
+expect_error "checkpoint over the results file" "is also the --out file" --model vit_micro --out "$TMP/same.h5" --checkpoint-every 2 --checkpoint-path "$TMP/same.h5"
+expect_error "cuDNN patch embedding in bf16" "--patch-embed cudnn: not with --precision bf16" --patch-embed cudnn --precision bf16
 expect_error "warm-up longer than the cosine" "--lr-warmup-steps: must be less than the cosine schedule's length 14" --lr-schedule cosine --lr-warmup-steps 20
 expect_error "cuDNN attention in fp32" "--attention cudnn: needs --precision bf16" --attention cudnn
 expect_error "unknown patch embedding" "--patch-embed: unknown value 'fft'" --patch-embed fft

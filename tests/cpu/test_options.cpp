@@ -95,6 +95,8 @@ TEST_CASE("kernel choice: names map to implementations; auto never picks cuDNN a
     CHECK(resolve_patch_embed("auto", p) == PatchEmbedImpl::gemm);  // measured: GEMM is faster
   }
   CHECK(resolve_attention("auto", Precision::bf16) == AttentionImpl::cudnn);  // measured: cuDNN is faster
+  CHECK(resolve_attention("auto", Precision::bf16, 64) == AttentionImpl::cudnn);
+  CHECK(resolve_attention("auto", Precision::bf16, 4) == AttentionImpl::custom);  // vit_micro: not a cuDNN shape
   CHECK(resolve_attention("auto", Precision::fp32) == AttentionImpl::custom);
   CHECK(resolve_attention("auto", Precision::tf32) == AttentionImpl::custom);
   CHECK(resolve_attention("cudnn", Precision::bf16) == AttentionImpl::cudnn);
