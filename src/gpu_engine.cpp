@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -81,6 +82,15 @@ class GpuEngine final : public Engine {
   }
 
   ~GpuEngine() override {
+    // Destroyed while an exception propagates (an error on this rank outside the training loop,
+    // whose own errors MPI_Abort at once): the peers may never join this rank's queued
+    // collectives, so abort the communicator before waiting for the device.
+    if (std::uncaught_exceptions() > 0 && comm_) {
+      try {
+        comm_->abort();
+      } catch (...) {  // nothing more to do on the way out
+      }
+    }
     cudaDeviceSynchronize();
     graphs_.clear();  // before the communicator their NCCL nodes use
     reducer_.reset();
