@@ -11,12 +11,10 @@
 # dataset-fashion-mnist), VITDDP_ACCURACY_SEED (default 0).
 set -u
 BIN=$1
-MPIRUN="$2 --oversubscribe --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE=0"
+source "$(dirname "$0")/test_util.sh" "$2"
 PY=$3
 DATA=${VITDDP_FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
 SEED=${VITDDP_ACCURACY_SEED:-0}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 
 if ! ls "$DATA"/t10k-images-idx3-ubyte* >/dev/null 2>&1; then
   echo "FAIL - no Fashion-MNIST in $DATA (apt-get install dataset-fashion-mnist, or set VITDDP_FMNIST_DIR)"

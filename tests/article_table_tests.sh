@@ -16,14 +16,8 @@ export MPIRUN=$2
 PY=$3
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 SH=$REPO/results/commands/article_table.sh
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok   - $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
+source "$(dirname "$0")/test_util.sh" ""  # "": no mpirun line (article_table.sh adds its own flags)
 check() { if eval "$2"; then ok "$1"; else bad "$1"; return 1; fi; }
-is_png() { [ -s "$1" ] && [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]; }
 
 # ---- the plan
 total=0
@@ -90,5 +84,4 @@ check "bench_torch_ddp.py --no-ddp --comm-hook bf16: exit 2" '[ $rc -eq 2 ]'
 "$PY" "$REPO/results/bench_torch_ddp.py" --comm-hook powersgd --powersgd-start-iter 1 >/dev/null 2>&1; rc=$?
 check "bench_torch_ddp.py --powersgd-start-iter 1: exit 2" '[ $rc -eq 2 ]'
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

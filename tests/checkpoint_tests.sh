@@ -10,14 +10,9 @@
 # Usage: checkpoint_tests.sh <vitddp> <mpirun> <python3 with h5py>
 set -u
 BIN=$1
-MPIRUN="$2 --oversubscribe --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE=0"
+source "$(dirname "$0")/test_util.sh" "$2"
 PY=$3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass + 1)); echo "ok   - $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
 FMNIST=/usr/share/datasets/fashion-mnist
 # 8 steps: 2 warm-up, 4 timed, 2 cool-down.
 SMALL="--backend cpu --batch-size 4 --warmup-steps 2 --steps 4 --cooldown-steps 2 --first-bucket-mb 0.0005 --bucket-cap-mb 0.002 --init random"
@@ -114,15 +109,7 @@ print(c.attrs['step'])" "$TMP/term-run.h5" "$TMP/term.h5" 2>&1)
 if [ $rc -ne 0 ] && [[ "$info" =~ ^[0-9]+$ ]]; then ok "SIGTERM (exit $rc): checkpoint of the last completed step $info"
 else bad "SIGTERM checkpoint: rc=$rc $info $(tail -3 "$TMP/term.log")"; fi
 
-# expect_error NAME EXPECTED ARGS...: exit code 2 and the message, 2 ranks unless NP is set.
-expect_error() {
-  local name=$1 want=$2
-  shift 2
-  local out rc
-  out=$(timeout 120 $MPIRUN -np "${NP:-2}" "$BIN" $SMALL "$@" 2>&1); rc=$?
-  if [ $rc -eq 2 ] && grep -qF -- "$want" <<<"$out"; then ok "$name (exit 2: $(grep -F -- "$want" <<<"$out" | head -1 | cut -c1-150))"
-  else bad "$name: rc=$rc, wanted exit 2 and '$want', got: $out"; fi
-}
+EXPECT_ARGS=$SMALL  # expect_error (test_util.sh): the small run's options first
 C4="$TMP/sgd-synthetic-4.h5"
 S="--model vit_micro --lr 0.1 --momentum 0.9 --weight-decay 1e-3"
 expect_error "resume with another batch size" "--batch-size: the checkpoint was written with '4', this run has '8'" \
@@ -151,5 +138,4 @@ expect_error "--init-from with --resume" "--init-from: cannot be combined with -
   $S --resume "$C4" --init-from "$TMP/w.h5" --out "$TMP/e13.h5"
 for f in e1 e2 e3 e4 e5 e6 e7 e10 e11; do [ -e "$TMP/$f.h5" ] && bad "refused run $f left a results file"; done
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

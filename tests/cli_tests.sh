@@ -5,24 +5,8 @@
 # Usage: cli_tests.sh <vitddp binary> <mpirun>
 set -u
 BIN=$1
-MPIRUN="$2 --oversubscribe --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE=0"
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok   - $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
+source "$(dirname "$0")/test_util.sh" "$2"
 
-# expect_error NAME EXPECTED_SUBSTRING ARGS...: exit code 2 and the message on stderr.
-expect_error() {
-  local name=$1 want=$2
-  shift 2
-  local out rc
-  out=$(timeout 120 $MPIRUN -np 2 "$BIN" --backend cpu "$@" 2>&1)
-  rc=$?
-  if [ $rc -eq 2 ] && grep -qF -- "$want" <<<"$out"; then ok "$name (exit 2: $(grep -F -- "$want" <<<"$out" | head -1))"
-  else bad "$name: rc=$rc, wanted exit 2 and '$want', got: $out"; fi
-}
 
 expect_error "zero batch" "--batch-size: must be in [1, 65536], got '0'" --batch-size 0
 expect_error "negative steps" "--steps: must be in [1," --steps -1
@@ -112,5 +96,4 @@ expect_error "existing results file" "refusing to overwrite existing file" --mod
 sum_after=$(md5sum "$TMP/run.h5" | cut -d' ' -f1)
 if [ "$sum_before" = "$sum_after" ]; then ok "existing file untouched"; else bad "existing file was modified"; fi
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -8,25 +8,9 @@
 # Usage: eval_tests.sh <vitddp binary> <mpirun> <python3>
 set -u
 BIN=$1
-MPIRUN="$2 --oversubscribe --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE=0"
+source "$(dirname "$0")/test_util.sh" "$2"
 PY=$3
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok   - $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
 
-# expect_error NAME EXPECTED_SUBSTRING ARGS...: exit code 2 and the message.
-expect_error() {
-  local name=$1 want=$2
-  shift 2
-  local out rc
-  out=$(timeout 120 $MPIRUN -np 2 "$BIN" --backend cpu "$@" 2>&1)
-  rc=$?
-  if [ $rc -eq 2 ] && grep -qF -- "$want" <<<"$out"; then ok "$name (exit 2: $(grep -F -- "$want" <<<"$out" | head -1))"
-  else bad "$name: rc=$rc, wanted exit 2 and '$want', got: $out"; fi
-}
 
 # A small MNIST-format data set: 96 training and 1001 test images of 28 x 28, 10 classes, whose
 # label is visible in the pixels (so a trained model beats chance), written uncompressed.
@@ -115,7 +99,7 @@ else bad "--eval-split train rc=$rc: $out"; fi
 # results/vitddp_plot.py eval: a PNG of the curve; a file without evaluations is one line, exit 2.
 PLOT="$(dirname "$0")/../results/vitddp_plot.py"
 out=$("$PY" "$PLOT" eval "$TMP/np2.h5" -o "$TMP/eval.png" --target 50 2>&1); rc=$?
-if [ $rc -eq 0 ] && [ "$(head -c 8 "$TMP/eval.png" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]; then
+if [ $rc -eq 0 ] && is_png "$TMP/eval.png"; then
   ok "vitddp_plot.py eval writes a PNG"; else bad "vitddp_plot.py eval rc=$rc: $out"; fi
 out=$(timeout 120 $MPIRUN -np 1 "$BIN" --backend cpu --model vit_micro --batch-size 2 --warmup-steps 0 --steps 1 \
       --cooldown-steps 0 --out "$TMP/noeval.h5" 2>&1)
@@ -123,5 +107,4 @@ out=$("$PY" "$PLOT" eval "$TMP/noeval.h5" -o "$TMP/noeval.png" 2>&1); rc=$?
 if [ $rc -eq 2 ] && grep -q "missing dataset 'eval/step'" <<<"$out"; then ok "vitddp_plot.py eval without eval/*: exit 2 ($out)"
 else bad "vitddp_plot.py eval on a file without eval/*: rc=$rc: $out"; fi
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -4,12 +4,7 @@
 # Usage: reliability_tests.sh <vitddp> <mpirun>
 set -u
 BIN=$1
-MPIRUN="$2 --oversubscribe --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE=0"
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass + 1)); echo "ok   - $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
+source "$(dirname "$0")/test_util.sh" "$2"
 SMALL="--backend cpu --model vit_micro --batch-size 4 --first-bucket-mb 0.0005 --bucket-cap-mb 0.002"
 steps_in() { h5ls -r "$1" 2>/dev/null | grep '^/timing/forward ' | sed 's/.*{[0-9]*, \([0-9]*\)\/.*/\1/'; }
 attr_of() { h5dump -a "/$2" "$1" 2>/dev/null | grep -o '"[^"]*"' | tail -1; }
@@ -121,5 +116,4 @@ if [ $rc -eq 0 ] && grep -q "parameters .* 1226141600 bytes" <<<"$out" && grep -
   ok "--dry-run: $(grep '^  peak' <<<"$out" | tr -s ' ' | cut -c1-60)"
 else bad "dry-run: rc=$rc out=$out"; fi
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -7,15 +7,9 @@
 # Usage: test_plot.sh <vitddp binary> <mpirun> <python3> <vitddp_plot.py>
 set -u
 BIN=$1
-MPIRUN="$2 --oversubscribe --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE=0"
+source "$(dirname "$0")/test_util.sh" "$2"
 PY=$3
 PLOT=$4
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok   - $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
 
 # run_cpu NP CAP NAME: a short CPU-backend run writing $TMP/NAME.h5.
 run_cpu() {
@@ -32,8 +26,7 @@ run_cpu 2 0.01 np2-cap0.01
 run_cpu 1 0.002 np1-cap0.002
 FILES=("$TMP/np1-cap0.002.h5" "$TMP/np2-cap0.0005.h5" "$TMP/np2-cap0.002.h5" "$TMP/np2-cap0.01.h5")
 
-# is_png FILE / is_svg FILE
-is_png() { [ -s "$1" ] && [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]; }
+# is_svg FILE (is_png comes from test_util.sh)
 is_svg() { [ -s "$1" ] && grep -q "<svg" "$1"; }
 
 # ---- summary
@@ -79,7 +72,7 @@ for sub in summary phases timeline sweep scaling; do
 done
 
 # ---- errors: exit 2, one line naming the culprit
-expect_error() {  # NAME WANT COMMAND...
+expect_plot_error() {  # NAME WANT COMMAND...: the plot tool exits 2 with one line
   local name=$1 want=$2
   shift 2
   local out rc
@@ -87,7 +80,7 @@ expect_error() {  # NAME WANT COMMAND...
   if [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -qF -- "$want" <<<"$out"; then ok "$name (exit 2: $out)"
   else bad "$name: rc=$rc, wanted exit 2 and one line with '$want', got: $out"; fi
 }
-expect_error "missing file" "$TMP/nope.h5: no such file" summary "${FILES[0]}" "$TMP/nope.h5"
+expect_plot_error "missing file" "$TMP/nope.h5: no such file" summary "${FILES[0]}" "$TMP/nope.h5"
 "$PY" - "${FILES[2]}" "$TMP/partial.h5" <<'EOF'
 import sys, h5py
 with h5py.File(sys.argv[1], "r") as f, h5py.File(sys.argv[2], "w") as g:
@@ -97,12 +90,11 @@ with h5py.File(sys.argv[1], "r") as f, h5py.File(sys.argv[2], "w") as g:
         f.copy(grp, g)
     f.copy("timing/forward", g, name="timing/forward")  # no timing/backward etc.
 EOF
-expect_error "missing dataset" "partial.h5: missing dataset 'timing/data_wait'" phases "$TMP/partial.h5" -o "$TMP/p.png"
-expect_error "missing dataset (summary)" "partial.h5: missing dataset 'timing/exposed_comm'" summary "$TMP/partial.h5"
+expect_plot_error "missing dataset" "partial.h5: missing dataset 'timing/data_wait'" phases "$TMP/partial.h5" -o "$TMP/p.png"
+expect_plot_error "missing dataset (summary)" "partial.h5: missing dataset 'timing/exposed_comm'" summary "$TMP/partial.h5"
 echo "not hdf5" >"$TMP/text.h5"
-expect_error "not an HDF5 file" "text.h5: cannot open as HDF5" sweep "$TMP/text.h5" -o "$TMP/s.png"
-expect_error "bad output extension" "must end in .png or .svg" phases "${FILES[2]}" -o "$TMP/x.pdf"
-expect_error "step out of range" "--steps: step 7 is not in" timeline "${FILES[1]}" --steps 7 -o "$TMP/t.png"
+expect_plot_error "not an HDF5 file" "text.h5: cannot open as HDF5" sweep "$TMP/text.h5" -o "$TMP/s.png"
+expect_plot_error "bad output extension" "must end in .png or .svg" phases "${FILES[2]}" -o "$TMP/x.pdf"
+expect_plot_error "step out of range" "--steps: step 7 is not in" timeline "${FILES[1]}" --steps 7 -o "$TMP/t.png"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish
