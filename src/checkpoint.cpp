@@ -22,13 +22,6 @@ constexpr const char* kFormat = "vitddp-checkpoint";
 constexpr int64_t kFormatVersion = 1;
 constexpr const char* kOptionPrefix = "option.";
 
-std::string now_iso8601() {
-  char buf[64];
-  std::time_t t = std::time(nullptr);
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 // The whole checkpoint into `tmp` (truncated), closed before returning.
 void write_file(const std::string& tmp, const ParamLayout& layout, const CheckpointHeader& h, const TrainState& s) {
   h5::QuietErrors quiet;
@@ -47,7 +40,7 @@ void write_file(const std::string& tmp, const ParamLayout& layout, const Checkpo
   h5::write_int_attr(f, root + "world_size", "world_size", h.world_size);
   h5::write_int_attr(f, root + "lr_decay_steps", "lr_decay_steps", h.lr_decay_steps);
   h5::write_string_attr(f, root + "git_commit", "git_commit", h.git_commit);
-  h5::write_string_attr(f, root + "created", "created", now_iso8601());
+  h5::write_string_attr(f, root + "created", "created", h5::utc_now_iso8601());
   std::string optimizer;
   for (const auto& [k, v] : h.options) {
     h5::write_string_attr(f, root + kOptionPrefix + k, kOptionPrefix + k, v);

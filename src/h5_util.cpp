@@ -1,5 +1,6 @@
 #include "src/h5_util.h"
 
+#include <ctime>
 #include <vector>
 
 namespace vitddp {
@@ -47,6 +48,13 @@ bool link_exists(hid_t loc, const std::string& name) {
     if (slash == std::string::npos) return true;
     pos = slash + 1;
   }
+}
+
+std::string utc_now_iso8601() {
+  char buf[64];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
 }
 
 }  // namespace h5

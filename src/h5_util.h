@@ -17,6 +17,10 @@ namespace h5 {
 /// would clear the stack.
 std::string error_text();
 
+/// The current UTC time in ISO 8601, e.g. "2026-11-30T04:51:22Z": the timestamp attributes of the
+/// results, weights and checkpoint files.
+std::string utc_now_iso8601();
+
 /// Returns `result`, or throws std::runtime_error naming `call`, `file`:`line`, `object` (the HDF5
 /// object or file the call was about) and error_text() when `result` is negative (HDF5's failure
 /// convention for herr_t, hid_t and htri_t).
