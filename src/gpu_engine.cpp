@@ -23,6 +23,7 @@
 #include "mpi/nccl_comm.h"
 #include "mpi/nccl_transport.h"
 #include "src/engine.h"
+#include "src/gpu_model_options.h"
 #include "src/memory_estimate.h"
 #include "src/optimizer.h"
 #include "cuda/device_buffer.h"
@@ -388,22 +389,9 @@ class GpuEngine final : public Engine {
       CUDA_CHECK(cudaMemcpy(params_.get(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     }
 
-    // The engine keeps the bf16 working copy of the weights current itself (bf16): written once
-    // here and then by the optimizer's pass, instead of a cast at every forward.
-    GpuViTOptions mo = GpuViTOptions::for_precision(parse_precision(o.precision));
-    mo.refresh_bf16_weights = false;
-    mo.attention = resolve_attention(o.attention, mo.precision, layout.cfg.head_dim());
-    mo.patch_embed = resolve_patch_embed(o.patch_embed, mo.precision);
-    if (o.checkpoint_every > 0 || !o.resume.empty()) {
-      // A resumed run must repeat the uninterrupted one bit for bit: no timing-based choice of
-      // cuBLASLt algorithms (which may differ between processes) and cuDNN's deterministic
-      // attention backward.
-      mo.gemm_autotune_candidates = 0;
-      mo.deterministic = true;
-    }
-    // Without gradient accumulation the gradients need to live only from backward to the
-    // optimizer step: they share memory with dead activations (GpuViTOptions::overlay_gradients).
-    mo.overlay_gradients = o.grad_accum_steps == 1 && layout.total == layout.parameter_count();
+    // Precision, kernel choices, the engine-kept bf16 weight copy, the gradient overlay and the
+    // deterministic mode of checkpointed runs: src/gpu_model_options.h.
+    const GpuViTOptions mo = gpu_model_options(o, layout);
     model_ = std::make_unique<GpuViT>(layout, o.batch_size, compute_, mo);
     grads_ = model_->gradients();
     if (!grads_) {

@@ -1,6 +1,6 @@
 #include "src/memory_estimate.h"
 
-#include "cuda/kernel_choice.h"
+#include "src/gpu_model_options.h"
 #include "src/optimizer.h"
 
 #include <cstdint>
@@ -38,9 +38,10 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
   e.precision = precision_name(p);
   // The order of GpuEngine::allocate, then GpuViT (workspace, arena), then the reducer.
   e.items.push_back({"parameters", "fp32 master weights, " + std::to_string(n) + " elements", n * f32});
-  // Without gradient accumulation the gradients live inside the activation arena (GpuEngine sets
-  // GpuViTOptions::overlay_gradients), sharing memory with activations backward is done with.
-  const bool overlay = o.grad_accum_steps == 1 && layout.total == layout.parameter_count();
+  // The model settings GpuEngine uses. Without gradient accumulation the gradients live inside the
+  // activation arena (overlay_gradients), sharing memory with activations backward is done with.
+  const GpuViTOptions vo = gpu_model_options(o, layout);
+  const bool overlay = vo.overlay_gradients;
   e.items.push_back({"gradients", overlay ? "fp32, the DDP buckets, inside the activation arena (overlaid on activations "
                                             "backward has finished with)"
                                           : "fp32, the DDP buckets (gradient_as_bucket_view)",
@@ -54,11 +55,8 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
   e.items.push_back({"inputs", "2 input slots of images and labels, loss per micro-step, non-finite flag",
                      2 * (images * f32 + (size_t)o.batch_size * sizeof(int32_t)) + (size_t)o.grad_accum_steps * f32 +
                          sizeof(int)});
-  GpuViTOptions vo = GpuViTOptions::for_precision(p);
-  if (o.checkpoint_every > 0 || !o.resume.empty()) vo.gemm_autotune_candidates = 0;  // as GpuEngine: deterministic
   e.items.push_back({"cuBLASLt workspace", "scratch of the cuBLASLt GEMMs (split-K etc.)", GpuViT::workspace_bytes(vo)});
-  const GpuViTArenaPlan plan = plan_gpu_vit_arena(c, n, o.batch_size, p, overlay, resolve_attention(o.attention, p, c.head_dim()),
-                                                     resolve_patch_embed(o.patch_embed, p));
+  const GpuViTArenaPlan plan = plan_gpu_vit_arena(c, n, o.batch_size, p, overlay, vo.attention, vo.patch_embed);
   std::string arena = "the activation arena: " + std::to_string(plan.slots.size()) + " buffers for batch " +
                       std::to_string(o.batch_size);
   if (plan.weights16_bytes) arena += ", including the bf16 parameter copy (" + gib(plan.weights16_bytes) + " GiB)";

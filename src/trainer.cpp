@@ -12,13 +12,14 @@
 
 #include "cuda/kernel_choice.h"
 #include "cuda/nvtx.h"
-#include "cuda/precision.h"
 #include "model/param_layout.h"
 #include "mpi/buckets.h"
 #include "src/batch_feed.h"
 #include "src/checkpointer.h"
 #include "src/chrome_trace.h"
 #include "src/engine.h"
+#include "src/gpu_model_options.h"
+#include "src/h5_util.h"
 #include "src/fault_injection.h"
 #include "src/optimizer.h"
 #include "src/evaluation.h"
@@ -107,13 +108,6 @@ std::vector<std::string> gather_strings(const std::string& s, const World& w) {
   return out;
 }
 
-std::string now_iso8601() {
-  char buf[64];
-  std::time_t t = std::time(nullptr);
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 std::string mpi_library_version() {
   char v[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
   int len = 0;
@@ -155,7 +149,7 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   f.set_attr("program", "vitddp");
   f.set_attr("git_commit", VITDDP_GIT_COMMIT);
   f.set_attr("command_line", cmd);
-  f.set_attr("start_time", now_iso8601());
+  f.set_attr("start_time", h5::utc_now_iso8601());
   f.set_attr("model", layout.cfg.name);
   f.set_attr("parameter_count", (int64_t)layout.parameter_count());
   f.set_attr("world_size", (int64_t)w.world_size);
@@ -165,9 +159,9 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   f.set_attr("precision", o.precision);
   // What --attention / --patch-embed resolved to ("auto" is chosen by measurement, cuda/kernel_choice.h).
   const bool gpu = info.backend == "gpu";
-  const Precision prec = parse_precision(o.precision);
-  f.set_attr("attention", gpu ? attention_impl_name(resolve_attention(o.attention, prec, layout.cfg.head_dim())) : "cpu reference");
-  f.set_attr("patch_embed", gpu ? patch_embed_impl_name(resolve_patch_embed(o.patch_embed, prec)) : "cpu reference");
+  const GpuViTOptions mo = gpu ? gpu_model_options(o, layout) : GpuViTOptions();
+  f.set_attr("attention", gpu ? attention_impl_name(mo.attention) : "cpu reference");
+  f.set_attr("patch_embed", gpu ? patch_embed_impl_name(mo.patch_embed) : "cpu reference");
   f.set_attr("ddp", (int64_t)o.ddp);
   f.set_attr("overlap", (int64_t)o.overlap);
   f.set_attr("gradient_as_bucket_view", (int64_t)(o.grad_as_bucket_view ? 1 : 0));

@@ -1,0 +1,21 @@
+#include "src/gpu_model_options.h"
+
+#include "cuda/kernel_choice.h"
+#include "cuda/precision.h"
+
+namespace vitddp {
+
+GpuViTOptions gpu_model_options(const Options& o, const ParamLayout& layout) {
+  GpuViTOptions mo = GpuViTOptions::for_precision(parse_precision(o.precision));
+  mo.refresh_bf16_weights = false;
+  mo.attention = resolve_attention(o.attention, mo.precision, layout.cfg.head_dim());
+  mo.patch_embed = resolve_patch_embed(o.patch_embed, mo.precision);
+  mo.overlay_gradients = o.grad_accum_steps == 1 && layout.total == layout.parameter_count();
+  if (o.checkpoint_every > 0 || !o.resume.empty()) {
+    mo.gemm_autotune_candidates = 0;
+    mo.deterministic = true;
+  }
+  return mo;
+}
+
+}  // namespace vitddp
