@@ -78,7 +78,7 @@ if [ -d "$FMNIST" ]; then
   resume_case adamw-fmnist --model vit_micro --num-classes 10 --data idx:$FMNIST --optimizer adamw --lr 0.003 \
     --lr-schedule cosine --lr-warmup-steps 2
 else
-  echo "skip - $FMNIST not installed: IDX resume cases not run"
+  bad "no Fashion-MNIST in $FMNIST (make deps installs dataset-fashion-mnist): the IDX resume cases cannot run"
 fi
 
 # A writer killed (SIGKILL) after the .tmp file is complete, before the rename: nothing under the
