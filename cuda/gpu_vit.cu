@@ -108,6 +108,7 @@ struct GpuViT::Impl {
   bool fused_bias_grad = true;
   bool refresh_bf16 = true;
   bool overlay_gradients = false;
+  int backward_sm_count = 0;  // cuBLASLt SM count target of backward's GEMMs (0: all SMs)
   float* gradients = nullptr;  // the overlaid flat gradient buffer (overlay_gradients), else null
   int batch = 0;  // of the last forward
   bool have_forward = false;
@@ -124,6 +125,17 @@ struct GpuViT::Impl {
         lt(s, gemm_options(o)), attention(o.attention), patch_embed(o.patch_embed),
         fused_bias_grad(o.fused_bias_grad), refresh_bf16(o.refresh_bf16_weights),
         overlay_gradients(o.overlay_gradients) {
+    if (o.backward_sm_carveout != 0) {
+      int dev = 0, sms = 0;
+      CUDA_CHECK(cudaGetDevice(&dev));
+      CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      if (o.backward_sm_carveout < 0 || o.backward_sm_carveout >= sms)
+        throw std::invalid_argument("GpuViT: backward SM carveout " +
+                                    std::to_string(o.backward_sm_carveout) + " outside [0, " +
+                                    std::to_string(sms - 1) + "] on a GPU with " +
+                                    std::to_string(sms) + " SMs");
+      backward_sm_count = sms - o.backward_sm_carveout;
+    }
     if (attention == AttentionImpl::cudnn) {
       if (precision != Precision::bf16)
         throw std::invalid_argument(std::string("GpuViT: cuDNN attention needs bf16 precision (got ") +
@@ -447,6 +459,12 @@ void GpuViT::backward(const float* d_params, float* d_grads, bool accumulate,
                       const GradReadyFn& on_ready) {
   Impl& s = *impl_;
   if (!s.have_forward) throw std::logic_error("GpuViT::backward called before forward");
+  // Backward's GEMMs are planned for the SMs NCCL leaves free; forward's for all of them.
+  struct SmTarget {
+    LtGemm& lt;
+    ~SmTarget() { lt.set_sm_count_target(0); }
+  } restore{s.lt};
+  s.lt.set_sm_count_target(s.backward_sm_count);
   if (s.precision == Precision::bf16) s.backward_pass<bf16>(d_params, d_grads, accumulate, on_ready);
   else s.backward_pass<float>(d_params, d_grads, accumulate, on_ready);
 }

@@ -52,6 +52,12 @@ struct GpuViTOptions {
   /// backward (slower); pair with gemm_autotune_candidates = 0 so every process picks the same
   /// cuBLASLt algorithms.
   bool deterministic = false;
+  /// SMs backward's GEMMs leave free (PyTorch's "SM carveout"): they are planned for the device's
+  /// SM count minus this (cuBLASLt SM count target, LtGemm::set_sm_count_target), because a
+  /// concurrent stream - NCCL's all-reduce kernels under data parallelism - holds those SMs while
+  /// backward runs. 0 = plan for every SM. Forward always plans for every SM. The constructor
+  /// throws std::invalid_argument when it is negative or leaves fewer than 1 SM.
+  int backward_sm_carveout = 0;
 
   /// The defaults with `p` as the precision.
   static GpuViTOptions for_precision(Precision p) {

@@ -24,6 +24,14 @@ uint32_t alignment_of(const void* p) {
   return a;
 }
 
+// Holds one SM per thread block until `cycles` SM clock cycles have passed: the stand-in for a
+// concurrent stream's kernels (NCCL's) while candidates are timed for a reduced SM count target.
+__global__ void hold_sms_kernel(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
 size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 
 const char* type_name(cudaDataType_t t) {
@@ -32,8 +40,9 @@ const char* type_name(cudaDataType_t t) {
 
 // Everything that determines the descriptors and the algorithm choice.
 // Epilogue kinds: 0 none, 1 bias (D += bias[n] per row), 2 row sums of op(A) (cuBLASLt BGRADB).
+// The last element is the SM count target (0 = the device's).
 using PlanKey = std::tuple<bool, bool, int, int, int, int, int, int, int, bool, int, uint32_t,
-                           uint32_t, uint32_t, uint32_t, int, int>;
+                           uint32_t, uint32_t, uint32_t, int, int, int>;
 
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
@@ -65,6 +74,9 @@ struct LtGemm::Impl {
   cudaStream_t stream = nullptr;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   int autotune = 0;
+  int sm_target = 0;  // CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET of plans built now (0: all SMs)
+  int device_sms = 0, clock_khz = 0;
+  cudaStream_t hold_stream = nullptr;  // autotuning under a reduced target: the SM-holding kernel's stream
   cublasLtHandle_t handle = nullptr;
   DeviceArena arena;
   void* workspace = nullptr;
@@ -82,6 +94,7 @@ struct LtGemm::Impl {
       cudaEventDestroy(e.second);
     }
     if (handle) cublasLtDestroy(handle);
+    if (hold_stream) cudaStreamDestroy(hold_stream);
   }
 
   static void destroy(Plan& p) {
@@ -99,7 +112,7 @@ struct LtGemm::Impl {
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
     const auto [ta, tb, m, n, k, lda, ldb, ldc, ldd, beta_nonzero, epi_kind, al_a, al_b, al_c,
-                al_d, ab_type, cd_type] = key;
+                al_d, ab_type, cd_type, sms] = key;
     (void)beta_nonzero;
     const auto ab = static_cast<cudaDataType_t>(ab_type), cd = static_cast<cudaDataType_t>(cd_type);
     Plan p;
@@ -115,6 +128,10 @@ struct LtGemm::Impl {
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof(pm)));
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+      if (sms > 0) {
+        const int32_t target = sms;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target, sizeof(target)));
+      }
       // cuBLASLt "A" = our B: op_a(A_cm) is [n,k]; stored [n,k] (N) or [k,n] (T), ld = ldb.
       CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, tb ? k : n, tb ? n : k, ldb));
       // cuBLASLt "B" = our A: op_b(B_cm) is [k,m]; stored [k,m] (N) or [m,k] (T), ld = lda.
@@ -173,19 +190,35 @@ struct LtGemm::Impl {
     CUDA_CHECK(cudaEventCreate(&e1));
     int best = 0;
     float best_ms = -1;
+    // Plans for a reduced SM count are timed the way they will run: while (device SMs - target)
+    // SMs are held by another stream's kernel (as NCCL's kernels hold them during backward).
+    const int held = sm_target > 0 ? device_sms - sm_target : 0;
     try {
+      if (held > 0 && !hold_stream) {
+        int lo = 0, hi = 0;
+        CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&hold_stream, cudaStreamNonBlocking, hi));
+      }
       for (int i = 0; i < found; ++i) {
         if (results[i].workspaceSize > workspace_bytes) continue;
+        if (held > 0) {
+          hold_sms_kernel<<<held, 128, 0, hold_stream>>>((long long)clock_khz * 3);  // ~3 ms
+          CUDA_CHECK(cudaGetLastError());
+        }
         auto run = [&]() {
           return cublasLtMatmul(handle, p.op, &ops.alpha, ops.b, p.a, ops.a, p.b, &ops.beta, ops.c,
                                 p.c, tmp.get(), p.d, &results[i].algo, workspace, workspace_bytes,
                                 stream);
         };
-        if (run() != CUBLAS_STATUS_SUCCESS) continue;
+        if (run() != CUBLAS_STATUS_SUCCESS) {
+          if (held > 0) CUDA_CHECK(cudaStreamSynchronize(hold_stream));
+          continue;
+        }
         CUDA_CHECK(cudaEventRecord(e0, stream));
         for (int r = 0; r < 3; ++r) CUBLAS_CHECK(run());
         CUDA_CHECK(cudaEventRecord(e1, stream));
         CUDA_CHECK(cudaEventSynchronize(e1));
+        if (held > 0) CUDA_CHECK(cudaStreamSynchronize(hold_stream));
         float ms = 0;
         CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         if (best_ms < 0 || ms < best_ms) {
@@ -229,7 +262,7 @@ struct LtGemm::Impl {
     epi_ptr = bias ? bias : static_cast<const void*>(a_row_sums);
     const PlanKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, ldd, beta != 0.0f, epi_kind,
                       alignment_of(a), alignment_of(b), alignment_of(c), alignment_of(d),
-                      static_cast<int>(t.ab), static_cast<int>(t.cd)};
+                      static_cast<int>(t.ab), static_cast<int>(t.cd), sm_target};
     Plan& p = plan_for(key, Operands{a, b, c, d, epi_ptr, alpha, beta});
     return p.supported ? &p : nullptr;
   }
@@ -268,6 +301,10 @@ LtGemm::LtGemm(cudaStream_t stream, const LtGemmOptions& o) : impl_(new Impl) {
   impl_->compute = o.compute;
   impl_->autotune = o.autotune_candidates;
   CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&impl_->device_sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&impl_->clock_khz, cudaDevAttrClockRate, dev));
   impl_->workspace_bytes = workspace_bytes;
   if (workspace_bytes > 0)
     impl_->workspace = impl_->arena.alloc<char>(workspace_bytes, "cuBLASLt workspace");
@@ -277,6 +314,12 @@ LtGemm::~LtGemm() = default;
 
 size_t LtGemm::device_bytes() const { return impl_->arena.bytes(); }
 size_t LtGemm::plan_count() const { return impl_->plans.size(); }
+
+void LtGemm::set_sm_count_target(int n) {
+  if (n < 0) throw std::invalid_argument("LtGemm::set_sm_count_target: negative SM count " + std::to_string(n));
+  impl_->sm_target = n;
+}
+int LtGemm::sm_count_target() const { return impl_->sm_target; }
 
 void LtGemm::set_timing(bool on) { impl_->timing = on; }
 

@@ -80,6 +80,19 @@ class LtGemm {
                 const void* c, int ldc, void* d, int ldd, const void* bias = nullptr,
                 void* a_row_sums = nullptr);
 
+  /// SMs the GEMMs planned from now on should run on (cuBLASLt's CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
+  /// the mechanism behind PyTorch's torch._C._set_sm_carveout_experimental): 0 = every SM of the
+  /// device; n > 0 = plan (tile shape, split-K, persistent grid size) as if the GPU had n SMs,
+  /// because a concurrent stream (NCCL's all-reduce kernels during backward) holds the others. A
+  /// persistent GEMM sized for all SMs would otherwise run its last CTAs in a second wave.
+  /// Part of the plan key: GEMMs of the same shape under two targets have two plans. With
+  /// autotuning, the candidates of such a plan are timed while a kernel on another stream holds
+  /// the (device SMs - n) other SMs, so the choice is the algorithm that is fastest with them
+  /// taken (persistent kernels sized for every SM are not).
+  /// Throws std::invalid_argument for n < 0.
+  void set_sm_count_target(int n);
+  int sm_count_target() const;
+
   /// GEMM timing (for benchmarks): while on, every GEMM is bracketed by two CUDA events on the
   /// stream. Off by default (no events are recorded).
   void set_timing(bool on);

@@ -10,7 +10,9 @@ GpuViTOptions gpu_model_options(const Options& o, const ParamLayout& layout) {
   mo.refresh_bf16_weights = false;
   mo.attention = resolve_attention(o.attention, mo.precision, layout.cfg.head_dim());
   mo.patch_embed = resolve_patch_embed(o.patch_embed, mo.precision);
-  mo.overlay_gradients = o.grad_accum_steps == 1 && layout.total == layout.parameter_count();
+  mo.backward_sm_carveout = o.gemm_sm_carveout;
+  mo.overlay_gradients = o.grad_accum_steps == 1 && layout.total == layout.parameter_count() &&
+                         o.reduced_grads != "symmetric";
   if (o.checkpoint_every > 0 || !o.resume.empty()) {
     mo.gemm_autotune_candidates = 0;
     mo.deterministic = true;
