@@ -68,18 +68,6 @@ struct ReducerOptions {
   /// (device-to-device for the GPU), it is all-reduced, and copied back into the gradients in
   /// finalize(), before the optimizer (PyTorch's default gradient_as_bucket_view=False).
   bool grad_as_bucket_view = true;
-  /// GPU only. false: the all-reduce works in place on the gradients. true: it reads the
-  /// gradients and writes the averages into a separate flat buffer (NcclReducer::reduced()),
-  /// allocated with ncclMemAlloc so that NCCL registers it as a user buffer when the step is
-  /// captured in a CUDA graph: over NVLink the peer then writes the reduced data straight into it
-  /// instead of through NCCL's intermediate FIFO buffers (NCCL "user buffer registration"; NCCL
-  /// registers only out-of-place ring all-reduces), which halves the HBM traffic the all-reduce
-  /// adds to an overlapped backward. Costs one gradient-sized buffer. Needs
-  /// grad_as_bucket_view and compression none/fp16/bf16.
-  bool separate_output = false;
-  /// GPU only: the comm stream's priority. true: the highest (NCCL's thread blocks are placed as
-  /// soon as SMs free up); false: the default priority, the same as backward's stream.
-  bool comm_priority_high = true;
   Compression compression = Compression::None;
   PowerSgdOptions powersgd;         ///< used when compression == PowerSgd
 };

@@ -1,9 +1,5 @@
 #include "mpi/nccl_comm.h"
 
-#include <cuda_runtime.h>
-
-#include <utility>
-
 #include "cuda/check.h"
 
 namespace vitddp {
@@ -38,36 +34,6 @@ void NcclComm::check_async_error() const {
   NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
   if (async != ncclSuccess && async != ncclInProgress)
     throw std::runtime_error(launcher_rank_label() + ": NCCL asynchronous error: " + ncclGetErrorString(async));
-}
-
-NcclMemBuffer::NcclMemBuffer(size_t bytes, const std::string& what) : bytes_(bytes) {
-  if (bytes == 0) return;
-  const ncclResult_t r = ncclMemAlloc(&p_, bytes);
-  if (r != ncclSuccess) {
-    p_ = nullptr;
-    size_t free_b = 0, total_b = 0;
-    cudaGetLastError();
-    cudaMemGetInfo(&free_b, &total_b);
-    throw std::runtime_error(launcher_rank_label() + ": out of GPU memory allocating " + what + " with ncclMemAlloc (" +
-                             std::to_string(bytes >> 20) + " MiB; " + std::to_string(free_b >> 20) + " MiB free of " +
-                             std::to_string(total_b >> 20) + " MiB): " + ncclGetErrorString(r));
-  }
-}
-
-NcclMemBuffer::~NcclMemBuffer() {
-  if (p_) ncclMemFree(p_);
-}
-
-NcclMemBuffer::NcclMemBuffer(NcclMemBuffer&& o) noexcept
-    : p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-
-NcclMemBuffer& NcclMemBuffer::operator=(NcclMemBuffer&& o) noexcept {
-  if (this != &o) {
-    if (p_) ncclMemFree(p_);
-    p_ = std::exchange(o.p_, nullptr);
-    bytes_ = std::exchange(o.bytes_, 0);
-  }
-  return *this;
 }
 
 std::string nccl_version_string() {

@@ -36,26 +36,6 @@ class NcclComm {
   bool aborted_ = false;
 };
 
-/// Device memory from ncclMemAlloc (CUDA VMM allocations that NCCL can share with its peers, the
-/// allocator its user buffer registration asks for), freed with ncclMemFree. `what` names the
-/// buffer in the out-of-memory error (std::runtime_error). Move-only; empty when default-built.
-class NcclMemBuffer {
- public:
-  NcclMemBuffer() = default;
-  NcclMemBuffer(size_t bytes, const std::string& what);
-  ~NcclMemBuffer();
-  NcclMemBuffer(NcclMemBuffer&& o) noexcept;
-  NcclMemBuffer& operator=(NcclMemBuffer&& o) noexcept;
-  NcclMemBuffer(const NcclMemBuffer&) = delete;
-  NcclMemBuffer& operator=(const NcclMemBuffer&) = delete;
-  void* get() const { return p_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-};
-
 /// "2.28.3" from ncclGetVersion.
 std::string nccl_version_string();
 

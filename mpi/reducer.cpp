@@ -46,20 +46,11 @@ NcclReducer::NcclReducer(const ParamLayout& layout, std::vector<Bucket> buckets,
   // leaves room for them.
   int lo = 0, hi = 0;
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-  CUDA_CHECK(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, opts_.comm_priority_high ? hi : lo));
+  CUDA_CHECK(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, hi));
   ready_.resize(buckets_.size());
   for (auto& e : ready_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   for (size_t b = 0; b < buckets_.size(); ++b) timeline_.push_back(std::make_unique<BucketTimeline>(6));
   CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
-  if (opts_.separate_output) {
-    if (!opts_.grad_as_bucket_view || opts_.compression == Compression::PowerSgd)
-      throw std::invalid_argument("NcclReducer: a separate all-reduce output needs gradient_as_bucket_view and "
-                                  "compression none, fp16 or bf16");
-    d_out_ = NcclMemBuffer(layout.total * sizeof(float), "averaged-gradient buffer (--reduced-grads separate)");
-    CUDA_CHECK(cudaMemset(d_out_.get(), 0, d_out_.bytes()));  // padding stays 0
-    if (is_16bit(opts_.compression))
-      d_half_out_ = NcclMemBuffer(max_bucket_numel(buckets_) * sizeof(uint16_t), "16-bit all-reduce output buffer");
-  }
   if (!opts_.grad_as_bucket_view) {
     copy_ev_.resize(4 * buckets_.size());
     for (auto& e : copy_ev_) CUDA_CHECK(cudaEventCreate(&e));
@@ -85,8 +76,8 @@ NcclReducer::~NcclReducer() {
 }
 
 size_t NcclReducer::device_bytes() const {
-  return d_bucket_.size() * sizeof(float) + d_half_.size() * sizeof(uint16_t) + d_out_.bytes() +
-         d_half_out_.bytes() + (powersgd_ ? powersgd_->device_bytes() : 0);
+  return d_bucket_.size() * sizeof(float) + d_half_.size() * sizeof(uint16_t) +
+         (powersgd_ ? powersgd_->device_bytes() : 0);
 }
 
 size_t NcclReducer::planned_device_bytes(const ParamLayout& layout, const std::vector<Bucket>& buckets,
@@ -96,10 +87,6 @@ size_t NcclReducer::planned_device_bytes(const ParamLayout& layout, const std::v
   if (is_16bit(options.compression)) n += max_bucket_numel(buckets) * sizeof(uint16_t);
   if (options.compression == Compression::PowerSgd)
     n += PowerSgdNccl::planned_device_bytes(hook_buckets(layout, buckets), options.powersgd);
-  if (options.separate_output) {
-    n += layout.total * sizeof(float);
-    if (is_16bit(options.compression)) n += max_bucket_numel(buckets) * sizeof(uint16_t);
-  }
   return n;
 }
 
@@ -129,18 +116,15 @@ void NcclReducer::launch(size_t b) {
   BucketTimeline& tl = *timeline_[b];
   tl.reset();
   const Compression c = opts_.compression;
-  // Where the averages go: in place, or (separate_output) the same offsets of the output buffer.
-  float* out = opts_.separate_output ? static_cast<float*>(d_out_.get()) + bk.offset : p;
   if (is_16bit(c)) {
     const bool bf16 = c == Compression::Bf16;
-    uint16_t* half_out = opts_.separate_output ? static_cast<uint16_t*>(d_half_out_.get()) : d_half_.get();
     const int e0 = tl.mark(comm_stream_);
     cast_to_16bit(p, bk.numel, static_cast<float>(world_size_), bf16, d_half_.get(), comm_stream_);
     const int e1 = tl.mark(comm_stream_);
-    NCCL_CHECK(ncclAllReduce(d_half_.get(), half_out, bk.numel, bf16 ? ncclBfloat16 : ncclFloat16, ncclSum, comm_,
+    NCCL_CHECK(ncclAllReduce(d_half_.get(), d_half_.get(), bk.numel, bf16 ? ncclBfloat16 : ncclFloat16, ncclSum, comm_,
                              comm_stream_));
     const int e2 = tl.mark(comm_stream_);
-    cast_from_16bit(half_out, bk.numel, bf16, out, comm_stream_);
+    cast_from_16bit(d_half_.get(), bk.numel, bf16, p, comm_stream_);
     const int e3 = tl.mark(comm_stream_);
     tl.compress(e0, e1);
     tl.allreduce(e1, e2, 2ull * bk.numel);
@@ -150,7 +134,7 @@ void NcclReducer::launch(size_t b) {
     powersgd_->run_bucket(b, p, tl);
   } else {  // none, and PowerSGD before its start step (vanilla all-reduce)
     const int e0 = tl.mark(comm_stream_);
-    NCCL_CHECK(ncclAllReduce(p, out, bk.numel, ncclFloat32, ncclAvg, comm_, comm_stream_));
+    NCCL_CHECK(ncclAllReduce(p, p, bk.numel, ncclFloat32, ncclAvg, comm_, comm_stream_));
     const int e1 = tl.mark(comm_stream_);
     tl.allreduce(e0, e1, 4ull * bk.numel);
   }

@@ -12,7 +12,6 @@
 #include "mpi/bucket_timeline.h"
 #include "mpi/buckets.h"
 #include "mpi/comm_hooks.h"
-#include "mpi/nccl_comm.h"
 #include "mpi/powersgd.h"
 #include "mpi/powersgd_nccl.h"
 
@@ -53,7 +52,7 @@ struct BucketTimes {
 /// its kernels on the compute stream. When a bucket becomes complete (and all earlier buckets are
 /// launched), the reducer records an event on the compute stream, makes the comm stream wait for
 /// it and enqueues the bucket's hook on the comm stream, between timing events:
-///  - none: ncclAllReduce(ncclAvg) in place (separate_output: from the gradients into reduced());
+///  - none: ncclAllReduce(ncclAvg) in place;
 ///  - fp16/bf16: cast (divided by the world size) into a 16-bit staging buffer, ncclAllReduce(SUM)
 ///    in ncclFloat16/ncclBfloat16, cast back into the bucket;
 ///  - powersgd: PowerSgdNccl (plain ncclAvg before its start step).
@@ -68,8 +67,7 @@ class NcclReducer {
   /// the world size). `compute`: the stream backward runs on. Allocates the comm stream, events,
   /// and the buffers the options need (bucket buffer: layout.total floats; 16-bit staging: the
   /// largest bucket; PowerSGD state: see PowerSgdNccl). Throws std::runtime_error on CUDA/NCCL
-  /// failure, std::invalid_argument for bad PowerSGD options or separate_output with
-  /// grad_as_bucket_view off or PowerSGD.
+  /// failure, std::invalid_argument for bad PowerSGD options.
   NcclReducer(const ParamLayout& layout, std::vector<Bucket> buckets, float* d_grads, ncclComm_t comm,
               cudaStream_t compute, const ReducerOptions& options = ReducerOptions());
   ~NcclReducer();
@@ -82,10 +80,6 @@ class NcclReducer {
   /// Reads the bucket events of the finished step relative to `step_start` (call after the step's
   /// work has completed).
   BucketTimes times(cudaEvent_t step_start) const;
-  /// Where finalize() leaves the averaged gradients (layout.total floats, ParamLayout offsets):
-  /// the gradients themselves, or with ReducerOptions::separate_output the reducer's own
-  /// (ncclMemAlloc'd) output buffer; the gradients then keep this rank's local values.
-  float* reduced() const { return opts_.separate_output ? static_cast<float*>(d_out_.get()) : d_grads_; }
   /// The event recorded on the comm stream after the last all-reduce of the step.
   cudaEvent_t comm_done() const { return comm_done_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
@@ -98,8 +92,7 @@ class NcclReducer {
   /// Device bytes a reducer built with these arguments allocates (what device_bytes() then
   /// reports), computed without any CUDA call, for the memory estimate: layout.total fp32 for the
   /// bucket buffer (--grad-as-bucket-view off), the largest bucket in 16 bit (fp16/bf16
-  /// compression), PowerSgdNccl::planned_device_bytes (PowerSGD); with separate_output also
-  /// layout.total fp32 (+ the largest bucket in 16 bit with fp16/bf16).
+  /// compression), PowerSgdNccl::planned_device_bytes (PowerSGD).
   static size_t planned_device_bytes(const ParamLayout& layout, const std::vector<Bucket>& buckets,
                                      const ReducerOptions& options);
 
@@ -120,8 +113,6 @@ class NcclReducer {
   cudaEvent_t comm_done_ = nullptr;
   DeviceBuffer<float> d_bucket_;      ///< grad_as_bucket_view=false: the flat bucket buffer
   DeviceBuffer<uint16_t> d_half_;     ///< fp16/bf16 staging (comm stream runs buckets in order)
-  NcclMemBuffer d_out_;               ///< separate_output: the averaged gradients (fp32, flat)
-  NcclMemBuffer d_half_out_;          ///< separate_output with fp16/bf16: the all-reduce's output
   std::unique_ptr<PowerSgdNccl> powersgd_;
 };
 

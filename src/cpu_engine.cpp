@@ -37,8 +37,6 @@ class CpuEngine final : public Engine {
             const std::vector<float>* initial_params)
       : opts_(o), world_(w), layout_(layout), buckets_(std::move(buckets)), model_(layout, o.batch_size),
         params_(layout.total), grads_(layout.total, 0.0f), spec_(optimizer_spec(o)), lr_(o.lr) {
-    if (o.reduced_grads != "in-place")
-      throw std::invalid_argument("--reduced-grads " + o.reduced_grads + " needs the GPU backend (NCCL buffer registration)");
     for (const auto& name : optimizer_state_names(spec_)) state_.emplace_back(name, std::vector<float>(layout.total, 0.0f));
     if (initial_params) params_ = *initial_params;
     else init_params(layout, parse_init_scheme(o.init), o.seed, params_.data());

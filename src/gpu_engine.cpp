@@ -66,9 +66,6 @@ class GpuEngine final : public Engine {
     if (o.ddp) {
       nccl_log_ = redirect_nccl_info_log(w.rank);
       comm_ = std::make_unique<NcclComm>(w, o.nccl_max_ctas);
-      if (symmetric_grads_.get())  // collective: every rank registers its gradients, same size
-        NCCL_CHECK(ncclCommWindowRegister(comm_->get(), symmetric_grads_.get(), symmetric_grads_.bytes(),
-                                          &grads_window_, NCCL_WIN_COLL_SYMMETRIC));
       reducer_ = std::make_unique<NcclReducer>(layout, buckets_, grads_, comm_->get(), compute_, reducer_options(o));
     }
     const size_t allocated = info().device_bytes - model_->cudnn_bytes();  // cuDNN sizes its own at set-up
@@ -98,8 +95,6 @@ class GpuEngine final : public Engine {
     cudaDeviceSynchronize();
     graphs_.clear();  // before the communicator their NCCL nodes use
     reducer_.reset();
-    // Collective like its registration; skipped after an abort (the communicator is gone).
-    if (grads_window_ && comm_ && comm_->get()) ncclCommWindowDeregister(comm_->get(), grads_window_);
     comm_.reset();
     model_.reset();
     cudaFreeHost(loss_host_);
@@ -181,14 +176,12 @@ class GpuEngine final : public Engine {
       // since the all-reduce spreads a non-finite value everywhere); finish_step() then does not
       // count the update (AdamW's step number stays, as PyTorch's GradScaler skipping step()).
       CUDA_CHECK(cudaMemsetAsync(nonfinite_.get(), 0, sizeof(int), compute_));
-      // The averaged gradients: in place, or the reducer's separate output (--reduced-grads separate).
-      float* const grads = reducer_ ? reducer_->reduced() : grads_;
-      flag_nonfinite(grads, layout_.total, nonfinite_.get(), compute_);
+      flag_nonfinite(grads_, layout_.total, nonfinite_.get(), compute_);
       if (spec_.kind == OptimizerKind::AdamW) {
         AdamWConfig cfg = spec_.adamw;
         cfg.lr = lr_;
         cfg.grad_scale = 1.0 / micro_steps;
-        adamw_step_gpu(params_.get(), grads, state_[0].get(), state_[1].get(), layout_.total, cfg,
+        adamw_step_gpu(params_.get(), grads_, state_[0].get(), state_[1].get(), layout_.total, cfg,
                        applied_steps_ + 1, compute_, nonfinite_.get());
         // bf16: refresh the model's working copy (unchanged parameters when the step was skipped).
         if (model_->bf16_weights()) convert_to_bf16(params_.get(), model_->bf16_weights(), layout_.total, compute_);
@@ -199,7 +192,7 @@ class GpuEngine final : public Engine {
         // The momentum buffer is zeroed, so a first step skipped on the device and then repeated
         // gives the same result either way (buf = m * 0 + g). bf16: the same pass refreshes the
         // model's bf16 working copy of the weights.
-        sgd_step_gpu(params_.get(), grads, state_.empty() ? nullptr : state_[0].get(), layout_.total, cfg,
+        sgd_step_gpu(params_.get(), grads_, state_.empty() ? nullptr : state_[0].get(), layout_.total, cfg,
                      applied_steps_ == 0, compute_, nonfinite_.get(), model_->bf16_weights());
       }
     }
@@ -338,7 +331,7 @@ class GpuEngine final : public Engine {
     i.versions = "CUDA driver " + std::to_string(drv) + ", CUDA runtime " + std::to_string(rt) + ", NCCL " +
                  nccl_version_string() + ", cuBLASLt " + std::to_string(cublasLtGetVersion()) + ", cuDNN " +
                  std::to_string(cudnnGetVersion());
-    i.device_bytes = symmetric_grads_.bytes() + (params_.size() + own_grads_.size() + state_.size() * layout_.total + loss_.size()) * sizeof(float) +
+    i.device_bytes = (params_.size() + own_grads_.size() + state_.size() * layout_.total + loss_.size()) * sizeof(float) +
                      nonfinite_.size() * sizeof(int) + model_->device_bytes() + (reducer_ ? reducer_->device_bytes() : 0);
     for (int s = 0; s < 2; ++s) i.device_bytes += images_[s].size() * sizeof(float) + labels_[s].size() * sizeof(int32_t);
     return i;
@@ -401,11 +394,7 @@ class GpuEngine final : public Engine {
     const GpuViTOptions mo = gpu_model_options(o, layout);
     model_ = std::make_unique<GpuViT>(layout, o.batch_size, compute_, mo);
     grads_ = model_->gradients();
-    if (!grads_ && o.reduced_grads == "symmetric" && o.ddp) {
-      // VMM memory that setup_nccl() registers as a symmetric NCCL window.
-      symmetric_grads_ = NcclMemBuffer(n * sizeof(float), "gradients (--reduced-grads symmetric)");
-      grads_ = static_cast<float*>(symmetric_grads_.get());
-    } else if (!grads_) {
+    if (!grads_) {
       own_grads_ = DeviceBuffer<float>(n, "gradients");
       grads_ = own_grads_.get();
     }
@@ -551,9 +540,7 @@ class GpuEngine final : public Engine {
   cudaEvent_t ev_copied_[2];    // input slot s filled (copy stream)
   cudaEvent_t ev_consumed_[2];  // the micro-step reading input slot s is done with it (compute stream)
   DeviceBuffer<float> params_, own_grads_, loss_;
-  float* grads_ = nullptr;  // own_grads_, symmetric_grads_, or the model's overlaid buffer (GpuViT::gradients())
-  NcclMemBuffer symmetric_grads_;    // --reduced-grads symmetric: the gradients, a symmetric NCCL window
-  ncclWindow_t grads_window_ = nullptr;
+  float* grads_ = nullptr;  // own_grads_, or the model's overlaid buffer (GpuViT::gradients())
   std::vector<DeviceBuffer<float>> state_;    // one per state_names_ entry
   DeviceBuffer<float> eval_images_, eval_loss_, eval_row_loss_;  // Engine::evaluate
   DeviceBuffer<int32_t> eval_labels_, eval_row_correct_;

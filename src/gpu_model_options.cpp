@@ -11,8 +11,7 @@ GpuViTOptions gpu_model_options(const Options& o, const ParamLayout& layout) {
   mo.attention = resolve_attention(o.attention, mo.precision, layout.cfg.head_dim());
   mo.patch_embed = resolve_patch_embed(o.patch_embed, mo.precision);
   mo.backward_sm_carveout = o.gemm_sm_carveout;
-  mo.overlay_gradients = o.grad_accum_steps == 1 && layout.total == layout.parameter_count() &&
-                         o.reduced_grads != "symmetric";
+  mo.overlay_gradients = o.grad_accum_steps == 1 && layout.total == layout.parameter_count();
   if (o.checkpoint_every > 0 || !o.resume.empty()) {
     mo.gemm_autotune_candidates = 0;
     mo.deterministic = true;

@@ -13,8 +13,7 @@ namespace vitddp {
 ///    (auto resolved by cuda/kernel_choice.h, with the model's head dimension);
 ///  - refresh_bf16_weights = false: the engine keeps the bf16 weight copy current itself (cast
 ///    once at set-up, then written by the optimizer's pass);
-///  - overlay_gradients when there is no gradient accumulation, the layout has no padding and the
-///    gradients are not a symmetric NCCL window (--reduced-grads symmetric): the
+///  - overlay_gradients when there is no gradient accumulation and the layout has no padding: the
 ///    gradients live only from backward to the optimizer step, in memory of dead activations;
 ///  - with --checkpoint-every or --resume: gemm_autotune_candidates = 0 and deterministic, so a
 ///    resumed run repeats the uninterrupted one bit for bit (timing-based cuBLASLt choices may

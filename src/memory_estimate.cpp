@@ -65,7 +65,6 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
   if (o.ddp) {
     reducer = o.grad_as_bucket_view ? "" : "bucket buffer (--grad-as-bucket-view off)";
     if (o.compression != "none") reducer += std::string(reducer.empty() ? "" : ", ") + o.compression + " buffers";
-    if (o.reduced_grads == "separate") reducer += std::string(reducer.empty() ? "" : ", ") + "averaged-gradient buffer (--reduced-grads separate)";
     if (reducer.empty()) reducer = "no buffers (in-place all-reduce of the gradients)";
   }
   e.items.push_back({"reducer", reducer, o.ddp ? NcclReducer::planned_device_bytes(layout, buckets, reducer_options(o)) : 0});

@@ -132,9 +132,6 @@ const std::vector<Spec>& table() {
       {"grad-as-bucket-view", "on|off", "on: gradients are the DDP bucket, all-reduced in place (PyTorch gradient_as_bucket_view=True); off: a separate bucket buffer, gradients copied in (device-to-device) before and back after the all-reduce, to measure those copies",
        [](Options& o, const std::string& v) { o.grad_as_bucket_view = one_of("--grad-as-bucket-view", v, {"on", "off"}) == "on"; },
        [](const Options& o) { return o.grad_as_bucket_view ? std::string("on") : std::string("off"); }},
-      {"reduced-grads", "in-place|separate|symmetric", "GPU backend: the buffers of the gradient all-reduce. in-place: the gradients (bucket views, overlaid on dead activations) are all-reduced in place. separate: the all-reduce reads the gradients and writes a second gradient-sized buffer from ncclMemAlloc, which NCCL registers when the step is a CUDA graph, so the peer writes into it directly instead of through NCCL's FIFO buffers (NCCL registers only out-of-place ring all-reduces); the optimizer reads it. symmetric: the gradients get their own ncclMemAlloc buffer (no overlay), registered as a symmetric NCCL window (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC) so NCCL may use its symmetric-memory kernels that load and store the peer's buffer directly; all-reduced in place. separate/symmetric need --grad-as-bucket-view on and --compression none, fp16 or bf16",
-       [](Options& o, const std::string& v) { o.reduced_grads = one_of("--reduced-grads", v, {"in-place", "separate", "symmetric"}); },
-       [](const Options& o) { return o.reduced_grads; }},
       {"compression", "none|fp16|bf16|powersgd", "DDP comm hook: none (fp32 average), fp16/bf16 (fp16_compress_hook/bf16_compress_hook: divide, cast, all-reduce in 16 bits), powersgd (powerSGD_hook, see --powersgd-*)",
        [](Options& o, const std::string& v) { o.compression = one_of("--compression", v, compression_names()); },
        [](const Options& o) { return o.compression; }},
@@ -167,10 +164,7 @@ const std::vector<Spec>& table() {
       {"powersgd-no-warm-start", nullptr, "PowerSGD without warm start: new random Qs every step (warm_start=False)",
        [](Options& o, const std::string&) { o.powersgd_warm_start = false; },
        [](const Options& o) { return o.powersgd_warm_start ? std::string("false") : std::string("true"); }},
-      {"comm-priority", "high|normal", "GPU backend: CUDA priority of the stream that runs the all-reduces: high (NCCL's thread blocks are placed first whenever SMs free up) or normal (the same as backward's)",
-       [](Options& o, const std::string& v) { o.comm_priority_high = one_of("--comm-priority", v, {"high", "normal"}) == "high"; },
-       [](const Options& o) { return o.comm_priority_high ? std::string("high") : std::string("normal"); }},
-      {"gemm-sm-carveout", "N", "SMs backward's cuBLASLt GEMMs leave free for the overlapping all-reduce: they are planned for (SM count - N) SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, as PyTorch's SM carveout), so a persistent GEMM does not run its last thread blocks in a second wave behind NCCL's; 0 = plan for every SM. GPU backend only",
+      {"gemm-sm-carveout", "N", "SMs backward's cuBLASLt GEMMs leave free for a concurrent stream: they are planned for (SM count - N) SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, as PyTorch's SM carveout) and autotuned while a stand-in kernel holds N SMs, so a GEMM sized for every SM does not run its last thread blocks in a second wave. Measured (results/2026-11-30-issue5-overlap-2xH200): against a kernel that holds 8 SMs, bf16 backward loses 0.5 ms instead of 2.8 ms; against NCCL's all-reduce it did not help (within -4%..+1%). 0 = plan for every SM. GPU backend only",
        [](Options& o, const std::string& v) { o.gemm_sm_carveout = (int)parse_int("--gemm-sm-carveout", v, 0, 1024); },
        [](const Options& o) { return std::to_string(o.gemm_sm_carveout); }},
       {"nccl-max-ctas", "N", "cap the thread blocks (SMs) NCCL's kernels take from backward while they overlap it (ncclConfig_t maxCTAs); 0 = NCCL's choice",
@@ -362,13 +356,6 @@ Options parse_options(int argc, const char* const* argv) {
                       " > " + fmt(o.bucket_cap_mb) + ")");
   check_optimizer_options(o);
   check_checkpoint_options(o);
-  if (o.reduced_grads != "in-place") {
-    const std::string v = o.reduced_grads;
-    if (!o.grad_as_bucket_view) throw OptionError("--reduced-grads: " + v + " needs --grad-as-bucket-view on");
-    if (o.compression == "powersgd")
-      throw OptionError("--reduced-grads: " + v + " does not work with --compression powersgd (its hook keeps its own buffers)");
-    if (o.backend == "cpu") throw OptionError("--reduced-grads: " + v + " is for the GPU backend (NCCL buffer registration)");
-  }
   if (o.eval_every > 0 && o.data.rfind("idx:", 0) != 0)
     throw OptionError("--eval-every: --data " + o.data + " has no --eval-split " + o.eval_split +
                       " to evaluate; use --data idx:DIR (an MNIST-format data set with its t10k test files)");
@@ -438,8 +425,6 @@ ReducerOptions reducer_options(const Options& o) {
   ReducerOptions r;
   r.overlap = o.overlap;
   r.grad_as_bucket_view = o.grad_as_bucket_view;
-  r.separate_output = o.reduced_grads == "separate";
-  r.comm_priority_high = o.comm_priority_high;
   r.compression = parse_compression(o.compression);
   r.powersgd.rank = o.powersgd_rank;
   r.powersgd.start_iter = o.powersgd_start_step;

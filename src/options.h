@@ -31,8 +31,6 @@ struct Options {
   double first_bucket_mb = 1.0;     ///< MiB (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
   bool ddp = true;                  ///< false: --no-ddp, no reducer at all
   bool overlap = true;              ///< false: --no-overlap, all buckets after backward
-  std::string reduced_grads = "in-place";  ///< --reduced-grads in-place|separate|symmetric (GPU all-reduce buffers)
-  bool comm_priority_high = true;   ///< --comm-priority high|normal
   int gemm_sm_carveout = 0;         ///< SMs backward's GEMMs leave to NCCL (cuBLASLt SM count target); 0: none
   int nccl_max_ctas = 0;            ///< cap on NCCL's thread blocks (SMs) per collective; 0: NCCL's choice
   bool grad_as_bucket_view = true;  ///< off: separate bucket buffer + copies (--grad-as-bucket-view)

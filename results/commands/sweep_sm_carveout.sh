@@ -26,7 +26,7 @@ tf32:none:1:0:0 tf32:none:2:0:0 tf32:none:2:16:16 tf32:none:2:8:8"}
       --compression "$c" --nccl-max-ctas "$k" --gemm-sm-carveout "$v" $extra $COMMON \
       --out "$OUT/carve-$name.h5" 2>&1 | grep -E "timed window|rror" | sed "s/^/$name: /"
   done
-  for p in bf16 tf32; do
+  for p in bf16 tf32 fp32; do
     base="$OUT/carve-$p-none-np1-ctas0-carve0.h5"
     [ -f "$base" ] || continue
     echo; echo "## $p"

@@ -51,6 +51,14 @@ TEST_CASE("bad options give one line naming the option and the reason", "[option
   CHECK(option_error({"stray"}).rfind("stray: unexpected argument", 0) == 0);
 }
 
+TEST_CASE("--gemm-sm-carveout and --nccl-max-ctas: 0 (off) by default, bounded", "[options]") {
+  CHECK(parse_args({}).gemm_sm_carveout == 0);
+  CHECK(parse_args({}).nccl_max_ctas == 0);
+  CHECK(parse_args({"--gemm-sm-carveout", "16"}).gemm_sm_carveout == 16);
+  CHECK(option_error({"--gemm-sm-carveout", "-1"}) == "--gemm-sm-carveout: must be in [0, 1024], got '-1'");
+  CHECK(option_error({"--gemm-sm-carveout", "x"}) == "--gemm-sm-carveout: expected an integer, got 'x'");
+}
+
 TEST_CASE("help lists every option", "[options]") {
   const std::string h = help_text();
   for (const auto& [name, value] : option_values(Options{})) {

@@ -111,6 +111,27 @@ TEST_CASE("lt_gemm: nn.Linear forward, weight gradient and input gradient match 
     CHECK(lt.plan_count() == plans);
     CHECK(norm_rel_err(dw.download(), ref_dw) < 1e-6);
   }
+  // A reduced SM count target (autotuned while another stream holds the other SMs) gives a new
+  // plan per shape and the same products.
+  {
+    LtGemm tuned(st.s, LtGemmOptions{size_t(32) << 20, CUBLAS_COMPUTE_32F, 8});
+    const int M = 200, N = 256, K = 512;
+    const auto hx = normal_vec((size_t)M * K, 3, 0), hw = normal_vec((size_t)N * K, 3, 1);
+    DevVec<float> x(hx), w(hw), y((size_t)M * N);
+    const auto ref = host_gemm(false, true, M, N, K, 1, hx, K, hw, K, 0, nullptr, N, nullptr);
+    linear_forward(tuned, x.get(), w.get(), nullptr, nullptr, y.get(), M, N, K);
+    CHECK(tuned.plan_count() == 1);
+    tuned.set_sm_count_target(64);
+    CHECK(tuned.sm_count_target() == 64);
+    linear_forward(tuned, x.get(), w.get(), nullptr, nullptr, y.get(), M, N, K);
+    CHECK(tuned.plan_count() == 2);
+    CHECK(norm_rel_err(y.download(), ref) < 1e-6);
+    tuned.set_sm_count_target(0);
+    linear_forward(tuned, x.get(), w.get(), nullptr, nullptr, y.get(), M, N, K);
+    CHECK(tuned.plan_count() == 2);
+    CHECK(norm_rel_err(y.download(), ref) < 1e-6);
+    CHECK_THROWS_AS(tuned.set_sm_count_target(-1), std::invalid_argument);
+  }
   CHECK_THROWS_AS(lt.gemm(false, false, 4, 4, 4, 1, nullptr, 4, nullptr, 4, 0, nullptr, 4, nullptr, 4),
                   std::invalid_argument);
   CHECK_THROWS_AS(linear_forward(lt, static_cast<const float*>(nullptr), nullptr, nullptr, nullptr, nullptr, 4, 4, 0),

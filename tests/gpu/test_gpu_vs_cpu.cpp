@@ -126,6 +126,30 @@ TEST_CASE("gpu_vit: matches CpuViT<float> without autotuning or fused bias gradi
   compare_with_cpu(vit_config("vit_tiny"), 4, 4, 203, 1e-5, 1e-6, 1e-4, o);
 }
 
+TEST_CASE("gpu_vit: backward GEMMs planned for fewer SMs (backward_sm_carveout) match CpuViT<float> in fp32 and bf16",
+          "[gpu][gpu_vit][carveout]") {
+  REQUIRE_GPU();
+  ViTConfig cfg = vit_config("vit_b_32");
+  cfg.layers = 2;
+  GpuViTOptions o;
+  o.backward_sm_carveout = 16;  // autotuned while 16 SMs are held by another stream's kernel
+  compare_with_cpu(cfg, 4, 4, 111, 1e-5, 1e-6, 1e-4, o);
+  GpuViTOptions b = GpuViTOptions::for_precision(Precision::bf16);
+  b.backward_sm_carveout = 16;
+  compare_with_cpu(cfg, 4, 4, 111, 3e-2, 3e-2, 3e-2, b);
+  int dev = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  Stream st;
+  const ParamLayout L = make_param_layout(cfg);
+  for (const int bad : {-1, sms}) {
+    GpuViTOptions x;
+    x.backward_sm_carveout = bad;
+    INFO("carveout " << bad << " on " << sms << " SMs");
+    CHECK_THROWS_AS(GpuViT(L, 4, st.s, x), std::invalid_argument);
+  }
+}
+
 // Published tolerances per precision (norm-relative, against CpuViT<float> on vit_b_32-sized
 // layers): fp32 logits 1e-5 / gradients 1e-4; tf32 5e-3 / 5e-3; bf16 3e-2 / 3e-2. The loss is held
 // to the logits' tolerance (fp32: 1e-6).
