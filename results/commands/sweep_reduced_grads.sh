@@ -4,6 +4,8 @@
 # (gradients in a symmetric NCCL window), per precision and compression, with NCCL's CTA cap and
 # the GEMM SM carveout. 1-GPU baselines (--no-ddp) first;
 # table by results/overlap_table.py. Run from the repository root with carry/vitddp and $OUT set.
+# Needs a build of commit ab6fb23: --reduced-grads was removed afterwards (505d594; no gain, see
+# results/2026-11-30-issue5-overlap-2xH200/README.md).
 # SPECS (optional): "precision:compression:reduced:ctas:carveout ..." (ranks 2; np1 = --no-ddp baseline)
 set -u -o pipefail
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
