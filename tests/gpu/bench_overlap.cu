@@ -17,7 +17,6 @@
 
 #include "cuda/gpu_vit.h"
 #include "model/init.h"
-#include "model/rng.h"
 #include "tests/catch.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -66,14 +65,9 @@ TEST_CASE("bench: backward under a concurrent load on another stream", "[.bench]
   cudaStream_t st, side;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, hi));
-  std::vector<float> host_params(L.total);
-  init_params(L, InitScheme::Torchvision, 0, host_params.data());
-  std::vector<float> img((size_t)B * L.cfg.channels * L.cfg.image_size * L.cfg.image_size);
-  for (size_t i = 0; i < img.size(); ++i) img[i] = (float)rand_normal(1, 0, i);
-  std::vector<int32_t> lab(B);
-  for (int b = 0; b < B; ++b) lab[b] = (int32_t)(rand_bits(1, 1, b) % (uint64_t)L.cfg.num_classes);
-  DevVec<float> dp(host_params), dg(L.total), dimg(img), dloss(1);
-  DevVec<int32_t> dlab(lab);
+  StepInputs in(L, B);
+  DevVec<float>& dp = in.params, &dg = in.grads, &dimg = in.images, &dloss = in.loss;
+  DevVec<int32_t>& dlab = in.labels;
   const size_t copy_floats = L.total;  // the gradients' size, 1.23 GB
   DevVec<float> src(copy_floats), dst(copy_floats);
   const size_t n4 = copy_floats / 4;

@@ -56,14 +56,9 @@ TEST_CASE("bench: vit_l_32 batch-32 training step in fp32, tf32 and bf16", "[.be
   const double flops = 3.0 * forward_flops_per_image(L.cfg) * B;
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  std::vector<float> host_params(L.total);
-  init_params(L, InitScheme::Torchvision, 0, host_params.data());
-  std::vector<float> img((size_t)B * L.cfg.channels * L.cfg.image_size * L.cfg.image_size);
-  for (size_t i = 0; i < img.size(); ++i) img[i] = (float)rand_normal(1, 0, i);
-  std::vector<int32_t> lab(B);
-  for (int b = 0; b < B; ++b) lab[b] = (int32_t)(rand_bits(1, 1, b) % (uint64_t)L.cfg.num_classes);
-  DevVec<float> dp(host_params), dg(L.total), dimg(img), dloss(1);
-  DevVec<int32_t> dlab(lab);
+  StepInputs in(L, B);
+  DevVec<float>& dp = in.params, &dg = in.grads, &dimg = in.images, &dloss = in.loss;
+  DevVec<int32_t>& dlab = in.labels;
   const SgdConfig sgd{1e-3, 0.0, 0.0};
   std::vector<cudaEvent_t> ev(4 * iters);
   for (auto& e : ev) CUDA_CHECK(cudaEventCreate(&e));
@@ -76,7 +71,7 @@ TEST_CASE("bench: vit_l_32 batch-32 training step in fp32, tf32 and bf16", "[.be
   };
   std::vector<Row> rows;
   for (const Precision prec : {Precision::fp32, Precision::tf32, Precision::bf16}) {
-    dp.upload(host_params);
+    dp.upload(in.host_params);
     GpuViT gpu(L, B, st, GpuViTOptions::for_precision(prec));
     auto step = [&](int i, bool timed) {
       if (timed) CUDA_CHECK(cudaEventRecord(ev[4 * i], st));

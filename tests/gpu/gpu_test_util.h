@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "cuda/check.h"
+#include "model/init.h"
+#include "model/param_layout.h"
 #include "model/rng.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
@@ -90,5 +92,24 @@ inline double time_ms(cudaStream_t st, const std::function<void()>& fn, int iter
   cudaEventDestroy(e1);
   return ms / iters;
 }
+
+/// Device inputs of a training-step benchmark of layout `L` at batch `B`: torchvision-initialised
+/// parameters (seed 0; host copy kept for re-uploads), fp32 gradients, random images and labels
+/// (seed 1), a one-float loss.
+struct StepInputs {
+  std::vector<float> host_params;
+  DevVec<float> params, grads, images, loss;
+  DevVec<int32_t> labels;
+  StepInputs(const vitddp::ParamLayout& L, int B)
+      : host_params(initial(L)), params(host_params), grads(L.total), images(random_images(L.cfg, B, 1)), loss(1),
+        labels(random_labels(L.cfg, B, 1)) {}
+
+ private:
+  static std::vector<float> initial(const vitddp::ParamLayout& L) {
+    std::vector<float> p(L.total);
+    vitddp::init_params(L, vitddp::InitScheme::Torchvision, 0, p.data());
+    return p;
+  }
+};
 
 }  // namespace vitddp_test
