@@ -126,9 +126,7 @@ struct GpuViT::Impl {
         fused_bias_grad(o.fused_bias_grad), refresh_bf16(o.refresh_bf16_weights),
         overlay_gradients(o.overlay_gradients) {
     if (o.backward_sm_carveout != 0) {
-      int dev = 0, sms = 0;
-      CUDA_CHECK(cudaGetDevice(&dev));
-      CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      const int sms = lt.device_sm_count();
       if (o.backward_sm_carveout < 0 || o.backward_sm_carveout >= sms)
         throw std::invalid_argument("GpuViT: backward SM carveout " +
                                     std::to_string(o.backward_sm_carveout) + " outside [0, " +

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -11,6 +12,7 @@
 
 #include "cuda/check.h"
 #include "cuda/device_arena.h"
+#include "cuda/sm_hold.h"
 
 namespace vitddp {
 namespace {
@@ -22,14 +24,6 @@ uint32_t alignment_of(const void* p) {
   uint32_t a = 16;
   while (a > 2 && (v % a) != 0) a /= 2;
   return a;
-}
-
-// Holds one SM per thread block until `cycles` SM clock cycles have passed: the stand-in for a
-// concurrent stream's kernels (NCCL's) while candidates are timed for a reduced SM count target.
-__global__ void hold_sms_kernel(long long cycles) {
-  const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
 }
 
 size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
@@ -75,8 +69,8 @@ struct LtGemm::Impl {
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   int autotune = 0;
   int sm_target = 0;  // CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET of plans built now (0: all SMs)
-  int device_sms = 0, clock_khz = 0;
-  cudaStream_t hold_stream = nullptr;  // autotuning under a reduced target: the SM-holding kernel's stream
+  int device_sms = 0;
+  std::unique_ptr<SmHold> hold;  // autotuning under a reduced target: holds the other SMs
   cublasLtHandle_t handle = nullptr;
   DeviceArena arena;
   void* workspace = nullptr;
@@ -94,7 +88,6 @@ struct LtGemm::Impl {
       cudaEventDestroy(e.second);
     }
     if (handle) cublasLtDestroy(handle);
-    if (hold_stream) cudaStreamDestroy(hold_stream);
   }
 
   static void destroy(Plan& p) {
@@ -169,7 +162,7 @@ struct LtGemm::Impl {
       }
       CUBLAS_CHECK(st);
       p.algo = results[0].algo;
-      if (found > 1) p.algo = results[fastest(p, results, found, ops, m, ldd, cd)].algo;
+      if (found > 1) p.algo = results[fastest(p, results, found, ops, m, ldd, cd, sms)].algo;
     } catch (...) {
       destroy(p);
       throw;
@@ -180,7 +173,7 @@ struct LtGemm::Impl {
   // Times each candidate (3 runs after a warm-up) writing to a temporary output; returns the
   // index of the fastest. Candidates that fail to launch are skipped.
   int fastest(Plan& p, const cublasLtMatmulHeuristicResult_t* results, int found,
-              const Operands& ops, int m, int ldd, cudaDataType_t cd) {
+              const Operands& ops, int m, int ldd, cudaDataType_t cd, int sms) {
     DeviceBuffer<char> tmp((size_t)m * ldd * type_bytes(cd), "cuBLASLt autotuning output");
     if (ops.epi_ptr)
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
@@ -191,34 +184,27 @@ struct LtGemm::Impl {
     int best = 0;
     float best_ms = -1;
     // Plans for a reduced SM count are timed the way they will run: while (device SMs - target)
-    // SMs are held by another stream's kernel (as NCCL's kernels hold them during backward).
-    const int held = sm_target > 0 ? device_sms - sm_target : 0;
+    // SMs are held by another stream's blocks (as NCCL's kernels hold them during backward).
+    const int held = sms > 0 ? device_sms - sms : 0;
     try {
-      if (held > 0 && !hold_stream) {
-        int lo = 0, hi = 0;
-        CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-        CUDA_CHECK(cudaStreamCreateWithPriority(&hold_stream, cudaStreamNonBlocking, hi));
-      }
+      if (held > 0 && !hold) hold = std::make_unique<SmHold>();
       for (int i = 0; i < found; ++i) {
         if (results[i].workspaceSize > workspace_bytes) continue;
-        if (held > 0) {
-          hold_sms_kernel<<<held, 128, 0, hold_stream>>>((long long)clock_khz * 3);  // ~3 ms
-          CUDA_CHECK(cudaGetLastError());
-        }
+        if (held > 0) hold->start(held);
         auto run = [&]() {
           return cublasLtMatmul(handle, p.op, &ops.alpha, ops.b, p.a, ops.a, p.b, &ops.beta, ops.c,
                                 p.c, tmp.get(), p.d, &results[i].algo, workspace, workspace_bytes,
                                 stream);
         };
         if (run() != CUBLAS_STATUS_SUCCESS) {
-          if (held > 0) CUDA_CHECK(cudaStreamSynchronize(hold_stream));
+          if (held > 0) hold->release();
           continue;
         }
         CUDA_CHECK(cudaEventRecord(e0, stream));
         for (int r = 0; r < 3; ++r) CUBLAS_CHECK(run());
         CUDA_CHECK(cudaEventRecord(e1, stream));
         CUDA_CHECK(cudaEventSynchronize(e1));
-        if (held > 0) CUDA_CHECK(cudaStreamSynchronize(hold_stream));
+        if (held > 0) hold->release();
         float ms = 0;
         CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         if (best_ms < 0 || ms < best_ms) {
@@ -227,6 +213,12 @@ struct LtGemm::Impl {
         }
       }
     } catch (...) {
+      if (hold) {
+        try {
+          hold->release();
+        } catch (...) {  // already failing: keep the first error
+        }
+      }
       cudaEventDestroy(e0);
       cudaEventDestroy(e1);
       throw;
@@ -304,7 +296,6 @@ LtGemm::LtGemm(cudaStream_t stream, const LtGemmOptions& o) : impl_(new Impl) {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&impl_->device_sms, cudaDevAttrMultiProcessorCount, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&impl_->clock_khz, cudaDevAttrClockRate, dev));
   impl_->workspace_bytes = workspace_bytes;
   if (workspace_bytes > 0)
     impl_->workspace = impl_->arena.alloc<char>(workspace_bytes, "cuBLASLt workspace");
@@ -316,10 +307,13 @@ size_t LtGemm::device_bytes() const { return impl_->arena.bytes(); }
 size_t LtGemm::plan_count() const { return impl_->plans.size(); }
 
 void LtGemm::set_sm_count_target(int n) {
-  if (n < 0) throw std::invalid_argument("LtGemm::set_sm_count_target: negative SM count " + std::to_string(n));
+  if (n < 0 || n > impl_->device_sms)
+    throw std::invalid_argument("LtGemm::set_sm_count_target: " + std::to_string(n) + " outside [0, " +
+                                std::to_string(impl_->device_sms) + "] (the device's SM count)");
   impl_->sm_target = n;
 }
 int LtGemm::sm_count_target() const { return impl_->sm_target; }
+int LtGemm::device_sm_count() const { return impl_->device_sms; }
 
 void LtGemm::set_timing(bool on) { impl_->timing = on; }
 

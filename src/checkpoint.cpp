@@ -174,12 +174,19 @@ std::string checkpoint_mismatch(const CheckpointHeader& h, const Options& o, int
       "model",     "num-classes", "batch-size",  "grad-accum-steps", "data",       "seed",
       "backend",   "precision",   "compression", "optimizer",        "lr",         "momentum",
       "weight-decay", "adam-beta1", "adam-beta2", "adam-eps",        "lr-schedule", "lr-warmup-steps",
-      "min-lr",    "attention",   "patch-embed"};
+      "min-lr",    "attention",   "patch-embed", "gemm-sm-carveout"};
+  // Options added after checkpoints existed: a file without them was written with their default.
+  const std::vector<std::pair<std::string, std::string>> later = {{"gemm-sm-carveout", "0"}};
   const auto mine = option_values(o);
   for (const std::string& name : must_match) {
     bool in_file = false, in_run = false;
-    const std::string theirs = value_of(h.options, name, &in_file);
+    std::string theirs = value_of(h.options, name, &in_file);
     const std::string ours = value_of(mine, name, &in_run);
+    for (const auto& [later_name, default_value] : later)
+      if (!in_file && name == later_name) {
+        theirs = default_value;
+        in_file = true;
+      }
     if (!in_file) return "--" + name + ": the checkpoint does not record it (written by an older vitddp?)";
     if (theirs != ours)
       return "--" + name + ": the checkpoint was written with '" + theirs + "', this run has '" + ours + "'";

@@ -158,7 +158,8 @@ class GpuEngine final : public Engine {
     if (use_graph()) {
       // Forward, backward and the bucketed all-reduces of this (input slot, micro-step, batch) as
       // one CUDA graph, captured at its first use after the first step (which ran eagerly: NCCL
-      // connections, cuBLASLt plans and autotuning are set up by then) and replayed afterwards.
+      // connections are set up by then; cuBLASLt plans and their autotuning come from the tuning
+      // pass before training) and replayed afterwards.
       StepGraph& g = graphs_[GraphKey{slot_, micro, micro_steps, staged_batch_}];
       if (!g.captured()) g.capture(compute_, [&] { enqueue_compute(micro, micro_steps); });
       NvtxRange r("forward + backward (CUDA graph)", NvtxColor::Green);
@@ -349,6 +350,12 @@ class GpuEngine final : public Engine {
   void allocate(const Options& o, const World& w, const ParamLayout& layout, const MemoryEstimate& need) {
     device_ = select_device(w, visible_cuda_devices());
     CUDA_CHECK(cudaSetDevice(device_));
+    int sms = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
+    if (o.gemm_sm_carveout >= sms)
+      throw std::invalid_argument("--gemm-sm-carveout: " + std::to_string(o.gemm_sm_carveout) +
+                                  " leaves no SM for backward's GEMMs on this GPU (" + std::to_string(sms) +
+                                  " SMs; use at most " + std::to_string(sms - 1) + ")");
     CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));  // creates the context
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));

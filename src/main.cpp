@@ -122,6 +122,7 @@ int main(int argc, char** argv) {
     }
     if (o.data == "device" && o.backend != "gpu") err = "--data device: needs the GPU backend";
     if (o.patch_embed == "cudnn" && o.backend != "gpu") err = "--patch-embed cudnn: needs the GPU backend";
+    if (o.gemm_sm_carveout > 0 && o.backend != "gpu") err = "--gemm-sm-carveout: needs the GPU backend (cuBLASLt)";
     if (o.precision != "fp32" && o.backend != "gpu")
       err = "--precision " + o.precision + ": needs the GPU backend (the CPU backend computes in fp32 only)";
     if (const std::string f = FaultInjection::check(o, w.world_size, o.backend); !f.empty()) err = f;

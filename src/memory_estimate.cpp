@@ -68,7 +68,7 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
     if (reducer.empty()) reducer = "no buffers (in-place all-reduce of the gradients)";
   }
   e.items.push_back({"reducer", reducer, o.ddp ? NcclReducer::planned_device_bytes(layout, buckets, reducer_options(o)) : 0});
-  e.transient = {"cuBLASLt autotuning", "largest GEMM output, allocated while timing each new shape in the first step",
+  e.transient = {"cuBLASLt autotuning", "largest GEMM output, allocated while timing each new shape in the tuning pass before training",
                  vo.gemm_autotune_candidates > 1 ? gpu_vit_autotune_scratch_bytes(c, o.batch_size, p) : 0};
   return e;
 }
@@ -92,7 +92,7 @@ std::string memory_summary(const MemoryEstimate& e) {
   std::string s = e.model + " at batch " + std::to_string(e.batch) + ", " + e.precision + " needs " +
                   gib(e.peak_bytes()) + " GiB in all (";
   for (size_t i = 0; i < e.items.size(); ++i) s += (i ? ", " : "") + e.items[i].what + " " + gib(e.items[i].bytes);
-  if (e.transient.bytes) s += ", " + e.transient.what + " " + gib(e.transient.bytes) + " in the first step";
+  if (e.transient.bytes) s += ", " + e.transient.what + " " + gib(e.transient.bytes) + " while tuning";
   return s + "; GiB)";
 }
 

@@ -28,7 +28,7 @@ struct MemoryEstimate {
   int batch = 0;                     ///< images per micro-step (--batch-size)
   std::string precision;             ///< fp32 | tf32 | bf16
   std::vector<MemoryItem> items;     ///< persistent allocations, in allocation order
-  MemoryItem transient;              ///< freed again: cuBLASLt autotuning output in the first step
+  MemoryItem transient;              ///< freed again: cuBLASLt autotuning output in the tuning pass before training
 
   /// Sum of `items`: what stays allocated while training (EngineInfo::device_bytes).
   size_t persistent_bytes() const;
@@ -49,7 +49,7 @@ MemoryEstimate estimate_gpu_memory(const Options& o);
 
 /// One line: "vit_l_32 at batch 32, fp32 needs 5.43 GiB in all (parameters 1.14, gradients 1.14,
 /// optimizer state 0, inputs 0.04, cuBLASLt workspace 0.03, activations 2.0, reducer 0, cuBLASLt
-/// autotuning 0.05 in the first step; GiB)".
+/// autotuning 0.05 while tuning; GiB)".
 std::string memory_summary(const MemoryEstimate& e);
 
 /// The --dry-run report: one row per item (bytes and GiB, what it holds), the persistent and peak

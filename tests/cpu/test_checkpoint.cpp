@@ -1,6 +1,7 @@
 // Checkpoint files (src/checkpoint.h): round trip, crash safety of the publish step, the checks
 // of a resume, and that an engine restored from a checkpoint continues bit for bit on the same
 // batches as the data sources give after a resume (src/data.h first_step).
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -131,6 +132,19 @@ TEST_CASE("checkpoint: resume checks name the option that differs", "[checkpoint
   CHECK(with({"--lr", "0.5"}).rfind("--lr:", 0) == 0);
   CHECK(with({"--data", "idx:/x"}).rfind("--data:", 0) == 0);
   CHECK(with({"--adam-beta2", "0.95"}).rfind("--adam-beta2:", 0) == 0);
+  // The GEMM SM target changes cuBLASLt's algorithm choice, so bit-for-bit resumes need the same one;
+  // a checkpoint written before the option existed counts as 0.
+  CHECK(with({"--gemm-sm-carveout", "8"}) == "--gemm-sm-carveout: the checkpoint was written with '0', this run has '8'");
+  {
+    CheckpointHeader old = h;
+    old.options.erase(std::remove_if(old.options.begin(), old.options.end(),
+                                     [](const auto& kv) { return kv.first == "gemm-sm-carveout"; }),
+                      old.options.end());
+    CHECK(checkpoint_mismatch(old, o, 2).empty());
+    Options o8 = o;
+    o8.gemm_sm_carveout = 8;
+    CHECK(checkpoint_mismatch(old, o8, 2) == "--gemm-sm-carveout: the checkpoint was written with '0', this run has '8'");
+  }
   // Timing-window options and files may differ; the cosine length may not (it is the run's total by default).
   CHECK(with({"--bucket-cap-mb", "50", "--out", "x.h5", "--data-workers", "1"}).empty());
   CHECK(with({"--steps", "10"}).rfind("--lr-decay-steps: the checkpoint's cosine schedule decays over 8 steps, this run's over 12", 0) == 0);
