@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -12,7 +11,6 @@
 
 #include "cuda/check.h"
 #include "cuda/device_arena.h"
-#include "cuda/sm_hold.h"
 
 namespace vitddp {
 namespace {
@@ -24,6 +22,16 @@ uint32_t alignment_of(const void* p) {
   uint32_t a = 16;
   while (a > 2 && (v % a) != 0) a /= 2;
   return a;
+}
+
+// Spins until `cycles` SM clock cycles have passed: the stand-in for a concurrent stream's kernels
+// (NCCL's) while candidates are timed for a reduced SM count target. Its thread blocks are small,
+// so the scheduler may place several on one SM, and the hold may end before a slow candidate's
+// timed runs do (about 3 ms); both make it a rough stand-in (results/2026-11-30-issue5-overlap-2xH200/README.md).
+__global__ void hold_sms_kernel(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
 }
 
 size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
@@ -69,8 +77,8 @@ struct LtGemm::Impl {
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   int autotune = 0;
   int sm_target = 0;  // CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET of plans built now (0: all SMs)
-  int device_sms = 0;
-  std::unique_ptr<SmHold> hold;  // autotuning under a reduced target: holds the other SMs
+  int device_sms = 0, clock_khz = 0;
+  cudaStream_t hold_stream = nullptr;  // autotuning under a reduced target: the SM-holding kernel's stream
   cublasLtHandle_t handle = nullptr;
   DeviceArena arena;
   void* workspace = nullptr;
@@ -88,6 +96,7 @@ struct LtGemm::Impl {
       cudaEventDestroy(e.second);
     }
     if (handle) cublasLtDestroy(handle);
+    if (hold_stream) cudaStreamDestroy(hold_stream);
   }
 
   static void destroy(Plan& p) {
@@ -184,27 +193,34 @@ struct LtGemm::Impl {
     int best = 0;
     float best_ms = -1;
     // Plans for a reduced SM count are timed the way they will run: while (device SMs - target)
-    // SMs are held by another stream's blocks (as NCCL's kernels hold them during backward).
+    // SMs are held by another stream's kernel (as NCCL's kernels hold them during backward).
     const int held = sms > 0 ? device_sms - sms : 0;
     try {
-      if (held > 0 && !hold) hold = std::make_unique<SmHold>();
+      if (held > 0 && !hold_stream) {
+        int lo = 0, hi = 0;
+        CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&hold_stream, cudaStreamNonBlocking, hi));
+      }
       for (int i = 0; i < found; ++i) {
         if (results[i].workspaceSize > workspace_bytes) continue;
-        if (held > 0) hold->start(held);
+        if (held > 0) {
+          hold_sms_kernel<<<held, 128, 0, hold_stream>>>((long long)clock_khz * 3);  // ~3 ms at the peak clock
+          CUDA_CHECK(cudaGetLastError());
+        }
         auto run = [&]() {
           return cublasLtMatmul(handle, p.op, &ops.alpha, ops.b, p.a, ops.a, p.b, &ops.beta, ops.c,
                                 p.c, tmp.get(), p.d, &results[i].algo, workspace, workspace_bytes,
                                 stream);
         };
         if (run() != CUBLAS_STATUS_SUCCESS) {
-          if (held > 0) hold->release();
+          if (held > 0) CUDA_CHECK(cudaStreamSynchronize(hold_stream));
           continue;
         }
         CUDA_CHECK(cudaEventRecord(e0, stream));
         for (int r = 0; r < 3; ++r) CUBLAS_CHECK(run());
         CUDA_CHECK(cudaEventRecord(e1, stream));
         CUDA_CHECK(cudaEventSynchronize(e1));
-        if (held > 0) hold->release();
+        if (held > 0) CUDA_CHECK(cudaStreamSynchronize(hold_stream));
         float ms = 0;
         CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         if (best_ms < 0 || ms < best_ms) {
@@ -213,12 +229,6 @@ struct LtGemm::Impl {
         }
       }
     } catch (...) {
-      if (hold) {
-        try {
-          hold->release();
-        } catch (...) {  // already failing: keep the first error
-        }
-      }
       cudaEventDestroy(e0);
       cudaEventDestroy(e1);
       throw;
@@ -296,6 +306,7 @@ LtGemm::LtGemm(cudaStream_t stream, const LtGemmOptions& o) : impl_(new Impl) {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&impl_->device_sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&impl_->clock_khz, cudaDevAttrClockRate, dev));
   impl_->workspace_bytes = workspace_bytes;
   if (workspace_bytes > 0)
     impl_->workspace = impl_->arena.alloc<char>(workspace_bytes, "cuBLASLt workspace");

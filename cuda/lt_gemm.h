@@ -86,9 +86,9 @@ class LtGemm {
   /// because a concurrent stream (NCCL's all-reduce kernels during backward) holds the others. A
   /// persistent GEMM sized for all SMs would otherwise run its last CTAs in a second wave.
   /// Part of the plan key: GEMMs of the same shape under two targets have two plans. With
-  /// autotuning, the candidates of such a plan are timed while spinning thread blocks on another
-  /// stream hold the (device SMs - n) other SMs (cuda/sm_hold.h), so the choice is the algorithm
-  /// that is fastest with them taken (persistent kernels sized for every SM are not).
+  /// autotuning, the candidates of such a plan are timed while a kernel on another stream holds
+  /// the (device SMs - n) other SMs, so the choice is the algorithm that is fastest with them
+  /// taken (persistent kernels sized for every SM are not).
   /// Throws std::invalid_argument for n < 0 or n > device_sm_count().
   void set_sm_count_target(int n);
   /// The SM count target of plans built from now on (0: the device's).

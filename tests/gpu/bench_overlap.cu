@@ -1,12 +1,10 @@
 // Hidden benchmark [.bench][overlap_bench]: why backward slows down while the gradient
 // all-reduce overlaps it. On one GPU, vit_l_32 batch-32 backward (bf16 and tf32) runs on its
 // stream while a second, high-priority stream carries a synthetic load that starts with backward:
-//  - spin k: k thread blocks that only spin (cuda/sm_hold.h: they hold k SMs, move no data),
-//    with and without the GEMM SM carveout (GpuViTOptions::backward_sm_carveout = k, whose GEMMs
-//    are autotuned while k SMs are held);
+//  - spin k: k thread blocks that only spin on the SM clock (they hold k SMs, move no data),
+//    with and without the GEMM SM carveout (GpuViTOptions::backward_sm_carveout = k);
 //  - SM copy k: k thread blocks copying a 1.2 GB buffer (SMs + HBM traffic, as NCCL's kernels);
 //  - CE copy: cudaMemcpyAsync device-to-device of 1.2 GB (HBM traffic, no kernel).
-// Every model is autotuned by one step without load first (as vitddp's tuning pass does).
 // Printed: median backward time of 20 steps per load, the slowdown against no load, and with
 // per-GEMM events (a second pass) the GEMM and non-GEMM parts of backward.
 #include <cuda_runtime.h>
@@ -18,7 +16,6 @@
 #include <vector>
 
 #include "cuda/gpu_vit.h"
-#include "cuda/sm_hold.h"
 #include "model/init.h"
 #include "tests/catch.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -27,6 +24,13 @@ using namespace vitddp;
 using namespace vitddp_test;
 
 namespace {
+
+// Spins until `cycles` SM clock cycles have passed; one thread block per SM it holds.
+__global__ void spin_kernel(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
 
 // `passes` grid-stride copies of n float4 values: HBM traffic from `gridDim.x` blocks.
 __global__ void copy_kernel(const float4* __restrict__ src, float4* __restrict__ dst, size_t n, int passes) {
@@ -43,8 +47,7 @@ double median_of(std::vector<double> v) {
 struct Load {
   std::string name;
   int carveout;  // GEMM SM carveout of the model under this load
-  int hold;      // SMs held by spinning blocks while backward runs (0: none)
-  std::function<void(cudaStream_t)> start;  // enqueues any other load on the side stream
+  std::function<void(cudaStream_t)> start;  // enqueues the load on the side stream
 };
 
 }  // namespace
@@ -53,7 +56,10 @@ TEST_CASE("bench: backward under a concurrent load on another stream", "[.bench]
   REQUIRE_GPU();
   const ParamLayout L = make_param_layout(vit_config("vit_l_32"));
   const int B = 32, warmup = 5, iters = 20;
-  SmHold hold;
+  int dev = 0, clock_khz = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev));
+  const long long spin_cycles = (long long)clock_khz * 12;  // about 12 ms at the base clock: longer than backward
   int lo = 0, hi = 0;
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
   cudaStream_t st, side;
@@ -66,18 +72,19 @@ TEST_CASE("bench: backward under a concurrent load on another stream", "[.bench]
   DevVec<float> src(copy_floats), dst(copy_floats);
   const size_t n4 = copy_floats / 4;
 
-  const auto nothing = [](cudaStream_t) {};
-  std::vector<Load> loads = {{"none", 0, 0, nothing}};
+  std::vector<Load> loads = {{"none", 0, [](cudaStream_t) {}}};
   for (int k : {2, 8, 24}) {
-    loads.push_back({"spin " + std::to_string(k) + " blocks", 0, k, nothing});
-    loads.push_back({"spin " + std::to_string(k) + " blocks, carveout " + std::to_string(k), k, k, nothing});
+    loads.push_back({"spin " + std::to_string(k) + " blocks", 0,
+                     [=](cudaStream_t s) { spin_kernel<<<k, 128, 0, s>>>(spin_cycles); }});
+    loads.push_back({"spin " + std::to_string(k) + " blocks, carveout " + std::to_string(k), k,
+                     [=](cudaStream_t s) { spin_kernel<<<k, 128, 0, s>>>(spin_cycles); }});
   }
   for (int k : {8, 24})
-    loads.push_back({"SM copy " + std::to_string(k) + " blocks", 0, 0, [=, &src, &dst](cudaStream_t s) {
+    loads.push_back({"SM copy " + std::to_string(k) + " blocks", 0, [=, &src, &dst](cudaStream_t s) {
                        copy_kernel<<<k, 512, 0, s>>>(reinterpret_cast<const float4*>(src.get()),
                                                      reinterpret_cast<float4*>(dst.get()), n4, 1);
                      }});
-  loads.push_back({"CE copy 1.2 GB", 0, 0, [&](cudaStream_t s) {
+  loads.push_back({"CE copy 1.2 GB", 0, [&](cudaStream_t s) {
                      CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), copy_floats * sizeof(float),
                                                 cudaMemcpyDeviceToDevice, s));
                    }});
@@ -97,44 +104,45 @@ TEST_CASE("bench: backward under a concurrent load on another stream", "[.bench]
       o.attention = prec == Precision::bf16 ? AttentionImpl::cudnn : AttentionImpl::custom;
       o.backward_sm_carveout = load.carveout;
       GpuViT gpu(L, B, st, o);
-      // One step: forward, then backward (between e0 and e1) with the load running beside it.
-      // gemm_events: events around every GEMM; returns backward's GEMM milliseconds.
-      auto step = [&](bool loaded, bool gemm_events) {
-        gpu.set_gemm_timing(gemm_events);
+      auto step = [&](bool timed) {
         gpu.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
-        if (gemm_events) gpu.take_gemm_ms();  // drop forward's GEMMs
-        if (loaded) {
-          CUDA_CHECK(cudaEventRecord(fwd_done, st));
-          CUDA_CHECK(cudaStreamWaitEvent(side, fwd_done, 0));
-          load.start(side);
-          if (load.hold > 0) hold.start(load.hold);
-        }
+        CUDA_CHECK(cudaEventRecord(fwd_done, st));
+        CUDA_CHECK(cudaStreamWaitEvent(side, fwd_done, 0));
+        load.start(side);
+        if (timed) CUDA_CHECK(cudaEventRecord(e0, st));
+        gpu.backward(dp.get(), dg.get(), false, {});
+        if (timed) CUDA_CHECK(cudaEventRecord(e1, st));
+        CUDA_CHECK(cudaStreamSynchronize(side));
+        CUDA_CHECK(cudaStreamSynchronize(st));
+      };
+      for (int i = 0; i < warmup; ++i) step(false);
+      std::vector<double> bwd, gemm;
+      for (int i = 0; i < iters; ++i) {
+        step(true);
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        bwd.push_back(ms);
+      }
+      // Second pass with events around every GEMM: backward's GEMM time (forward's dropped).
+      std::vector<double> gemm_bwd;
+      gpu.set_gemm_timing(true);
+      for (int i = 0; i < iters; ++i) {
+        gpu.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
+        gpu.take_gemm_ms();
+        CUDA_CHECK(cudaEventRecord(fwd_done, st));
+        CUDA_CHECK(cudaStreamWaitEvent(side, fwd_done, 0));
+        load.start(side);
         CUDA_CHECK(cudaEventRecord(e0, st));
         gpu.backward(dp.get(), dg.get(), false, {});
         CUDA_CHECK(cudaEventRecord(e1, st));
         CUDA_CHECK(cudaStreamSynchronize(st));
-        hold.release();
-        CUDA_CHECK(cudaStreamSynchronize(side));
-        const double g = gemm_events ? gpu.take_gemm_ms() : 0.0;
-        gpu.set_gemm_timing(false);
-        return g;
-      };
-      auto backward_ms = [&] {
+        gemm_bwd.push_back(gpu.take_gemm_ms());
         float ms = 0;
         CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        return (double)ms;
-      };
-      step(false, false);  // autotuning on an idle GPU (carveout plans: with their SMs held)
-      for (int i = 0; i < warmup; ++i) step(true, false);
-      std::vector<double> bwd, gemm, gemm_bwd;
-      for (int i = 0; i < iters; ++i) {
-        step(true, false);
-        bwd.push_back(backward_ms());
+        gemm.push_back(ms);
+        CUDA_CHECK(cudaStreamSynchronize(side));
       }
-      for (int i = 0; i < iters; ++i) {  // second pass with per-GEMM events
-        gemm_bwd.push_back(step(true, true));
-        gemm.push_back(backward_ms());
-      }
+      gpu.set_gemm_timing(false);
       const double b = median_of(bwd), g = median_of(gemm_bwd), bt = median_of(gemm);
       if (load.name == "none") base = b;
       std::printf("| %s | %s | %.2f | %+.2f | %.2f | %.2f |\n", precision_name(prec), load.name.c_str(), b, b - base, g,
