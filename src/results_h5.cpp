@@ -260,7 +260,7 @@ void ResultsFile::append_step(const std::string& name, const double* values) {
   Series& s = series(name);
   QuietH5Errors quiet;
   if (s.dtype == H5Dtype::f64) return append_raw(name, s, values);
-  const size_t n = static_cast<size_t>(s.ranks * std::max<int64_t>(s.buckets, 1));
+  const size_t n = s.per_step();
   std::vector<int64_t> ints(n);
   for (size_t i = 0; i < n; ++i) {
     const double v = values[i];
@@ -278,26 +278,24 @@ void ResultsFile::append_step(const std::string& name, const int64_t* values) {
   Series& s = series(name);
   QuietH5Errors quiet;
   if (s.dtype == H5Dtype::i64) return append_raw(name, s, values);
-  const size_t n = static_cast<size_t>(s.ranks * std::max<int64_t>(s.buckets, 1));
-  std::vector<double> dbl(values, values + n);
+  std::vector<double> dbl(values, values + s.per_step());
   append_raw(name, s, dbl.data());
 }
 
-void ResultsFile::append_step(const std::string& name, const std::vector<double>& values) {
-  const Series& s = series(name);
-  const size_t n = static_cast<size_t>(s.ranks * std::max<int64_t>(s.buckets, 1));
-  if (values.size() != n)
+void ResultsFile::check_step_size(const std::string& name, size_t got) const {
+  const size_t n = series(name).per_step();
+  if (got != n)
     throw std::invalid_argument("ResultsFile::append_step: series '" + name + "' takes " + std::to_string(n) +
-                                " values per step, got " + std::to_string(values.size()));
+                                " values per step, got " + std::to_string(got));
+}
+
+void ResultsFile::append_step(const std::string& name, const std::vector<double>& values) {
+  check_step_size(name, values.size());
   append_step(name, values.data());
 }
 
 void ResultsFile::append_step(const std::string& name, const std::vector<int64_t>& values) {
-  const Series& s = series(name);
-  const size_t n = static_cast<size_t>(s.ranks * std::max<int64_t>(s.buckets, 1));
-  if (values.size() != n)
-    throw std::invalid_argument("ResultsFile::append_step: series '" + name + "' takes " + std::to_string(n) +
-                                " values per step, got " + std::to_string(values.size()));
+  check_step_size(name, values.size());
   append_step(name, values.data());
 }
 

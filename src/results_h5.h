@@ -117,6 +117,8 @@ class ResultsFile {
     int64_t dataset = -1;  // hid_t, kept open while the file is open
     int64_t ranks = 0, buckets = 0, steps = 0;
     H5Dtype dtype = H5Dtype::f64;
+    /// Values in one step of the series: ranks x max(buckets, 1).
+    size_t per_step() const { return static_cast<size_t>(ranks * (buckets > 1 ? buckets : 1)); }
   };
 
   ResultsFile(std::string path, int64_t file);
@@ -125,6 +127,8 @@ class ResultsFile {
   const Series& series(const std::string& name) const;
   template <class T>
   void append_raw(const std::string& name, Series& s, const T* values);
+  /// Throws std::invalid_argument naming the series when `got` is not its per_step() count.
+  void check_step_size(const std::string& name, size_t got) const;
   void write_attr(int64_t obj, const std::string& obj_name, const std::string& name, int64_t type,
                   int rank, uint64_t count, const void* data);
   /// Both write_array overloads: file and memory HDF5 types (hid_t) for `data`.
