@@ -10,12 +10,14 @@
 #     the options being added (PENDING below), which are reported as notes;
 #   - sweep.sbatch: the --array range covers exactly the CONFIGS table, results named
 #     results/runs/sweep-${SLURM_ARRAY_JOB_ID}-${SLURM_ARRAY_TASK_ID}.h5 (via TASK);
-#   - multinode.sbatch: more than one node, and the mpirun-inside-the-allocation alternative.
+#   - multinode.sbatch: more than one node, and the mpirun-inside-the-allocation alternative;
+#   - long.sbatch: --requeue, checkpoints written, --resume only when its checkpoint exists
+#     (the requeue itself runs in tests/slurm_requeue_test.sh).
 # Usage: check_scripts.sh [vitddp binary]   (without it, the option check is skipped)
 set -u
 DIR=$(cd "$(dirname "$0")" && pwd)
 BIN=${1:-}
-PENDING="--compression --precision --powersgd-start-step"  # options the sweep uses that vitddp is about to get
+PENDING=""  # options a script may use before vitddp has them (reported as notes); none now
 pass=0
 fail=0
 ok() { pass=$((pass + 1)); echo "ok   - $1"; }
@@ -125,6 +127,20 @@ if [ -f "$M" ]; then
   else bad "multinode.sbatch: --nodes=$nodes is not several nodes"; fi
   if grep -qE '^#[[:space:]]*mpirun[[:space:]]' "$M"; then ok "multinode.sbatch: commented mpirun alternative"
   else bad "multinode.sbatch: no commented mpirun alternative"; fi
+fi
+
+L="$DIR/long.sbatch"
+if [ -f "$L" ]; then
+  if grep -qE '^#SBATCH[[:space:]]+--requeue' "$L"; then ok "long.sbatch: --requeue"
+  else bad "long.sbatch: no #SBATCH --requeue (a preempted job would not restart)"; fi
+  lopts=$(vitddp_options "$L")
+  if grep -qx -- '--checkpoint-every' <<<"$lopts" && grep -qx -- '--checkpoint-path' <<<"$lopts"; then
+    ok "long.sbatch: --checkpoint-every and --checkpoint-path"
+  else bad "long.sbatch: vitddp without --checkpoint-every / --checkpoint-path"; fi
+  if grep -qE 'if \[ -f "\$CKPT" \]' "$L" && grep -qE 'RESUME=\(--resume "\$CKPT"\)' "$L" &&
+     grep -q -- '--checkpoint-path "$CKPT"' "$L"; then
+    ok "long.sbatch: resumes from its own checkpoint path only when the file exists"
+  else bad "long.sbatch: --resume not guarded by a test for the checkpoint it writes"; fi
 fi
 
 echo "$pass passed, $fail failed"
