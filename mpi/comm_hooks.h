@@ -24,6 +24,9 @@ namespace vitddp {
 /// The gradient compression a reducer applies to every bucket (--compression).
 enum class Compression { None, Fp16, Bf16, PowerSgd };
 
+/// The GPU reducer's all-reduce implementation (--allreduce nccl|copy-engine).
+enum class AllReduceImpl { Nccl, CopyEngine };
+
 /// "none", "fp16", "bf16", "powersgd".
 std::string compression_name(Compression c);
 /// Inverse of compression_name. Throws std::invalid_argument naming the value and the choices.
@@ -70,6 +73,10 @@ struct ReducerOptions {
   bool grad_as_bucket_view = true;
   Compression compression = Compression::None;
   PowerSgdOptions powersgd;         ///< used when compression == PowerSgd
+  /// GPU backend: who moves the bucket (mpi/ce_allreduce.h). Nccl: ncclAllReduce (SM-driven
+  /// kernels); CopyEngine: peer-to-peer copies by the copy engines plus a short sum kernel, for
+  /// ranks on one node (--allreduce copy-engine). Not with PowerSGD.
+  AllReduceImpl allreduce = AllReduceImpl::Nccl;
 };
 
 /// What one bucket's communication did in one step (for the results file).

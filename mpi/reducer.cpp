@@ -33,6 +33,13 @@ size_t max_bucket_numel(const std::vector<Bucket>& buckets) {
 
 bool is_16bit(Compression c) { return c == Compression::Fp16 || c == Compression::Bf16; }
 
+// The copy-engine all-reduce's largest payload per bucket: the fp32 bucket.
+std::vector<size_t> ce_bucket_bytes(const std::vector<Bucket>& buckets) {
+  std::vector<size_t> v;
+  for (const auto& b : buckets) v.push_back(b.bytes());
+  return v;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- NCCL (GPU backend)
@@ -63,6 +70,12 @@ NcclReducer::NcclReducer(const ParamLayout& layout, std::vector<Bucket> buckets,
     powersgd_ = std::make_unique<PowerSgdNccl>(hook_buckets(layout, buckets_), opts_.powersgd, comm_, world_size_,
                                                comm_stream_);
   CUDA_CHECK(cudaDeviceSynchronize());  // memsets on the legacy stream before the comm stream runs
+  if (opts_.allreduce == AllReduceImpl::CopyEngine && world_size_ > 1) {
+    std::vector<CopyEngineAllReduce::Region> regions = {{d_grads_, layout.total * sizeof(float)}};
+    if (d_bucket_.get()) regions.emplace_back(d_bucket_.get(), d_bucket_.size() * sizeof(float));
+    if (d_half_.get()) regions.emplace_back(d_half_.get(), d_half_.size() * sizeof(uint16_t));
+    ce_ = std::make_unique<CopyEngineAllReduce>(MPI_COMM_WORLD, regions, ce_bucket_bytes(buckets_));
+  }
 }
 
 NcclReducer::~NcclReducer() {
@@ -77,16 +90,18 @@ NcclReducer::~NcclReducer() {
 
 size_t NcclReducer::device_bytes() const {
   return d_bucket_.size() * sizeof(float) + d_half_.size() * sizeof(uint16_t) +
-         (powersgd_ ? powersgd_->device_bytes() : 0);
+         (powersgd_ ? powersgd_->device_bytes() : 0) + (ce_ ? ce_->device_bytes() : 0);
 }
 
 size_t NcclReducer::planned_device_bytes(const ParamLayout& layout, const std::vector<Bucket>& buckets,
-                                         const ReducerOptions& options) {
+                                         const ReducerOptions& options, int world_size) {
   size_t n = 0;
   if (!options.grad_as_bucket_view) n += layout.total * sizeof(float);
   if (is_16bit(options.compression)) n += max_bucket_numel(buckets) * sizeof(uint16_t);
   if (options.compression == Compression::PowerSgd)
     n += PowerSgdNccl::planned_device_bytes(hook_buckets(layout, buckets), options.powersgd);
+  if (options.allreduce == AllReduceImpl::CopyEngine && world_size > 1)
+    n += CopyEngineAllReduce::planned_device_bytes(ce_bucket_bytes(buckets), world_size);
   return n;
 }
 
@@ -121,8 +136,11 @@ void NcclReducer::launch(size_t b) {
     const int e0 = tl.mark(comm_stream_);
     cast_to_16bit(p, bk.numel, static_cast<float>(world_size_), bf16, d_half_.get(), comm_stream_);
     const int e1 = tl.mark(comm_stream_);
-    NCCL_CHECK(ncclAllReduce(d_half_.get(), d_half_.get(), bk.numel, bf16 ? ncclBfloat16 : ncclFloat16, ncclSum, comm_,
-                             comm_stream_));
+    if (ce_)
+      ce_->all_reduce(b, d_half_.get(), bk.numel, bf16 ? CeDtype::Bf16 : CeDtype::F16, 1.0f, comm_stream_);
+    else
+      NCCL_CHECK(ncclAllReduce(d_half_.get(), d_half_.get(), bk.numel, bf16 ? ncclBfloat16 : ncclFloat16, ncclSum,
+                               comm_, comm_stream_));
     const int e2 = tl.mark(comm_stream_);
     cast_from_16bit(d_half_.get(), bk.numel, bf16, p, comm_stream_);
     const int e3 = tl.mark(comm_stream_);
@@ -134,7 +152,10 @@ void NcclReducer::launch(size_t b) {
     powersgd_->run_bucket(b, p, tl);
   } else {  // none, and PowerSGD before its start step (vanilla all-reduce)
     const int e0 = tl.mark(comm_stream_);
-    NCCL_CHECK(ncclAllReduce(p, p, bk.numel, ncclFloat32, ncclAvg, comm_, comm_stream_));
+    if (ce_)
+      ce_->all_reduce(b, p, bk.numel, CeDtype::F32, 1.0f / static_cast<float>(world_size_), comm_stream_);
+    else
+      NCCL_CHECK(ncclAllReduce(p, p, bk.numel, ncclFloat32, ncclAvg, comm_, comm_stream_));
     const int e1 = tl.mark(comm_stream_);
     tl.allreduce(e0, e1, 4ull * bk.numel);
   }

@@ -11,6 +11,7 @@
 
 #include "mpi/bucket_timeline.h"
 #include "mpi/buckets.h"
+#include "mpi/ce_allreduce.h"
 #include "mpi/comm_hooks.h"
 #include "mpi/powersgd.h"
 #include "mpi/powersgd_nccl.h"
@@ -56,6 +57,9 @@ struct BucketTimes {
 ///  - fp16/bf16: cast (divided by the world size) into a 16-bit staging buffer, ncclAllReduce(SUM)
 ///    in ncclFloat16/ncclBfloat16, cast back into the bucket;
 ///  - powersgd: PowerSgdNccl (plain ncclAvg before its start step).
+/// With ReducerOptions::allreduce == CopyEngine (and more than one rank) the all-reduce of
+/// none and fp16/bf16 is CopyEngineAllReduce's instead of ncclAllReduce (none: its sum times
+/// 1/world size), on the same comm stream between the same timing events.
 /// With grad_as_bucket_view=false the bucket is a slice of a separate flat buffer: the gradients
 /// are copied into it (device-to-device, compute stream) before the ready event, and copied back
 /// in finalize(). finalize() launches anything left (all buckets with overlap off), makes the
@@ -92,9 +96,10 @@ class NcclReducer {
   /// Device bytes a reducer built with these arguments allocates (what device_bytes() then
   /// reports), computed without any CUDA call, for the memory estimate: layout.total fp32 for the
   /// bucket buffer (--grad-as-bucket-view off), the largest bucket in 16 bit (fp16/bf16
-  /// compression), PowerSgdNccl::planned_device_bytes (PowerSGD).
+  /// compression), PowerSgdNccl::planned_device_bytes (PowerSGD), and with the copy-engine
+  /// all-reduce on `world_size` > 1 ranks CopyEngineAllReduce::planned_device_bytes.
   static size_t planned_device_bytes(const ParamLayout& layout, const std::vector<Bucket>& buckets,
-                                     const ReducerOptions& options);
+                                     const ReducerOptions& options, int world_size);
 
  private:
   void launch(size_t bucket);
@@ -114,6 +119,7 @@ class NcclReducer {
   DeviceBuffer<float> d_bucket_;      ///< grad_as_bucket_view=false: the flat bucket buffer
   DeviceBuffer<uint16_t> d_half_;     ///< fp16/bf16 staging (comm stream runs buckets in order)
   std::unique_ptr<PowerSgdNccl> powersgd_;
+  std::unique_ptr<CopyEngineAllReduce> ce_;  ///< --allreduce copy-engine with world size > 1
 };
 
 /// The CPU backend's reducer: same buckets, launch order and hooks, gradients in host memory.

@@ -49,7 +49,7 @@ class GpuEngine final : public Engine {
     // ncclCommInitRank.
     // The whole need is worked out first (src/memory_estimate.h) and checked against the free
     // memory, so a batch that does not fit fails before any allocation, with the breakdown.
-    const MemoryEstimate need = estimate_gpu_memory(o, layout, buckets_);
+    const MemoryEstimate need = estimate_gpu_memory(o, layout, buckets_, w.world_size);
     std::string error;
     try {
       allocate(o, w, layout, need);

@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
 
   try {
     if (o.dry_run) {  // the memory estimate needs no GPU and no other check
-      if (w.rank == 0) std::printf("%s", memory_report(estimate_gpu_memory(o)).c_str());
+      if (w.rank == 0) std::printf("%s", memory_report(estimate_gpu_memory(o, w.world_size)).c_str());
       MPI_Finalize();
       return 0;
     }
@@ -122,6 +122,10 @@ int main(int argc, char** argv) {
     }
     if (o.data == "device" && o.backend != "gpu") err = "--data device: needs the GPU backend";
     if (o.patch_embed == "cudnn" && o.backend != "gpu") err = "--patch-embed cudnn: needs the GPU backend";
+    if (o.allreduce == "copy-engine" && o.backend != "gpu") err = "--allreduce copy-engine: needs the GPU backend";
+    if (o.allreduce == "copy-engine" && o.ddp && w.local_size != w.world_size)
+      err = "--allreduce copy-engine: needs every rank on one node (this node has " + std::to_string(w.local_size) +
+            " of " + std::to_string(w.world_size) + " ranks); use --allreduce nccl across nodes";
     if (o.gemm_sm_carveout > 0 && o.backend != "gpu") err = "--gemm-sm-carveout: needs the GPU backend (cuBLASLt)";
     if (o.precision != "fp32" && o.backend != "gpu")
       err = "--precision " + o.precision + ": needs the GPU backend (the CPU backend computes in fp32 only)";

@@ -27,7 +27,8 @@ size_t MemoryEstimate::bytes_of(const std::string& what) const {
   return transient.what == what ? transient.bytes : 0;
 }
 
-MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, const std::vector<Bucket>& buckets) {
+MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, const std::vector<Bucket>& buckets,
+                                   int world_size) {
   const Precision p = parse_precision(o.precision);
   const ViTConfig& c = layout.cfg;
   const size_t n = layout.total, f32 = sizeof(float);
@@ -65,19 +66,21 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
   if (o.ddp) {
     reducer = o.grad_as_bucket_view ? "" : "bucket buffer (--grad-as-bucket-view off)";
     if (o.compression != "none") reducer += std::string(reducer.empty() ? "" : ", ") + o.compression + " buffers";
+    if (o.allreduce == "copy-engine" && world_size > 1)
+      reducer += std::string(reducer.empty() ? "" : ", ") + "copy-engine scratch and flags";
     if (reducer.empty()) reducer = "no buffers (in-place all-reduce of the gradients)";
   }
-  e.items.push_back({"reducer", reducer, o.ddp ? NcclReducer::planned_device_bytes(layout, buckets, reducer_options(o)) : 0});
+  e.items.push_back({"reducer", reducer, o.ddp ? NcclReducer::planned_device_bytes(layout, buckets, reducer_options(o), world_size) : 0});
   e.transient = {"cuBLASLt autotuning", "largest GEMM output, allocated while timing each new shape in the tuning pass before training",
                  vo.gemm_autotune_candidates > 1 ? gpu_vit_autotune_scratch_bytes(c, o.batch_size, p) : 0};
   return e;
 }
 
-MemoryEstimate estimate_gpu_memory(const Options& o) {
+MemoryEstimate estimate_gpu_memory(const Options& o, int world_size) {
   const ParamLayout layout = make_param_layout(vit_config(o.model, o.num_classes));
   const std::vector<Bucket> buckets = assign_buckets(layout, (size_t)(o.first_bucket_mb * 1048576.0),
                                                      (size_t)(o.bucket_cap_mb * 1048576.0));
-  return estimate_gpu_memory(o, layout, buckets);
+  return estimate_gpu_memory(o, layout, buckets, world_size);
 }
 
 std::string gib(size_t bytes) {

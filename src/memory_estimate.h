@@ -41,11 +41,13 @@ struct MemoryEstimate {
 /// The estimate for `o` (--model, --num-classes, --batch-size, --grad-accum-steps, --precision,
 /// --momentum, --no-ddp, --grad-as-bucket-view, --compression, --powersgd-*) with the parameter
 /// layout and buckets the run uses. Pure host arithmetic: no CUDA call. Throws
-/// std::invalid_argument for an unknown precision or compression name.
-MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, const std::vector<Bucket>& buckets);
+/// std::invalid_argument for an unknown precision or compression name. `world_size`: ranks of
+/// the run (sizes the copy-engine all-reduce's scratch, --allreduce copy-engine).
+MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, const std::vector<Bucket>& buckets,
+                                   int world_size = 1);
 
 /// The same, building the layout and the buckets from `o` as run_training does.
-MemoryEstimate estimate_gpu_memory(const Options& o);
+MemoryEstimate estimate_gpu_memory(const Options& o, int world_size = 1);
 
 /// One line: "vit_l_32 at batch 32, fp32 needs 5.43 GiB in all (parameters 1.14, gradients 1.14,
 /// optimizer state 0, inputs 0.04, cuBLASLt workspace 0.03, activations 2.0, reducer 0, cuBLASLt

@@ -170,6 +170,9 @@ const std::vector<Spec>& table() {
       {"nccl-max-ctas", "N", "cap the thread blocks (SMs) NCCL's kernels take from backward while they overlap it (ncclConfig_t maxCTAs); 0 = NCCL's choice",
        [](Options& o, const std::string& v) { o.nccl_max_ctas = (int)parse_int("--nccl-max-ctas", v, 0, 64); },
        [](const Options& o) { return std::to_string(o.nccl_max_ctas); }},
+      {"allreduce", "nccl|copy-engine", "who all-reduces the buckets (GPU backend). nccl: ncclAllReduce, whose kernels hold SMs for as long as they run. copy-engine: for ranks on one node, a reduce-scatter and an all-gather by peer-to-peer copies (the GPUs' copy engines over NVLink, no SM) with a short sum kernel in between, synchronised by stream memory waits; same bytes as NCCL's ring, bit-identical results on all ranks. Needs CUDA IPC between the ranks' GPUs (no one-GPU-per-task isolation); not with --compression powersgd",
+       [](Options& o, const std::string& v) { o.allreduce = one_of("--allreduce", v, {"nccl", "copy-engine"}); },
+       [](const Options& o) { return o.allreduce; }},
       {"optimizer", "sgd|adamw", "sgd: torch.optim.SGD (--momentum, --weight-decay as L2 on the gradient); adamw: torch.optim.AdamW (--adam-beta1, --adam-beta2, --adam-eps, --weight-decay decoupled)",
        [](Options& o, const std::string& v) { o.optimizer = one_of("--optimizer", v, {"sgd", "adamw"}); },
        [](const Options& o) { return o.optimizer; }},
@@ -356,6 +359,8 @@ Options parse_options(int argc, const char* const* argv) {
                       " > " + fmt(o.bucket_cap_mb) + ")");
   check_optimizer_options(o);
   check_checkpoint_options(o);
+  if (o.allreduce == "copy-engine" && o.compression == "powersgd")
+    bad("--allreduce", "copy-engine: not with --compression powersgd (its all-reduces of P and Q use NCCL)");
   if (o.eval_every > 0 && o.data.rfind("idx:", 0) != 0)
     throw OptionError("--eval-every: --data " + o.data + " has no --eval-split " + o.eval_split +
                       " to evaluate; use --data idx:DIR (an MNIST-format data set with its t10k test files)");
@@ -426,6 +431,7 @@ ReducerOptions reducer_options(const Options& o) {
   r.overlap = o.overlap;
   r.grad_as_bucket_view = o.grad_as_bucket_view;
   r.compression = parse_compression(o.compression);
+  r.allreduce = o.allreduce == "copy-engine" ? AllReduceImpl::CopyEngine : AllReduceImpl::Nccl;
   r.powersgd.rank = o.powersgd_rank;
   r.powersgd.start_iter = o.powersgd_start_step;
   r.powersgd.min_compression_rate = o.powersgd_min_compression_rate;

@@ -29,6 +29,7 @@ expect_error "cuDNN attention in fp32" "--attention cudnn: needs --precision bf1
 expect_error "unknown patch embedding" "--patch-embed: unknown value 'fft'" --patch-embed fft
 expect_error "cuDNN patch embedding on the CPU backend" "--patch-embed cudnn: needs the GPU backend" --patch-embed cudnn --model vit_micro
 expect_error "GEMM SM carveout on the CPU backend" "--gemm-sm-carveout: needs the GPU backend" --gemm-sm-carveout 8 --model vit_micro
+expect_error "copy-engine all-reduce on the CPU backend" "--allreduce copy-engine: needs the GPU backend" --allreduce copy-engine --model vit_micro
 
 # --help: exit 0, every option listed.
 out=$("$BIN" --help 2>&1); rc=$?

@@ -59,6 +59,17 @@ TEST_CASE("--gemm-sm-carveout and --nccl-max-ctas: 0 (off) by default, bounded",
   CHECK(option_error({"--gemm-sm-carveout", "x"}) == "--gemm-sm-carveout: expected an integer, got 'x'");
 }
 
+TEST_CASE("--allreduce: nccl by default, copy-engine accepted, not with PowerSGD", "[options]") {
+  CHECK(parse_args({}).allreduce == "nccl");
+  const Options o = parse_args({"--allreduce", "copy-engine", "--compression", "bf16"});
+  CHECK(o.allreduce == "copy-engine");
+  CHECK(reducer_options(o).allreduce == AllReduceImpl::CopyEngine);
+  CHECK(reducer_options(parse_args({})).allreduce == AllReduceImpl::Nccl);
+  CHECK(option_error({"--allreduce", "mpi"}) == "--allreduce: unknown value 'mpi' (choose one of: nccl, copy-engine)");
+  CHECK(option_error({"--allreduce", "copy-engine", "--compression", "powersgd"}).rfind(
+            "--allreduce: copy-engine: not with --compression powersgd", 0) == 0);
+}
+
 TEST_CASE("help lists every option", "[options]") {
   const std::string h = help_text();
   for (const auto& [name, value] : option_values(Options{})) {

@@ -1,0 +1,26 @@
+// The one kernel of the copy-engine all-reduce (mpi/ce_allreduce.h): the owner of a chunk adds the
+// copies its peers put in its scratch buffer. Everything else that all-reduce does is copies.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace vitddp {
+
+/// Element types the copy-engine all-reduce moves: the fp32 gradients, or the 16-bit payload of
+/// the fp16/bf16 compression hooks (raw IEEE binary16 / bfloat16 bits).
+enum class CeDtype { F32, F16, Bf16 };
+
+/// Bytes per element of `t` (4 or 2).
+size_t ce_dtype_bytes(CeDtype t);
+
+/// chunk[i] = round_T((chunk[i] + sum_{k < slots} scratch[k * slot_stride + i]) * scale) for
+/// i < n: the sum in fp32, in slot order, one rounding to T at the end (exact for two fp32
+/// addends; NCCL's bf16 ring rounds after each addition, which is the same for two ranks).
+/// `chunk` and `scratch` hold elements of `t`; `slot_stride` is in elements. Short-lived blocks
+/// (a few microseconds each), so the kernel never holds SMs the way a persistent kernel does.
+/// Only enqueues on `stream`; throws std::runtime_error on a launch error.
+void ce_sum_chunk(void* chunk, const void* scratch, size_t n, int slots, size_t slot_stride, float scale, CeDtype t,
+                  cudaStream_t stream);
+
+}  // namespace vitddp

@@ -1,0 +1,216 @@
+#include "mpi/ce_allreduce.h"
+
+#include <cuda.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "cuda/check.h"
+#include "mpi/world.h"
+
+namespace vitddp {
+
+namespace {
+
+using WaitWriteFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+using AddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+using AttributeFn = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+
+// A driver API function through the runtime (no link against libcuda, which CPU-only machines
+// lack). Throws std::runtime_error when the driver does not have it.
+void* driver_entry(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q));
+  if (q != cudaDriverEntryPointSuccess || !fn)
+    throw std::runtime_error(std::string("--allreduce copy-engine: the CUDA driver has no ") + name);
+  return fn;
+}
+
+void cu_check(CUresult r, const char* what) {
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error(std::string("--allreduce copy-engine: ") + what + " failed (CUresult " +
+                             std::to_string(static_cast<int>(r)) + ")");
+}
+
+// What a rank publishes about one device region: the IPC handle of the allocation holding it and
+// the region's offset inside that allocation.
+struct Published {
+  cudaIpcMemHandle_t handle;
+  uint64_t offset;
+  uint64_t bytes;
+};
+
+size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+}  // namespace
+
+size_t CopyEngineAllReduce::slot_bytes(size_t bytes, int n) {
+  // Chunks are cut at multiples of 64 elements (see all_reduce); 256 bytes of slack covers it.
+  return round_up((bytes + n - 1) / n, 256) + 256;
+}
+
+size_t CopyEngineAllReduce::planned_device_bytes(const std::vector<size_t>& bucket_bytes, int n) {
+  size_t s = 0;
+  for (size_t b : bucket_bytes) s += (n - 1) * slot_bytes(b, n);
+  return s + 2 * bucket_bytes.size() * n * sizeof(int32_t);
+}
+
+CopyEngineAllReduce::CopyEngineAllReduce(MPI_Comm comm, const std::vector<Region>& buffers,
+                                         const std::vector<size_t>& bucket_bytes)
+    : buckets_(bucket_bytes.size()), regions_(buffers) {
+  MPI_CHECK(MPI_Comm_rank(comm, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm, &n_));
+  size_t total = 0;
+  for (size_t b = 0; b < buckets_; ++b) {
+    scratch_offset_.push_back(total);
+    slot_bytes_.push_back(slot_bytes(bucket_bytes[b], n_));
+    total += (n_ - 1) * slot_bytes_.back();
+  }
+  scratch_ = DeviceBuffer<uint8_t>(total, "copy-engine all-reduce scratch");
+  flags_ = DeviceBuffer<int32_t>(2 * buckets_ * n_, "copy-engine all-reduce flags");
+  one_ = DeviceBuffer<int32_t>(1, "copy-engine all-reduce flag value");
+  CUDA_CHECK(cudaMemset(flags_.get(), 0, flags_.size() * sizeof(int32_t)));
+  const int32_t one = 1;
+  CUDA_CHECK(cudaMemcpy(one_.get(), &one, sizeof one, cudaMemcpyHostToDevice));
+
+  wait_fn_ = driver_entry("cuStreamWaitValue32");
+  write_fn_ = driver_entry("cuStreamWriteValue32");
+  const auto range = reinterpret_cast<AddressRangeFn>(driver_entry("cuMemGetAddressRange"));
+  const auto attribute = reinterpret_cast<AttributeFn>(driver_entry("cuDeviceGetAttribute"));
+  int dev = 0, flush = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  cu_check(attribute(&flush, CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, dev), "cuDeviceGetAttribute");
+  wait_flags_ = CU_STREAM_WAIT_VALUE_EQ | (flush ? CU_STREAM_WAIT_VALUE_FLUSH : 0);
+
+  // Publish the regions, then the scratch and the flags, and gather everyone's.
+  std::vector<Region> all = regions_;
+  all.emplace_back(scratch_.get(), scratch_.size());
+  all.emplace_back(flags_.get(), flags_.size() * sizeof(int32_t));
+  std::vector<Published> mine(all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    cu_check(range(&base, &size, reinterpret_cast<CUdeviceptr>(all[i].first)), "cuMemGetAddressRange");
+    CUDA_CHECK(cudaIpcGetMemHandle(&mine[i].handle, reinterpret_cast<void*>(base)));
+    mine[i].offset = reinterpret_cast<CUdeviceptr>(all[i].first) - base;
+    mine[i].bytes = all[i].second;
+  }
+  std::vector<Published> everyone(all.size() * n_);
+  const int bytes = static_cast<int>(all.size() * sizeof(Published));
+  MPI_CHECK(MPI_Allgather(mine.data(), bytes, MPI_BYTE, everyone.data(), bytes, MPI_BYTE, comm));
+
+  peer_regions_.assign(n_, std::vector<void*>(regions_.size(), nullptr));
+  peer_scratch_.assign(n_, nullptr);
+  peer_flags_.assign(n_, nullptr);
+  std::string error;
+  for (int j = 0; j < n_ && error.empty(); ++j) {
+    if (j == rank_) continue;
+    std::map<std::string, uint8_t*> opened;  // one mapping per peer allocation
+    for (size_t i = 0; i < all.size(); ++i) {
+      const Published& p = everyone[j * all.size() + i];
+      if (p.bytes != all[i].second) {
+        error = "rank " + std::to_string(j) + " has a different buffer layout";
+        break;
+      }
+      const std::string key(reinterpret_cast<const char*>(&p.handle), sizeof p.handle);
+      auto it = opened.find(key);
+      if (it == opened.end()) {
+        void* base = nullptr;
+        const cudaError_t e = cudaIpcOpenMemHandle(&base, p.handle, cudaIpcMemLazyEnablePeerAccess);
+        if (e != cudaSuccess) {
+          cudaGetLastError();
+          error = "cannot map the memory of rank " + std::to_string(j) + " (cudaIpcOpenMemHandle: " +
+                  cudaGetErrorString(e) + ")";
+          break;
+        }
+        opened_.push_back(base);
+        it = opened.emplace(key, static_cast<uint8_t*>(base)).first;
+      }
+      uint8_t* at = it->second + p.offset;
+      if (i < regions_.size()) peer_regions_[j][i] = at;
+      else if (i == regions_.size()) peer_scratch_[j] = at;
+      else peer_flags_[j] = reinterpret_cast<int32_t*>(at);
+    }
+  }
+  // Every rank learns whether every rank could map its peers, so all of them fail together.
+  int ok = error.empty() ? 1 : 0;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, comm));
+  if (!ok)
+    throw std::runtime_error(
+        "--allreduce copy-engine: " + (error.empty() ? std::string("another rank could not map its peers' memory") : error) +
+        ". It needs every rank on one node, each able to open its peers' GPU memory (CUDA IPC with peer "
+        "access): no per-task GPU isolation (CUDA_VISIBLE_DEVICES of one GPU per rank hides the peers). "
+        "Use --allreduce nccl otherwise.");
+  MPI_CHECK(MPI_Barrier(comm));  // every flag is cleared before any rank can raise one
+}
+
+CopyEngineAllReduce::~CopyEngineAllReduce() {
+  for (void* p : opened_) cudaIpcCloseMemHandle(p);
+}
+
+void* CopyEngineAllReduce::peer_address(int peer, const void* local) const {
+  const auto* p = static_cast<const uint8_t*>(local);
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    const auto* base = static_cast<const uint8_t*>(regions_[i].first);
+    if (p >= base && p < base + regions_[i].second)
+      return static_cast<uint8_t*>(peer_regions_[peer][i]) + (p - base);
+  }
+  throw std::invalid_argument("CopyEngineAllReduce: data outside every registered buffer");
+}
+
+void CopyEngineAllReduce::raise_flag(int peer, int phase, size_t bucket, cudaStream_t s) {
+  int32_t* flag = peer_flags_[peer] + (phase * buckets_ + bucket) * n_ + rank_;
+  CUDA_CHECK(cudaMemcpyAsync(flag, one_.get(), sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
+}
+
+void CopyEngineAllReduce::wait_flags(int phase, size_t bucket, cudaStream_t s) {
+  const auto wait = reinterpret_cast<WaitWriteFn>(wait_fn_);
+  const auto write = reinterpret_cast<WaitWriteFn>(write_fn_);
+  for (int j = 0; j < n_; ++j) {
+    if (j == rank_) continue;
+    const auto flag = reinterpret_cast<CUdeviceptr>(flags_.get() + (phase * buckets_ + bucket) * n_ + j);
+    cu_check(wait(reinterpret_cast<CUstream>(s), flag, 1, wait_flags_), "cuStreamWaitValue32");
+    cu_check(write(reinterpret_cast<CUstream>(s), flag, 0, 0), "cuStreamWriteValue32");
+  }
+}
+
+void CopyEngineAllReduce::all_reduce(size_t bucket, void* data, size_t count, CeDtype t, float scale,
+                                     cudaStream_t s) {
+  const size_t es = ce_dtype_bytes(t);
+  if (bucket >= buckets_) throw std::invalid_argument("CopyEngineAllReduce: bucket index out of range");
+  // Chunk j = elements [j*cs, min((j+1)*cs, count)); cs a multiple of 64 elements (aligned copies).
+  const size_t cs = round_up((count + n_ - 1) / n_, 64);
+  if (cs * es > slot_bytes_[bucket])
+    throw std::invalid_argument("CopyEngineAllReduce: payload larger than bucket " + std::to_string(bucket) + "'s");
+  auto chunk_len = [&](int j) {
+    const size_t lo = std::min(count, j * cs), hi = std::min(count, (j + 1) * cs);
+    return hi - lo;
+  };
+  auto* bytes = static_cast<uint8_t*>(data);
+  // 1. Reduce-scatter: chunk j to rank j's scratch slot for this rank.
+  for (int k = 1; k < n_; ++k) {
+    const int j = (rank_ + k) % n_;
+    const int slot = rank_ < j ? rank_ : rank_ - 1;
+    if (chunk_len(j) > 0)
+      CUDA_CHECK(cudaMemcpyAsync(peer_scratch_[j] + scratch_offset_[bucket] + slot * slot_bytes_[bucket],
+                                 bytes + j * cs * es, chunk_len(j) * es, cudaMemcpyDeviceToDevice, s));
+    raise_flag(j, 0, bucket, s);
+  }
+  // 2. Sum this rank's chunk with its peers' copies.
+  wait_flags(0, bucket, s);
+  uint8_t* mine = bytes + rank_ * cs * es;
+  ce_sum_chunk(mine, scratch_.get() + scratch_offset_[bucket], chunk_len(rank_), n_ - 1, slot_bytes_[bucket] / es,
+               scale, t, s);
+  // 3. All-gather: the summed chunk into every peer's buffer, then wait for theirs.
+  for (int k = 1; k < n_; ++k) {
+    const int j = (rank_ + k) % n_;
+    if (chunk_len(rank_) > 0)
+      CUDA_CHECK(cudaMemcpyAsync(peer_address(j, mine), mine, chunk_len(rank_) * es, cudaMemcpyDeviceToDevice, s));
+    raise_flag(j, 1, bucket, s);
+  }
+  wait_flags(1, bucket, s);
+}
+
+}  // namespace vitddp

@@ -1,0 +1,87 @@
+// All-reduce between the GPUs of one node by their copy engines: no NCCL kernel holding SMs
+// while backward's GEMMs run (results/2026-11-30-issue5-overlap-2xH200/README.md: 8 held SMs cost
+// bf16 backward 21-42%, 2.4 GB of copy-engine traffic 0.6 ms).
+#pragma once
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/ce_reduce.h"
+#include "cuda/device_buffer.h"
+
+namespace vitddp {
+
+/// Reduce-scatter + all-gather of one bucket at a time between the `n` ranks of `comm`, all on
+/// one node, through CUDA IPC mappings of each other's buffers:
+///  1. reduce-scatter: the bucket is cut into n chunks; rank r copies chunk j into rank j's
+///     scratch slot for r (cudaMemcpyAsync peer-to-peer: a copy engine over NVLink, no SM), then
+///     raises rank j's flag (a 4-byte copy after the data, in stream order);
+///  2. rank r waits for its n-1 flags (cuStreamWaitValue32: the stream's front end waits, no SM),
+///     clears them, and sums its chunk with the n-1 copies (ce_sum_chunk: short blocks), times `scale`;
+///  3. all-gather: rank r copies its summed chunk into the same place in every peer's buffer and
+///     raises their flags; it waits for the n-1 chunks of its peers.
+/// The bytes each GPU sends equal a ring all-reduce's (2 (n-1)/n of the bucket). Every chunk is
+/// summed on one rank only, so all ranks end with bit-identical results. Everything is enqueued
+/// on the caller's stream and may be captured in a CUDA graph (copies, memory waits and writes
+/// become graph nodes). Each flag is raised once per bucket and step and cleared by its waiter
+/// before the waiter's own chunk goes out, so replays never see a stale flag.
+///
+/// Requirements: every rank of `comm` on this node, with its GPU able to map its peers' memory
+/// (cudaIpcOpenMemHandle), and the same `buffers` sizes and bucket list on every rank.
+class CopyEngineAllReduce {
+ public:
+  /// A device region that all_reduce() may be given data in: (pointer, bytes). Pointers may lie
+  /// inside a larger cudaMalloc allocation (the IPC mapping covers the allocation).
+  using Region = std::pair<void*, size_t>;
+  /// `bucket_bytes[b]`: the largest payload all_reduce() will move for bucket b. Allocates the
+  /// scratch ((n-1)/n of the bucket bytes, per bucket) and the flags, maps every peer's regions,
+  /// scratch and flags, and ends with an MPI_Barrier (no flag is raised before every rank has
+  /// cleared its own). Collective over `comm`. Throws std::runtime_error naming
+  /// --allreduce copy-engine and the reason when a peer's memory cannot be mapped.
+  CopyEngineAllReduce(MPI_Comm comm, const std::vector<Region>& buffers, const std::vector<size_t>& bucket_bytes);
+  ~CopyEngineAllReduce();
+  CopyEngineAllReduce(const CopyEngineAllReduce&) = delete;
+  CopyEngineAllReduce& operator=(const CopyEngineAllReduce&) = delete;
+
+  /// In place: data[i] = scale * sum over ranks of data[i], for `count` elements of `t` at `data`
+  /// (inside one registered region, at the same offset on every rank), as bucket `bucket`.
+  /// Enqueues on `stream` only; the result is complete when the stream reaches the end of it.
+  /// Throws std::invalid_argument when data is in no region or the payload exceeds the bucket's.
+  void all_reduce(size_t bucket, void* data, size_t count, CeDtype t, float scale, cudaStream_t stream);
+  int world_size() const { return n_; }
+  /// Device bytes allocated here (scratch and flags).
+  size_t device_bytes() const { return scratch_.size() + flags_.size() * sizeof(int32_t); }
+  /// What device_bytes() will be for these buckets and world size, without any CUDA call.
+  static size_t planned_device_bytes(const std::vector<size_t>& bucket_bytes, int world_size);
+
+ private:
+  /// Chunk capacity in bytes of a bucket of `bytes` over `n` ranks (the scratch slot size).
+  static size_t slot_bytes(size_t bytes, int n);
+  void* peer_address(int peer, const void* local) const;
+  void raise_flag(int peer, int phase, size_t bucket, cudaStream_t s);
+  void wait_flags(int phase, size_t bucket, cudaStream_t s);
+
+  int rank_ = 0, n_ = 1;
+  size_t buckets_ = 0;
+  std::vector<Region> regions_;
+  std::vector<size_t> scratch_offset_, slot_bytes_;  ///< per bucket
+  DeviceBuffer<uint8_t> scratch_;
+  DeviceBuffer<int32_t> flags_;  ///< [phase 0/1][bucket][sender]
+  DeviceBuffer<int32_t> one_;    ///< the value 1, source of every flag copy
+  /// Per peer: region i, scratch and flags as mapped in this process (null for this rank).
+  std::vector<std::vector<void*>> peer_regions_;
+  std::vector<uint8_t*> peer_scratch_;
+  std::vector<int32_t*> peer_flags_;
+  std::vector<void*> opened_;  ///< every cudaIpcOpenMemHandle result, closed in the destructor
+  unsigned wait_flags_ = 0;    ///< CU_STREAM_WAIT_VALUE_EQ, plus FLUSH where the device has it
+  void* wait_fn_ = nullptr;    ///< cuStreamWaitValue32 (driver entry point)
+  void* write_fn_ = nullptr;   ///< cuStreamWriteValue32
+};
+
+}  // namespace vitddp

@@ -1,0 +1,142 @@
+// The copy-engine all-reduce (--allreduce copy-engine, mpi/ce_allreduce.h) on 2 GPUs
+// (`mpirun -np 2`): against a double-precision host reference of the average, bit-identical on
+// both ranks, for every compression it supports and both bucket modes, eagerly and replayed from
+// a CUDA graph with new gradients each replay (the flags must be cleared between steps).
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "cuda/check.h"
+#include "cuda/device_buffer.h"
+#include "cuda/step_graph.h"
+#include "model/fnv1a.h"
+#include "model/param_layout.h"
+#include "mpi/comm_hooks.h"
+#include "mpi/nccl_comm.h"
+#include "mpi/reducer.h"
+#include "mpi/world.h"
+#include "tests/catch.h"
+#include "tests/mpi_test_util.h"
+
+using namespace vitddp;
+using vitddp_test::test_world;
+
+namespace {
+
+/// Rank r's gradients of step s: normal numbers of varied magnitude (no denormals, no zeros).
+std::vector<float> gradients_of(int rank, int step, size_t n) {
+  std::mt19937 gen(1000u * (unsigned)step + (unsigned)rank);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::uniform_int_distribution<int> e(-8, 8);
+  std::vector<float> v(n);
+  for (auto& x : v) x = std::ldexp(d(gen) + (d(gen) > 0 ? 0.25f : -0.25f), e(gen));
+  return v;
+}
+
+/// Elements where `out` is farther from the exact average of ranks 0 and 1 than `rel` times the
+/// mean magnitude of the two addends (parameter elements only; padding is not a gradient).
+size_t wrong_elements(const ParamLayout& L, const std::vector<float>& out, int step, double rel) {
+  const auto a = gradients_of(0, step, L.total), b = gradients_of(1, step, L.total);
+  size_t wrong = 0;
+  for (const auto& p : L.params)
+    for (size_t i = p.offset; i < p.offset + p.numel; ++i) {
+      const double exact = 0.5 * ((double)a[i] + (double)b[i]);
+      const double scale = 0.5 * (std::fabs((double)a[i]) + std::fabs((double)b[i]));
+      wrong += std::fabs((double)out[i] - exact) > rel * scale;
+    }
+  return wrong;
+}
+
+/// True iff `h` is the same on every rank.
+bool same_on_all_ranks(uint64_t h) { return all_ranks_equal(h); }
+
+uint64_t hash_of(const std::vector<float>& v) {
+  Fnv1a h;
+  h.add_bytes(v.data(), v.size() * sizeof(float));
+  return h.value();
+}
+
+/// Relative tolerance of the averaged result for a compression: fp32 rounds once (the sum);
+/// fp16/bf16 round the halves and then the sum (a few units in the last place).
+double tolerance(Compression c) {
+  return c == Compression::None ? 1.2e-7 : c == Compression::Bf16 ? 3.0 * std::ldexp(1.0, -8) : 3.0 * std::ldexp(1.0, -11);
+}
+
+}  // namespace
+
+TEST_CASE("copy-engine all-reduce averages like the host reference, bit-identical on both ranks",
+          "[gpu][mpi][ce_allreduce]") {
+  const World w = test_world();
+  REQUIRE(w.world_size == 2);
+  const ParamLayout L = make_param_layout(vit_config("vit_tiny"));
+  const auto B = assign_buckets(L, 4096, 65536);
+  REQUIRE(B.size() > 3);
+  NcclComm comm(w);
+  DeviceBuffer<float> grads(L.total, "gradients");
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (Compression c : {Compression::None, Compression::Fp16, Compression::Bf16})
+    for (bool view : {true, false})
+      for (bool overlap : {true, false}) {
+        INFO(compression_name(c) << (view ? ", bucket view" : ", bucket copy") << (overlap ? "" : ", no overlap"));
+        ReducerOptions ro;
+        ro.compression = c;
+        ro.grad_as_bucket_view = view;
+        ro.overlap = overlap;
+        ro.allreduce = AllReduceImpl::CopyEngine;
+        NcclReducer reducer(L, B, grads.get(), comm.get(), stream, ro);
+        CHECK(reducer.device_bytes() == NcclReducer::planned_device_bytes(L, B, ro, w.world_size));
+        const auto mine = gradients_of(w.rank, 0, L.total);
+        CUDA_CHECK(cudaMemcpy(grads.get(), mine.data(), L.total * sizeof(float), cudaMemcpyHostToDevice));
+        reducer.prepare_for_backward();
+        for (size_t p : L.ready_order()) reducer.mark_ready({p});
+        reducer.finalize();
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        std::vector<float> out(L.total);
+        CUDA_CHECK(cudaMemcpy(out.data(), grads.get(), L.total * sizeof(float), cudaMemcpyDeviceToHost));
+        CHECK(wrong_elements(L, out, 0, tolerance(c)) == 0u);
+        CHECK(same_on_all_ranks(hash_of(out)));
+      }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST_CASE("copy-engine all-reduce replayed from a CUDA graph: every replay averages that step's gradients",
+          "[gpu][mpi][ce_allreduce]") {
+  const World w = test_world();
+  REQUIRE(w.world_size == 2);
+  const ParamLayout L = make_param_layout(vit_config("vit_tiny"));
+  const auto B = assign_buckets(L, 4096, 65536);
+  NcclComm comm(w);
+  DeviceBuffer<float> grads(L.total, "gradients");
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (Compression c : {Compression::None, Compression::Bf16}) {
+    INFO(compression_name(c));
+    ReducerOptions ro;
+    ro.compression = c;
+    ro.allreduce = AllReduceImpl::CopyEngine;
+    NcclReducer reducer(L, B, grads.get(), comm.get(), stream, ro);
+    StepGraph graph;
+    graph.capture(stream, [&] {
+      reducer.prepare_for_backward();
+      for (size_t p : L.ready_order()) reducer.mark_ready({p});
+      reducer.finalize();
+    });
+    for (int step = 1; step <= 6; ++step) {
+      INFO("replay " << step);
+      const auto mine = gradients_of(w.rank, step, L.total);
+      CUDA_CHECK(cudaMemcpy(grads.get(), mine.data(), L.total * sizeof(float), cudaMemcpyHostToDevice));
+      graph.launch(stream);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::vector<float> out(L.total);
+      CUDA_CHECK(cudaMemcpy(out.data(), grads.get(), L.total * sizeof(float), cudaMemcpyDeviceToHost));
+      CHECK(wrong_elements(L, out, step, tolerance(c)) == 0u);
+      CHECK(same_on_all_ranks(hash_of(out)));
+    }
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
