@@ -28,52 +28,6 @@ __global__ void sum_chunk_kernel(T* __restrict__ chunk, const T* __restrict__ sc
   }
 }
 
-// Each thread owns kUnroll elements per grid-stride round and issues all their remote loads
-// before using any, so several NVLink round trips are in flight per thread.
-constexpr int kUnroll = 4;
-
-template <typename T>
-__global__ void sum_chunk_p2p_kernel(T* __restrict__ chunk, PeerChunks peers, size_t n, float scale) {
-  const size_t stride = (size_t)gridDim.x * blockDim.x * kUnroll;
-  for (size_t base = blockIdx.x * (size_t)blockDim.x * kUnroll + threadIdx.x; base < n; base += stride) {
-    float acc[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const size_t i = base + (size_t)u * blockDim.x;
-      acc[u] = i < n ? load(chunk + i) : 0.0f;
-    }
-    for (int k = 0; k < peers.count; ++k) {
-      const T* p = static_cast<const T*>(peers.ptr[k]);
-      float v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const size_t i = base + (size_t)u * blockDim.x;
-        v[u] = i < n ? load(p + i) : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) acc[u] += v[u];
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const size_t i = base + (size_t)u * blockDim.x;
-      if (i >= n) continue;
-      T rounded;
-      store(&rounded, acc[u] * scale);
-      chunk[i] = rounded;
-      for (int k = 0; k < peers.count; ++k) static_cast<T*>(peers.ptr[k])[i] = rounded;
-    }
-  }
-}
-
-template <typename T>
-void launch_p2p(void* chunk, const PeerChunks& peers, size_t n, float scale, cudaStream_t s) {
-  constexpr int threads = 256;
-  const size_t per_block = (size_t)threads * kUnroll * 4;  // 4 rounds per block
-  const size_t blocks = std::max<size_t>(1, std::min<size_t>((n + per_block - 1) / per_block, 1 << 16));
-  sum_chunk_p2p_kernel<T><<<(unsigned)blocks, threads, 0, s>>>(static_cast<T*>(chunk), peers, n, scale);
-  CUDA_CHECK(cudaGetLastError());
-}
-
 template <typename T>
 void launch(void* chunk, const void* scratch, size_t n, int slots, size_t stride, float scale, cudaStream_t s) {
   constexpr int threads = 256;
@@ -85,15 +39,6 @@ void launch(void* chunk, const void* scratch, size_t n, int slots, size_t stride
 }
 
 }  // namespace
-
-void ce_sum_chunk_p2p(void* chunk, const PeerChunks& peers, size_t n, float scale, CeDtype t, cudaStream_t stream) {
-  if (n == 0) return;
-  switch (t) {
-    case CeDtype::F32: return launch_p2p<float>(chunk, peers, n, scale, stream);
-    case CeDtype::F16: return launch_p2p<__half>(chunk, peers, n, scale, stream);
-    case CeDtype::Bf16: return launch_p2p<__nv_bfloat16>(chunk, peers, n, scale, stream);
-  }
-}
 
 size_t ce_dtype_bytes(CeDtype t) { return t == CeDtype::F32 ? 4 : 2; }
 

@@ -23,19 +23,4 @@ size_t ce_dtype_bytes(CeDtype t);
 void ce_sum_chunk(void* chunk, const void* scratch, size_t n, int slots, size_t slot_stride, float scale, CeDtype t,
                   cudaStream_t stream);
 
-/// Peers' copies of one chunk, as mapped in this process (CUDA IPC), for ce_sum_chunk_p2p.
-struct PeerChunks {
-  static constexpr int kMax = 7;  ///< up to 8 ranks on a node
-  void* ptr[kMax] = {};
-  int count = 0;
-};
-
-/// v = round_T((chunk[i] + sum_k peers.ptr[k][i]) * scale); chunk[i] = v and peers.ptr[k][i] = v
-/// for every k, for i < n: the reduce-scatter and all-gather of one chunk in one kernel that
-/// loads the peers' elements and stores the result into their memory over NVLink (a two-shot
-/// all-reduce's inner step, as vLLM's and TensorRT-LLM's custom all-reduce kernels). The same
-/// fp32 sum in peer order and single rounding as ce_sum_chunk. Short-lived blocks. Enqueues on
-/// `stream`; throws std::runtime_error on a launch error.
-void ce_sum_chunk_p2p(void* chunk, const PeerChunks& peers, size_t n, float scale, CeDtype t, cudaStream_t stream);
-
 }  // namespace vitddp

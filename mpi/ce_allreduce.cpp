@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <cstdlib>
 #include <stdexcept>
 
 #include "cuda/check.h"
@@ -52,29 +51,24 @@ size_t CopyEngineAllReduce::slot_bytes(size_t bytes, int n) {
   return round_up((bytes + n - 1) / n, 256) + 256;
 }
 
-size_t CopyEngineAllReduce::planned_device_bytes(const std::vector<size_t>& bucket_bytes, int n, bool p2p_kernel) {
+size_t CopyEngineAllReduce::planned_device_bytes(const std::vector<size_t>& bucket_bytes, int n) {
   size_t s = 0;
-  if (!p2p_kernel)
-    for (size_t b : bucket_bytes) s += (n - 1) * slot_bytes(b, n);
-  return std::max<size_t>(s, 256) + 2 * bucket_bytes.size() * n * sizeof(int32_t);
+  for (size_t b : bucket_bytes) s += (n - 1) * slot_bytes(b, n);
+  return s + 2 * bucket_bytes.size() * n * sizeof(int32_t);
 }
 
 CopyEngineAllReduce::CopyEngineAllReduce(MPI_Comm comm, const std::vector<Region>& buffers,
-                                         const std::vector<size_t>& bucket_bytes, bool p2p_kernel)
-    : p2p_kernel_(p2p_kernel), buckets_(bucket_bytes.size()), regions_(buffers) {
+                                         const std::vector<size_t>& bucket_bytes)
+    : buckets_(bucket_bytes.size()), regions_(buffers) {
   MPI_CHECK(MPI_Comm_rank(comm, &rank_));
   MPI_CHECK(MPI_Comm_size(comm, &n_));
-  if (n_ > PeerChunks::kMax + 1)
-    throw std::runtime_error("--allreduce: the intra-node all-reduce supports at most " +
-                             std::to_string(PeerChunks::kMax + 1) + " ranks, got " + std::to_string(n_));
   size_t total = 0;
   for (size_t b = 0; b < buckets_; ++b) {
     scratch_offset_.push_back(total);
     slot_bytes_.push_back(slot_bytes(bucket_bytes[b], n_));
-    if (!p2p_kernel_) total += (n_ - 1) * slot_bytes_.back();
+    total += (n_ - 1) * slot_bytes_.back();
   }
-  // The scratch's IPC handle needs an allocation: keep 256 bytes when the P2P kernel needs none.
-  scratch_ = DeviceBuffer<uint8_t>(std::max<size_t>(total, 256), "copy-engine all-reduce scratch");
+  scratch_ = DeviceBuffer<uint8_t>(total, "copy-engine all-reduce scratch");
   flags_ = DeviceBuffer<int32_t>(2 * buckets_ * n_, "copy-engine all-reduce flags");
   one_ = DeviceBuffer<int32_t>(1, "copy-engine all-reduce flag value");
   CUDA_CHECK(cudaMemset(flags_.get(), 0, flags_.size() * sizeof(int32_t)));
@@ -194,39 +188,25 @@ void CopyEngineAllReduce::all_reduce(size_t bucket, void* data, size_t count, Ce
     const size_t lo = std::min(count, j * cs), hi = std::min(count, (j + 1) * cs);
     return hi - lo;
   };
-  // EXPERIMENT ONLY (device_session4_c.sh): VITDDP_EXP_CE_SKIP=sum|copies leaves out the sum kernel
-  // or the data copies; results are then wrong.
-  static const char* skip = std::getenv("VITDDP_EXP_CE_SKIP");
   auto* bytes = static_cast<uint8_t*>(data);
-  uint8_t* mine = bytes + rank_ * cs * es;
-  if (p2p_kernel_) {
-    for (int k = 1; k < n_; ++k) raise_flag((rank_ + k) % n_, 0, bucket, s);  // this bucket is final here
-    wait_flags(0, bucket, s);
-    PeerChunks peers;
-    for (int j = 0; j < n_; ++j)
-      if (j != rank_) peers.ptr[peers.count++] = peer_address(j, mine);
-    ce_sum_chunk_p2p(mine, peers, chunk_len(rank_), scale, t, s);
-    for (int k = 1; k < n_; ++k) raise_flag((rank_ + k) % n_, 1, bucket, s);  // the sum is in their memory
-    wait_flags(1, bucket, s);
-    return;
-  }
   // 1. Reduce-scatter: chunk j to rank j's scratch slot for this rank.
   for (int k = 1; k < n_; ++k) {
     const int j = (rank_ + k) % n_;
     const int slot = rank_ < j ? rank_ : rank_ - 1;
-    if (chunk_len(j) > 0 && !(skip && std::string(skip) == "copies"))
+    if (chunk_len(j) > 0)
       CUDA_CHECK(cudaMemcpyAsync(peer_scratch_[j] + scratch_offset_[bucket] + slot * slot_bytes_[bucket],
                                  bytes + j * cs * es, chunk_len(j) * es, cudaMemcpyDeviceToDevice, s));
     raise_flag(j, 0, bucket, s);
   }
   // 2. Sum this rank's chunk with its peers' copies.
   wait_flags(0, bucket, s);
-  if (!(skip && std::string(skip) == "sum")) ce_sum_chunk(mine, scratch_.get() + scratch_offset_[bucket], chunk_len(rank_), n_ - 1, slot_bytes_[bucket] / es,
+  uint8_t* mine = bytes + rank_ * cs * es;
+  ce_sum_chunk(mine, scratch_.get() + scratch_offset_[bucket], chunk_len(rank_), n_ - 1, slot_bytes_[bucket] / es,
                scale, t, s);
   // 3. All-gather: the summed chunk into every peer's buffer, then wait for theirs.
   for (int k = 1; k < n_; ++k) {
     const int j = (rank_ + k) % n_;
-    if (chunk_len(rank_) > 0 && !(skip && std::string(skip) == "copies"))
+    if (chunk_len(rank_) > 0)
       CUDA_CHECK(cudaMemcpyAsync(peer_address(j, mine), mine, chunk_len(rank_) * es, cudaMemcpyDeviceToDevice, s));
     raise_flag(j, 1, bucket, s);
   }

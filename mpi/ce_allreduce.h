@@ -44,11 +44,7 @@ class CopyEngineAllReduce {
   /// scratch and flags, and ends with an MPI_Barrier (no flag is raised before every rank has
   /// cleared its own). Collective over `comm`. Throws std::runtime_error naming
   /// --allreduce copy-engine and the reason when a peer's memory cannot be mapped.
-  /// `p2p_kernel`: steps 1-3 become one kernel per bucket (ce_sum_chunk_p2p) that loads the
-  /// peers' chunk over NVLink and stores the sum into their memory (no scratch, half the HBM
-  /// traffic, but SMs wait on NVLink); flags then mean "bucket final" and "sum stored".
-  CopyEngineAllReduce(MPI_Comm comm, const std::vector<Region>& buffers, const std::vector<size_t>& bucket_bytes,
-                      bool p2p_kernel = false);
+  CopyEngineAllReduce(MPI_Comm comm, const std::vector<Region>& buffers, const std::vector<size_t>& bucket_bytes);
   ~CopyEngineAllReduce();
   CopyEngineAllReduce(const CopyEngineAllReduce&) = delete;
   CopyEngineAllReduce& operator=(const CopyEngineAllReduce&) = delete;
@@ -62,7 +58,7 @@ class CopyEngineAllReduce {
   /// Device bytes allocated here (scratch and flags).
   size_t device_bytes() const { return scratch_.size() + flags_.size() * sizeof(int32_t); }
   /// What device_bytes() will be for these buckets and world size, without any CUDA call.
-  static size_t planned_device_bytes(const std::vector<size_t>& bucket_bytes, int world_size, bool p2p_kernel = false);
+  static size_t planned_device_bytes(const std::vector<size_t>& bucket_bytes, int world_size);
 
  private:
   /// Chunk capacity in bytes of a bucket of `bytes` over `n` ranks (the scratch slot size).
@@ -72,7 +68,6 @@ class CopyEngineAllReduce {
   void wait_flags(int phase, size_t bucket, cudaStream_t s);
 
   int rank_ = 0, n_ = 1;
-  bool p2p_kernel_ = false;
   size_t buckets_ = 0;
   std::vector<Region> regions_;
   std::vector<size_t> scratch_offset_, slot_bytes_;  ///< per bucket

@@ -25,7 +25,7 @@ namespace vitddp {
 enum class Compression { None, Fp16, Bf16, PowerSgd };
 
 /// The GPU reducer's all-reduce implementation (--allreduce nccl|copy-engine).
-enum class AllReduceImpl { Nccl, CopyEngine, P2pKernel };
+enum class AllReduceImpl { Nccl, CopyEngine };
 
 /// "none", "fp16", "bf16", "powersgd".
 std::string compression_name(Compression c);

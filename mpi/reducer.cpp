@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <cstdlib>
 #include <string>
 
 #include "cuda/check.h"
@@ -54,8 +53,7 @@ NcclReducer::NcclReducer(const ParamLayout& layout, std::vector<Bucket> buckets,
   // leaves room for them.
   int lo = 0, hi = 0;
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-  const char* pr = std::getenv("VITDDP_EXP_COMM_PRIO");  // EXPERIMENT ONLY (device_session4_c.sh)
-  CUDA_CHECK(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, pr && std::string(pr) == "low" ? lo : hi));
+  CUDA_CHECK(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, hi));
   ready_.resize(buckets_.size());
   for (auto& e : ready_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   for (size_t b = 0; b < buckets_.size(); ++b) timeline_.push_back(std::make_unique<BucketTimeline>(6));
@@ -72,12 +70,11 @@ NcclReducer::NcclReducer(const ParamLayout& layout, std::vector<Bucket> buckets,
     powersgd_ = std::make_unique<PowerSgdNccl>(hook_buckets(layout, buckets_), opts_.powersgd, comm_, world_size_,
                                                comm_stream_);
   CUDA_CHECK(cudaDeviceSynchronize());  // memsets on the legacy stream before the comm stream runs
-  if (opts_.allreduce != AllReduceImpl::Nccl && world_size_ > 1) {
+  if (opts_.allreduce == AllReduceImpl::CopyEngine && world_size_ > 1) {
     std::vector<CopyEngineAllReduce::Region> regions = {{d_grads_, layout.total * sizeof(float)}};
     if (d_bucket_.get()) regions.emplace_back(d_bucket_.get(), d_bucket_.size() * sizeof(float));
     if (d_half_.get()) regions.emplace_back(d_half_.get(), d_half_.size() * sizeof(uint16_t));
-    ce_ = std::make_unique<CopyEngineAllReduce>(MPI_COMM_WORLD, regions, ce_bucket_bytes(buckets_),
-                                                opts_.allreduce == AllReduceImpl::P2pKernel);
+    ce_ = std::make_unique<CopyEngineAllReduce>(MPI_COMM_WORLD, regions, ce_bucket_bytes(buckets_));
   }
 }
 
@@ -103,9 +100,8 @@ size_t NcclReducer::planned_device_bytes(const ParamLayout& layout, const std::v
   if (is_16bit(options.compression)) n += max_bucket_numel(buckets) * sizeof(uint16_t);
   if (options.compression == Compression::PowerSgd)
     n += PowerSgdNccl::planned_device_bytes(hook_buckets(layout, buckets), options.powersgd);
-  if (options.allreduce != AllReduceImpl::Nccl && world_size > 1)
-    n += CopyEngineAllReduce::planned_device_bytes(ce_bucket_bytes(buckets), world_size,
-                                                   options.allreduce == AllReduceImpl::P2pKernel);
+  if (options.allreduce == AllReduceImpl::CopyEngine && world_size > 1)
+    n += CopyEngineAllReduce::planned_device_bytes(ce_bucket_bytes(buckets), world_size);
   return n;
 }
 

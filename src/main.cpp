@@ -122,8 +122,8 @@ int main(int argc, char** argv) {
     }
     if (o.data == "device" && o.backend != "gpu") err = "--data device: needs the GPU backend";
     if (o.patch_embed == "cudnn" && o.backend != "gpu") err = "--patch-embed cudnn: needs the GPU backend";
-    if (o.allreduce != "nccl" && o.backend != "gpu") err = "--allreduce copy-engine: needs the GPU backend";
-    if (o.allreduce != "nccl" && o.ddp && w.local_size != w.world_size)
+    if (o.allreduce == "copy-engine" && o.backend != "gpu") err = "--allreduce copy-engine: needs the GPU backend";
+    if (o.allreduce == "copy-engine" && o.ddp && w.local_size != w.world_size)
       err = "--allreduce copy-engine: needs every rank on one node (this node has " + std::to_string(w.local_size) +
             " of " + std::to_string(w.world_size) + " ranks); use --allreduce nccl across nodes";
     if (o.gemm_sm_carveout > 0 && o.backend != "gpu") err = "--gemm-sm-carveout: needs the GPU backend (cuBLASLt)";

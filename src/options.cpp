@@ -171,7 +171,7 @@ const std::vector<Spec>& table() {
        [](Options& o, const std::string& v) { o.nccl_max_ctas = (int)parse_int("--nccl-max-ctas", v, 0, 64); },
        [](const Options& o) { return std::to_string(o.nccl_max_ctas); }},
       {"allreduce", "nccl|copy-engine", "who all-reduces the buckets (GPU backend). nccl: ncclAllReduce, whose kernels hold SMs for as long as they run. copy-engine: for ranks on one node, a reduce-scatter and an all-gather by peer-to-peer copies (the GPUs' copy engines over NVLink, no SM) with a short sum kernel in between, synchronised by stream memory waits; same bytes as NCCL's ring, bit-identical results on all ranks. Needs CUDA IPC between the ranks' GPUs (no one-GPU-per-task isolation); not with --compression powersgd",
-       [](Options& o, const std::string& v) { o.allreduce = one_of("--allreduce", v, {"nccl", "copy-engine", "p2p-kernel"}); },
+       [](Options& o, const std::string& v) { o.allreduce = one_of("--allreduce", v, {"nccl", "copy-engine"}); },
        [](const Options& o) { return o.allreduce; }},
       {"optimizer", "sgd|adamw", "sgd: torch.optim.SGD (--momentum, --weight-decay as L2 on the gradient); adamw: torch.optim.AdamW (--adam-beta1, --adam-beta2, --adam-eps, --weight-decay decoupled)",
        [](Options& o, const std::string& v) { o.optimizer = one_of("--optimizer", v, {"sgd", "adamw"}); },
@@ -431,9 +431,7 @@ ReducerOptions reducer_options(const Options& o) {
   r.overlap = o.overlap;
   r.grad_as_bucket_view = o.grad_as_bucket_view;
   r.compression = parse_compression(o.compression);
-  r.allreduce = o.allreduce == "copy-engine" ? AllReduceImpl::CopyEngine
-                : o.allreduce == "p2p-kernel"  ? AllReduceImpl::P2pKernel
-                                               : AllReduceImpl::Nccl;
+  r.allreduce = o.allreduce == "copy-engine" ? AllReduceImpl::CopyEngine : AllReduceImpl::Nccl;
   r.powersgd.rank = o.powersgd_rank;
   r.powersgd.start_iter = o.powersgd_start_step;
   r.powersgd.min_compression_rate = o.powersgd_min_compression_rate;
