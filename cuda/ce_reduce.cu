@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "cuda/check.h"
 
@@ -19,20 +20,52 @@ __device__ __forceinline__ void store(__half* p, float v) { *p = __float2half_rn
 __device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 
 template <typename T>
+__device__ __forceinline__ void sum_one(T* chunk, const T* scratch, size_t i, int slots, size_t stride, float scale) {
+  float acc = load(chunk + i);
+  for (int k = 0; k < slots; ++k) acc += load(scratch + k * stride + i);
+  store(chunk + i, acc * scale);
+}
+
+// 16-byte loads and stores (float4 of fp32, 8 x 16-bit) for the aligned body, scalar elements for
+// the unaligned head and the tail. `chunk` and `scratch` share their address modulo 16 (the
+// sender places each copy at the chunk's offset within 16 bytes) and `stride` keeps it.
+template <typename T>
 __global__ void sum_chunk_kernel(T* __restrict__ chunk, const T* __restrict__ scratch, size_t n, int slots,
                                  size_t stride, float scale) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float acc = load(chunk + i);
-    for (int k = 0; k < slots; ++k) acc += load(scratch + k * stride + i);
-    store(chunk + i, acc * scale);
+  constexpr int V = 16 / sizeof(T);
+  const size_t head = std::min<size_t>(n, ((16 - (reinterpret_cast<uintptr_t>(chunk) & 15)) & 15) / sizeof(T));
+  const size_t nvec = (n - head) / V, tail = head + nvec * V;
+  const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x, threads = (size_t)gridDim.x * blockDim.x;
+  if (tid < head) sum_one(chunk, scratch, tid, slots, stride, scale);
+  if (tid < n - tail) sum_one(chunk, scratch, tail + tid, slots, stride, scale);
+  for (size_t v = tid; v < nvec; v += threads) {
+    const size_t i = head + v * V;
+    const uint4 a = *reinterpret_cast<const uint4*>(chunk + i);
+    const T* ae = reinterpret_cast<const T*>(&a);
+    float acc[V];
+#pragma unroll
+    for (int u = 0; u < V; ++u) acc[u] = load(ae + u);
+    for (int k = 0; k < slots; ++k) {
+      const uint4 b = *reinterpret_cast<const uint4*>(scratch + k * stride + i);
+      const T* be = reinterpret_cast<const T*>(&b);
+#pragma unroll
+      for (int u = 0; u < V; ++u) acc[u] += load(be + u);
+    }
+    uint4 o;
+    T* oe = reinterpret_cast<T*>(&o);
+#pragma unroll
+    for (int u = 0; u < V; ++u) store(oe + u, acc[u] * scale);
+    *reinterpret_cast<uint4*>(chunk + i) = o;
   }
 }
 
 template <typename T>
 void launch(void* chunk, const void* scratch, size_t n, int slots, size_t stride, float scale, cudaStream_t s) {
   constexpr int threads = 256;
-  // About 16 elements per thread: blocks finish in microseconds and interleave with the GEMMs'.
-  const size_t blocks = std::max<size_t>(1, std::min<size_t>((n + threads * 16 - 1) / (threads * 16), 1 << 16));
+  constexpr size_t V = 16 / sizeof(T);
+  // About 4 vectors per thread: blocks finish in microseconds and interleave with the GEMMs'.
+  const size_t per_block = threads * V * 4;
+  const size_t blocks = std::max<size_t>(1, std::min<size_t>((n + per_block - 1) / per_block, 1 << 16));
   sum_chunk_kernel<T><<<(unsigned)blocks, threads, 0, s>>>(static_cast<T*>(chunk), static_cast<const T*>(scratch), n,
                                                             slots, stride, scale);
   CUDA_CHECK(cudaGetLastError());

@@ -17,7 +17,9 @@ size_t ce_dtype_bytes(CeDtype t);
 /// chunk[i] = round_T((chunk[i] + sum_{k < slots} scratch[k * slot_stride + i]) * scale) for
 /// i < n: the sum in fp32, in slot order, one rounding to T at the end (exact for two fp32
 /// addends; NCCL's bf16 ring rounds after each addition, which is the same for two ranks).
-/// `chunk` and `scratch` hold elements of `t`; `slot_stride` is in elements. Short-lived blocks
+/// `chunk` and `scratch` hold elements of `t`; `slot_stride` is in elements. `scratch` must have
+/// `chunk`'s address modulo 16 and slot_stride * bytes a multiple of 16 (16-byte vector accesses
+/// between a scalar head and tail). Short-lived blocks
 /// (a few microseconds each), so the kernel never holds SMs the way a persistent kernel does.
 /// Only enqueues on `stream`; throws std::runtime_error on a launch error.
 void ce_sum_chunk(void* chunk, const void* scratch, size_t n, int slots, size_t slot_stride, float scale, CeDtype t,

@@ -44,11 +44,16 @@ struct Published {
 
 size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
+// Where a chunk sits within its 16-byte line; its copy in a peer's scratch slot sits there too,
+// so the sum kernel can use 16-byte accesses on both (the ranks' buffers have the same layout).
+size_t misalignment(const void* p) { return reinterpret_cast<uintptr_t>(p) & 15; }
+
 }  // namespace
 
 size_t CopyEngineAllReduce::slot_bytes(size_t bytes, int n) {
-  // Chunks are cut at multiples of 64 elements (see all_reduce); 256 bytes of slack covers it.
-  return round_up((bytes + n - 1) / n, 256) + 256;
+  // Chunks are cut at multiples of 64 elements (up to 252 more bytes than bytes / n) and sit at
+  // their own address modulo 16 in the slot (up to 15 more): 512 bytes of slack cover both.
+  return round_up((bytes + n - 1) / n, 256) + 512;
 }
 
 size_t CopyEngineAllReduce::planned_device_bytes(const std::vector<size_t>& bucket_bytes, int n) {
@@ -193,15 +198,16 @@ void CopyEngineAllReduce::all_reduce(size_t bucket, void* data, size_t count, Ce
   for (int k = 1; k < n_; ++k) {
     const int j = (rank_ + k) % n_;
     const int slot = rank_ < j ? rank_ : rank_ - 1;
+    const uint8_t* src = bytes + j * cs * es;
     if (chunk_len(j) > 0)
-      CUDA_CHECK(cudaMemcpyAsync(peer_scratch_[j] + scratch_offset_[bucket] + slot * slot_bytes_[bucket],
-                                 bytes + j * cs * es, chunk_len(j) * es, cudaMemcpyDeviceToDevice, s));
+      CUDA_CHECK(cudaMemcpyAsync(peer_scratch_[j] + scratch_offset_[bucket] + slot * slot_bytes_[bucket] + misalignment(src),
+                                 src, chunk_len(j) * es, cudaMemcpyDeviceToDevice, s));
     raise_flag(j, 0, bucket, s);
   }
   // 2. Sum this rank's chunk with its peers' copies.
   wait_flags(0, bucket, s);
   uint8_t* mine = bytes + rank_ * cs * es;
-  ce_sum_chunk(mine, scratch_.get() + scratch_offset_[bucket], chunk_len(rank_), n_ - 1, slot_bytes_[bucket] / es,
+  ce_sum_chunk(mine, scratch_.get() + scratch_offset_[bucket] + misalignment(mine), chunk_len(rank_), n_ - 1, slot_bytes_[bucket] / es,
                scale, t, s);
   // 3. All-gather: the summed chunk into every peer's buffer, then wait for theirs.
   for (int k = 1; k < n_; ++k) {

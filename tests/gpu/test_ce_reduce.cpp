@@ -1,0 +1,71 @@
+// ce_sum_chunk (cuda/ce_reduce.h), the sum kernel of the copy-engine all-reduce, on one GPU:
+// every element type, chunk offsets 0..7 elements past a 16-byte line (scalar head, 16-byte body,
+// scalar tail), 1 and 3 scratch slots, against the host: fp32 sum in slot order, one rounding.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "cuda/ce_reduce.h"
+#include "mpi/comm_hooks.h"
+#include "tests/catch.h"
+#include "tests/gpu/gpu_test_util.h"
+
+using namespace vitddp;
+using namespace vitddp_test;
+
+namespace {
+
+// Element i of a buffer of type t held as raw bytes, widened to float.
+float get(const std::vector<uint8_t>& b, CeDtype t, size_t i) {
+  if (t == CeDtype::F32) {
+    float f;
+    std::memcpy(&f, b.data() + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, b.data() + 2 * i, 2);
+  return t == CeDtype::F16 ? fp16_to_float(h) : bf16_to_float(h);
+}
+
+void put(std::vector<uint8_t>& b, CeDtype t, size_t i, float v) {
+  if (t == CeDtype::F32) return (void)std::memcpy(b.data() + 4 * i, &v, 4);
+  const uint16_t h = t == CeDtype::F16 ? float_to_fp16(v) : float_to_bf16(v);
+  std::memcpy(b.data() + 2 * i, &h, 2);
+}
+
+}  // namespace
+
+TEST_CASE("ce_sum_chunk: fp32 sum of the chunk and its slots, one rounding, at every alignment", "[gpu][ce_reduce]") {
+  REQUIRE_GPU();
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (CeDtype t : {CeDtype::F32, CeDtype::F16, CeDtype::Bf16})
+    for (int slots : {1, 3})
+      for (size_t n : {size_t{1}, size_t{5}, size_t{1000}, size_t{70001}})
+        for (size_t off = 0; off < 8; ++off) {
+          INFO("dtype " << (int)t << ", slots " << slots << ", n " << n << ", offset " << off);
+          const size_t es = ce_dtype_bytes(t);
+          const size_t stride = (n + off + 64) / 8 * 8;  // elements; stride * es is a multiple of 16
+          const auto a = normal_vec(n, 7, off + 10 * slots, 3.0);
+          const auto r = normal_vec(slots * stride, 8, off + 10 * slots, 3.0);
+          std::vector<uint8_t> chunk((n + off) * es), scratch((slots * stride + off) * es);
+          for (size_t i = 0; i < n; ++i) put(chunk, t, off + i, a[i]);
+          for (size_t i = 0; i < slots * stride; ++i) put(scratch, t, off + i, r[i]);
+          DevVec<uint8_t> dc(chunk.size()), ds(scratch.size());
+          dc.upload(chunk);
+          ds.upload(scratch);
+          ce_sum_chunk(dc.get() + off * es, ds.get() + off * es, n, slots, stride, 0.5f, t, s);
+          CUDA_CHECK(cudaStreamSynchronize(s));
+          const auto out = dc.download();
+          std::vector<uint8_t> want = chunk;
+          for (size_t i = 0; i < n; ++i) {
+            float acc = get(chunk, t, off + i);
+            for (int k = 0; k < slots; ++k) acc += get(scratch, t, off + k * stride + i);
+            put(want, t, off + i, acc * 0.5f);
+          }
+          CHECK(out == want);
+        }
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
