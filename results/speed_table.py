@@ -7,7 +7,8 @@ Reads, for each precision p in fp32, tf32, bf16:
   OUTDIR/vitddp-<p>-graph.h5, OUTDIR/vitddp-<p>-eager.h5   vitddp 1 GPU (--cuda-graph on / off)
   OUTDIR/torch-<p>.json                                    results/bench_torch_vit.py
   OUTDIR/mem-<name>.txt                                    nvidia-smi memory.used samples, MiB
-  OUTDIR/vitddp-<p>-np2-<compression>.h5                   vitddp on 2 GPUs (optional)
+  OUTDIR/vitddp-<p>-np2-<compression>[-ce].h5              vitddp on 2 GPUs, NCCL / --allreduce
+                                                           copy-engine (optional)
 and prints: steps/s per GPU, images/s, TFLOP/s (3 x forward FLOPs x images/s), MFU against the
 measured matmul ceiling of one H200 in that precision (8192^3 torch.matmul in
 ../shared/docs/DEVICE.md: bf16 781, tf32 361, fp32 51 TFLOP/s), peak memory (nvidia-smi, whole
@@ -92,17 +93,18 @@ def main():
     rows = []
     for p in ("fp32", "tf32", "bf16"):
         for c in ("none", "bf16"):
-            v = h5_summary(os.path.join(out, f"vitddp-{p}-np2-{c}.h5"))
-            if v:
-                rows.append((p, c, v))
+            for impl, suffix in (("nccl", ""), ("copy-engine", "-ce")):
+                v = h5_summary(os.path.join(out, f"vitddp-{p}-np2-{c}{suffix}.h5"))
+                if v:
+                    rows.append((p, c, impl, v))
     if rows:
         print("\n## 2 x H200 over NVLink (per GPU), 25 MiB buckets, CUDA graph\n")
-        print("| precision | compression | steps/s per GPU | share of our 1-GPU figure (target 95%) | median exposed comm per step (ms) |")
-        print("| --- | --- | --- | --- | --- |")
-        for p, c, v in rows:
+        print("| precision | compression | --allreduce | steps/s per GPU | share of our 1-GPU figure (target 95%) | median exposed comm per step (ms) |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for p, c, impl, v in rows:
             base = one_gpu.get(p)
             share = f"{100 * v['steps_per_second'] / base:.1f}%" if base else "n/a"
-            print(f"| {p} | {c} | {v['steps_per_second']:.2f} | {share} | {v['exposed_comm_ms']:.2f} |")
+            print(f"| {p} | {c} | {impl} | {v['steps_per_second']:.2f} | {share} | {v['exposed_comm_ms']:.2f} |")
     return 0
 
 

@@ -4,7 +4,8 @@
 #     --cuda-graph off, PyTorch (results/bench_torch_vit.py): ViT-L/32, batch 32, SGD, data on the
 #     GPU, 10 warm-up + 20 timed steps; nvidia-smi samples the memory of each.
 #   Per-kernel table of one bf16 step (and tf32) with Nsight Compute (results/kernel_table.py).
-#   2 GPUs (when two are visible): vitddp per precision, compression none and bf16.
+#   2 GPUs (when two are visible): vitddp per precision, compression none and bf16, all-reduce by
+#     NCCL and by the copy engines (--allreduce copy-engine).
 # Run from the repository root with the binaries in carry/ and $OUT set:
 #     bash results/commands/bench_speed.sh
 # Writes $OUT/bench_speed.log, $OUT/speed_table.md, $OUT/kernels-<p>.md and the HDF5/JSON files.
@@ -46,6 +47,8 @@ COMMON="--data device --warmup-steps 10 --steps 20 --cooldown-steps 0 --progress
     for p in $PRECISIONS; do
       for c in none bf16; do
         run $MPI -np 2 "$VITDDP" --precision "$p" --compression $c $COMMON --out "$OUT/vitddp-$p-np2-$c.h5"
+        run $MPI -np 2 "$VITDDP" --precision "$p" --compression $c --allreduce copy-engine $COMMON \
+          --out "$OUT/vitddp-$p-np2-$c-ce.h5"
       done
     done
   fi
