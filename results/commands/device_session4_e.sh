@@ -8,7 +8,8 @@ export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 W=/tmp/s4e; rm -rf $W; mkdir -p $W/bench
 timeout 200 carry/gpu_tests > $W/gpu_tests.log 2>&1; echo "gpu_tests exit $?" >> $W/gpu_tests.log
 timeout 90 mpirun --bind-to none -x NCCL_NVLS_ENABLE=0 -np 2 carry/gpu_mpi_tests > $W/gpu_mpi.log 2>&1; echo "gpu_mpi_tests exit $?" >> $W/gpu_mpi.log
-tail -n 3 $W/gpu_tests.log $W/gpu_mpi.log
+timeout 90 carry/gpu_tests "[attention_bench]" > $W/cudnn_bench.log 2>&1; echo "cudnn_bench exit $?" >> $W/cudnn_bench.log
+tail -n 3 $W/gpu_tests.log $W/gpu_mpi.log $W/cudnn_bench.log
 timeout 60 mpirun --bind-to none -x NCCL_NVLS_ENABLE=0 -np 2 bash -c \
   'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec carry/vitddp --allreduce copy-engine --model vit_b_32 --data device --steps 5 --warmup-steps 1 --cooldown-steps 0 --out /tmp/iso.h5 --overwrite' \
   > $W/isolated.log 2>&1; echo "isolated exit $? (h5 exists: $(test -e /tmp/iso.h5 && echo yes || echo no))" >> $W/isolated.log

@@ -40,19 +40,8 @@ constexpr int kWarmup = 10, kReps = 50;
 /// when fn throws.
 double bench_ms(cudaStream_t st, const std::function<void()>& fn, std::string* error) {
   try {
-    for (int i = 0; i < kWarmup; ++i) fn();
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    CUDA_CHECK(cudaEventRecord(e0, st));
-    for (int i = 0; i < kReps; ++i) fn();
-    CUDA_CHECK(cudaEventRecord(e1, st));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return ms / kReps;
+    for (int i = 0; i < kWarmup - 3; ++i) fn();  // time_ms adds 3 more
+    return time_ms(st, fn, kReps);
   } catch (const std::exception& e) {
     cudaStreamSynchronize(st);
     (void)cudaGetLastError();

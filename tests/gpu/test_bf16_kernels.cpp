@@ -18,7 +18,9 @@
 #include "cuda/precision.h"
 #include "cuda/reduce.h"
 #include "tests/catch.h"
+#include "tests/gpu/attention_reference.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/patch_reference.h"
 
 using namespace vitddp;
 using namespace vitddp_test;
@@ -304,56 +306,8 @@ TEST_CASE("attention: bf16 activations match host loops", "[gpu][attention][bf16
     INFO("B=" << B << " H=" << H << " T=" << T << " dh=" << dh);
     const auto hqkv = rounded(normal_vec((size_t)B * T * 3 * D, 25, 0)),
                hdo = rounded(normal_vec((size_t)B * T * D, 25, 1));
-    std::vector<double> P((size_t)B * H * T * T), O((size_t)B * T * D), dQKV((size_t)B * T * 3 * D);
-    const double scale = 1.0 / std::sqrt((double)dh);
-    auto at = [&](int b, int t, int which, int h, int d) {
-      return (double)hqkv[((size_t)b * T + t) * 3 * D + which * D + h * dh + d];
-    };
-    auto go = [&](int b, int t, int h, int d) { return (double)hdo[((size_t)b * T + t) * D + h * dh + d]; };
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < H; ++h) {
-        double* p = &P[(((size_t)b * H + h) * T) * T];
-        std::vector<double> ds((size_t)T * T);
-        for (int i = 0; i < T; ++i) {
-          double mx = -1e300;
-          for (int j = 0; j < T; ++j) {
-            double s = 0;
-            for (int d = 0; d < dh; ++d) s += at(b, i, 0, h, d) * at(b, j, 1, h, d);
-            p[(size_t)i * T + j] = s * scale;
-            mx = std::max(mx, s * scale);
-          }
-          double sum = 0;
-          for (int j = 0; j < T; ++j) sum += (p[(size_t)i * T + j] = std::exp(p[(size_t)i * T + j] - mx));
-          for (int j = 0; j < T; ++j) p[(size_t)i * T + j] /= sum;
-          for (int d = 0; d < dh; ++d) {
-            double o = 0;
-            for (int j = 0; j < T; ++j) o += p[(size_t)i * T + j] * at(b, j, 2, h, d);
-            O[((size_t)b * T + i) * D + h * dh + d] = o;
-          }
-          std::vector<double> dp(T);
-          double delta = 0;
-          for (int j = 0; j < T; ++j) {
-            double s = 0;
-            for (int d = 0; d < dh; ++d) s += go(b, i, h, d) * at(b, j, 2, h, d);
-            dp[j] = s;
-            delta += p[(size_t)i * T + j] * s;
-          }
-          for (int j = 0; j < T; ++j) ds[(size_t)i * T + j] = p[(size_t)i * T + j] * (dp[j] - delta);
-        }
-        for (int i = 0; i < T; ++i)
-          for (int d = 0; d < dh; ++d) {
-            double dq = 0, dk = 0, dv = 0;
-            for (int j = 0; j < T; ++j) {
-              dq += ds[(size_t)i * T + j] * at(b, j, 1, h, d);
-              dk += ds[(size_t)j * T + i] * at(b, j, 0, h, d);
-              dv += p[(size_t)j * T + i] * go(b, j, h, d);
-            }
-            double* row = &dQKV[((size_t)b * T + i) * 3 * D + h * dh + d];
-            row[0] = dq * scale;
-            row[D] = dk * scale;
-            row[2 * D] = dv;
-          }
-      }
+    const AttentionRef ref = attention_reference(hqkv, hdo, B, T, H, dh);
+    const std::vector<double>&P = ref.probs, &O = ref.out, &dQKV = ref.dqkv;
     DevVec<bf16> qkv(to_bf16(hqkv)), out(O.size()), dout(to_bf16(hdo)), dqkv(dQKV.size());
     DevVec<float> probs(P.size()), scratch(attention_backward_scratch_floats(B, T, H));
     attention_forward(qkv.get(), probs.get(), out.get(), B, T, H, dh, st.s);
@@ -368,33 +322,14 @@ TEST_CASE("patch_embed and reduce: bf16 im2col, bf16 patch-embedding gradient, b
           "[gpu][patch_embed][reduce][bf16]") {
   REQUIRE_GPU();
   Stream st;
-  PatchGeometry g;
-  g.batch = 3;
-  g.channels = 3;
-  g.image = 32;
-  g.patch = 8;
-  g.hidden = 20;
-  const int B = g.batch, C = g.channels, HW = g.image, P = g.patch, D = g.hidden, G = g.grid(),
-            Np = g.num_patches(), T = g.seq_len(), PD = g.patch_dim();
-  const auto himg = normal_vec((size_t)B * C * HW * HW, 26, 0), hdh = normal_vec((size_t)B * T * D, 26, 1);
-  std::vector<float> patches((size_t)B * Np * PD), demb((size_t)B * Np * D);
-  std::vector<double> dcls(D, 0), dpos((size_t)T * D, 0);
-  for (int b = 0; b < B; ++b)
-    for (int i = 0; i < G; ++i)
-      for (int j = 0; j < G; ++j)
-        for (int c = 0; c < C; ++c)
-          for (int kh = 0; kh < P; ++kh)
-            for (int kw = 0; kw < P; ++kw)
-              patches[((size_t)b * Np + i * G + j) * PD + c * P * P + kh * P + kw] =
-                  round_bf16(himg[(((size_t)b * C + c) * HW + i * P + kh) * HW + j * P + kw]);
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < T; ++t)
-      for (int d = 0; d < D; ++d) {
-        const float v = hdh[((size_t)b * T + t) * D + d];
-        dpos[(size_t)t * D + d] += v;
-        if (t == 0) dcls[d] += v;
-        else demb[((size_t)b * Np + t - 1) * D + d] = round_bf16(v);
-      }
+  const PatchGeometry g = small_patch_geometry();
+  const int D = g.hidden, T = g.seq_len();
+  const auto himg = normal_vec((size_t)g.batch * g.channels * g.image * g.image, 26, 0),
+             hdh = normal_vec((size_t)g.batch * T * D, 26, 1);
+  const std::vector<float> patches = rounded(host_im2col(himg, g));
+  const TokenGrads ref = host_assemble_tokens_backward(hdh, g);
+  const std::vector<float> demb = rounded(ref.demb);
+  const std::vector<double>&dcls = ref.dcls, &dpos = ref.dpos;
   DevVec<float> img(himg), dh(hdh), dcl(D), dps((size_t)T * D);
   DevVec<bf16> pd(patches.size()), dembd(demb.size());
   patch_im2col(img.get(), pd.get(), g, st.s);

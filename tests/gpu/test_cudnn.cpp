@@ -24,6 +24,7 @@
 #include "cuda/patch_embed.h"
 #include "model/init.h"
 #include "tests/catch.h"
+#include "tests/gpu/attention_reference.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/test_util.h"
 
@@ -47,70 +48,6 @@ std::vector<float> to_float(const std::vector<bf16>& v) {
 
 /// v rounded to bf16 and back (the exact values the bf16 kernels see).
 std::vector<float> rounded(const std::vector<float>& v) { return to_float(to_bf16(v)); }
-
-/// Double-precision attention on the packed layout of cuda/attention.h: out [B*T, D], lse
-/// [B, H, T] (natural log-sum-exp of the scaled scores), dqkv [B*T, 3D].
-struct AttentionRef {
-  std::vector<double> out, lse, dqkv;
-};
-
-AttentionRef attention_reference(const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T,
-                                 int H, int dh) {
-  const int D = H * dh;
-  AttentionRef r;
-  r.out.assign((size_t)B * T * D, 0);
-  r.lse.assign((size_t)B * H * T, 0);
-  r.dqkv.assign((size_t)B * T * 3 * D, 0);
-  const double scale = 1.0 / std::sqrt((double)dh);
-  auto at = [&](int b, int t, int which, int h, int d) {
-    return (double)qkv[((size_t)b * T + t) * 3 * D + which * D + h * dh + d];
-  };
-  auto go = [&](int b, int t, int h, int d) { return (double)dout[((size_t)b * T + t) * D + h * dh + d]; };
-  std::vector<double> p((size_t)T * T), ds((size_t)T * T), dp(T);
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < H; ++h) {
-      for (int i = 0; i < T; ++i) {
-        double mx = -1e300;
-        for (int j = 0; j < T; ++j) {
-          double s = 0;
-          for (int d = 0; d < dh; ++d) s += at(b, i, 0, h, d) * at(b, j, 1, h, d);
-          p[(size_t)i * T + j] = s * scale;
-          mx = std::max(mx, s * scale);
-        }
-        double sum = 0;
-        for (int j = 0; j < T; ++j) sum += (p[(size_t)i * T + j] = std::exp(p[(size_t)i * T + j] - mx));
-        r.lse[((size_t)b * H + h) * T + i] = mx + std::log(sum);
-        for (int j = 0; j < T; ++j) p[(size_t)i * T + j] /= sum;
-        for (int d = 0; d < dh; ++d) {
-          double o = 0;
-          for (int j = 0; j < T; ++j) o += p[(size_t)i * T + j] * at(b, j, 2, h, d);
-          r.out[((size_t)b * T + i) * D + h * dh + d] = o;
-        }
-        double delta = 0;
-        for (int j = 0; j < T; ++j) {
-          double s = 0;
-          for (int d = 0; d < dh; ++d) s += go(b, i, h, d) * at(b, j, 2, h, d);
-          dp[j] = s;
-          delta += p[(size_t)i * T + j] * s;
-        }
-        for (int j = 0; j < T; ++j) ds[(size_t)i * T + j] = p[(size_t)i * T + j] * (dp[j] - delta);
-      }
-      for (int i = 0; i < T; ++i)
-        for (int d = 0; d < dh; ++d) {
-          double dq = 0, dk = 0, dv = 0;
-          for (int j = 0; j < T; ++j) {
-            dq += ds[(size_t)i * T + j] * at(b, j, 1, h, d);
-            dk += ds[(size_t)j * T + i] * at(b, j, 0, h, d);
-            dv += p[(size_t)j * T + i] * go(b, j, h, d);
-          }
-          double* row = &r.dqkv[((size_t)b * T + i) * 3 * D + h * dh + d];
-          row[0] = dq * scale;
-          row[D] = dk * scale;
-          row[2 * D] = dv;
-        }
-    }
-  return r;
-}
 
 /// Columns [which*D, (which+1)*D) of a [rows, 3D] matrix (Q, K or V part of qkv / dqkv).
 template <typename V>

@@ -13,7 +13,9 @@
 #include "cuda/patch_embed.h"
 #include "cuda/reduce.h"
 #include "tests/catch.h"
+#include "tests/gpu/attention_reference.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/patch_reference.h"
 
 using namespace vitddp;
 using namespace vitddp_test;
@@ -234,57 +236,8 @@ TEST_CASE("attention: forward and backward match host loops", "[gpu][attention]"
     const int B = sh.B, H = sh.H, T = sh.T, dh = sh.dh, D = H * dh;
     INFO("B=" << B << " H=" << H << " T=" << T << " dh=" << dh);
     const auto hqkv = normal_vec((size_t)B * T * 3 * D, 4, 0), hdo = normal_vec((size_t)B * T * D, 4, 1);
-    std::vector<double> P((size_t)B * H * T * T), O((size_t)B * T * D), dQKV((size_t)B * T * 3 * D);
-    const double scale = 1.0 / std::sqrt((double)dh);
-    auto q = [&](int b, int t, int h, int d) { return (double)hqkv[((size_t)b * T + t) * 3 * D + h * dh + d]; };
-    auto k = [&](int b, int t, int h, int d) { return (double)hqkv[((size_t)b * T + t) * 3 * D + D + h * dh + d]; };
-    auto v = [&](int b, int t, int h, int d) { return (double)hqkv[((size_t)b * T + t) * 3 * D + 2 * D + h * dh + d]; };
-    auto go = [&](int b, int t, int h, int d) { return (double)hdo[((size_t)b * T + t) * D + h * dh + d]; };
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < H; ++h) {
-        double* p = &P[(((size_t)b * H + h) * T) * T];
-        std::vector<double> ds((size_t)T * T);
-        for (int i = 0; i < T; ++i) {
-          double mx = -1e300;
-          for (int j = 0; j < T; ++j) {
-            double s = 0;
-            for (int d = 0; d < dh; ++d) s += q(b, i, h, d) * k(b, j, h, d);
-            p[(size_t)i * T + j] = s * scale;
-            mx = std::max(mx, s * scale);
-          }
-          double sum = 0;
-          for (int j = 0; j < T; ++j) sum += (p[(size_t)i * T + j] = std::exp(p[(size_t)i * T + j] - mx));
-          for (int j = 0; j < T; ++j) p[(size_t)i * T + j] /= sum;
-          for (int d = 0; d < dh; ++d) {
-            double o = 0;
-            for (int j = 0; j < T; ++j) o += p[(size_t)i * T + j] * v(b, j, h, d);
-            O[((size_t)b * T + i) * D + h * dh + d] = o;
-          }
-          // Backward of row i.
-          std::vector<double> dp(T);
-          double delta = 0;
-          for (int j = 0; j < T; ++j) {
-            double s = 0;
-            for (int d = 0; d < dh; ++d) s += go(b, i, h, d) * v(b, j, h, d);
-            dp[j] = s;
-            delta += p[(size_t)i * T + j] * s;
-          }
-          for (int j = 0; j < T; ++j) ds[(size_t)i * T + j] = p[(size_t)i * T + j] * (dp[j] - delta);
-        }
-        for (int i = 0; i < T; ++i)
-          for (int d = 0; d < dh; ++d) {
-            double dq = 0, dk = 0, dv = 0;
-            for (int j = 0; j < T; ++j) {
-              dq += ds[(size_t)i * T + j] * k(b, j, h, d);
-              dk += ds[(size_t)j * T + i] * q(b, j, h, d);
-              dv += p[(size_t)j * T + i] * go(b, j, h, d);
-            }
-            double* row = &dQKV[((size_t)b * T + i) * 3 * D + h * dh + d];
-            row[0] = dq * scale;
-            row[D] = dk * scale;
-            row[2 * D] = dv;
-          }
-      }
+    const AttentionRef ref = attention_reference(hqkv, hdo, B, T, H, dh);
+    const std::vector<double>&P = ref.probs, &O = ref.out, &dQKV = ref.dqkv;
     DevVec<float> qkv(hqkv), probs(P.size()), out(O.size()), dout(hdo), dqkv(dQKV.size()),
         scratch(attention_backward_scratch_floats(B, T, H));
     attention_forward(qkv.get(), probs.get(), out.get(), B, T, H, dh, st.s);
@@ -372,37 +325,22 @@ TEST_CASE("patch_embed: im2col, token assembly and its backward match host loops
           "[gpu][patch_embed]") {
   REQUIRE_GPU();
   Stream st;
-  PatchGeometry g;
-  g.batch = 3;
-  g.channels = 3;
-  g.image = 32;
-  g.patch = 8;
-  g.hidden = 20;
-  const int B = g.batch, C = g.channels, HW = g.image, P = g.patch, D = g.hidden, G = g.grid(),
-            Np = g.num_patches(), T = g.seq_len(), PD = g.patch_dim();
-  const auto himg = normal_vec((size_t)B * C * HW * HW, 8, 0), hemb = normal_vec((size_t)B * Np * D, 8, 1),
-             hcls = normal_vec(D, 8, 2), hpos = normal_vec((size_t)T * D, 8, 3),
-             hdh = normal_vec((size_t)B * T * D, 8, 4), hdcls0 = normal_vec(D, 8, 5),
-             hdpos0 = normal_vec((size_t)T * D, 8, 6);
-  std::vector<float> patches((size_t)B * Np * PD), h((size_t)B * T * D), demb((size_t)B * Np * D);
-  std::vector<double> dcls(D, 0), dpos((size_t)T * D, 0);
-  for (int b = 0; b < B; ++b)
-    for (int i = 0; i < G; ++i)
-      for (int j = 0; j < G; ++j)
-        for (int c = 0; c < C; ++c)
-          for (int kh = 0; kh < P; ++kh)
-            for (int kw = 0; kw < P; ++kw)
-              patches[((size_t)b * Np + i * G + j) * PD + c * P * P + kh * P + kw] =
-                  himg[(((size_t)b * C + c) * HW + i * P + kh) * HW + j * P + kw];
+  const PatchGeometry g = small_patch_geometry();
+  const int B = g.batch, D = g.hidden, Np = g.num_patches(), T = g.seq_len();
+  const auto himg = normal_vec((size_t)B * g.channels * g.image * g.image, 8, 0),
+             hemb = normal_vec((size_t)B * Np * D, 8, 1), hcls = normal_vec(D, 8, 2),
+             hpos = normal_vec((size_t)T * D, 8, 3), hdh = normal_vec((size_t)B * T * D, 8, 4),
+             hdcls0 = normal_vec(D, 8, 5), hdpos0 = normal_vec((size_t)T * D, 8, 6);
+  const std::vector<float> patches = host_im2col(himg, g);
+  std::vector<float> h((size_t)B * T * D);
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)
-      for (int d = 0; d < D; ++d) {
-        const size_t idx = ((size_t)b * T + t) * D + d;
-        h[idx] = (t == 0 ? hcls[d] : hemb[((size_t)b * Np + t - 1) * D + d]) + hpos[(size_t)t * D + d];
-        dpos[(size_t)t * D + d] += hdh[idx];
-        if (t == 0) dcls[d] += hdh[idx];
-        else demb[((size_t)b * Np + t - 1) * D + d] = hdh[idx];
-      }
+      for (int d = 0; d < D; ++d)
+        h[((size_t)b * T + t) * D + d] =
+            (t == 0 ? hcls[d] : hemb[((size_t)b * Np + t - 1) * D + d]) + hpos[(size_t)t * D + d];
+  const TokenGrads ref = host_assemble_tokens_backward(hdh, g);
+  const std::vector<float>& demb = ref.demb;
+  const std::vector<double>&dcls = ref.dcls, &dpos = ref.dpos;
   DevVec<float> img(himg), pd(patches.size()), emb(hemb), cls(hcls), pos(hpos), hd(h.size()),
       dh(hdh), dembd(demb.size()), dclsd(hdcls0), dposd(hdpos0);
   patch_im2col(img.get(), pd.get(), g, st.s);

@@ -66,19 +66,42 @@ double tolerance(Compression c) {
   return c == Compression::None ? 1.2e-7 : c == Compression::Bf16 ? 3.0 * std::ldexp(1.0, -8) : 3.0 * std::ldexp(1.0, -11);
 }
 
+/// What both tests share: 2 ranks, vit_tiny's layout in small buckets (many, of odd sizes),
+/// an NCCL communicator, device gradients and a stream.
+struct TwoRanks {
+  TwoRanks()
+      : w(test_world()), L(make_param_layout(vit_config("vit_tiny"))), B(assign_buckets(L, 4096, 65536)), comm(w),
+        grads(L.total, "gradients") {
+    REQUIRE(w.world_size == 2);
+    REQUIRE(B.size() > 3);
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  }
+  ~TwoRanks() { cudaStreamDestroy(stream); }
+  void set(int step) {
+    const auto mine = gradients_of(w.rank, step, L.total);
+    CUDA_CHECK(cudaMemcpy(grads.get(), mine.data(), L.total * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  /// Checks the averaged gradients of `step` (after the stream's work) and their identity on both ranks.
+  void check(int step, Compression c) {
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<float> out(L.total);
+    CUDA_CHECK(cudaMemcpy(out.data(), grads.get(), L.total * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(wrong_elements(L, out, step, tolerance(c)) == 0u);
+    CHECK(same_on_all_ranks(hash_of(out)));
+  }
+  World w;
+  ParamLayout L;
+  std::vector<Bucket> B;
+  NcclComm comm;
+  DeviceBuffer<float> grads;
+  cudaStream_t stream = nullptr;
+};
+
 }  // namespace
 
 TEST_CASE("copy-engine all-reduce averages like the host reference, bit-identical on both ranks",
           "[gpu][mpi][ce_allreduce]") {
-  const World w = test_world();
-  REQUIRE(w.world_size == 2);
-  const ParamLayout L = make_param_layout(vit_config("vit_tiny"));
-  const auto B = assign_buckets(L, 4096, 65536);
-  REQUIRE(B.size() > 3);
-  NcclComm comm(w);
-  DeviceBuffer<float> grads(L.total, "gradients");
-  cudaStream_t stream;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  TwoRanks t;
   for (Compression c : {Compression::None, Compression::Fp16, Compression::Bf16})
     for (bool view : {true, false})
       for (bool overlap : {true, false}) {
@@ -88,55 +111,36 @@ TEST_CASE("copy-engine all-reduce averages like the host reference, bit-identica
         ro.grad_as_bucket_view = view;
         ro.overlap = overlap;
         ro.allreduce = AllReduceImpl::CopyEngine;
-        NcclReducer reducer(L, B, grads.get(), comm.get(), stream, ro);
-        CHECK(reducer.device_bytes() == NcclReducer::planned_device_bytes(L, B, ro, w.world_size));
-        const auto mine = gradients_of(w.rank, 0, L.total);
-        CUDA_CHECK(cudaMemcpy(grads.get(), mine.data(), L.total * sizeof(float), cudaMemcpyHostToDevice));
+        NcclReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
+        CHECK(reducer.device_bytes() == NcclReducer::planned_device_bytes(t.L, t.B, ro, t.w.world_size));
+        t.set(0);
         reducer.prepare_for_backward();
-        for (size_t p : L.ready_order()) reducer.mark_ready({p});
+        for (size_t p : t.L.ready_order()) reducer.mark_ready({p});
         reducer.finalize();
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        std::vector<float> out(L.total);
-        CUDA_CHECK(cudaMemcpy(out.data(), grads.get(), L.total * sizeof(float), cudaMemcpyDeviceToHost));
-        CHECK(wrong_elements(L, out, 0, tolerance(c)) == 0u);
-        CHECK(same_on_all_ranks(hash_of(out)));
+        t.check(0, c);
       }
-  CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 TEST_CASE("copy-engine all-reduce replayed from a CUDA graph: every replay averages that step's gradients",
           "[gpu][mpi][ce_allreduce]") {
-  const World w = test_world();
-  REQUIRE(w.world_size == 2);
-  const ParamLayout L = make_param_layout(vit_config("vit_tiny"));
-  const auto B = assign_buckets(L, 4096, 65536);
-  NcclComm comm(w);
-  DeviceBuffer<float> grads(L.total, "gradients");
-  cudaStream_t stream;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  TwoRanks t;
   for (Compression c : {Compression::None, Compression::Bf16}) {
     INFO(compression_name(c));
     ReducerOptions ro;
     ro.compression = c;
     ro.allreduce = AllReduceImpl::CopyEngine;
-    NcclReducer reducer(L, B, grads.get(), comm.get(), stream, ro);
+    NcclReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
     StepGraph graph;
-    graph.capture(stream, [&] {
+    graph.capture(t.stream, [&] {
       reducer.prepare_for_backward();
-      for (size_t p : L.ready_order()) reducer.mark_ready({p});
+      for (size_t p : t.L.ready_order()) reducer.mark_ready({p});
       reducer.finalize();
     });
     for (int step = 1; step <= 6; ++step) {
       INFO("replay " << step);
-      const auto mine = gradients_of(w.rank, step, L.total);
-      CUDA_CHECK(cudaMemcpy(grads.get(), mine.data(), L.total * sizeof(float), cudaMemcpyHostToDevice));
-      graph.launch(stream);
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      std::vector<float> out(L.total);
-      CUDA_CHECK(cudaMemcpy(out.data(), grads.get(), L.total * sizeof(float), cudaMemcpyDeviceToHost));
-      CHECK(wrong_elements(L, out, step, tolerance(c)) == 0u);
-      CHECK(same_on_all_ranks(hash_of(out)));
+      t.set(step);
+      graph.launch(t.stream);
+      t.check(step, c);
     }
   }
-  CUDA_CHECK(cudaStreamDestroy(stream));
 }
