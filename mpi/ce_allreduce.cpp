@@ -145,9 +145,8 @@ CopyEngineAllReduce::CopyEngineAllReduce(MPI_Comm comm, const std::vector<Region
   if (!ok)
     throw std::runtime_error(
         "--allreduce copy-engine: " + (error.empty() ? std::string("another rank could not map its peers' memory") : error) +
-        ". It needs every rank on one node, each able to open its peers' GPU memory (CUDA IPC with peer "
-        "access): no per-task GPU isolation (CUDA_VISIBLE_DEVICES of one GPU per rank hides the peers). "
-        "Use --allreduce nccl otherwise.");
+        ". It needs every rank on one node, each able to open its peers' GPU memory (CUDA IPC); "
+        "use --allreduce nccl otherwise.");
   MPI_CHECK(MPI_Barrier(comm));  // every flag is cleared before any rank can raise one
 }
 
