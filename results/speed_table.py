@@ -79,7 +79,9 @@ def main():
         print(f"| {p} | PyTorch {t['torch'] if t else ''} | {fmt(ts)} | {fmt(t and t['images_per_s'], '.0f')} | {fmt(t and t['tflops'], '.1f')} | "
               f"{fmt(t and 100 * t['tflops'] / CEILING_TFLOPS[p], '.1f')}% | {fmt(peak_gib(os.path.join(out, f'mem-torch-{p}.txt')))} "
               f"(allocated {fmt(alloc)}) | 1 |")
-    print("\nSame losses with and without the CUDA graph (same seed, same data, deterministic kernels):\n")
+    print("\nLosses with and without the CUDA graph (same seed, same data; two processes, each autotuning its "
+          "GEMM algorithms by timing, so a different choice changes the last bits; with a fixed choice they are "
+          "bitwise equal: gpu_tests \"[graph]\"):\n")
     for p in ("fp32", "tf32", "bf16"):
         try:
             with h5py.File(os.path.join(out, f"vitddp-{p}-graph.h5"), "r") as g, \
