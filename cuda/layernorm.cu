@@ -147,9 +147,7 @@ __global__ void ln_backward_kernel(const TDY* __restrict__ dy, int lddy,
   }
 }
 
-// dgamma[d] (+)= sum over blocks of the partials. Block (32, 8): 32 columns, 8 threads striding
-// over the partial rows, combined in a fixed order (deterministic).
-// dgamma/dbeta from the backward blocks' partial sums: each block owns kPgCols columns and
+// dgamma[d] (+)= sum over the backward blocks' partial sums: each block owns kPgCols columns and
 // kPgRows threads per column walk the partial rows, then a fixed-order tree in shared memory
 // (deterministic). 8 columns of fp32 are one 32-byte sector per row; 1024 / 8 = 128 blocks for
 // ViT's D = 1024 (32 columns per block left 100 SMs idle: 10 us per call under ncu, 2026-11-30).

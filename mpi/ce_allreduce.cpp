@@ -3,6 +3,7 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
@@ -70,6 +71,7 @@ CopyEngineAllReduce::CopyEngineAllReduce(MPI_Comm comm, const std::vector<Region
   size_t total = 0;
   for (size_t b = 0; b < buckets_; ++b) {
     scratch_offset_.push_back(total);
+    bucket_bytes_.push_back(bucket_bytes[b]);
     slot_bytes_.push_back(slot_bytes(bucket_bytes[b], n_));
     total += (n_ - 1) * slot_bytes_.back();
   }
@@ -115,7 +117,7 @@ CopyEngineAllReduce::CopyEngineAllReduce(MPI_Comm comm, const std::vector<Region
     std::map<std::string, uint8_t*> opened;  // one mapping per peer allocation
     for (size_t i = 0; i < all.size(); ++i) {
       const Published& p = everyone[j * all.size() + i];
-      if (p.bytes != all[i].second) {
+      if (p.bytes != all[i].second || p.offset % 16 != mine[i].offset % 16) {
         error = "rank " + std::to_string(j) + " has a different buffer layout";
         break;
       }
@@ -142,26 +144,35 @@ CopyEngineAllReduce::CopyEngineAllReduce(MPI_Comm comm, const std::vector<Region
   // Every rank learns whether every rank could map its peers, so all of them fail together.
   int ok = error.empty() ? 1 : 0;
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, comm));
-  if (!ok)
+  if (!ok) {
+    for (void* p : opened_) cudaIpcCloseMemHandle(p);  // the destructor does not run
+    opened_.clear();
     throw std::runtime_error(
         "--allreduce copy-engine: " + (error.empty() ? std::string("another rank could not map its peers' memory") : error) +
         ". It needs every rank on one node, each able to open its peers' GPU memory (CUDA IPC); "
         "use --allreduce nccl otherwise.");
-  MPI_CHECK(MPI_Barrier(comm));  // every flag is cleared before any rank can raise one
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());  // the flags' memset and the value 1 are in device memory
+  MPI_CHECK(MPI_Barrier(comm));         // every flag is cleared before any rank can raise one
 }
 
 CopyEngineAllReduce::~CopyEngineAllReduce() {
   for (void* p : opened_) cudaIpcCloseMemHandle(p);
 }
 
-void* CopyEngineAllReduce::peer_address(int peer, const void* local) const {
+size_t CopyEngineAllReduce::region_of(const void* local) const {
   const auto* p = static_cast<const uint8_t*>(local);
   for (size_t i = 0; i < regions_.size(); ++i) {
     const auto* base = static_cast<const uint8_t*>(regions_[i].first);
-    if (p >= base && p < base + regions_[i].second)
-      return static_cast<uint8_t*>(peer_regions_[peer][i]) + (p - base);
+    if (p >= base && p < base + regions_[i].second) return i;
   }
   throw std::invalid_argument("CopyEngineAllReduce: data outside every registered buffer");
+}
+
+void* CopyEngineAllReduce::peer_address(int peer, const void* local) const {
+  const size_t i = region_of(local);
+  return static_cast<uint8_t*>(peer_regions_[peer][i]) +
+         (static_cast<const uint8_t*>(local) - static_cast<const uint8_t*>(regions_[i].first));
 }
 
 void CopyEngineAllReduce::raise_flag(int peer, int phase, size_t bucket, cudaStream_t s) {
@@ -183,11 +194,20 @@ void CopyEngineAllReduce::wait_flags(int phase, size_t bucket, cudaStream_t s) {
 void CopyEngineAllReduce::all_reduce(size_t bucket, void* data, size_t count, CeDtype t, float scale,
                                      cudaStream_t s) {
   const size_t es = ce_dtype_bytes(t);
+  // Everything is checked before anything is enqueued: a throw leaves no flag raised.
   if (bucket >= buckets_) throw std::invalid_argument("CopyEngineAllReduce: bucket index out of range");
+  if (count * es > bucket_bytes_[bucket])
+    throw std::invalid_argument("CopyEngineAllReduce: " + std::to_string(count * es) + " bytes for bucket " +
+                                std::to_string(bucket) + " of " + std::to_string(bucket_bytes_[bucket]));
+  if (reinterpret_cast<uintptr_t>(data) % es != 0)
+    throw std::invalid_argument("CopyEngineAllReduce: data not aligned to its element size");
+  if (count > 0) {
+    const auto* last = static_cast<const uint8_t*>(data) + count * es - 1;
+    if (region_of(data) != region_of(last))
+      throw std::invalid_argument("CopyEngineAllReduce: data spans more than one registered buffer");
+  }
   // Chunk j = elements [j*cs, min((j+1)*cs, count)); cs a multiple of 64 elements (aligned copies).
   const size_t cs = round_up((count + n_ - 1) / n_, 64);
-  if (cs * es > slot_bytes_[bucket])
-    throw std::invalid_argument("CopyEngineAllReduce: payload larger than bucket " + std::to_string(bucket) + "'s");
   auto chunk_len = [&](int j) {
     const size_t lo = std::min(count, j * cs), hi = std::min(count, (j + 1) * cs);
     return hi - lo;

@@ -40,10 +40,14 @@ class CopyEngineAllReduce {
   /// inside a larger cudaMalloc allocation (the IPC mapping covers the allocation).
   using Region = std::pair<void*, size_t>;
   /// `bucket_bytes[b]`: the largest payload all_reduce() will move for bucket b. Allocates the
-  /// scratch ((n-1)/n of the bucket bytes, per bucket) and the flags, maps every peer's regions,
-  /// scratch and flags, and ends with an MPI_Barrier (no flag is raised before every rank has
-  /// cleared its own). Collective over `comm`. Throws std::runtime_error naming
-  /// --allreduce copy-engine and the reason when a peer's memory cannot be mapped.
+  /// scratch ((n-1)/n of the bucket bytes, per bucket, plus 512 bytes of slack per slot) and the
+  /// flags, maps every peer's regions, scratch and flags, and ends with a device synchronisation
+  /// and an MPI_Barrier (no flag is raised before every rank has cleared its own). Collective
+  /// over `comm`; every rank fails together when one cannot map its peers. Throws
+  /// std::runtime_error: naming --allreduce copy-engine and the reason when a peer's memory
+  /// cannot be mapped, a rank's buffer sizes or alignments differ, or the driver lacks a stream
+  /// memory operation (cudaGetDriverEntryPointByVersion, CUDA 12.5 or later); the CUDA error
+  /// for a failed allocation or cudaIpcGetMemHandle.
   CopyEngineAllReduce(MPI_Comm comm, const std::vector<Region>& buffers, const std::vector<size_t>& bucket_bytes);
   ~CopyEngineAllReduce();
   CopyEngineAllReduce(const CopyEngineAllReduce&) = delete;
@@ -52,7 +56,11 @@ class CopyEngineAllReduce {
   /// In place: data[i] = scale * sum over ranks of data[i], for `count` elements of `t` at `data`
   /// (inside one registered region, at the same offset on every rank), as bucket `bucket`.
   /// Enqueues on `stream` only; the result is complete when the stream reaches the end of it.
-  /// Throws std::invalid_argument when data is in no region or the payload exceeds the bucket's.
+  /// A rank that never arrives leaves its peers' streams waiting: only the run's --step-timeout
+  /// watchdog ends that (no NCCL error to poll). Throws, before enqueuing anything,
+  /// std::invalid_argument when `data` is not aligned to its element size, does not lie within
+  /// one registered region, or count x element size exceeds bucket_bytes[bucket]; throws
+  /// std::runtime_error when a stream memory operation fails.
   void all_reduce(size_t bucket, void* data, size_t count, CeDtype t, float scale, cudaStream_t stream);
   int world_size() const { return n_; }
   /// Device bytes allocated here (scratch and flags).
@@ -63,6 +71,8 @@ class CopyEngineAllReduce {
  private:
   /// Chunk capacity in bytes of a bucket of `bytes` over `n` ranks (the scratch slot size).
   static size_t slot_bytes(size_t bytes, int n);
+  /// Index of the registered region holding `local`; std::invalid_argument when none does.
+  size_t region_of(const void* local) const;
   void* peer_address(int peer, const void* local) const;
   void raise_flag(int peer, int phase, size_t bucket, cudaStream_t s);
   void wait_flags(int phase, size_t bucket, cudaStream_t s);
@@ -70,7 +80,7 @@ class CopyEngineAllReduce {
   int rank_ = 0, n_ = 1;
   size_t buckets_ = 0;
   std::vector<Region> regions_;
-  std::vector<size_t> scratch_offset_, slot_bytes_;  ///< per bucket
+  std::vector<size_t> scratch_offset_, bucket_bytes_, slot_bytes_;  ///< per bucket
   DeviceBuffer<uint8_t> scratch_;
   DeviceBuffer<int32_t> flags_;  ///< [phase 0/1][bucket][sender]
   DeviceBuffer<int32_t> one_;    ///< the value 1, source of every flag copy

@@ -25,6 +25,9 @@ std::string FaultInjection::check(const Options& o, int world_size, const std::s
            std::to_string(world_size) + " rank(s)";
   if (o.debug_fail_mode == "nccl-abort" && (backend != "gpu" || !o.ddp))
     return "--debug-fail-mode nccl-abort: needs the GPU backend with DDP (an NCCL communicator)";
+  if (o.debug_fail_mode == "nccl-abort" && o.allreduce != "nccl")
+    return "--debug-fail-mode nccl-abort: with --allreduce " + o.allreduce +
+           " the gradients do not go through NCCL, so aborting the communicator tests nothing";
   return "";
 }
 

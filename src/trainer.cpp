@@ -436,6 +436,9 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
         NvtxRange batch_range("Batch " + std::to_string(i), NvtxColor::Blue);
         for (int j = 0; j < k; ++j) {
           engine->run_micro_step(j, k);
+          // GPU: rank 0 writes the previous step's row while this step runs on the device (the
+          // launch above returned at once); the row is pending only for that launch.
+          if (j == 0 && pending_row) std::exchange(pending_row, nullptr)();
           // The next micro-batch is fetched and copied while this one runs on the device.
           const bool more = i + 1 < total || j + 1 < k;
           const double wait = more ? feed.stage_next(micro_batches++) : 0.0;
@@ -443,8 +446,6 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
           else data_wait_next_ms = wait;
         }
         if (fault.due(i, w.rank)) fault.trigger(*engine, w.rank, i);  // the step's collectives in flight
-        // Rank 0 writes the previous step's row while this step runs on the device.
-        if (pending_row) std::exchange(pending_row, nullptr)();
         engine->finish_step(&rec);
       }
       rec.data_wait_ms = data_wait_ms;
@@ -475,40 +476,41 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
       MPI_CHECK(MPI_Gather(row.data(), (int)row.size(), MPI_DOUBLE, gathered.data(), (int)row.size(), MPI_DOUBLE, 0,
                            MPI_COMM_WORLD));
       // Rank 0's results row (HDF5 appends, flush, trace, progress line: 0.15-0.25 ms of host time
-      // per step) is written while the next step runs, unless something happens after this step
-      // (checkpoint, evaluation, stop, the end): then it is written now, before that.
-      auto write_row = [&, i, timed, lr, rec, gathered] {
-        const size_t stride = kScalars + kBucketArrays * nb;
-        std::vector<double> col(w.world_size), bk((size_t)w.world_size * nb);
-        for (int s = 0; s < kFloatSeries; ++s) {
-          for (int r = 0; r < w.world_size; ++r) col[r] = gathered[r * stride + s];
-          results->append_step(kStepSeries[s].name, col);
-        }
-        for (int which = 0; which < kBucketArrays; ++which) {
-          for (int r = 0; r < w.world_size; ++r)
-            for (size_t b = 0; b < nb; ++b) bk[r * nb + b] = gathered[r * stride + kScalars + which * nb + b];
-          if (kBucketSeries[which].integer) {
-            results->append_step(kBucketSeries[which].name, std::vector<int64_t>(bk.begin(), bk.end()));
-          } else {
-            results->append_step(kBucketSeries[which].name, bk);
-          }
-        }
-        results->append_step("steps/timed", std::vector<int64_t>{timed ? 1 : 0});
-        results->append_step("training/lr", std::vector<double>{lr});
-        std::vector<int64_t> nf(w.world_size);
-        for (int r = 0; r < w.world_size; ++r) nf[r] = gathered[r * stride + kNonfiniteIndex] != 0;
-        results->append_step("training/nonfinite", nf);
-        if (!o.trace.empty())
-          for (int r = 0; r < w.world_size; ++r) add_to_trace(trace, r, i, &gathered[r * stride], nb);
-        if ((i + 1) % o.flush_every == 0) results->flush();
-        if ((i + 1) % o.progress_every == 0 || i + 1 == total)
-          std::printf("[vitddp] step %d/%d (%s) loss %.4f lr %.3g | step %.1f ms: fwd %.1f, bwd %.1f, exposed comm %.1f, opt %.1f, data wait %.1f\n",
-                      i + 1, total, phase_of(i, o), rec.loss, lr, rec.step_ms, rec.forward_ms, rec.backward_ms,
-                      rec.exposed_comm_ms, rec.optimizer_ms, rec.data_wait_ms);
-        std::fflush(stdout);
-      };
+      // per step). GPU backend: written right after the next step's launch, while the device runs
+      // it, unless something happens after this step (checkpoint, evaluation, stop, the end): then
+      // now, before that. CPU backend: now (its step runs on the host inside the launch call).
       if (w.rank == 0) {
-        const bool after_step = i + 1 == total || any[0] || any[1] ||
+        auto write_row = [&, i, timed, lr, rec, gathered] {
+          const size_t stride = kScalars + kBucketArrays * nb;
+          std::vector<double> col(w.world_size), bk((size_t)w.world_size * nb);
+          for (int s = 0; s < kFloatSeries; ++s) {
+            for (int r = 0; r < w.world_size; ++r) col[r] = gathered[r * stride + s];
+            results->append_step(kStepSeries[s].name, col);
+          }
+          for (int which = 0; which < kBucketArrays; ++which) {
+            for (int r = 0; r < w.world_size; ++r)
+              for (size_t b = 0; b < nb; ++b) bk[r * nb + b] = gathered[r * stride + kScalars + which * nb + b];
+            if (kBucketSeries[which].integer) {
+              results->append_step(kBucketSeries[which].name, std::vector<int64_t>(bk.begin(), bk.end()));
+            } else {
+              results->append_step(kBucketSeries[which].name, bk);
+            }
+          }
+          results->append_step("steps/timed", std::vector<int64_t>{timed ? 1 : 0});
+          results->append_step("training/lr", std::vector<double>{lr});
+          std::vector<int64_t> nf(w.world_size);
+          for (int r = 0; r < w.world_size; ++r) nf[r] = gathered[r * stride + kNonfiniteIndex] != 0;
+          results->append_step("training/nonfinite", nf);
+          if (!o.trace.empty())
+            for (int r = 0; r < w.world_size; ++r) add_to_trace(trace, r, i, &gathered[r * stride], nb);
+          if ((i + 1) % o.flush_every == 0) results->flush();
+          if ((i + 1) % o.progress_every == 0 || i + 1 == total)
+            std::printf("[vitddp] step %d/%d (%s) loss %.4f lr %.3g | step %.1f ms: fwd %.1f, bwd %.1f, exposed comm %.1f, opt %.1f, data wait %.1f\n",
+                        i + 1, total, phase_of(i, o), rec.loss, lr, rec.step_ms, rec.forward_ms, rec.backward_ms,
+                        rec.exposed_comm_ms, rec.optimizer_ms, rec.data_wait_ms);
+          std::fflush(stdout);
+        };
+        const bool after_step = o.backend != "gpu" || i + 1 == total || any[0] || any[1] ||
                                 checkpointer.due(i + 1, i + 1 == total, any[0] != 0) ||
                                 (evaluator && eval_due(o.eval_every, i + 1, total));
         if (after_step) write_row();

@@ -22,6 +22,8 @@ TEST_CASE("fault injection options: parsed, checked against the job, due on one 
   const Options nccl = parse_args({"--debug-fail-at-step", "1", "--debug-fail-mode", "nccl-abort"});
   CHECK(FaultInjection::check(nccl, 2, "gpu").empty());
   CHECK_THAT(FaultInjection::check(nccl, 2, "cpu"), Catch::Contains("needs the GPU backend"));
+  const Options ce = parse_args({"--debug-fail-at-step", "1", "--debug-fail-mode", "nccl-abort", "--allreduce", "copy-engine"});
+  CHECK_THAT(FaultInjection::check(ce, 2, "gpu"), Catch::Contains("--allreduce copy-engine the gradients do not go through NCCL"));
   CHECK_THROWS_WITH(parse_args({"--debug-fail-mode", "segv"}), Catch::Contains("--debug-fail-mode: unknown value 'segv'"));
   CHECK_THROWS_WITH(parse_args({"--debug-fail-rank", "-1"}), Catch::Contains("--debug-fail-rank"));
 }
