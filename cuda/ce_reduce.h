@@ -21,8 +21,14 @@ size_t ce_dtype_bytes(CeDtype t);
 /// `chunk`'s address modulo 16 and slot_stride * bytes a multiple of 16 (16-byte vector accesses
 /// between a scalar head and tail). Short-lived blocks
 /// (a few microseconds each), so the kernel never holds SMs the way a persistent kernel does.
+/// When `nonfinite` (a device int) is given, any result that is NaN or infinite after rounding
+/// sets it to 1 (it is never cleared here): the all-reduce's owner of each chunk checks it in the
+/// same pass, so the optimizer's separate pass over all gradients is not needed.
 /// Only enqueues on `stream`; throws std::runtime_error on a launch error.
 void ce_sum_chunk(void* chunk, const void* scratch, size_t n, int slots, size_t slot_stride, float scale, CeDtype t,
-                  cudaStream_t stream);
+                  cudaStream_t stream, int* nonfinite = nullptr);
+
+/// *flag = 1 when any of flags_in[0..n) is non-zero; unchanged otherwise. One thread.
+void ce_or_flags(const int* flags_in, int n, int* flag, cudaStream_t stream);
 
 }  // namespace vitddp

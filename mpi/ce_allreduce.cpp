@@ -60,7 +60,7 @@ size_t CopyEngineAllReduce::slot_bytes(size_t bytes, int n) {
 size_t CopyEngineAllReduce::planned_device_bytes(const std::vector<size_t>& bucket_bytes, int n) {
   size_t s = 0;
   for (size_t b : bucket_bytes) s += (n - 1) * slot_bytes(b, n);
-  return s + 2 * bucket_bytes.size() * n * sizeof(int32_t);
+  return s + flag_count(bucket_bytes.size(), n) * sizeof(int32_t);
 }
 
 CopyEngineAllReduce::CopyEngineAllReduce(MPI_Comm comm, const std::vector<Region>& buffers,
@@ -76,7 +76,7 @@ CopyEngineAllReduce::CopyEngineAllReduce(MPI_Comm comm, const std::vector<Region
     total += (n_ - 1) * slot_bytes_.back();
   }
   scratch_ = DeviceBuffer<uint8_t>(total, "copy-engine all-reduce scratch");
-  flags_ = DeviceBuffer<int32_t>(2 * buckets_ * n_, "copy-engine all-reduce flags");
+  flags_ = DeviceBuffer<int32_t>(flag_count(buckets_, n_), "copy-engine all-reduce flags");
   one_ = DeviceBuffer<int32_t>(1, "copy-engine all-reduce flag value");
   CUDA_CHECK(cudaMemset(flags_.get(), 0, flags_.size() * sizeof(int32_t)));
   const int32_t one = 1;
@@ -191,6 +191,26 @@ void CopyEngineAllReduce::wait_flags(int phase, size_t bucket, cudaStream_t s) {
   }
 }
 
+size_t CopyEngineAllReduce::flag_count(size_t buckets, int n) { return 3 * buckets * n + n; }
+
+int32_t* CopyEngineAllReduce::nonfinite_slots() const { return flags_.get() + 3 * buckets_ * n_; }
+
+void CopyEngineAllReduce::begin_step(cudaStream_t s) {
+  const auto write = reinterpret_cast<WaitWriteFn>(write_fn_);
+  cu_check(write(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(nonfinite_slots() + rank_), 0, 0),
+           "cuStreamWriteValue32");
+}
+
+void CopyEngineAllReduce::exchange_nonfinite(cudaStream_t s) {
+  for (int k = 1; k < n_; ++k) {
+    const int j = (rank_ + k) % n_;
+    int32_t* theirs = peer_flags_[j] + 3 * buckets_ * n_ + rank_;
+    CUDA_CHECK(cudaMemcpyAsync(theirs, nonfinite_slots() + rank_, sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
+    raise_flag(j, 2, 0, s);
+  }
+  wait_flags(2, 0, s);
+}
+
 void CopyEngineAllReduce::all_reduce(size_t bucket, void* data, size_t count, CeDtype t, float scale,
                                      cudaStream_t s) {
   const size_t es = ce_dtype_bytes(t);
@@ -227,7 +247,7 @@ void CopyEngineAllReduce::all_reduce(size_t bucket, void* data, size_t count, Ce
   wait_flags(0, bucket, s);
   uint8_t* mine = bytes + rank_ * cs * es;
   ce_sum_chunk(mine, scratch_.get() + scratch_offset_[bucket] + misalignment(mine), chunk_len(rank_), n_ - 1, slot_bytes_[bucket] / es,
-               scale, t, s);
+               scale, t, s, nonfinite_slots() + rank_);
   // 3. All-gather: the summed chunk into every peer's buffer, then wait for theirs.
   for (int k = 1; k < n_; ++k) {
     const int j = (rank_ + k) % n_;

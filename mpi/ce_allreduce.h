@@ -63,6 +63,17 @@ class CopyEngineAllReduce {
   /// std::runtime_error when a stream memory operation fails.
   void all_reduce(size_t bucket, void* data, size_t count, CeDtype t, float scale, cudaStream_t stream);
   int world_size() const { return n_; }
+
+  /// Non-finite check folded into the reduction. Each rank's sum kernels set its own slot when a
+  /// summed element is NaN/Inf. begin_step() clears it; call it on the stream before the step's
+  /// first all_reduce(). exchange_nonfinite() copies it into every peer's slot for this rank and
+  /// waits for theirs; call it after the step's last all_reduce(). After that, nonfinite_slots()
+  /// (n device ints, one per rank) says whether any element of the averaged buffers is non-finite.
+  /// The result is the same on every rank. Enqueue only; std::runtime_error on a failed stream
+  /// memory operation.
+  void begin_step(cudaStream_t stream);
+  void exchange_nonfinite(cudaStream_t stream);
+  int32_t* nonfinite_slots() const;
   /// Device bytes allocated here (scratch and flags).
   size_t device_bytes() const { return scratch_.size() + flags_.size() * sizeof(int32_t); }
   /// What device_bytes() will be for these buckets and world size, without any CUDA call.
@@ -71,6 +82,9 @@ class CopyEngineAllReduce {
  private:
   /// Chunk capacity in bytes of a bucket of `bytes` over `n` ranks (the scratch slot size).
   static size_t slot_bytes(size_t bytes, int n);
+  /// Flags: [phase 0..2][bucket][sender] (phase 2 uses bucket 0: the non-finite exchange), then
+  /// the n non-finite slots.
+  static size_t flag_count(size_t buckets, int n);
   /// Index of the registered region holding `local`; std::invalid_argument when none does.
   size_t region_of(const void* local) const;
   void* peer_address(int peer, const void* local) const;
@@ -82,7 +96,7 @@ class CopyEngineAllReduce {
   std::vector<Region> regions_;
   std::vector<size_t> scratch_offset_, bucket_bytes_, slot_bytes_;  ///< per bucket
   DeviceBuffer<uint8_t> scratch_;
-  DeviceBuffer<int32_t> flags_;  ///< [phase 0/1][bucket][sender]
+  DeviceBuffer<int32_t> flags_;  ///< see flag_count()
   DeviceBuffer<int32_t> one_;    ///< the value 1, source of every flag copy
   /// Per peer: region i, scratch and flags as mapped in this process (null for this rank).
   std::vector<std::vector<void*>> peer_regions_;

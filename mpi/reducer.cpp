@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "cuda/ce_reduce.h"
 #include "cuda/check.h"
 #include "cuda/compression.h"
 #include "cuda/nvtx.h"
@@ -105,7 +106,15 @@ size_t NcclReducer::planned_device_bytes(const ParamLayout& layout, const std::v
   return n;
 }
 
-void NcclReducer::prepare_for_backward() { tracker_.reset(); }
+void NcclReducer::prepare_for_backward() {
+  tracker_.reset();
+  step_started_ = false;
+}
+
+void NcclReducer::flag_nonfinite(int* d_flag, cudaStream_t stream) const {
+  if (!ce_) throw std::logic_error("NcclReducer::flag_nonfinite: only with the copy-engine all-reduce");
+  ce_or_flags(ce_->nonfinite_slots(), ce_->world_size(), d_flag, stream);
+}
 
 void NcclReducer::mark_ready(const std::vector<size_t>& params) {
   for (size_t b : tracker_.mark_ready(params)) {
@@ -128,6 +137,8 @@ void NcclReducer::launch(size_t b) {
   }
   CUDA_CHECK(cudaEventRecord(ready_[b], compute_));
   CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_[b], 0));
+  if (ce_ && !step_started_) ce_->begin_step(comm_stream_);  // on the comm stream, inside a capture too
+  step_started_ = true;
   BucketTimeline& tl = *timeline_[b];
   tl.reset();
   const Compression c = opts_.compression;
@@ -170,6 +181,7 @@ void NcclReducer::finalize() {
   } else {
     for (size_t b = 0; b < buckets_.size(); ++b) launch(b);
   }
+  if (ce_) ce_->exchange_nonfinite(comm_stream_);
   CUDA_CHECK(cudaEventRecord(comm_done_, comm_stream_));
   CUDA_CHECK(cudaStreamWaitEvent(compute_, comm_done_, 0));
   if (!opts_.grad_as_bucket_view) {

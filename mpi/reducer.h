@@ -84,6 +84,14 @@ class NcclReducer {
   /// Reads the bucket events of the finished step relative to `step_start` (call after the step's
   /// work has completed).
   BucketTimes times(cudaEvent_t step_start) const;
+  /// True with the copy-engine all-reduce (more than one rank): the reduction itself checked the
+  /// averaged gradients for NaN/Inf, and flag_nonfinite() reports it without another pass.
+  bool checks_nonfinite() const { return ce_ != nullptr; }
+  /// Sets *d_flag = 1 (device int) when any averaged gradient of the finished step is NaN/Inf,
+  /// as flag_nonfinite() of cuda/sgd.h over the whole buffer would; the same on every rank.
+  /// Enqueued on `stream`, which must follow finalize() (the compute stream does). Throws
+  /// std::logic_error unless checks_nonfinite().
+  void flag_nonfinite(int* d_flag, cudaStream_t stream) const;
   /// The event recorded on the comm stream after the last all-reduce of the step.
   cudaEvent_t comm_done() const { return comm_done_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
@@ -120,6 +128,7 @@ class NcclReducer {
   DeviceBuffer<uint16_t> d_half_;     ///< fp16/bf16 staging (comm stream runs buckets in order)
   std::unique_ptr<PowerSgdNccl> powersgd_;
   std::unique_ptr<CopyEngineAllReduce> ce_;  ///< --allreduce copy-engine with world size > 1
+  bool step_started_ = false;                ///< a bucket of this step was launched
 };
 
 /// The CPU backend's reducer: same buckets, launch order and hooks, gradients in host memory.

@@ -177,7 +177,9 @@ class GpuEngine final : public Engine {
       // since the all-reduce spreads a non-finite value everywhere); finish_step() then does not
       // count the update (AdamW's step number stays, as PyTorch's GradScaler skipping step()).
       CUDA_CHECK(cudaMemsetAsync(nonfinite_.get(), 0, sizeof(int), compute_));
-      flag_nonfinite(grads_, layout_.total, nonfinite_.get(), compute_);
+      // The copy-engine all-reduce checked the averaged gradients while summing them.
+      if (reducer_ && reducer_->checks_nonfinite()) reducer_->flag_nonfinite(nonfinite_.get(), compute_);
+      else flag_nonfinite(grads_, layout_.total, nonfinite_.get(), compute_);
       if (spec_.kind == OptimizerKind::AdamW) {
         AdamWConfig cfg = spec_.adamw;
         cfg.lr = lr_;

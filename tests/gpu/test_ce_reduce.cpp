@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "cuda/ce_reduce.h"
@@ -54,10 +55,12 @@ TEST_CASE("ce_sum_chunk: fp32 sum of the chunk and its slots, one rounding, at e
           for (size_t i = 0; i < n; ++i) put(chunk, t, off + i, a[i]);
           for (size_t i = 0; i < slots * stride; ++i) put(scratch, t, off + i, r[i]);
           DevVec<uint8_t> dc(chunk.size()), ds(scratch.size());
+          DevVec<int> flag(std::vector<int>{0});
           dc.upload(chunk);
           ds.upload(scratch);
-          ce_sum_chunk(dc.get() + off * es, ds.get() + off * es, n, slots, stride, 0.5f, t, s);
+          ce_sum_chunk(dc.get() + off * es, ds.get() + off * es, n, slots, stride, 0.5f, t, s, flag.get());
           CUDA_CHECK(cudaStreamSynchronize(s));
+          CHECK(flag.download()[0] == 0);  // finite inputs, finite sums
           const auto out = dc.download();
           std::vector<uint8_t> want = chunk;
           for (size_t i = 0; i < n; ++i) {
@@ -67,5 +70,45 @@ TEST_CASE("ce_sum_chunk: fp32 sum of the chunk and its slots, one rounding, at e
           }
           CHECK(out == want);
         }
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+TEST_CASE("ce_sum_chunk: a NaN, an Inf or an fp16 overflow anywhere sets the non-finite flag", "[gpu][ce_reduce]") {
+  REQUIRE_GPU();
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const size_t n = 5003, stride = 5008;
+  struct Case {
+    CeDtype t;
+    size_t at;      // element whose copy in slot 0 is changed
+    float value;    // to this
+    float chunk;    // every chunk element
+  };
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (const Case c : {Case{CeDtype::F32, 0, nan, 1.0f}, Case{CeDtype::F32, 2501, inf, 1.0f},
+                       Case{CeDtype::F32, n - 1, -inf, 1.0f}, Case{CeDtype::Bf16, 77, nan, 1.0f},
+                       Case{CeDtype::F16, 4000, 60000.0f, 60000.0f}}) {
+    INFO("dtype " << (int)c.t << ", element " << c.at << ", value " << c.value);
+    const size_t es = ce_dtype_bytes(c.t);
+    std::vector<uint8_t> chunk(n * es), scratch(stride * es);
+    for (size_t i = 0; i < n; ++i) put(chunk, c.t, i, c.chunk);
+    for (size_t i = 0; i < stride; ++i) put(scratch, c.t, i, 0.0f);
+    put(scratch, c.t, c.at, c.value);
+    DevVec<uint8_t> dc(chunk.size()), ds(scratch.size());
+    DevVec<int> flag(std::vector<int>{0});
+    dc.upload(chunk);
+    ds.upload(scratch);
+    // fp16: 60000 + 60000 = 120000 > 65504 rounds to inf (scale 1, as the 16-bit hooks' sum).
+    ce_sum_chunk(dc.get(), ds.get(), n, 1, stride, 1.0f, c.t, s, flag.get());
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    CHECK(flag.download()[0] == 1);
+  }
+  DevVec<int> flags(std::vector<int>{0, 0, 1}), out(std::vector<int>{0});
+  ce_or_flags(flags.get(), 2, out.get(), s);  // only the first two count
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CHECK(out.download()[0] == 0);
+  ce_or_flags(flags.get(), 3, out.get(), s);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CHECK(out.download()[0] == 1);
   CUDA_CHECK(cudaStreamDestroy(s));
 }

@@ -6,7 +6,9 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -81,6 +83,16 @@ struct TwoRanks {
     const auto mine = gradients_of(w.rank, step, L.total);
     CUDA_CHECK(cudaMemcpy(grads.get(), mine.data(), L.total * sizeof(float), cudaMemcpyHostToDevice));
   }
+  /// The reducer's non-finite verdict on the finished step (0 or 1), read on the host.
+  int nonfinite(const NcclReducer& r) {
+    REQUIRE(r.checks_nonfinite());
+    CUDA_CHECK(cudaMemsetAsync(flag.get(), 0, sizeof(int), stream));
+    r.flag_nonfinite(flag.get(), stream);
+    int h = -1;
+    CUDA_CHECK(cudaMemcpyAsync(&h, flag.get(), sizeof(int), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return h;
+  }
   /// Checks the averaged gradients of `step` (after the stream's work) and their identity on both ranks.
   void check(int step, Compression c) {
     CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -94,6 +106,7 @@ struct TwoRanks {
   std::vector<Bucket> B;
   NcclComm comm;
   DeviceBuffer<float> grads;
+  DeviceBuffer<int> flag{1, "non-finite flag"};
   cudaStream_t stream = nullptr;
 };
 
@@ -122,7 +135,43 @@ TEST_CASE("copy-engine all-reduce averages like the host reference, bit-identica
         for (size_t p : t.L.ready_order()) reducer.mark_ready({p});
         reducer.finalize();
         t.check(0, c);
+        CHECK(t.nonfinite(reducer) == 0);
       }
+}
+
+TEST_CASE("copy-engine all-reduce: a NaN or Inf on one rank, in either rank's chunk, flags the step on both",
+          "[gpu][mpi][ce_allreduce]") {
+  TwoRanks t;
+  for (Compression c : {Compression::None, Compression::Bf16}) {
+    INFO(compression_name(c));
+    ReducerOptions ro;
+    ro.compression = c;
+    ro.allreduce = AllReduceImpl::CopyEngine;
+    NcclReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
+    StepGraph graph;
+    graph.capture(t.stream, [&] {
+      reducer.prepare_for_backward();
+      for (size_t p : t.L.ready_order()) reducer.mark_ready({p});
+      reducer.finalize();
+    });
+    // Rank 0 poisons one element: first of the largest bucket (rank 0's chunk), then its last
+    // element (rank 1's chunk); the replay after each is clean again (the flags are cleared).
+    const Bucket& big = *std::max_element(t.B.begin(), t.B.end(),
+                                          [](const Bucket& a, const Bucket& b) { return a.numel < b.numel; });
+    for (size_t at : {big.offset, big.offset + big.numel - 1}) {
+      INFO("element " << at);
+      for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+        t.set(1);
+        if (t.w.rank == 0) CUDA_CHECK(cudaMemcpy(t.grads.get() + at, &bad, sizeof bad, cudaMemcpyHostToDevice));
+        graph.launch(t.stream);
+        CHECK(t.nonfinite(reducer) == 1);
+        t.set(2);
+        graph.launch(t.stream);
+        CHECK(t.nonfinite(reducer) == 0);
+        t.check(2, c);
+      }
+    }
+  }
 }
 
 TEST_CASE("copy-engine all-reduce replayed from a CUDA graph: every replay averages that step's gradients",
