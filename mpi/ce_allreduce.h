@@ -26,6 +26,7 @@ namespace vitddp {
 ///     clears them, and sums its chunk with the n-1 copies (ce_sum_chunk: short blocks), times `scale`;
 ///  3. all-gather: rank r copies its summed chunk into the same place in every peer's buffer and
 ///     raises their flags; it waits for the n-1 chunks of its peers.
+/// The sum kernel also flags NaN/Inf (begin_step / exchange_nonfinite / nonfinite_slots).
 /// The bytes each GPU sends equal a ring all-reduce's (2 (n-1)/n of the bucket). Every chunk is
 /// summed on one rank only, so all ranks end with bit-identical results. Everything is enqueued
 /// on the caller's stream and may be captured in a CUDA graph (copies, memory waits and writes
