@@ -482,7 +482,8 @@ def _assign_sublanes(intervals):
 
 def comm_name(run, r):
     """What moves rank r's gradients: 'NCCL' plus its transport (attribute nccl_transport, e.g.
-    'P2P [P2P/CUMEM/read]' -> 'NCCL P2P') when recorded, or 'MPI' on the CPU backend."""
+    'P2P [P2P/CUMEM/read]' -> 'NCCL P2P') when recorded, 'copy-engine' for --allreduce
+    copy-engine runs (transport 'copy-engine (...)'), or 'MPI' on the CPU backend."""
     if run.backend != "gpu":
         return "MPI"
     tr = run.attr("nccl_transport", None)
@@ -490,6 +491,8 @@ def comm_name(run, r):
         return "NCCL"
     tr = _text(tr[r] if isinstance(tr, np.ndarray) and tr.ndim == 1 and r < len(tr) else tr)
     first = tr.split(" ")[0] if tr else ""
+    if first == "copy-engine":
+        return first
     return "NCCL" if first in ("", "none", "unknown") else "NCCL " + first
 
 

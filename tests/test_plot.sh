@@ -65,6 +65,25 @@ check_plot "sweep PNG" is_png "$TMP/sweep.png" sweep "${FILES[1]}" "${FILES[2]}"
 check_plot "scaling PNG (--format both)" is_png "$TMP/scaling.png" scaling "${FILES[0]}" "${FILES[2]}" -o "$TMP/scaling" --format both
 if is_svg "$TMP/scaling.svg"; then ok "scaling SVG (--format both)"; else bad "scaling.svg missing"; fi
 
+# ---- the comm lane's name from the recorded transport (GPU runs; CI has none, so stand-in runs)
+names=$("$PY" - "$PLOT" <<'PYEOF'
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("vitddp_plot", sys.argv[1])
+plot = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(plot)
+class Run:
+    def __init__(self, backend, transport):
+        self.backend, self.transport = backend, transport
+    def attr(self, key, default):
+        return self.transport if key == "nccl_transport" else default
+for backend, tr in (("gpu", "P2P [P2P/CUMEM/read]"), ("gpu", "copy-engine (CUDA IPC peer-to-peer copies; NCCL: none)"),
+                    ("gpu", None), ("gpu", "unknown"), ("cpu", None)):
+    print(plot.comm_name(Run(backend, tr), 0), end="|")
+PYEOF
+)
+if [ "$names" = "NCCL P2P|copy-engine|NCCL|NCCL|MPI|" ]; then ok "comm lane names: $names"
+else bad "comm lane names: '$names'"; fi
+
 # ---- --help of every subcommand
 for sub in summary phases timeline sweep scaling; do
   out=$("$PY" "$PLOT" $sub --help 2>&1); rc=$?

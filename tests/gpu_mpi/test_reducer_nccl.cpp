@@ -34,7 +34,8 @@ std::vector<float> to_host(const DeviceBuffer<float>& d) {
 
 TEST_CASE("NCCL reducer averages every bucket: rank r holds r+1", "[gpu][mpi][reducer]") {
   const bool overlap = GENERATE(true, false);  // --no-overlap launches every bucket in finalize()
-  INFO("overlap " << overlap);
+  const AllReduceImpl impl = GENERATE(AllReduceImpl::Nccl, AllReduceImpl::CopyEngine);
+  INFO("overlap " << overlap << ", copy-engine " << (impl == AllReduceImpl::CopyEngine));
   const World w = test_world();
   REQUIRE(w.world_size == 2);
   const ParamLayout L = make_param_layout(vit_config("vit_b_32"));
@@ -48,6 +49,7 @@ TEST_CASE("NCCL reducer averages every bucket: rank r holds r+1", "[gpu][mpi][re
   {
     ReducerOptions ro;
     ro.overlap = overlap;
+    ro.allreduce = impl;
     NcclReducer reducer(L, buckets, grads.get(), comm.get(), stream, ro);
     cudaEvent_t start;
     CUDA_CHECK(cudaEventCreate(&start));
@@ -69,6 +71,9 @@ TEST_CASE("NCCL reducer averages every bucket: rank r holds r+1", "[gpu][mpi][re
 }
 
 TEST_CASE("2 GPUs with batch b equal 1 GPU with batch 2b", "[gpu][mpi][reducer]") {
+  ReducerOptions ro;
+  ro.allreduce = GENERATE(AllReduceImpl::Nccl, AllReduceImpl::CopyEngine);
+  INFO("copy-engine " << (ro.allreduce == AllReduceImpl::CopyEngine));
   const World w = test_world();
   REQUIRE(w.world_size == 2);
   ViTConfig cfg = vit_config("vit_b_32");
@@ -99,7 +104,7 @@ TEST_CASE("2 GPUs with batch b equal 1 GPU with batch 2b", "[gpu][mpi][reducer]"
 
   // Data parallel: rank r takes samples [r b, (r+1) b); the reducer runs inside backward.
   NcclComm comm(w);
-  NcclReducer reducer(L, assign_buckets(L, 1 << 20, 25 << 20), d_grads.get(), comm.get(), stream, ReducerOptions{});
+  NcclReducer reducer(L, assign_buckets(L, 1 << 20, 25 << 20), d_grads.get(), comm.get(), stream, ro);
   GpuViT half(L, b, stream);
   half.forward(d_params.get(), d_images.get() + w.rank * b * img, d_labels.get() + w.rank * b, b, d_loss.get());
   reducer.prepare_for_backward();

@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""Whether two vitddp runs trained alike: the largest |difference| of their training/loss datasets
+(shape (world size, steps), float64; the loss of every step on every rank, as vitddp writes it).
+
+Usage: compare_losses.py REF OTHER [REF OTHER ...]   (HDF5 files written by vitddp --out)
+Prints one line per pair: "identical" or the largest absolute difference; a pair with a missing
+file is reported as such. Exit status 0 (a report, not a test).
+"""
+import os
+import sys
+
+import h5py
+import numpy as np
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if not args or len(args) % 2:
+        sys.exit("usage: compare_losses.py REF OTHER [REF OTHER ...]")
+    for ref, other in zip(args[::2], args[1::2]):
+        name = f"{os.path.basename(ref)} vs {os.path.basename(other)}"
+        if not (os.path.exists(ref) and os.path.exists(other)):
+            print(f"{name}: missing file")
+            continue
+        with h5py.File(ref, "r") as a, h5py.File(other, "r") as b:
+            x, y = a["training/loss"][()], b["training/loss"][()]
+        if x.shape != y.shape:
+            print(f"{name}: different shapes {x.shape} and {y.shape}")
+            continue
+        d = float(np.abs(x - y).max())
+        print(f"{name}: " + ("identical" if d == 0 else f"max |loss difference| {d:.3g}"))
+
+
+if __name__ == "__main__":
+    main()
