@@ -7,7 +7,7 @@
 # vitddp ViT-L/32 batch 32, data on the GPU, 10 warm-up + 20 timed steps, each run twice.
 # Session 5 found the lowprio row measures nothing: a graph instantiated without
 # cudaGraphInstantiateFlagUseNodePriority runs every kernel at the launch stream's priority
-# (results/2026-11-30-issue5-session5/README.md).
+# (results/2026-11-30-issue5-scheduling-2xH200/README.md).
 set -u -o pipefail
 W=$OUT PREFIX=diag
 source results/commands/lib_experiment_runs.sh

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue "[4 of 8] Speed", session 5, job a: can the copy-engine all-reduce's sum kernel stay out of
 # backward's way by priority or by a different kernel? EXPERIMENT build (carry/vitddp_exp,
-# carry/gpu_tests_exp: 5778421 plus the priority and unroll parts of results/2026-11-30-issue5-
-# session5/patches/pipeline_prio_unroll.patch, switches that are not in the repository):
+# carry/gpu_tests_exp: 5778421 plus the priority and unroll parts of
+# results/2026-11-30-issue5-scheduling-2xH200/patches/pipeline_prio_unroll.patch, switches that are
+# not in the repository):
 #   VITDDP_EXP_NODE_PRIO=1        instantiate the step graph with cudaGraphInstantiateFlagUseNodePriority
 #                                 (without it a graph runs every kernel at the launch stream's priority)
 #   VITDDP_EXP_COMPUTE_PRIO=high  compute stream at the highest priority (default: lowest)

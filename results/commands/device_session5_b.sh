@@ -4,7 +4,7 @@
 # into scatter / reduce / gather; with VITDDP_EXP_SUM_ON_COMPUTE=L the reducer runs a bucket's
 # reduce-scatter copies on the comm stream at once, its sum kernel on the compute stream L buckets
 # later (between backward's kernels, not beside them), then its all-gather on the comm stream
-# (described in results/2026-11-30-issue5-session5/README.md; the code was replaced by job c's).
+# (described in results/2026-11-30-issue5-scheduling-2xH200/README.md; the code was replaced by job c's).
 # VITDDP_EXP_SUM=unroll: the sum kernel issuing 4 vectors' loads first. Each run twice.
 set -u -o pipefail
 W=/tmp/s5b; rm -rf $W

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue "[4 of 8] Speed", session 5, job c: the copy-engine all-reduce pipelined over three streams.
-# EXPERIMENT build (carry/vitddp_exp, carry/gpu_mpi_tests_exp: results/2026-11-30-issue5-session5/
+# EXPERIMENT build (carry/vitddp_exp, carry/gpu_mpi_tests_exp: results/2026-11-30-issue5-scheduling-2xH200/
 # patches/pipeline_prio_unroll.patch): with VITDDP_EXP_PIPE=1 the reducer runs each bucket's (cast and)
 # reduce-scatter copies on the comm stream, its sum kernel and all-gather copies on a second stream,
 # and (16-bit) the wait for the peers' chunks and the cast back on a third; fp32 buckets' peers'

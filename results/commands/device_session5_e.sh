@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue "[4 of 8] Speed", session 5, job e: the copy-engine all-reduce's sum kernel launch shape.
-# EXPERIMENT build (carry/vitddp_exp, carry/gpu_tests_exp: results/2026-11-30-issue5-session5/
+# EXPERIMENT build (carry/vitddp_exp, carry/gpu_tests_exp: results/2026-11-30-issue5-scheduling-2xH200/
 # patches/sum_launch_shape.patch, switches that are not in the repository):
 #   VITDDP_EXP_SUM_CLUSTER=N   thread-block clusters of N (blocks leave a GPC's SMs together, as the
 #                              GEMMs' 2-SM clusters need them)
