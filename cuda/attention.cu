@@ -47,6 +47,56 @@ void set_smem(Kernel k, size_t bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
+// One warp's share of a row times a matrix in shared memory. Lane l owns key slots l + 32k
+// (k < m.jpl) and head-dim slots l + 32c (c < m.dpl, l + 32c < dh).
+
+// dst[j][dh + 1] = row j of src (row stride m.ld) widened to fp32 for j < T, zero for T <= j < Tpad.
+template <typename TE>
+__device__ __forceinline__ void load_rows_padded(float* dst, const TE* src, const Dims& m) {
+  for (int idx = threadIdx.x; idx < m.Tpad * m.dh; idx += blockDim.x) {
+    const int j = idx / m.dh, d = idx % m.dh;
+    dst[j * (m.dh + 1) + d] = j < m.T ? to_f32(src[(size_t)j * m.ld + d]) : 0.0f;
+  }
+}
+
+// s[k] = sum_{d < dh} x[d] M[(lane + 32k) ldm + d]: the row x against rows of M (zero-padded to Tpad).
+__device__ __forceinline__ void dot_rows(const float* x, const float* M, int ldm, const Dims& m, int lane,
+                                         float (&s)[kMaxJ]) {
+#pragma unroll
+  for (int k = 0; k < kMaxJ; ++k) s[k] = 0.0f;
+  for (int d = 0; d < m.dh; ++d) {
+    const float xd = x[d];
+#pragma unroll
+    for (int k = 0; k < kMaxJ; ++k)
+      if (k < m.jpl) s[k] = fmaf(xd, M[(lane + 32 * k) * ldm + d], s[k]);
+  }
+}
+
+// o[c] = sum_{j < n} w[j] M[j ldm + lane + 32c]: the weights w times n rows of M.
+__device__ __forceinline__ void weighted_rows(const float* w, const float* M, int ldm, int n, const Dims& m,
+                                              int lane, float (&o)[kMaxD]) {
+#pragma unroll
+  for (int c = 0; c < kMaxD; ++c) o[c] = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const float wj = w[j];
+#pragma unroll
+    for (int c = 0; c < kMaxD; ++c) {
+      const int d = lane + 32 * c;
+      if (c < m.dpl && d < m.dh) o[c] = fmaf(wj, M[j * ldm + d], o[c]);
+    }
+  }
+}
+
+// dst[lane + 32c] = scale * o[c], rounded to TE.
+template <typename TE>
+__device__ __forceinline__ void store_row(TE* dst, const float (&o)[kMaxD], float scale, const Dims& m, int lane) {
+#pragma unroll
+  for (int c = 0; c < kMaxD; ++c) {
+    const int d = lane + 32 * c;
+    if (c < m.dpl && d < m.dh) dst[d] = from_f32<TE>(o[c] * scale);
+  }
+}
+
 // grid (ceil(T/kTile), H, B). smem: K [Tpad][dh+1] (zero rows past T), V [T][dh], Q tile
 // [kTile][dh], per-warp probability row [kWarps][Tpad].
 template <typename TE>
@@ -61,11 +111,10 @@ __global__ void attn_fwd_kernel(const TE* __restrict__ qkv, float* __restrict__ 
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kTile;
   const int q1 = min(T, q0 + kTile);
   const TE* base = qkv + (size_t)b * T * m.ld + h * dh;
-  for (int idx = threadIdx.x; idx < m.Tpad * dh; idx += blockDim.x) {
+  load_rows_padded(Ks, base + m.D, m);
+  for (int idx = threadIdx.x; idx < T * dh; idx += blockDim.x) {
     const int j = idx / dh, d = idx % dh;
-    const bool in = j < T;
-    Ks[j * (dh + 1) + d] = in ? to_f32(base[(size_t)j * m.ld + m.D + d]) : 0.0f;
-    if (in) Vs[j * dh + d] = to_f32(base[(size_t)j * m.ld + 2 * m.D + d]);
+    Vs[idx] = to_f32(base[(size_t)j * m.ld + 2 * m.D + d]);
   }
   for (int idx = threadIdx.x; idx < (q1 - q0) * dh; idx += blockDim.x) {
     const int r = idx / dh, d = idx % dh;
@@ -75,16 +124,8 @@ __global__ void attn_fwd_kernel(const TE* __restrict__ qkv, float* __restrict__ 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float* prow = Ps + warp * m.Tpad;
   for (int r = q0 + warp; r < q1; r += kWarps) {
-    const float* q = Qs + (r - q0) * dh;
     float s[kMaxJ];
-#pragma unroll
-    for (int k = 0; k < kMaxJ; ++k) s[k] = 0.0f;
-    for (int d = 0; d < dh; ++d) {
-      const float qd = q[d];
-#pragma unroll
-      for (int k = 0; k < kMaxJ; ++k)
-        if (k < m.jpl) s[k] = fmaf(qd, Ks[(lane + 32 * k) * (dh + 1) + d], s[k]);
-    }
+    dot_rows(Qs + (r - q0) * dh, Ks, dh + 1, m, lane, s);
     float mx = -INFINITY;
 #pragma unroll
     for (int k = 0; k < kMaxJ; ++k) {
@@ -112,22 +153,8 @@ __global__ void attn_fwd_kernel(const TE* __restrict__ qkv, float* __restrict__ 
     }
     __syncwarp();
     float o[kMaxD];
-#pragma unroll
-    for (int c = 0; c < kMaxD; ++c) o[c] = 0.0f;
-    for (int j = 0; j < T; ++j) {
-      const float p = prow[j];
-#pragma unroll
-      for (int c = 0; c < kMaxD; ++c) {
-        const int d = lane + 32 * c;
-        if (c < m.dpl && d < dh) o[c] = fmaf(p, Vs[j * dh + d], o[c]);
-      }
-    }
-    TE* orow = out + ((size_t)b * T + r) * m.D + h * dh;
-#pragma unroll
-    for (int c = 0; c < kMaxD; ++c) {
-      const int d = lane + 32 * c;
-      if (c < m.dpl && d < dh) orow[d] = from_f32<TE>(o[c]);
-    }
+    weighted_rows(prow, Vs, dh, T, m, lane, o);
+    store_row(out + ((size_t)b * T + r) * m.D + h * dh, o, 1.0f, m, lane);
     __syncwarp();
   }
 }
@@ -148,12 +175,8 @@ __global__ void attn_bwd_query_kernel(const TE* __restrict__ qkv, const float* _
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kTile;
   const int q1 = min(T, q0 + kTile);
   const TE* base = qkv + (size_t)b * T * m.ld + h * dh;
-  for (int idx = threadIdx.x; idx < m.Tpad * dh; idx += blockDim.x) {
-    const int j = idx / dh, d = idx % dh;
-    const bool in = j < T;
-    Ks[j * (dh + 1) + d] = in ? to_f32(base[(size_t)j * m.ld + m.D + d]) : 0.0f;
-    Vs[j * (dh + 1) + d] = in ? to_f32(base[(size_t)j * m.ld + 2 * m.D + d]) : 0.0f;
-  }
+  load_rows_padded(Ks, base + m.D, m);
+  load_rows_padded(Vs, base + 2 * m.D, m);
   for (int idx = threadIdx.x; idx < (q1 - q0) * dh; idx += blockDim.x) {
     const int r = idx / dh, d = idx % dh;
     dOs[idx] = to_f32(dout[((size_t)b * T + q0 + r) * m.D + h * dh + d]);
@@ -162,16 +185,8 @@ __global__ void attn_bwd_query_kernel(const TE* __restrict__ qkv, const float* _
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float* dsrow = dSs + warp * m.Tpad;
   for (int r = q0 + warp; r < q1; r += kWarps) {
-    const float* g = dOs + (r - q0) * dh;
     float dp[kMaxJ];
-#pragma unroll
-    for (int k = 0; k < kMaxJ; ++k) dp[k] = 0.0f;
-    for (int d = 0; d < dh; ++d) {
-      const float gd = g[d];
-#pragma unroll
-      for (int k = 0; k < kMaxJ; ++k)
-        if (k < m.jpl) dp[k] = fmaf(gd, Vs[(lane + 32 * k) * (dh + 1) + d], dp[k]);
-    }
+    dot_rows(dOs + (r - q0) * dh, Vs, dh + 1, m, lane, dp);
     const size_t prow = (((size_t)b * m.H + h) * T + r) * T;
     float p[kMaxJ];
     float delta = 0.0f;
@@ -193,22 +208,8 @@ __global__ void attn_bwd_query_kernel(const TE* __restrict__ qkv, const float* _
     }
     __syncwarp();
     float dq[kMaxD];
-#pragma unroll
-    for (int c = 0; c < kMaxD; ++c) dq[c] = 0.0f;
-    for (int j = 0; j < T; ++j) {
-      const float ds = dsrow[j];
-#pragma unroll
-      for (int c = 0; c < kMaxD; ++c) {
-        const int d = lane + 32 * c;
-        if (c < m.dpl && d < dh) dq[c] = fmaf(ds, Ks[j * (dh + 1) + d], dq[c]);
-      }
-    }
-    TE* dqrow = dqkv + ((size_t)b * T + r) * m.ld + h * dh;
-#pragma unroll
-    for (int c = 0; c < kMaxD; ++c) {
-      const int d = lane + 32 * c;
-      if (c < m.dpl && d < dh) dqrow[d] = from_f32<TE>(dq[c] * m.scale);
-    }
+    weighted_rows(dsrow, Ks, dh + 1, T, m, lane, dq);
+    store_row(dqkv + ((size_t)b * T + r) * m.ld + h * dh, dq, m.scale, m, lane);
     __syncwarp();
   }
 }
@@ -245,28 +246,11 @@ __global__ void attn_bwd_key_kernel(const TE* __restrict__ qkv, const float* __r
     }
     __syncwarp();
     float dk[kMaxD], dv[kMaxD];
-#pragma unroll
-    for (int c = 0; c < kMaxD; ++c) dk[c] = dv[c] = 0.0f;
-    for (int i = 0; i < T; ++i) {
-      const float p = pcol[i], ds = dscol[i];
-#pragma unroll
-      for (int c = 0; c < kMaxD; ++c) {
-        const int d = lane + 32 * c;
-        if (c < m.dpl && d < dh) {
-          dv[c] = fmaf(p, dOs[i * dh + d], dv[c]);
-          dk[c] = fmaf(ds, Qs[i * dh + d], dk[c]);
-        }
-      }
-    }
+    weighted_rows(pcol, dOs, dh, T, m, lane, dv);
+    weighted_rows(dscol, Qs, dh, T, m, lane, dk);
     TE* row = dqkv + ((size_t)b * T + j) * m.ld + h * dh;
-#pragma unroll
-    for (int c = 0; c < kMaxD; ++c) {
-      const int d = lane + 32 * c;
-      if (c < m.dpl && d < dh) {
-        row[m.D + d] = from_f32<TE>(dk[c] * m.scale);
-        row[2 * m.D + d] = from_f32<TE>(dv[c]);
-      }
-    }
+    store_row(row + m.D, dk, m.scale, m, lane);
+    store_row(row + 2 * m.D, dv, 1.0f, m, lane);
     __syncwarp();
   }
 }
@@ -284,6 +268,41 @@ __device__ __forceinline__ void load_tile(float* dst, const T* src, size_t ld, i
   for (int idx = threadIdx.x; idx < rows * dh; idx += kSmallThreads) {
     const int t = idx / dh, d = idx % dh;
     dst[t * kLd + d] = to_f32(src[(size_t)t * ld + d]);
+  }
+}
+
+// acc[a][c] += sum_{k < n} x(k, a) y(k, c), a, c < 4: this thread's 4x4 register tile of a product
+// whose operands the caller reads from shared memory (x(k, a): row ty + 16a, y(k, c): column
+// tx + 16c, both clamped by the caller).
+template <typename X, typename Y>
+__device__ __forceinline__ void tile_fma(float (&acc)[4][4], int n, X x, Y y) {
+  for (int k = 0; k < n; ++k) {
+    float xa[4], yc[4];
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      xa[a] = x(k, a);
+      yc[a] = y(k, a);
+    }
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[a][c] = fmaf(xa[a], yc[c], acc[a][c]);
+  }
+}
+
+// store(i, j, acc[a][c]) for row i = ty + 16a < rows and column j = tx + 16c < cols.
+template <typename S>
+__device__ __forceinline__ void tile_store(const float (&acc)[4][4], int rows, int cols, S store) {
+  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    const int i = ty + 16 * a;
+    if (i >= rows) continue;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int j = tx + 16 * c;
+      if (j < cols) store(i, j, acc[a][c]);
+    }
   }
 }
 
@@ -311,19 +330,10 @@ attn_fwd_small_kernel(const TE* __restrict__ qkv, float* __restrict__ probs,
     cj[a] = min(tx + 16 * a, T - 1);
   }
   float acc[4][4] = {};
-  for (int d = 0; d < dh; ++d) {
-    float q[4], k[4];
-#pragma unroll
-    for (int a = 0; a < 4; ++a) {
-      q[a] = Qs[ri[a] * kLd + d];
-      k[a] = Ks[cj[a] * kLd + d];
-    }
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[a][c] = fmaf(q[a], k[c], acc[a][c]);
-  }
+  tile_fma(acc, dh, [&](int d, int a) { return Qs[ri[a] * kLd + d]; }, [&](int d, int c) { return Ks[cj[c] * kLd + d]; });
   __syncthreads();  // Q is dead: its space becomes P
+  // Written out, not by tile_store: with it ptxas gives this kernel 63 registers instead of 48
+  // (4 blocks per SM instead of 5).
 #pragma unroll
   for (int a = 0; a < 4; ++a)
 #pragma unroll
@@ -359,29 +369,9 @@ attn_fwd_small_kernel(const TE* __restrict__ qkv, float* __restrict__ probs,
   int dc[4];
 #pragma unroll
   for (int c = 0; c < 4; ++c) dc[c] = min(tx + 16 * c, dh - 1);
-  for (int j = 0; j < T; ++j) {
-    float p[4], v[4];
-#pragma unroll
-    for (int a = 0; a < 4; ++a) {
-      p[a] = Ps[ri[a] * kLd + j];
-      v[a] = Vs[j * kLd + dc[a]];
-    }
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) o[a][c] = fmaf(p[a], v[c], o[a][c]);
-  }
-#pragma unroll
-  for (int a = 0; a < 4; ++a) {
-    const int i = ty + 16 * a;
-    if (i >= T) continue;
-    TE* orow = out + ((size_t)b * T + i) * m.D + h * dh;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int d = tx + 16 * c;
-      if (d < dh) orow[d] = from_f32<TE>(o[a][c]);
-    }
-  }
+  tile_fma(o, T, [&](int j, int a) { return Ps[ri[a] * kLd + j]; }, [&](int j, int c) { return Vs[j * kLd + dc[c]]; });
+  TE* obase = out + (size_t)b * T * m.D + h * dh;
+  tile_store(o, T, dh, [&](int i, int d, float v) { obase[(size_t)i * m.D + d] = from_f32<TE>(v); });
 }
 
 // Backward, one block per (batch, head), three [T][kLd] arrays:
@@ -416,52 +406,15 @@ attn_bwd_small_kernel(const TE* __restrict__ qkv, const float* __restrict__ prob
   {
     // dV[j][d] = sum_i P[i][j] dO[i][d]; rows j = ty + 16a, columns d = tx + 16c.
     float acc[4][4] = {};
-    for (int i = 0; i < T; ++i) {
-      float p[4], g[4];
-#pragma unroll
-      for (int a = 0; a < 4; ++a) {
-        p[a] = Ps[i * kLd + r[a]];
-        g[a] = dOs[i * kLd + cD[a]];
-      }
-#pragma unroll
-      for (int a = 0; a < 4; ++a)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[a][c] = fmaf(p[a], g[c], acc[a][c]);
-    }
-#pragma unroll
-    for (int a = 0; a < 4; ++a) {
-      const int j = ty + 16 * a;
-      if (j >= T) continue;
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int d = tx + 16 * c;
-        if (d < dh) row_base[(size_t)j * m.ld + 2 * m.D + d] = from_f32<TE>(acc[a][c]);
-      }
-    }
+    tile_fma(acc, T, [&](int i, int a) { return Ps[i * kLd + r[a]]; }, [&](int i, int c) { return dOs[i * kLd + cD[c]]; });
+    tile_store(acc, T, dh, [&](int j, int d, float v) { row_base[(size_t)j * m.ld + 2 * m.D + d] = from_f32<TE>(v); });
   }
   float dp[4][4] = {};
   // dP[i][j] = sum_d dO[i][d] V[j][d]; rows i = ty + 16a, columns j = tx + 16c.
-  for (int d = 0; d < dh; ++d) {
-    float g[4], v[4];
-#pragma unroll
-    for (int a = 0; a < 4; ++a) {
-      g[a] = dOs[r[a] * kLd + d];
-      v[a] = Vs[cT[a] * kLd + d];
-    }
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) dp[a][c] = fmaf(g[a], v[c], dp[a][c]);
-  }
+  tile_fma(dp, dh, [&](int d, int a) { return dOs[r[a] * kLd + d]; }, [&](int d, int c) { return Vs[cT[c] * kLd + d]; });
   __syncthreads();  // V and dO are dead
   float* dSs = Vs;
-#pragma unroll
-  for (int a = 0; a < 4; ++a)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int i = ty + 16 * a, j = tx + 16 * c;
-      if (i < T && j < T) dSs[i * kLd + j] = dp[a][c];
-    }
+  tile_store(dp, T, T, [&](int i, int j, float v) { dSs[i * kLd + j] = v; });
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int i = warp; i < T; i += kSmallThreads / 32) {
@@ -480,36 +433,10 @@ attn_bwd_small_kernel(const TE* __restrict__ qkv, const float* __restrict__ prob
   __syncthreads();
   // dQ[i][d] = sum_t dS[i][t] K[t][d]; dK[j][d] = sum_t dS[t][j] Q[t][d].
   float dq[4][4] = {}, dk[4][4] = {};
-  for (int t = 0; t < T; ++t) {
-    float si[4], sj[4], k[4], q[4];
-#pragma unroll
-    for (int a = 0; a < 4; ++a) {
-      si[a] = dSs[r[a] * kLd + t];
-      sj[a] = dSs[t * kLd + r[a]];
-      k[a] = Ks[t * kLd + cD[a]];
-      q[a] = Qs[t * kLd + cD[a]];
-    }
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        dq[a][c] = fmaf(si[a], k[c], dq[a][c]);
-        dk[a][c] = fmaf(sj[a], q[c], dk[a][c]);
-      }
-  }
-#pragma unroll
-  for (int a = 0; a < 4; ++a) {
-    const int i = ty + 16 * a;
-    if (i >= T) continue;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int d = tx + 16 * c;
-      if (d < dh) {
-        row_base[(size_t)i * m.ld + d] = from_f32<TE>(dq[a][c] * m.scale);
-        row_base[(size_t)i * m.ld + m.D + d] = from_f32<TE>(dk[a][c] * m.scale);
-      }
-    }
-  }
+  tile_fma(dq, T, [&](int t, int a) { return dSs[r[a] * kLd + t]; }, [&](int t, int c) { return Ks[t * kLd + cD[c]]; });
+  tile_fma(dk, T, [&](int t, int a) { return dSs[t * kLd + r[a]]; }, [&](int t, int c) { return Qs[t * kLd + cD[c]]; });
+  tile_store(dq, T, dh, [&](int i, int d, float v) { row_base[(size_t)i * m.ld + d] = from_f32<TE>(v * m.scale); });
+  tile_store(dk, T, dh, [&](int i, int d, float v) { row_base[(size_t)i * m.ld + m.D + d] = from_f32<TE>(v * m.scale); });
 }
 
 bool use_small(int T, int dh) { return T <= 64 && dh <= 64; }

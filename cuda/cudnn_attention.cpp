@@ -66,6 +66,24 @@ std::vector<int64_t> out_strides(int64_t T, int64_t H, int64_t dh) {
 
 std::vector<int64_t> stats_strides(int64_t T, int64_t H) { return {H * T, T, 1, 1}; }
 
+/// A new SDPA graph (bf16 tensors, fp32 intermediates and compute) with the packed Q, K and V of
+/// [B, T, 3 H dh] declared as its inputs.
+struct QkvGraph {
+  std::shared_ptr<fe::graph::Graph> g;
+  std::shared_ptr<fe::graph::Tensor_attributes> Q, K, V;
+};
+QkvGraph new_qkv_graph(int64_t B, int64_t T, int64_t H, int64_t dh) {
+  QkvGraph q;
+  q.g = std::make_shared<fe::graph::Graph>();
+  q.g->set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  q.Q = qkv_view(*q.g, "Q", kQ, B, T, H, dh);
+  q.K = qkv_view(*q.g, "K", kK, B, T, H, dh);
+  q.V = qkv_view(*q.g, "V", kV, B, T, H, dh);
+  return q;
+}
+
 }  // namespace
 
 struct CudnnAttention::Impl {
@@ -81,13 +99,7 @@ struct CudnnAttention::Impl {
   }
 
   std::shared_ptr<fe::graph::Graph> build_forward(int B, int T, int H, int dh) {
-    auto g = std::make_shared<fe::graph::Graph>();
-    g->set_io_data_type(fe::DataType_t::BFLOAT16)
-        .set_intermediate_data_type(fe::DataType_t::FLOAT)
-        .set_compute_data_type(fe::DataType_t::FLOAT);
-    auto Q = qkv_view(*g, "Q", kQ, B, T, H, dh);
-    auto K = qkv_view(*g, "K", kK, B, T, H, dh);
-    auto V = qkv_view(*g, "V", kV, B, T, H, dh);
+    auto [g, Q, K, V] = new_qkv_graph(B, T, H, dh);
     auto opts = fe::graph::SDPA_attributes()
                     .set_name("vit_attention_forward")
                     .set_generate_stats(true)
@@ -103,13 +115,7 @@ struct CudnnAttention::Impl {
   }
 
   std::shared_ptr<fe::graph::Graph> build_backward(int B, int T, int H, int dh) {
-    auto g = std::make_shared<fe::graph::Graph>();
-    g->set_io_data_type(fe::DataType_t::BFLOAT16)
-        .set_intermediate_data_type(fe::DataType_t::FLOAT)
-        .set_compute_data_type(fe::DataType_t::FLOAT);
-    auto Q = qkv_view(*g, "Q", kQ, B, T, H, dh);
-    auto K = qkv_view(*g, "K", kK, B, T, H, dh);
-    auto V = qkv_view(*g, "V", kV, B, T, H, dh);
+    auto [g, Q, K, V] = new_qkv_graph(B, T, H, dh);
     auto O = g->tensor(fe::graph::Tensor_attributes().set_name("O").set_uid(kO).set_dim({B, H, T, dh}).set_stride(out_strides(T, H, dh)));
     auto dO = g->tensor(fe::graph::Tensor_attributes().set_name("dO").set_uid(kdO).set_dim({B, H, T, dh}).set_stride(out_strides(T, H, dh)));
     auto Stats = g->tensor(fe::graph::Tensor_attributes()

@@ -79,6 +79,13 @@ struct ReducerOptions {
   AllReduceImpl allreduce = AllReduceImpl::Nccl;
 };
 
+/// Whether a GPU reducer with these options on `world_size` ranks all-reduces by the copy engines
+/// (CopyEngineAllReduce): allreduce == CopyEngine and more than one rank (one rank has nothing to
+/// move, and its reducer allocates no copy-engine scratch).
+inline bool uses_copy_engine(const ReducerOptions& o, int world_size) {
+  return o.allreduce == AllReduceImpl::CopyEngine && world_size > 1;
+}
+
 /// What one bucket's communication did in one step (for the results file).
 struct BucketCommReport {
   uint64_t bytes_sent = 0;   ///< sum over this rank's all-reduce calls of their payload bytes

@@ -66,7 +66,7 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
   if (o.ddp) {
     reducer = o.grad_as_bucket_view ? "" : "bucket buffer (--grad-as-bucket-view off)";
     if (o.compression != "none") reducer += std::string(reducer.empty() ? "" : ", ") + o.compression + " buffers";
-    if (o.allreduce == "copy-engine" && world_size > 1)
+    if (uses_copy_engine(reducer_options(o), world_size))
       reducer += std::string(reducer.empty() ? "" : ", ") + "copy-engine scratch and flags";
     if (reducer.empty()) reducer = "no buffers (in-place all-reduce of the gradients)";
   }

@@ -94,6 +94,21 @@ inline std::string option_error(const std::vector<std::string>& args) {
   return "";
 }
 
+/// Options of a short single-process engine run for the engine tests: `model`, batch `batch`,
+/// random init, no DDP, one data worker, `steps` timed steps and no warm-up or cool-down steps.
+inline vitddp::Options engine_test_options(const std::string& model, int batch, int steps) {
+  vitddp::Options o;
+  o.model = model;
+  o.batch_size = batch;
+  o.init = "random";
+  o.ddp = false;
+  o.data_workers = 1;
+  o.warmup_steps = 0;
+  o.steps = steps;
+  o.cooldown_steps = 0;
+  return o;
+}
+
 /// `batch` images of config `c`, standard normal (stream 0 of `seed`).
 inline std::vector<float> random_images(const vitddp::ViTConfig& c, int batch, uint64_t seed) {
   std::vector<float> img(static_cast<size_t>(batch) * c.channels * c.image_size * c.image_size);

@@ -19,6 +19,7 @@
 #include "cuda/reduce.h"
 #include "tests/catch.h"
 #include "tests/gpu/attention_reference.h"
+#include "tests/gpu/gemm_reference.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/patch_reference.h"
 
@@ -73,25 +74,6 @@ std::vector<float> rounded(const std::vector<float>& v) {
   return out;
 }
 
-// Host reference of the row-major gemm: D = alpha op(A) op(B) + beta C (+ bias).
-std::vector<double> host_gemm(bool ta, bool tb, int m, int n, int k, const std::vector<float>& a,
-                              int lda, const std::vector<float>& b, int ldb, double beta,
-                              const std::vector<float>* c, const std::vector<float>* bias) {
-  std::vector<double> d((size_t)m * n);
-  for (int i = 0; i < m; ++i)
-    for (int j = 0; j < n; ++j) {
-      double s = 0;
-      for (int p = 0; p < k; ++p) {
-        const double av = ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p];
-        const double bv = tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j];
-        s += av * bv;
-      }
-      if (c) s += beta * (*c)[(size_t)i * n + j];
-      if (bias) s += (*bias)[j];
-      d[(size_t)i * n + j] = s;
-    }
-  return d;
-}
 
 }  // namespace
 
@@ -164,15 +146,15 @@ TEST_CASE("lt_gemm: bf16 operands with bf16 and fp32 outputs, TF32 compute", "[g
 
     // Y(bf16) = X W^T + b(bf16): one rounding of an fp32-accumulated result.
     linear_forward(lt, x.get(), w.get(), b16.get(), nullptr, y16.get(), M, N, K);
-    const auto ref_y = host_gemm(false, true, M, N, K, hx, K, hw, K, 0, nullptr, &hb);
+    const auto ref_y = host_gemm(false, true, M, N, K, 1, hx, K, hw, K, 0, nullptr, N, &hb);
     CHECK(norm_rel_err(to_float(y16.download()), ref_y) < 4e-3);
     // Y(fp32) = X W^T + b(fp32) + R(fp32): exact products, fp32 accumulation.
     linear_forward(lt, x.get(), w.get(), b32.get(), r.get(), y32.get(), M, N, K);
-    CHECK(norm_rel_err(y32.download(), host_gemm(false, true, M, N, K, hx, K, hw, K, 1, &hr, &hb)) < 1e-5);
+    CHECK(norm_rel_err(y32.download(), host_gemm(false, true, M, N, K, 1, hx, K, hw, K, 1, &hr, N, &hb)) < 1e-5);
     // dW(fp32) += dY^T X, then the BGRADB form (or its fallback) dW = dY^T X, db = colsum(dY).
     linear_backward_weight(lt, dy.get(), x.get(), dw.get(), M, N, K, true);
-    CHECK(norm_rel_err(dw.download(), host_gemm(true, false, N, K, M, hdy, N, hx, K, 1, &hdw0, nullptr)) < 1e-5);
-    const auto ref_dw = host_gemm(true, false, N, K, M, hdy, N, hx, K, 0, nullptr, nullptr);
+    CHECK(norm_rel_err(dw.download(), host_gemm(true, false, N, K, M, 1, hdy, N, hx, K, 1, &hdw0, K, nullptr)) < 1e-5);
+    const auto ref_dw = host_gemm(true, false, N, K, M, 1, hdy, N, hx, K, 0, nullptr, K, nullptr);
     std::vector<double> ref_db(N, 0.0);
     for (int i = 0; i < M; ++i)
       for (int j = 0; j < N; ++j) ref_db[j] += hdy[(size_t)i * N + j];
@@ -185,7 +167,7 @@ TEST_CASE("lt_gemm: bf16 operands with bf16 and fp32 outputs, TF32 compute", "[g
     }
     // dX(bf16) = dY W.
     linear_backward_input(lt, dy.get(), w.get(), dx16.get(), M, N, K);
-    CHECK(norm_rel_err(to_float(dx16.download()), host_gemm(false, false, M, K, N, hdy, N, hw, K, 0, nullptr, nullptr)) < 4e-3);
+    CHECK(norm_rel_err(to_float(dx16.download()), host_gemm(false, false, M, K, N, 1, hdy, N, hw, K, 0, nullptr, K, nullptr)) < 4e-3);
   }
   // Unsupported type combinations are refused before reaching cuBLASLt.
   DevVec<float> f(16);
@@ -201,7 +183,7 @@ TEST_CASE("lt_gemm: bf16 operands with bf16 and fp32 outputs, TF32 compute", "[g
   const auto hx = normal_vec((size_t)M * K, 22, 0), hw = normal_vec((size_t)N * K, 22, 1);
   DevVec<float> x(hx), w(hw), y((size_t)M * N);
   linear_forward(tf, x.get(), w.get(), nullptr, nullptr, y.get(), M, N, K);
-  const double e = norm_rel_err(y.download(), host_gemm(false, true, M, N, K, hx, K, hw, K, 0, nullptr, nullptr));
+  const double e = norm_rel_err(y.download(), host_gemm(false, true, M, N, K, 1, hx, K, hw, K, 0, nullptr, N, nullptr));
   std::printf("lt_gemm TF32 %dx%dx%d norm-rel error %.3g\n", M, N, K, e);
   CHECK(e < 2e-3);
   CHECK(e > 2e-5);  // TF32 is really on (strict fp32 gives about 1e-7)

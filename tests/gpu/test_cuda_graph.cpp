@@ -15,20 +15,12 @@ namespace {
 
 /// vit_tiny, batch 4, SGD with momentum, 5 steps, checkpointing on (no GEMM autotuning).
 Options graph_options(const std::string& precision, bool graph) {
-  Options o;
-  o.model = "vit_tiny";
-  o.batch_size = 4;
-  o.init = "random";
-  o.ddp = false;
-  o.data_workers = 1;
+  Options o = vitddp_test::engine_test_options("vit_tiny", 4, 5);
   o.lr = 0.05;
   o.momentum = 0.9;
   o.precision = precision;
   o.cuda_graph = graph;
   o.checkpoint_every = 5;
-  o.warmup_steps = 0;
-  o.steps = 5;
-  o.cooldown_steps = 0;
   return o;
 }
 

@@ -14,6 +14,7 @@
 #include "cuda/reduce.h"
 #include "tests/catch.h"
 #include "tests/gpu/attention_reference.h"
+#include "tests/gpu/gemm_reference.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/patch_reference.h"
 
@@ -21,28 +22,6 @@ using namespace vitddp;
 using namespace vitddp_test;
 
 namespace {
-
-// Host reference of the row-major gemm: D = alpha op(A) op(B) + beta C (+ bias).
-std::vector<double> host_gemm(bool ta, bool tb, int m, int n, int k, double alpha,
-                              const std::vector<float>& a, int lda, const std::vector<float>& b,
-                              int ldb, double beta, const std::vector<float>* c, int ldc,
-                              const std::vector<float>* bias) {
-  std::vector<double> d((size_t)m * n);
-  for (int i = 0; i < m; ++i)
-    for (int j = 0; j < n; ++j) {
-      double s = 0;
-      for (int p = 0; p < k; ++p) {
-        const double av = ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p];
-        const double bv = tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j];
-        s += av * bv;
-      }
-      double v = alpha * s;
-      if (c) v += beta * (*c)[(size_t)i * ldc + j];
-      if (bias) v += (*bias)[j];
-      d[(size_t)i * n + j] = v;
-    }
-  return d;
-}
 
 // Gathers an [m, n] matrix stored with leading dimension ld.
 std::vector<float> gather(const std::vector<float>& v, int m, int n, int ld) {

@@ -16,12 +16,7 @@ namespace {
 
 /// Options of a small run without DDP: vit_tiny, batch 4, random init, 8 steps in all.
 Options small(const std::string& optimizer) {
-  Options o;
-  o.model = "vit_tiny";
-  o.batch_size = 4;
-  o.init = "random";
-  o.ddp = false;
-  o.data_workers = 1;
+  Options o = vitddp_test::engine_test_options("vit_tiny", 4, 8);
   o.optimizer = optimizer;
   o.lr = optimizer == "sgd" ? 0.05 : 3e-3;
   o.momentum = optimizer == "sgd" ? 0.9 : 0.0;
@@ -29,9 +24,6 @@ Options small(const std::string& optimizer) {
   o.lr_schedule = "cosine";
   o.lr_warmup_steps = 2;
   o.checkpoint_every = 4;  // checkpointed runs: deterministic GEMM algorithm choice (no autotuning)
-  o.warmup_steps = 0;
-  o.steps = 8;
-  o.cooldown_steps = 0;
   return o;
 }
 

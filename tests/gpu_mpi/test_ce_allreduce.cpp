@@ -83,6 +83,16 @@ struct TwoRanks {
     const auto mine = gradients_of(w.rank, step, L.total);
     CUDA_CHECK(cudaMemcpy(grads.get(), mine.data(), L.total * sizeof(float), cudaMemcpyHostToDevice));
   }
+  /// Enqueues one step of `r` on the stream: every parameter ready in backward's order, then finalize().
+  void reduce_step(NcclReducer& r) {
+    r.prepare_for_backward();
+    for (size_t p : L.ready_order()) r.mark_ready({p});
+    r.finalize();
+  }
+  /// reduce_step() captured as a CUDA graph, as the engine captures the training step.
+  void capture_step(NcclReducer& r, StepGraph& g) {
+    g.capture(stream, [&] { reduce_step(r); });
+  }
   /// The reducer's non-finite verdict on the finished step (0 or 1), read on the host.
   int nonfinite(const NcclReducer& r) {
     REQUIRE(r.checks_nonfinite());
@@ -131,9 +141,7 @@ TEST_CASE("copy-engine all-reduce averages like the host reference, bit-identica
         NcclReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
         CHECK(reducer.device_bytes() == NcclReducer::planned_device_bytes(t.L, t.B, ro, t.w.world_size));
         t.set(0);
-        reducer.prepare_for_backward();
-        for (size_t p : t.L.ready_order()) reducer.mark_ready({p});
-        reducer.finalize();
+        t.reduce_step(reducer);
         t.check(0, c);
         CHECK(t.nonfinite(reducer) == 0);
       }
@@ -149,11 +157,7 @@ TEST_CASE("copy-engine all-reduce: a NaN or Inf on one rank, in either rank's ch
     ro.allreduce = AllReduceImpl::CopyEngine;
     NcclReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
     StepGraph graph;
-    graph.capture(t.stream, [&] {
-      reducer.prepare_for_backward();
-      for (size_t p : t.L.ready_order()) reducer.mark_ready({p});
-      reducer.finalize();
-    });
+    t.capture_step(reducer, graph);
     // Rank 0 poisons one element: first of the largest bucket (rank 0's chunk), then its last
     // element (rank 1's chunk); the replay after each is clean again (the flags are cleared).
     const Bucket& big = *std::max_element(t.B.begin(), t.B.end(),
@@ -184,16 +188,10 @@ TEST_CASE("copy-engine all-reduce replayed from a CUDA graph: every replay avera
     ro.allreduce = AllReduceImpl::CopyEngine;
     NcclReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
     t.set(0);  // an eager step first, as the engine's first step, then the captured ones
-    reducer.prepare_for_backward();
-    for (size_t p : t.L.ready_order()) reducer.mark_ready({p});
-    reducer.finalize();
+    t.reduce_step(reducer);
     t.check(0, c);
     StepGraph graph;
-    graph.capture(t.stream, [&] {
-      reducer.prepare_for_backward();
-      for (size_t p : t.L.ready_order()) reducer.mark_ready({p});
-      reducer.finalize();
-    });
+    t.capture_step(reducer, graph);
     for (int step = 1; step <= 6; ++step) {
       INFO("replay " << step);
       t.set(step);
