@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue "[4 of 8] Speed", session 5, last job (2 x H200), the build of this commit (carry/vitddp,
 # carry/gpu_tests, carry/gpu_mpi_tests) and the build before the session's clean-up of the
-# attention kernels and the cuDNN attention graph (carry/vitddp_before: 40fbb3c plus the
-# uses_copy_engine change):
+# attention kernels and the cuDNN attention graph (carry/vitddp_before: f24373f's tree without
+# its cuda/attention.cu and cuda/cudnn_attention.cpp changes):
 #  1. every GPU test: gpu_tests on one GPU, gpu_mpi_tests on two;
 #  2. the custom attention kernels' speed before and after their clean-up, alternating, 1 GPU,
 #     tf32 and bf16 with --attention custom, bf16 with the default (cuDNN) attention, fp32;
@@ -12,6 +12,8 @@
 set -u -o pipefail
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 W=/tmp/s5final; rm -rf $W; mkdir -p $W/ab $W/cells
+# The four stripped binaries travel as carry/bins.tar.xz (the repository and them must stay under 64 MiB).
+[ -f carry/bins.tar.xz ] && tar xJf carry/bins.tar.xz -C carry
 {
   echo "== gpu_tests"
   timeout 240 carry/gpu_tests > $W/gpu_tests.log 2>&1
