@@ -275,18 +275,31 @@ __device__ __forceinline__ void load_tile(float* dst, const T* src, size_t ld, i
 // whose operands the caller reads from shared memory (x(k, a): row ty + 16a, y(k, c): column
 // tx + 16c, both clamped by the caller).
 template <typename X, typename Y>
+__device__ __forceinline__ void tile_step(float (&acc)[4][4], int k, X x, Y y) {
+  float xa[4], yc[4];
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    xa[a] = x(k, a);
+    yc[a] = y(k, a);
+  }
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[a][c] = fmaf(xa[a], yc[c], acc[a][c]);
+}
+
+template <typename X, typename Y>
 __device__ __forceinline__ void tile_fma(float (&acc)[4][4], int n, X x, Y y) {
+  for (int k = 0; k < n; ++k) tile_step(acc, k, x, y);
+}
+
+// Two tile_fma products over the same k in one loop (half the loop overhead of two loops).
+template <typename X1, typename Y1, typename X2, typename Y2>
+__device__ __forceinline__ void tile_fma2(float (&acc1)[4][4], float (&acc2)[4][4], int n, X1 x1, Y1 y1, X2 x2,
+                                          Y2 y2) {
   for (int k = 0; k < n; ++k) {
-    float xa[4], yc[4];
-#pragma unroll
-    for (int a = 0; a < 4; ++a) {
-      xa[a] = x(k, a);
-      yc[a] = y(k, a);
-    }
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[a][c] = fmaf(xa[a], yc[c], acc[a][c]);
+    tile_step(acc1, k, x1, y1);
+    tile_step(acc2, k, x2, y2);
   }
 }
 
@@ -433,8 +446,9 @@ attn_bwd_small_kernel(const TE* __restrict__ qkv, const float* __restrict__ prob
   __syncthreads();
   // dQ[i][d] = sum_t dS[i][t] K[t][d]; dK[j][d] = sum_t dS[t][j] Q[t][d].
   float dq[4][4] = {}, dk[4][4] = {};
-  tile_fma(dq, T, [&](int t, int a) { return dSs[r[a] * kLd + t]; }, [&](int t, int c) { return Ks[t * kLd + cD[c]]; });
-  tile_fma(dk, T, [&](int t, int a) { return dSs[t * kLd + r[a]]; }, [&](int t, int c) { return Qs[t * kLd + cD[c]]; });
+  tile_fma2(
+      dq, dk, T, [&](int t, int a) { return dSs[r[a] * kLd + t]; }, [&](int t, int c) { return Ks[t * kLd + cD[c]]; },
+      [&](int t, int a) { return dSs[t * kLd + r[a]]; }, [&](int t, int c) { return Qs[t * kLd + cD[c]]; });
   tile_store(dq, T, dh, [&](int i, int d, float v) { row_base[(size_t)i * m.ld + d] = from_f32<TE>(v * m.scale); });
   tile_store(dk, T, dh, [&](int i, int d, float v) { row_base[(size_t)i * m.ld + m.D + d] = from_f32<TE>(v * m.scale); });
 }
