@@ -47,9 +47,6 @@ void set_smem(Kernel k, size_t bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-// One warp's share of a row times a matrix in shared memory. Lane l owns key slots l + 32k
-// (k < m.jpl) and head-dim slots l + 32c (c < m.dpl, l + 32c < dh).
-
 // dst[j][dh + 1] = row j of src (row stride m.ld) widened to fp32 for j < T, zero for T <= j < Tpad.
 template <typename TE>
 __device__ __forceinline__ void load_rows_padded(float* dst, const TE* src, const Dims& m) {
@@ -58,6 +55,9 @@ __device__ __forceinline__ void load_rows_padded(float* dst, const TE* src, cons
     dst[j * (m.dh + 1) + d] = j < m.T ? to_f32(src[(size_t)j * m.ld + d]) : 0.0f;
   }
 }
+
+// One warp's share of a row times a matrix in shared memory (dot_rows, weighted_rows, store_row).
+// Lane l owns key slots l + 32k (k < m.jpl) and head-dim slots l + 32c (c < m.dpl, l + 32c < dh).
 
 // s[k] = sum_{d < dh} x[d] M[(lane + 32k) ldm + d]: the row x against rows of M (zero-padded to Tpad).
 __device__ __forceinline__ void dot_rows(const float* x, const float* M, int ldm, const Dims& m, int lane,

@@ -71,7 +71,7 @@ NcclReducer::NcclReducer(const ParamLayout& layout, std::vector<Bucket> buckets,
     powersgd_ = std::make_unique<PowerSgdNccl>(hook_buckets(layout, buckets_), opts_.powersgd, comm_, world_size_,
                                                comm_stream_);
   CUDA_CHECK(cudaDeviceSynchronize());  // memsets on the legacy stream before the comm stream runs
-  if (vitddp::uses_copy_engine(opts_, world_size_)) {
+  if (uses_copy_engine(opts_, world_size_)) {
     std::vector<CopyEngineAllReduce::Region> regions = {{d_grads_, layout.total * sizeof(float)}};
     if (d_bucket_.get()) regions.emplace_back(d_bucket_.get(), d_bucket_.size() * sizeof(float));
     if (d_half_.get()) regions.emplace_back(d_half_.get(), d_half_.size() * sizeof(uint16_t));
@@ -101,7 +101,7 @@ size_t NcclReducer::planned_device_bytes(const ParamLayout& layout, const std::v
   if (is_16bit(options.compression)) n += max_bucket_numel(buckets) * sizeof(uint16_t);
   if (options.compression == Compression::PowerSgd)
     n += PowerSgdNccl::planned_device_bytes(hook_buckets(layout, buckets), options.powersgd);
-  if (vitddp::uses_copy_engine(options, world_size))
+  if (uses_copy_engine(options, world_size))
     n += CopyEngineAllReduce::planned_device_bytes(ce_bucket_bytes(buckets), world_size);
   return n;
 }

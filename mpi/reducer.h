@@ -86,10 +86,10 @@ class NcclReducer {
   BucketTimes times(cudaEvent_t step_start) const;
   /// True with the copy-engine all-reduce (more than one rank): the reduction itself checked the
   /// averaged gradients for NaN/Inf, and flag_nonfinite() reports it without another pass.
-  bool checks_nonfinite() const { return uses_copy_engine(); }
-  /// True when this reducer all-reduces by the copy engines (vitddp::uses_copy_engine of its options
+  bool checks_nonfinite() const { return copy_engine_in_use(); }
+  /// True when this reducer all-reduces by the copy engines (uses_copy_engine() of its options
   /// and world size).
-  bool uses_copy_engine() const { return ce_ != nullptr; }
+  bool copy_engine_in_use() const { return ce_ != nullptr; }
   /// Sets *d_flag = 1 (device int) when any averaged gradient of the finished step is NaN/Inf,
   /// as flag_nonfinite() of cuda/sgd.h over the whole buffer would; the same on every rank.
   /// Enqueued on `stream`, which must follow finalize() (the compute stream does). Throws

@@ -3,8 +3,9 @@
 (shape (world size, steps), float64; the loss of every step on every rank, as vitddp writes it).
 
 Usage: compare_losses.py REF OTHER [REF OTHER ...]   (HDF5 files written by vitddp --out)
-Prints one line per pair: "identical" or the largest absolute difference; a pair with a missing
-file is reported as such. Exit status 0 (a report, not a test).
+Prints one line per pair: "identical" (bit for bit, NaN where the other has NaN) or the largest
+absolute difference; a pair with a missing file, different shapes or no steps is reported as such.
+Exit status 0 (a report, not a test); 1 with a usage message for an odd or empty argument list.
 """
 import os
 import sys
@@ -27,8 +28,12 @@ def main() -> None:
         if x.shape != y.shape:
             print(f"{name}: different shapes {x.shape} and {y.shape}")
             continue
-        d = float(np.abs(x - y).max())
-        print(f"{name}: " + ("identical" if d == 0 else f"max |loss difference| {d:.3g}"))
+        if x.size == 0:
+            print(f"{name}: no steps")
+        elif np.array_equal(x, y, equal_nan=True):
+            print(f"{name}: identical")
+        else:
+            print(f"{name}: max |loss difference| {float(np.nanmax(np.abs(x - y))):.3g}")
 
 
 if __name__ == "__main__":

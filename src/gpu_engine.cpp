@@ -261,7 +261,7 @@ class GpuEngine final : public Engine {
     if (!comm_) return "none (no DDP)";
     if (transport_.empty()) transport_ = read_nccl_transport(nccl_log_);
     // --allreduce copy-engine: NCCL carried no gradient (it may have connected for nothing else).
-    if (reducer_ && reducer_->uses_copy_engine() && transport_.rfind("copy-engine", 0) != 0)
+    if (reducer_ && reducer_->copy_engine_in_use() && transport_.rfind("copy-engine", 0) != 0)
       transport_ = "copy-engine (CUDA IPC peer-to-peer copies; NCCL: " + transport_ + ")";
     return transport_;
   }

@@ -2,8 +2,8 @@
 # results/vitddp_plot.py on real vitddp files: makes HDF5 files with the CPU backend (vit_micro,
 # 1 warm-up + 3 timed + 1 cool-down steps; 2 ranks at three bucket sizes, 1 rank at one), runs every
 # subcommand and checks what comes out: the summary table (header, one row per file, world sizes),
-# every plot file (exists, non-empty, PNG signature or SVG root element), and the errors (exit 2
-# with one line naming the missing file / dataset).
+# every plot file (exists, non-empty, PNG signature or SVG root element), the comm lane's name for
+# each recorded transport, and the errors (exit 2 with one line naming the missing file / dataset).
 # Usage: test_plot.sh <vitddp binary> <mpirun> <python3> <vitddp_plot.py>
 set -u
 BIN=$1

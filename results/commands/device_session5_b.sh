@@ -10,11 +10,7 @@ set -u -o pipefail
 W=/tmp/s5b; rm -rf $W
 source results/commands/lib_experiment_runs.sh
 {
-  for lag in "" 1 2; do
-    echo "== gpu_mpi_tests [reducer],[ce_allreduce] with VITDDP_EXP_SUM_ON_COMPUTE='$lag'"
-    VITDDP_EXP_SUM_ON_COMPUTE=$lag timeout 120 mpirun --bind-to none -x NCCL_NVLS_ENABLE=0 -x VITDDP_EXP_SUM_ON_COMPUTE \
-      -np 2 carry/gpu_mpi_tests_exp "[reducer],[ce_allreduce]" 2>&1 | grep -E "passed|failed|FAILED|equivalence" | sort | uniq -c
-  done
+  exp_mpi_tests VITDDP_EXP_SUM_ON_COMPUTE "" 1 2
   for rep in 1 2; do
     for p in bf16 tf32; do
       exp_run $p-np1-r$rep 1 $p X=0

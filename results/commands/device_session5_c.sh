@@ -11,11 +11,7 @@ set -u -o pipefail
 W=/tmp/s5c; rm -rf $W
 source results/commands/lib_experiment_runs.sh
 {
-  for pipe in "" 1; do
-    echo "== gpu_mpi_tests [reducer],[ce_allreduce] with VITDDP_EXP_PIPE='$pipe'"
-    VITDDP_EXP_PIPE=$pipe timeout 120 mpirun --bind-to none -x NCCL_NVLS_ENABLE=0 -x VITDDP_EXP_PIPE \
-      -np 2 carry/gpu_mpi_tests_exp "[reducer],[ce_allreduce]" 2>&1 | grep -E "passed|failed|FAILED|equivalence" | sort | uniq -c
-  done
+  exp_mpi_tests VITDDP_EXP_PIPE "" 1
   for rep in 1 2; do
     for p in bf16 tf32; do
       exp_run $p-np1-r$rep 1 $p X=0

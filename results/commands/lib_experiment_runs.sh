@@ -1,8 +1,10 @@
-# Shared by the experiment jobs (ce_diagnostics.sh, device_session5_*.sh); source it after setting
-# W (output folder, created here) and optionally PREFIX (file name prefix, default d) and
-# BIN (the vitddp binary, default carry/vitddp_exp).
+# Shared by the experiment jobs (ce_diagnostics.sh, device_session5_{a..f}.sh); source it after
+# setting W (output folder, created here) and optionally PREFIX (file name prefix, default d) and
+# BIN (the vitddp binary, default carry/vitddp_exp). Options given to exp_run come before $COMMON:
+# a clash (--steps, --out...) is decided by $COMMON.
 # vitddp ViT-L/32 batch 32, data on the GPU, 10 warm-up + 20 timed steps per run.
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+: "${W:?lib_experiment_runs.sh: set W to the output folder first}"
 PREFIX=${PREFIX:-d}
 BIN=${BIN:-carry/vitddp_exp}
 mkdir -p "$W"
@@ -21,6 +23,17 @@ exp_run() {
     --precision "$p" "$@" $COMMON --out "$W/$PREFIX-$name.h5" 2>&1 | grep -E "timed window|rror" | sed "s/^/$name: /"
 }
 
+# exp_mpi_tests VAR VALUE...: carry/gpu_mpi_tests_exp "[reducer],[ce_allreduce]" on 2 ranks once per
+# value of the environment variable VAR ("" for unset), each result line counted.
+exp_mpi_tests() {
+  local var=$1 v; shift
+  for v in "$@"; do
+    echo "== gpu_mpi_tests [reducer],[ce_allreduce] with $var='$v'"
+    env "$var=$v" timeout 120 mpirun --bind-to none -x NCCL_NVLS_ENABLE=0 -x "$var" \
+      -np 2 carry/gpu_mpi_tests_exp "[reducer],[ce_allreduce]" 2>&1 | grep -E "passed|failed|FAILED|equivalence" | sort | uniq -c
+  done
+}
+
 # exp_tables PRECISION...: per precision and repeat (r1, r2), the overlap table of every 2-rank run
 # against that repeat's 1-rank run ($PREFIX-<precision>-np1-r<k>.h5).
 exp_tables() {
@@ -30,7 +43,7 @@ exp_tables() {
       [ -f "$W/$PREFIX-$p-np1-r$rep.h5" ] || continue
       echo; echo "## $p, repeat $rep"
       python3 results/overlap_table.py --baseline "$W/$PREFIX-$p-np1-r$rep.h5" \
-        $(ls "$W"/$PREFIX-$p-*-r$rep.h5 | grep -v np1)
+        $(ls "$W"/$PREFIX-$p-*-r$rep.h5 2>/dev/null | grep -v np1)
     done
   done
 }

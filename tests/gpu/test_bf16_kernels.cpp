@@ -74,7 +74,6 @@ std::vector<float> rounded(const std::vector<float>& v) {
   return out;
 }
 
-
 }  // namespace
 
 TEST_CASE("precision: names parse and print", "[gpu][precision]") {

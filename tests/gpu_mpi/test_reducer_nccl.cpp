@@ -1,4 +1,5 @@
-// The NCCL reducer on 2 GPUs (`mpirun -np 2`): averaging and data-parallel equivalence.
+// The GPU reducer (NcclReducer) on 2 GPUs (`mpirun -np 2`), with the NCCL and the copy-engine
+// all-reduce: averaging and data-parallel equivalence.
 #include <cuda_runtime.h>
 #include <mpi.h>
 
@@ -32,7 +33,7 @@ std::vector<float> to_host(const DeviceBuffer<float>& d) {
 
 }  // namespace
 
-TEST_CASE("NCCL reducer averages every bucket: rank r holds r+1", "[gpu][mpi][reducer]") {
+TEST_CASE("GPU reducer (NCCL and copy-engine all-reduce) averages every bucket: rank r holds r+1", "[gpu][mpi][reducer]") {
   const bool overlap = GENERATE(true, false);  // --no-overlap launches every bucket in finalize()
   const AllReduceImpl impl = GENERATE(AllReduceImpl::Nccl, AllReduceImpl::CopyEngine);
   INFO("overlap " << overlap << ", copy-engine " << (impl == AllReduceImpl::CopyEngine));
