@@ -133,7 +133,7 @@ MPI_Op Mpi16BitSumOps::op(Compression c) const {
 std::string powersgd_never_compresses_warning(const ReducerOptions& o, int64_t total_steps) {
   if (o.compression != Compression::PowerSgd || o.powersgd.start_iter < total_steps) return "";
   const std::string s = std::to_string(o.powersgd.start_iter);
-  return "warning: PowerSGD would never compress in this run: PyTorch's default start_powerSGD_iter=1000 "
+  return "PowerSGD would never compress in this run: PyTorch's default start_powerSGD_iter=1000 "
          "defers compression, and --powersgd-start-step " + s + " is >= the run's " +
          std::to_string(total_steps) +
          " steps (--warmup-steps + --steps + --cooldown-steps), so every bucket is all-reduced "

@@ -10,8 +10,11 @@ Exit status 0 (a report, not a test); 1 with a usage message for an odd or empty
 import os
 import sys
 
-import h5py
-import numpy as np
+try:
+    import h5py
+    import numpy as np
+except ImportError as _e:  # depends on the machine
+    sys.exit(f"compare_losses: error: {_e} (install python3-h5py and python3-numpy, or pip install h5py numpy)")
 
 
 def main() -> None:
@@ -23,8 +26,12 @@ def main() -> None:
         if not (os.path.exists(ref) and os.path.exists(other)):
             print(f"{name}: missing file")
             continue
-        with h5py.File(ref, "r") as a, h5py.File(other, "r") as b:
-            x, y = a["training/loss"][()], b["training/loss"][()]
+        try:
+            with h5py.File(ref, "r") as a, h5py.File(other, "r") as b:
+                x, y = a["training/loss"][()], b["training/loss"][()]
+        except (OSError, KeyError) as e:
+            print(f"{name}: cannot read training/loss ({e})")
+            continue
         if x.shape != y.shape:
             print(f"{name}: different shapes {x.shape} and {y.shape}")
             continue

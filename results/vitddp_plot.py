@@ -20,9 +20,8 @@ import argparse
 import os
 import sys
 
-import numpy as np
-
 try:
+    import numpy as np
     import h5py
     import matplotlib
 
@@ -791,12 +790,16 @@ def cmd_eval(a):
     runs = open_runs(a.files)
     curves = []
     for r in runs:
-        step = np.asarray(r.data("eval/step")).reshape(-1)
+        try:
+            step = np.asarray(r.data("eval/step")).reshape(-1)
+        except PlotError:
+            raise PlotError("%s: no evaluation recorded (no dataset 'eval/step': run vitddp with --eval-every N)"
+                            % r.path) from None
         acc = np.asarray(r.data("eval/accuracy"), dtype=float).reshape(-1)
         loss = np.asarray(r.data("eval/loss"), dtype=float).reshape(-1)
         samples = np.asarray(r.data("eval/samples")).reshape(-1)
         if step.size == 0:
-            raise PlotError("%s: no evaluation recorded (eval/step is empty)" % r.path)
+            raise PlotError("%s: no evaluation recorded (eval/step is empty: run vitddp with --eval-every N)" % r.path)
         curves.append((r, step, acc, loss, samples))
     fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(12, 4.8))
     for r, step, acc, loss, samples in curves:

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "src/optimizer.h"
+#include "src/output_path.h"
 
 namespace vitddp {
 namespace {
@@ -53,11 +54,9 @@ ResumePoint read_resume_point(const Options& o, const World& w, const ParamLayou
 std::string checkpoint_path_problem(const Options& o, int64_t first_step) {
   if (o.checkpoint_every <= 0) return "";
   const std::string& pattern = o.checkpoint_path;
-  fs::path parent = fs::path(checkpoint_file(pattern, 0)).parent_path();
-  if (parent.empty()) parent = ".";
+  if (const std::string e = output_directory_problem("--checkpoint-path", checkpoint_file(pattern, 0)); !e.empty())
+    return e;
   std::error_code ec;
-  if (!fs::is_directory(parent, ec))
-    return "--checkpoint-path: directory '" + parent.string() + "' does not exist";
   // The files this run will write: every N-th step after first_step, and the last step. (A
   // signal stop writes one more, at a step not known in advance: it replaces what is there.)
   std::vector<int64_t> steps;

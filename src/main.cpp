@@ -9,7 +9,10 @@
 #include <string>
 
 #include "model/fnv1a.h"
+#include "model/param_layout.h"
+#include "model/vit_config.h"
 #include "mpi/world.h"
+#include "src/build_info.h"
 #include "src/checkpoint.h"
 #include "src/engine.h"
 #include "src/fault_injection.h"
@@ -18,9 +21,6 @@
 #include "src/run_guard.h"
 #include "src/trainer.h"
 
-#ifndef VITDDP_GIT_COMMIT
-#define VITDDP_GIT_COMMIT "unknown"
-#endif
 
 namespace {
 
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   }
   if (!all_ranks_ok(err.empty())) return input_error(w, err.empty() ? "another rank rejected its options" : err + " (see --help)");
   if (o.help || o.version) {
-    if (w.rank == 0) std::printf("%s", o.help ? help_text().c_str() : "vitddp " VITDDP_GIT_COMMIT "\n");
+    if (w.rank == 0) std::printf("%s", o.help ? help_text().c_str() : (std::string("vitddp ") + vitddp_git_commit() + "\n").c_str());
     MPI_Finalize();
     return 0;
   }
@@ -115,6 +115,14 @@ int main(int argc, char** argv) {
       if (o.backend == "cpu" && w.rank == 0)
         std::printf("[vitddp] no CUDA device visible: running the CPU backend (reference kernels, MPI all-reduce)\n");
     }
+    if (o.backend == "cpu" && w.rank == 0) {
+      // The reference kernels take minutes per step of a full-size ViT: say so before the watchdog does.
+      const size_t params = make_param_layout(vit_config(o.model, o.num_classes)).total;
+      if (params > 20'000'000)
+        std::printf("[vitddp] warning: %s has %.1f M parameters: on the CPU backend one step can take longer than "
+                    "--step-timeout (%.0f s); to try the CPU backend use a small model (--model vit_tiny or vit_micro)\n",
+                    o.model.c_str(), params / 1e6, o.step_timeout_s);
+    }
     if (o.data.rfind("idx:", 0) == 0) {
       struct stat st;
       if (stat(o.data.c_str() + 4, &st) != 0 || !S_ISDIR(st.st_mode))
@@ -127,6 +135,7 @@ int main(int argc, char** argv) {
       err = "--allreduce copy-engine: needs every rank on one node (this node has " + std::to_string(w.local_size) +
             " of " + std::to_string(w.world_size) + " ranks); use --allreduce nccl across nodes";
     if (o.gemm_sm_carveout > 0 && o.backend != "gpu") err = "--gemm-sm-carveout: needs the GPU backend (cuBLASLt)";
+    if (o.nccl_max_ctas > 0 && o.backend != "gpu") err = "--nccl-max-ctas: needs the GPU backend (NCCL)";
     if (o.precision != "fp32" && o.backend != "gpu")
       err = "--precision " + o.precision + ": needs the GPU backend (the CPU backend computes in fp32 only)";
     if (const std::string f = FaultInjection::check(o, w.world_size, o.backend); !f.empty()) err = f;

@@ -21,9 +21,9 @@ long long parse_int(const std::string& opt, const std::string& v, long long lo, 
   errno = 0;
   char* end = nullptr;
   const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno == ERANGE)
+  if (v.empty() || *end != '\0')
     bad(opt, "expected an integer, got '" + v + "'");
-  if (x < lo || x > hi)
+  if (errno == ERANGE || x < lo || x > hi)
     bad(opt, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'");
   return x;
 }
@@ -80,7 +80,10 @@ const std::vector<Spec>& table() {
        [](Options& o, const std::string& v) { o.model = one_of("--model", v, vit_variant_names()); },
        [](const Options& o) { return o.model; }},
       {"num-classes", "K", "classes of the head; 0 = the variant's own (1000; vit_tiny 10)",
-       [](Options& o, const std::string& v) { o.num_classes = (int)parse_int("--num-classes", v, 0, 1000000); },
+       [](Options& o, const std::string& v) {
+         o.num_classes = (int)parse_int("--num-classes", v, 0, 1000000);
+         if (o.num_classes == 1) bad("--num-classes", "must be 0 (the variant's own) or at least 2, got '1'");
+       },
        [](const Options& o) { return std::to_string(o.num_classes); }},
       {"batch-size", "B", "images per rank per step",
        [](Options& o, const std::string& v) { o.batch_size = (int)parse_int("--batch-size", v, 1, 65536); },

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include <hdf5.h>
 
@@ -56,6 +57,9 @@ ResultsFile ResultsFile::create(const std::string& path, bool overwrite) {
   if (!fs::is_directory(parent, ec))
     throw std::runtime_error("ResultsFile: cannot create '" + path + "': '" + parent.string() +
                              "' is not a directory");
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    throw std::runtime_error("ResultsFile: cannot create '" + path + "': directory '" + parent.string() +
+                             "' is not writable (" + std::strerror(errno) + ")");
   if (!overwrite && fs::exists(fs::symlink_status(p, ec)))
     throw std::runtime_error("ResultsFile: refusing to overwrite existing file '" + path +
                              "' (overwrite not requested)");

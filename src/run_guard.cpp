@@ -80,7 +80,7 @@ void RunGuard::watchdog_loop() {
     if (!error.empty() || idle > timeout_s_) {
       if (error.empty())
         error = "step " + std::to_string(last_step_ + 1) + " did not finish within " + std::to_string((int)timeout_s_) +
-                " s (--step-timeout): a peer rank died or hangs";
+                " s (--step-timeout): a rank died or hangs, or a step takes longer than that (raise --step-timeout)";
       std::fprintf(stderr, "[vitddp rank %d] error: %s; exiting (the results file holds every step flushed so far)\n",
                    rank_, error.c_str());
       std::fflush(stderr);

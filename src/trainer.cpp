@@ -17,7 +17,9 @@
 #include "mpi/buckets.h"
 #include "src/batch_feed.h"
 #include "src/checkpointer.h"
+#include "src/build_info.h"
 #include "src/chrome_trace.h"
+#include "src/output_path.h"
 #include "src/engine.h"
 #include "src/gpu_model_options.h"
 #include "src/h5_util.h"
@@ -28,9 +30,6 @@
 #include "src/run_guard.h"
 #include "src/weights_io.h"
 
-#ifndef VITDDP_GIT_COMMIT
-#define VITDDP_GIT_COMMIT "unknown"
-#endif
 
 namespace vitddp {
 namespace {
@@ -148,7 +147,7 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
                   const std::vector<std::string>& hosts, const std::vector<std::string>& devices,
                   const std::vector<std::string>& uuids) {
   f.set_attr("program", "vitddp");
-  f.set_attr("git_commit", VITDDP_GIT_COMMIT);
+  f.set_attr("git_commit", vitddp_git_commit());
   f.set_attr("command_line", cmd);
   f.set_attr("start_time", h5::utc_now_iso8601());
   f.set_attr("model", layout.cfg.name);
@@ -273,7 +272,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
     return 2;
   }
   // --init-from is read (and checked by name and shape) on every rank before any device work;
-  // --save-weights' path is checked now so a long run does not fail at its end.
+  // --save-weights' and --trace's paths are checked now so a long run does not fail at its end.
   std::vector<float> initial;
   std::string weights_error;
   try {
@@ -286,14 +285,13 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
       }
     }
     if (!o.save_weights.empty()) {
-      namespace fs = std::filesystem;
-      const fs::path p(o.save_weights);
-      const fs::path parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-      if (!fs::is_directory(parent))
-        throw std::runtime_error("--save-weights: directory '" + parent.string() + "' does not exist");
-      if (fs::exists(p) && !o.overwrite)
+      if (const std::string e = output_directory_problem("--save-weights", o.save_weights); !e.empty())
+        throw std::runtime_error(e);
+      if (std::filesystem::exists(o.save_weights) && !o.overwrite)
         throw std::runtime_error("--save-weights: '" + o.save_weights + "' exists (use --overwrite to replace it)");
     }
+    if (!o.trace.empty())
+      if (const std::string e = output_directory_problem("--trace", o.trace); !e.empty()) throw std::runtime_error(e);
   } catch (const std::exception& e) {
     weights_error = e.what();
   }
@@ -384,7 +382,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   const int k = o.grad_accum_steps;
   const int64_t first_batch = (int64_t)start * k;  // batches the completed steps consumed (all sources: pure in the index)
   BatchFeed feed(o, w, layout.cfg, *engine, dataset, first_batch);
-  Checkpointer checkpointer(o, w, layout, VITDDP_GIT_COMMIT);
+  Checkpointer checkpointer(o, w, layout, vitddp_git_commit());
   std::unique_ptr<Evaluator> evaluator;
   if (eval_data) {
     evaluator = std::make_unique<Evaluator>(eval_data, layout.cfg, o.batch_size, w, *engine, results ? &*results : nullptr);

@@ -16,6 +16,9 @@ expect_error "bad bucket size" "--bucket-cap-mb: must be in (0" --bucket-cap-mb 
 expect_error "missing data dir" "--data: directory '$TMP/nope' does not exist" --data idx:$TMP/nope
 expect_error "no-ddp with 2 ranks" "--no-ddp: trains one replica" --no-ddp --model vit_micro
 expect_error "missing output dir" "--out:" --model vit_micro --out $TMP/missing/dir/run.h5
+expect_error "NCCL CTA cap on the CPU backend" "--nccl-max-ctas: needs the GPU backend" --nccl-max-ctas 4 --model vit_micro
+expect_error "missing --trace dir" "--trace: directory '$TMP/nope' does not exist" --model vit_micro --trace $TMP/nope/t.json
+expect_error "missing --save-weights dir" "--save-weights: directory '$TMP/nope' does not exist" --model vit_micro --save-weights $TMP/nope/w.h5
 expect_error "unknown precision" "--precision: unknown value 'fp16'" --precision fp16
 expect_error "bf16 on the CPU backend" "--precision bf16: needs the GPU backend" --precision bf16 --model vit_micro
 expect_error "unknown optimizer" "--optimizer: unknown value 'adam' (choose one of: sgd, adamw)" --optimizer adam

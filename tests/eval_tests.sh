@@ -104,7 +104,7 @@ if [ $rc -eq 0 ] && is_png "$TMP/eval.png"; then
 out=$(timeout 120 $MPIRUN -np 1 "$BIN" --backend cpu --model vit_micro --batch-size 2 --warmup-steps 0 --steps 1 \
       --cooldown-steps 0 --out "$TMP/noeval.h5" 2>&1)
 out=$("$PY" "$PLOT" eval "$TMP/noeval.h5" -o "$TMP/noeval.png" 2>&1); rc=$?
-if [ $rc -eq 2 ] && grep -q "missing dataset 'eval/step'" <<<"$out"; then ok "vitddp_plot.py eval without eval/*: exit 2 ($out)"
+if [ $rc -eq 2 ] && grep -q "no dataset 'eval/step': run vitddp with --eval-every N" <<<"$out"; then ok "vitddp_plot.py eval without eval/*: exit 2 ($out)"
 else bad "vitddp_plot.py eval on a file without eval/*: rc=$rc: $out"; fi
 
 finish

@@ -38,6 +38,10 @@ TEST_CASE("bad options give one line naming the option and the reason", "[option
   CHECK(option_error({"--batch-size", "0"}) == "--batch-size: must be in [1, 65536], got '0'");
   CHECK(option_error({"--batch-size", "-3"}) == "--batch-size: must be in [1, 65536], got '-3'");
   CHECK(option_error({"--batch-size", "abc"}) == "--batch-size: expected an integer, got 'abc'");
+  CHECK(option_error({"--batch-size", "99999999999999999999"}) ==
+        "--batch-size: must be in [1, 65536], got '99999999999999999999'");
+  CHECK(option_error({"--num-classes", "1"}) == "--num-classes: must be 0 (the variant's own) or at least 2, got '1'");
+  CHECK(parse_args({"--num-classes", "2"}).num_classes == 2);
   CHECK(option_error({"--bucket-cap-mb", "0"}).rfind("--bucket-cap-mb: must be in (0", 0) == 0);
   CHECK(option_error({"--lr", "nan"}) == "--lr: expected a finite number, got 'nan'");
   CHECK(option_error({"--model", "resnet50"}).rfind("--model: unknown value 'resnet50'", 0) == 0);

@@ -1,0 +1,24 @@
+#include "src/output_path.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace vitddp {
+
+std::string output_directory_problem(const std::string& what, const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path parent = fs::path(path).parent_path();
+  if (parent.empty()) parent = ".";
+  const std::string dir = "directory '" + parent.string() + "'";
+  std::error_code ec;
+  if (!fs::exists(parent, ec)) return what + ": " + dir + " does not exist";
+  if (!fs::is_directory(parent, ec)) return what + ": '" + parent.string() + "' is not a directory";
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    return what + ": " + dir + " is not writable (" + std::strerror(errno) + ")";
+  return "";
+}
+
+}  // namespace vitddp
