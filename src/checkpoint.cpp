@@ -11,6 +11,7 @@
 #include "src/h5_params.h"
 #include "src/h5_util.h"
 #include "src/optimizer.h"
+#include "src/output_path.h"
 
 namespace vitddp {
 namespace {
@@ -102,11 +103,10 @@ std::string value_of(const std::vector<std::pair<std::string, std::string>>& kv,
 void write_checkpoint(const std::string& path, const ParamLayout& layout, const CheckpointHeader& header,
                       const TrainState& state, const std::function<void()>& before_publish) {
   if (path.empty()) throw std::runtime_error("write_checkpoint: empty path");
-  fs::path parent = fs::path(path).parent_path();
-  if (parent.empty()) parent = ".";
+  if (const std::string e = output_directory_problem("checkpoint '" + path + "'", path); !e.empty())
+    throw std::runtime_error(e);
+  const fs::path parent = output_directory(path);
   std::error_code ec;
-  if (!fs::is_directory(parent, ec))
-    throw std::runtime_error("checkpoint '" + path + "': directory '" + parent.string() + "' does not exist");
   const std::string tmp = path + ".tmp";
   try {
     write_file(tmp, layout, header, state);

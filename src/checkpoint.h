@@ -46,7 +46,8 @@ struct CheckpointHeader {
 /// fsync'd. A crash at any point leaves under `path` either nothing, the previous checkpoint or the
 /// complete new one. `state.optimizer` buffers are stored under their names; header.options is
 /// written as option.<name> attributes. Throws std::runtime_error naming the path when the
-/// directory does not exist or HDF5 / the file system fails (the .tmp is then removed).
+/// directory is missing, not a directory or not writable (output_directory_problem) or HDF5 / the
+/// file system fails (the .tmp is then removed).
 void write_checkpoint(const std::string& path, const ParamLayout& layout, const CheckpointHeader& header,
                       const TrainState& state, const std::function<void()>& before_publish = {});
 

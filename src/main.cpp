@@ -21,7 +21,6 @@
 #include "src/run_guard.h"
 #include "src/trainer.h"
 
-
 namespace {
 
 using namespace vitddp;

@@ -8,10 +8,14 @@
 
 namespace vitddp {
 
+std::filesystem::path output_directory(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? std::filesystem::path(".") : parent;
+}
+
 std::string output_directory_problem(const std::string& what, const std::string& path) {
   namespace fs = std::filesystem;
-  fs::path parent = fs::path(path).parent_path();
-  if (parent.empty()) parent = ".";
+  const fs::path parent = output_directory(path);
   const std::string dir = "directory '" + parent.string() + "'";
   std::error_code ec;
   if (!fs::exists(parent, ec)) return what + ": " + dir + " does not exist";

@@ -5,11 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include <hdf5.h>
 
 #include "src/h5_util.h"
+#include "src/output_path.h"
 
 #include <algorithm>
 #include <cmath>
@@ -48,18 +48,9 @@ ResultsFile ResultsFile::create(const std::string& path, bool overwrite) {
   namespace fs = std::filesystem;
   const fs::path p(path);
   if (path.empty()) throw std::runtime_error("ResultsFile: cannot create a results file with an empty path");
-  fs::path parent = p.parent_path();
-  if (parent.empty()) parent = ".";
+  if (const std::string e = output_directory_problem("ResultsFile: cannot create '" + path + "'", path); !e.empty())
+    throw std::runtime_error(e);
   std::error_code ec;
-  if (!fs::exists(parent, ec))
-    throw std::runtime_error("ResultsFile: cannot create '" + path + "': parent directory '" +
-                             parent.string() + "' does not exist");
-  if (!fs::is_directory(parent, ec))
-    throw std::runtime_error("ResultsFile: cannot create '" + path + "': '" + parent.string() +
-                             "' is not a directory");
-  if (::access(parent.c_str(), W_OK | X_OK) != 0)
-    throw std::runtime_error("ResultsFile: cannot create '" + path + "': directory '" + parent.string() +
-                             "' is not writable (" + std::strerror(errno) + ")");
   if (!overwrite && fs::exists(fs::symlink_status(p, ec)))
     throw std::runtime_error("ResultsFile: refusing to overwrite existing file '" + path +
                              "' (overwrite not requested)");

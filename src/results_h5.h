@@ -27,7 +27,7 @@ enum class H5Dtype {
 class ResultsFile {
  public:
   /// Creates the file at `path`. Throws std::runtime_error naming the path and the reason when the
-  /// parent directory does not exist (or is not a directory), when `path` exists and `overwrite`
+  /// parent directory is missing, not a directory or not writable (output_directory_problem), when `path` exists and `overwrite`
   /// is false (HDF5 H5F_ACC_EXCL), or when HDF5 cannot create it. With `overwrite` an existing
   /// file is truncated (H5F_ACC_TRUNC).
   static ResultsFile create(const std::string& path, bool overwrite);

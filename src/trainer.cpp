@@ -30,7 +30,6 @@
 #include "src/run_guard.h"
 #include "src/weights_io.h"
 
-
 namespace vitddp {
 namespace {
 

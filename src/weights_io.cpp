@@ -14,6 +14,7 @@
 
 #include "src/h5_params.h"
 #include "src/h5_util.h"
+#include "src/output_path.h"
 
 namespace vitddp {
 namespace {
@@ -60,12 +61,10 @@ void write_weights_file(const std::string& tmp, const ParamLayout& layout, const
 
 void save_weights(const std::string& path, const ParamLayout& layout, const float* host_params, bool overwrite) {
   if (path.empty()) throw std::runtime_error("save_weights: empty path");
-  fs::path parent = fs::path(path).parent_path();
-  if (parent.empty()) parent = ".";
+  if (const std::string e = output_directory_problem("save_weights: cannot create '" + path + "'", path); !e.empty())
+    throw std::runtime_error(e);
+  const fs::path parent = output_directory(path);
   std::error_code ec;
-  if (!fs::is_directory(parent, ec))
-    throw std::runtime_error("save_weights: cannot create '" + path + "': directory '" + parent.string() +
-                             "' does not exist");
   if (!overwrite && fs::exists(fs::symlink_status(path, ec)))
     throw std::runtime_error("save_weights: refusing to overwrite existing file '" + path +
                              "' (overwrite not requested)");

@@ -26,7 +26,8 @@ namespace vitddp {
 /// then moved to `path` in one step (rename(2) with `overwrite`, link(2) + unlink(2) without it, so
 /// an existing file is never replaced), and the directory is fsync'd; a crash leaves either no
 /// file or a complete one (and possibly a stale .tmp, overwritten by the next save).
-/// Throws std::runtime_error naming the path when the parent directory does not exist, when `path`
+/// Throws std::runtime_error naming the path when the parent directory is missing, not a directory or
+/// not writable (output_directory_problem), when `path`
 /// exists and `overwrite` is false, or when HDF5 / the file system fails (the .tmp is removed).
 void save_weights(const std::string& path, const ParamLayout& layout, const float* host_params, bool overwrite);
 
