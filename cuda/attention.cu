@@ -1,5 +1,6 @@
 #include "cuda/attention.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -34,11 +35,29 @@ Dims make_dims(int T, int heads, int dh) {
   return m;
 }
 
+// Shared memory (bytes) of the general path's kernels for these dims (forward_impl / backward_impl).
+size_t fwd_smem(const Dims& m) {
+  return sizeof(float) * ((size_t)m.Tpad * (m.dh + 1) + (size_t)m.T * m.dh + (size_t)kTile * m.dh + (size_t)kWarps * m.Tpad);
+}
+size_t bwd_query_smem(const Dims& m) {
+  return sizeof(float) * (2 * (size_t)m.Tpad * (m.dh + 1) + (size_t)kTile * m.dh + (size_t)kWarps * m.Tpad);
+}
+size_t bwd_key_smem(const Dims& m) { return sizeof(float) * (2 * (size_t)m.T * m.dh + (size_t)kWarps * 2 * m.T); }
+
 void check(int batch, int T, int heads, int dh, const char* what) {
+  const std::string shape = std::string(what) + ": unsupported shape B=" + std::to_string(batch) + " T=" +
+                            std::to_string(T) + " heads=" + std::to_string(heads) + " head_dim=" + std::to_string(dh);
   if (batch < 1 || T < 1 || T > 32 * kMaxJ || heads < 1 || dh < 1 || dh > 32 * kMaxD)
-    throw std::invalid_argument(std::string(what) + ": unsupported shape B=" + std::to_string(batch) +
-                                " T=" + std::to_string(T) + " heads=" + std::to_string(heads) +
-                                " head_dim=" + std::to_string(dh) + " (need T <= 512, head_dim <= 128)");
+    throw std::invalid_argument(shape + " (need T <= 512, head_dim <= 128)");
+  const Dims m = make_dims(T, heads, dh);
+  const size_t need = std::max({fwd_smem(m), bwd_query_smem(m), bwd_key_smem(m)});
+  int dev = 0, limit = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (need > (size_t)limit)
+    throw std::invalid_argument(shape + ": the custom kernels need " + std::to_string(need / 1024) +
+                                " KiB of shared memory per block, this GPU allows " + std::to_string(limit / 1024) +
+                                " KiB (use --attention cudnn)");
 }
 
 template <typename Kernel>
@@ -468,8 +487,7 @@ void forward_impl(const TE* qkv, float* probs, TE* out, int batch, int T_, int h
     CUDA_CHECK_LAUNCH();
     return;
   }
-  const size_t smem = sizeof(float) * ((size_t)m.Tpad * (m.dh + 1) + (size_t)T * m.dh +
-                                       (size_t)kTile * m.dh + (size_t)kWarps * m.Tpad);
+  const size_t smem = fwd_smem(m);
   set_smem(attn_fwd_kernel<TE>, smem);
   const dim3 grid((T + kTile - 1) / kTile, heads, batch);
   attn_fwd_kernel<TE><<<grid, kWarps * 32, smem, stream>>>(qkv, probs, out, m);
@@ -491,12 +509,11 @@ void backward_impl(const TE* qkv, const float* probs, const TE* dout, TE* dqkv, 
     return;
   }
   const dim3 grid((T + kTile - 1) / kTile, heads, batch);
-  const size_t smem_a = sizeof(float) * (2 * (size_t)m.Tpad * (m.dh + 1) + (size_t)kTile * m.dh +
-                                         (size_t)kWarps * m.Tpad);
+  const size_t smem_a = bwd_query_smem(m);
   set_smem(attn_bwd_query_kernel<TE>, smem_a);
   attn_bwd_query_kernel<TE><<<grid, kWarps * 32, smem_a, stream>>>(qkv, probs, dout, dqkv, scratch, m);
   CUDA_CHECK_LAUNCH();
-  const size_t smem_b = sizeof(float) * (2 * (size_t)T * m.dh + (size_t)kWarps * 2 * T);
+  const size_t smem_b = bwd_key_smem(m);
   set_smem(attn_bwd_key_kernel<TE>, smem_b);
   attn_bwd_key_kernel<TE><<<grid, kWarps * 32, smem_b, stream>>>(qkv, probs, dout, scratch, dqkv, m);
   CUDA_CHECK_LAUNCH();

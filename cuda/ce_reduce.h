@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace vitddp {
 
@@ -27,6 +28,20 @@ size_t ce_dtype_bytes(CeDtype t);
 /// Only enqueues on `stream`; throws std::runtime_error on a launch error.
 void ce_sum_chunk(void* chunk, const void* scratch, size_t n, int slots, size_t slot_stride, float scale, CeDtype t,
                   cudaStream_t stream, int* nonfinite = nullptr);
+
+/// The sum of the fp16/bf16 compression hooks (PyTorch fp16_compress_hook / bf16_compress_hook)
+/// for the chunk a rank owns, with the hook's two casts fused into it, so the own chunk is never
+/// cast into a staging buffer first nor cast back from it afterwards. For i < n:
+///   own = round_T(x[i] / divisor); r = round_T(float(own) + sum_{k < slots} float(scratch[k * slot_stride + i]))
+///   out16[i] = r (the payload the all-gather sends); x[i] = float(r) (the decompressed value).
+/// Bit-identical to cast_to_16bit (cuda/compression.h) of the chunk, ce_sum_chunk with scale 1,
+/// then cast_from_16bit. `x`: n fp32; `out16` and `scratch`: raw bits of `t` (F16 or Bf16; else
+/// std::invalid_argument); `slot_stride` in elements. 16-byte vector accesses when x, out16 and
+/// scratch are 16-byte aligned and slot_stride is a multiple of 8; element by element otherwise.
+/// When `nonfinite` is given, any r that is NaN or infinite sets it to 1.
+/// Only enqueues on `stream`; throws std::runtime_error on a launch error.
+void ce_sum_chunk_16bit(float* x, uint16_t* out16, const uint16_t* scratch, size_t n, int slots, size_t slot_stride,
+                        float divisor, CeDtype t, cudaStream_t stream, int* nonfinite = nullptr);
 
 /// *flag = 1 when any of flags_in[0..n) is non-zero; unchanged otherwise. One thread.
 void ce_or_flags(const int* flags_in, int n, int* flag, cudaStream_t stream);

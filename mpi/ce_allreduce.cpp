@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "cuda/check.h"
+#include "cuda/compression.h"
 #include "mpi/world.h"
 
 namespace vitddp {
@@ -211,51 +212,93 @@ void CopyEngineAllReduce::exchange_nonfinite(cudaStream_t s) {
   wait_flags(2, 0, s);
 }
 
-void CopyEngineAllReduce::all_reduce(size_t bucket, void* data, size_t count, CeDtype t, float scale,
-                                     cudaStream_t s) {
-  const size_t es = ce_dtype_bytes(t);
-  // Everything is checked before anything is enqueued: a throw leaves no flag raised.
+void CopyEngineAllReduce::check_payload(size_t bucket, const void* data, size_t bytes, size_t es) const {
   if (bucket >= buckets_) throw std::invalid_argument("CopyEngineAllReduce: bucket index out of range");
-  if (count * es > bucket_bytes_[bucket])
-    throw std::invalid_argument("CopyEngineAllReduce: " + std::to_string(count * es) + " bytes for bucket " +
+  if (bytes > bucket_bytes_[bucket])
+    throw std::invalid_argument("CopyEngineAllReduce: " + std::to_string(bytes) + " bytes for bucket " +
                                 std::to_string(bucket) + " of " + std::to_string(bucket_bytes_[bucket]));
   if (reinterpret_cast<uintptr_t>(data) % es != 0)
     throw std::invalid_argument("CopyEngineAllReduce: data not aligned to its element size");
-  if (count > 0) {
-    const auto* last = static_cast<const uint8_t*>(data) + count * es - 1;
+  if (bytes > 0) {
+    const auto* last = static_cast<const uint8_t*>(data) + bytes - 1;
     if (region_of(data) != region_of(last))
       throw std::invalid_argument("CopyEngineAllReduce: data spans more than one registered buffer");
   }
+}
+
+CopyEngineAllReduce::Chunks CopyEngineAllReduce::chunks(size_t count) const {
   // Chunk j = elements [j*cs, min((j+1)*cs, count)); cs a multiple of 64 elements (aligned copies).
-  const size_t cs = round_up((count + n_ - 1) / n_, 64);
-  auto chunk_len = [&](int j) {
-    const size_t lo = std::min(count, j * cs), hi = std::min(count, (j + 1) * cs);
-    return hi - lo;
-  };
-  auto* bytes = static_cast<uint8_t*>(data);
-  // 1. Reduce-scatter: chunk j to rank j's scratch slot for this rank.
+  return Chunks{count, round_up((count + n_ - 1) / n_, 64)};
+}
+
+size_t CopyEngineAllReduce::Chunks::begin(int j) const { return std::min(count, j * size); }
+size_t CopyEngineAllReduce::Chunks::length(int j) const { return std::min(count, (j + 1) * size) - begin(j); }
+
+void CopyEngineAllReduce::scatter(size_t bucket, const uint8_t* payload, const Chunks& c, size_t es, cudaStream_t s) {
   for (int k = 1; k < n_; ++k) {
     const int j = (rank_ + k) % n_;
     const int slot = rank_ < j ? rank_ : rank_ - 1;
-    const uint8_t* src = bytes + j * cs * es;
-    if (chunk_len(j) > 0)
+    const uint8_t* src = payload + c.begin(j) * es;
+    if (c.length(j) > 0)
       CUDA_CHECK(cudaMemcpyAsync(peer_scratch_[j] + scratch_offset_[bucket] + slot * slot_bytes_[bucket] + misalignment(src),
-                                 src, chunk_len(j) * es, cudaMemcpyDeviceToDevice, s));
+                                 src, c.length(j) * es, cudaMemcpyDeviceToDevice, s));
     raise_flag(j, 0, bucket, s);
   }
-  // 2. Sum this rank's chunk with its peers' copies.
   wait_flags(0, bucket, s);
-  uint8_t* mine = bytes + rank_ * cs * es;
-  ce_sum_chunk(mine, scratch_.get() + scratch_offset_[bucket] + misalignment(mine), chunk_len(rank_), n_ - 1, slot_bytes_[bucket] / es,
-               scale, t, s, nonfinite_slots() + rank_);
-  // 3. All-gather: the summed chunk into every peer's buffer, then wait for theirs.
+}
+
+const uint8_t* CopyEngineAllReduce::received(size_t bucket, const void* mine) const {
+  return scratch_.get() + scratch_offset_[bucket] + misalignment(mine);
+}
+
+void CopyEngineAllReduce::gather(size_t bucket, const uint8_t* mine, size_t bytes, cudaStream_t s) {
   for (int k = 1; k < n_; ++k) {
     const int j = (rank_ + k) % n_;
-    if (chunk_len(rank_) > 0)
-      CUDA_CHECK(cudaMemcpyAsync(peer_address(j, mine), mine, chunk_len(rank_) * es, cudaMemcpyDeviceToDevice, s));
+    if (bytes > 0) CUDA_CHECK(cudaMemcpyAsync(peer_address(j, mine), mine, bytes, cudaMemcpyDeviceToDevice, s));
     raise_flag(j, 1, bucket, s);
   }
   wait_flags(1, bucket, s);
+}
+
+void CopyEngineAllReduce::all_reduce(size_t bucket, void* data, size_t count, CeDtype t, float scale,
+                                     cudaStream_t s) {
+  const size_t es = ce_dtype_bytes(t);
+  check_payload(bucket, data, count * es, es);  // before anything is enqueued: a throw raises no flag
+  const Chunks c = chunks(count);
+  auto* bytes = static_cast<uint8_t*>(data);
+  // 1. Reduce-scatter: chunk j to rank j's scratch slot for this rank; wait for the peers' copies.
+  scatter(bucket, bytes, c, es, s);
+  // 2. Sum this rank's chunk with its peers' copies.
+  uint8_t* mine = bytes + c.begin(rank_) * es;
+  ce_sum_chunk(mine, received(bucket, mine), c.length(rank_), n_ - 1, slot_bytes_[bucket] / es, scale, t, s,
+               nonfinite_slots() + rank_);
+  // 3. All-gather: the summed chunk into every peer's buffer, then wait for theirs.
+  gather(bucket, mine, c.length(rank_) * es, s);
+}
+
+void CopyEngineAllReduce::all_reduce_16bit(size_t bucket, float* x, uint16_t* staging, size_t count, CeDtype t,
+                                           float divisor, cudaStream_t s, const std::function<void()>& mark) {
+  if (t == CeDtype::F32) throw std::invalid_argument("CopyEngineAllReduce::all_reduce_16bit: fp16 or bf16 payload only");
+  check_payload(bucket, x, count * sizeof(float), sizeof(float));
+  check_payload(bucket, staging, count * sizeof(uint16_t), sizeof(uint16_t));
+  const bool bf16 = t == CeDtype::Bf16;
+  const Chunks c = chunks(count);
+  const size_t own = c.begin(rank_), own_len = c.length(rank_), after = own + own_len;
+  // 1. Only the peers' chunks are cast (the elements before and after this rank's chunk).
+  cast_to_16bit(x, own, divisor, bf16, staging, s);
+  cast_to_16bit(x + after, count - after, divisor, bf16, staging + after, s);
+  if (mark) mark();
+  // 2. Reduce-scatter of the 16-bit payload.
+  auto* payload = reinterpret_cast<uint8_t*>(staging);
+  scatter(bucket, payload, c, sizeof(uint16_t), s);
+  // 3. The own chunk cast, summed and decompressed in one pass; its 16-bit result goes out next.
+  ce_sum_chunk_16bit(x + own, staging + own, reinterpret_cast<const uint16_t*>(received(bucket, staging + own)),
+                     own_len, n_ - 1, slot_bytes_[bucket] / sizeof(uint16_t), divisor, t, s, nonfinite_slots() + rank_);
+  // 4. All-gather of the 16-bit results; only the peers' chunks are cast back.
+  gather(bucket, payload + own * sizeof(uint16_t), own_len * sizeof(uint16_t), s);
+  if (mark) mark();
+  cast_from_16bit(staging, own, bf16, x, s);
+  cast_from_16bit(staging + after, count - after, bf16, x + after, s);
 }
 
 }  // namespace vitddp

@@ -144,16 +144,20 @@ void NcclReducer::launch(size_t b) {
   const Compression c = opts_.compression;
   if (is_16bit(c)) {
     const bool bf16 = c == Compression::Bf16;
+    const float ws = static_cast<float>(world_size_);
     const int e0 = tl.mark(comm_stream_);
-    cast_to_16bit(p, bk.numel, static_cast<float>(world_size_), bf16, d_half_.get(), comm_stream_);
-    const int e1 = tl.mark(comm_stream_);
-    if (ce_)
-      ce_->all_reduce(b, d_half_.get(), bk.numel, bf16 ? CeDtype::Bf16 : CeDtype::F16, 1.0f, comm_stream_);
-    else
+    int e1 = -1, e2 = -1;
+    if (ce_) {  // the casts fused into the copy-engine all-reduce (same bits, fewer passes)
+      ce_->all_reduce_16bit(b, p, d_half_.get(), bk.numel, bf16 ? CeDtype::Bf16 : CeDtype::F16, ws, comm_stream_,
+                            [&] { (e1 < 0 ? e1 : e2) = tl.mark(comm_stream_); });
+    } else {
+      cast_to_16bit(p, bk.numel, ws, bf16, d_half_.get(), comm_stream_);
+      e1 = tl.mark(comm_stream_);
       NCCL_CHECK(ncclAllReduce(d_half_.get(), d_half_.get(), bk.numel, bf16 ? ncclBfloat16 : ncclFloat16, ncclSum,
                                comm_, comm_stream_));
-    const int e2 = tl.mark(comm_stream_);
-    cast_from_16bit(d_half_.get(), bk.numel, bf16, p, comm_stream_);
+      e2 = tl.mark(comm_stream_);
+      cast_from_16bit(d_half_.get(), bk.numel, bf16, p, comm_stream_);
+    }
     const int e3 = tl.mark(comm_stream_);
     tl.compress(e0, e1);
     tl.allreduce(e1, e2, 2ull * bk.numel);

@@ -58,8 +58,10 @@ struct BucketTimes {
 ///    in ncclFloat16/ncclBfloat16, cast back into the bucket;
 ///  - powersgd: PowerSgdNccl (plain ncclAvg before its start step).
 /// With ReducerOptions::allreduce == CopyEngine (and more than one rank) the all-reduce of
-/// none and fp16/bf16 is CopyEngineAllReduce's instead of ncclAllReduce (none: its sum times
-/// 1/world size), on the same comm stream between the same timing events.
+/// none and fp16/bf16 is CopyEngineAllReduce's instead of ncclAllReduce, on the same comm stream
+/// between the same timing events: none, its sum times 1/world size; fp16/bf16,
+/// all_reduce_16bit, which fuses the own chunk's casts into the sum (same bits, fewer passes over
+/// the bucket; the compression time then counts only the peers' chunks' casts).
 /// With grad_as_bucket_view=false the bucket is a slice of a separate flat buffer: the gradients
 /// are copied into it (device-to-device, compute stream) before the ready event, and copied back
 /// in finalize(). finalize() launches anything left (all buckets with overlap off), makes the

@@ -1,10 +1,13 @@
-// ce_sum_chunk (cuda/ce_reduce.h), the sum kernel of the copy-engine all-reduce, on one GPU:
+// ce_sum_chunk and ce_sum_chunk_16bit (cuda/ce_reduce.h), the sum kernels of the copy-engine
+// all-reduce, on one GPU:
 // every element type, chunk offsets 0..7 elements past a 16-byte line (scalar head, 16-byte body,
 // scalar tail), 1 and 3 scratch slots, against the host: fp32 sum in slot order, one rounding.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <tuple>
 #include <limits>
 #include <vector>
 
@@ -110,5 +113,72 @@ TEST_CASE("ce_sum_chunk: a NaN, an Inf or an fp16 overflow anywhere sets the non
   ce_or_flags(flags.get(), 3, out.get(), s);
   CUDA_CHECK(cudaStreamSynchronize(s));
   CHECK(out.download()[0] == 1);
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+TEST_CASE("ce_sum_chunk_16bit: the 16-bit hooks' cast, sum and cast back in one pass, bit for bit",
+          "[gpu][ce_reduce]") {
+  REQUIRE_GPU();
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  // off 0: 16-byte vectors plus a tail; off 1..3: element by element (x not 16-byte aligned).
+  for (CeDtype t : {CeDtype::F16, CeDtype::Bf16})
+    for (int slots : {1, 3})
+      for (size_t n : {size_t{1}, size_t{13}, size_t{70001}})
+        for (size_t off : {size_t{0}, size_t{1}, size_t{3}}) {
+          INFO("dtype " << (int)t << ", slots " << slots << ", n " << n << ", offset " << off);
+          const size_t stride = (n + off + 64) / 8 * 8;
+          const auto x = normal_vec(n, 9, off + 10 * slots, 3.0);
+          const auto r = normal_vec(slots * stride, 10, off + 10 * slots, 1.5);
+          std::vector<uint8_t> scratch((slots * stride + off) * 2);
+          for (size_t i = 0; i < slots * stride; ++i) put(scratch, t, off + i, r[i]);
+          std::vector<float> xs(n + off, 0.0f);
+          std::copy(x.begin(), x.end(), xs.begin() + off);
+          DevVec<float> dx(xs.size());
+          DevVec<uint8_t> ds(scratch.size()), dout((n + off) * 2);
+          DevVec<int> flag(std::vector<int>{0});
+          dx.upload(xs);
+          ds.upload(scratch);
+          ce_sum_chunk_16bit(dx.get() + off, reinterpret_cast<uint16_t*>(dout.get()) + off,
+                             reinterpret_cast<const uint16_t*>(ds.get()) + off, n, slots, stride, 2.0f, t, s,
+                             flag.get());
+          CUDA_CHECK(cudaStreamSynchronize(s));
+          CHECK(flag.download()[0] == 0);
+          // Host: own = 16-bit(x / 2), sum in fp32 with the slots in order, one rounding to 16 bits.
+          const Compression c = t == CeDtype::F16 ? Compression::Fp16 : Compression::Bf16;
+          std::vector<uint16_t> own(n);
+          cast_to_16bit_host(c, x.data(), n, 2, own.data());
+          const auto got_x = dx.download();
+          const auto got16 = dout.download();
+          size_t wrong = 0;
+          for (size_t i = 0; i < n; ++i) {
+            float acc = c == Compression::Fp16 ? fp16_to_float(own[i]) : bf16_to_float(own[i]);
+            for (int k = 0; k < slots; ++k) acc += get(scratch, t, off + k * stride + i);
+            std::vector<uint8_t> want16(2);
+            put(want16, t, 0, acc);
+            const float want_x = get(want16, t, 0);
+            wrong += got_x[off + i] != want_x || get(got16, t, off + i) != want_x;
+          }
+          CHECK(wrong == 0u);
+        }
+  // A NaN among the peers' copies, and an fp16 overflow of the sum, set the flag.
+  for (const auto& [t, own, peer] : {std::tuple{CeDtype::Bf16, 1.0f, std::numeric_limits<float>::quiet_NaN()},
+                                     std::tuple{CeDtype::F16, 120000.0f, 60000.0f}}) {
+    INFO("dtype " << (int)t << ", own " << own << ", peer " << peer);
+    const size_t n = 1003, stride = 1008;
+    std::vector<uint8_t> scratch(stride * 2);
+    for (size_t i = 0; i < stride; ++i) put(scratch, t, i, 0.0f);
+    put(scratch, t, 500, peer);
+    DevVec<float> dx(std::vector<float>(n, own));
+    DevVec<uint8_t> ds(scratch.size()), dout(n * 2);
+    DevVec<int> flag(std::vector<int>{0});
+    ds.upload(scratch);
+    // fp16: 120000 / 2 = 60000, plus 60000 = 120000 > 65504 rounds to inf.
+    ce_sum_chunk_16bit(dx.get(), reinterpret_cast<uint16_t*>(dout.get()), reinterpret_cast<const uint16_t*>(ds.get()),
+                       n, 1, stride, 2.0f, t, s, flag.get());
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    CHECK(flag.download()[0] == 1);
+  }
+  CHECK_THROWS_AS(ce_sum_chunk_16bit(nullptr, nullptr, nullptr, 1, 1, 8, 2.0f, CeDtype::F32, s), std::invalid_argument);
   CUDA_CHECK(cudaStreamDestroy(s));
 }

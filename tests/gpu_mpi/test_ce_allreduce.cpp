@@ -68,6 +68,33 @@ double tolerance(Compression c) {
   return c == Compression::None ? 1.2e-7 : c == Compression::Bf16 ? 3.0 * std::ldexp(1.0, -8) : 3.0 * std::ldexp(1.0, -11);
 }
 
+/// The 16-bit hooks on 2 ranks, emulated on the host: each rank's gradient divided by 2 and cast
+/// to 16 bits, the two added in fp32 and rounded to 16 bits once, cast back (what NCCL's 16-bit
+/// ring and the copy-engine sum both do for two ranks).
+std::vector<float> hook_emulation(Compression c, int step, size_t n) {
+  const auto a = gradients_of(0, step, n), b = gradients_of(1, step, n);
+  std::vector<uint16_t> ha(n), hb(n), sum(n);
+  cast_to_16bit_host(c, a.data(), n, 2, ha.data());
+  cast_to_16bit_host(c, b.data(), n, 2, hb.data());
+  std::vector<float> fa(n), fb(n), out(n);
+  cast_from_16bit_host(c, ha.data(), n, fa.data());
+  cast_from_16bit_host(c, hb.data(), n, fb.data());
+  for (size_t i = 0; i < n; ++i) fa[i] += fb[i];
+  cast_to_16bit_host(c, fa.data(), n, 1, sum.data());
+  cast_from_16bit_host(c, sum.data(), n, out.data());
+  return out;
+}
+
+/// Reducer options with the copy-engine all-reduce.
+ReducerOptions ce_options(Compression c, bool view = true, bool overlap = true) {
+  ReducerOptions ro;
+  ro.compression = c;
+  ro.grad_as_bucket_view = view;
+  ro.overlap = overlap;
+  ro.allreduce = AllReduceImpl::CopyEngine;
+  return ro;
+}
+
 /// What both tests share: 2 ranks, vit_tiny's layout in buckets of at most `cap` bytes (the
 /// first one `first` bytes), an NCCL communicator, device gradients and a stream.
 struct TwoRanks {
@@ -133,11 +160,7 @@ TEST_CASE("copy-engine all-reduce averages like the host reference, bit-identica
     for (bool view : {true, false})
       for (bool overlap : {true, false}) {
         INFO(compression_name(c) << (view ? ", bucket view" : ", bucket copy") << (overlap ? "" : ", no overlap"));
-        ReducerOptions ro;
-        ro.compression = c;
-        ro.grad_as_bucket_view = view;
-        ro.overlap = overlap;
-        ro.allreduce = AllReduceImpl::CopyEngine;
+        const ReducerOptions ro = ce_options(c, view, overlap);
         NcclReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
         CHECK(reducer.device_bytes() == NcclReducer::planned_device_bytes(t.L, t.B, ro, t.w.world_size));
         t.set(0);
@@ -147,14 +170,50 @@ TEST_CASE("copy-engine all-reduce averages like the host reference, bit-identica
       }
 }
 
+TEST_CASE("copy-engine fp16/bf16 hooks (casts fused into the sum) equal the host emulation bit for bit",
+          "[gpu][mpi][ce_allreduce]") {
+  const size_t cap = GENERATE(size_t{65536}, size_t{256});
+  INFO("bucket cap " << cap << " bytes");
+  TwoRanks t(cap == 256 ? 256 : 4096, cap);
+  for (Compression c : {Compression::Fp16, Compression::Bf16})
+    for (bool view : {true, false}) {
+      INFO(compression_name(c) << (view ? ", bucket view" : ", bucket copy"));
+      const ReducerOptions ro = ce_options(c, view);
+      NcclReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
+      t.set(3);
+      cudaEvent_t start;
+      CUDA_CHECK(cudaEventCreate(&start));
+      CUDA_CHECK(cudaEventRecord(start, t.stream));
+      t.reduce_step(reducer);
+      CUDA_CHECK(cudaStreamSynchronize(t.stream));
+      std::vector<float> out(t.L.total);
+      CUDA_CHECK(cudaMemcpy(out.data(), t.grads.get(), t.L.total * sizeof(float), cudaMemcpyDeviceToHost));
+      const auto want = hook_emulation(c, 3, t.L.total);
+      size_t wrong = 0;
+      for (const auto& p : t.L.params)
+        for (size_t i = p.offset; i < p.offset + p.numel; ++i) wrong += out[i] != want[i];
+      CHECK(wrong == 0u);
+      // Every bucket is reported compressed, 16 bits per element, with its three timed phases in
+      // order: casts, all-reduce, casts back.
+      const BucketTimes bt = reducer.times(start);
+      for (size_t b = 0; b < t.B.size(); ++b) {
+        INFO("bucket " << b);
+        CHECK(bt.compressed[b] == 1);
+        CHECK(bt.bytes_sent[b] == 2ull * t.B[b].numel);
+        CHECK(bt.allreduce_ms[b] > 0.0);
+        CHECK(bt.compress_ms[b] >= 0.0);
+        CHECK(bt.end_ms[b] - bt.start_ms[b] >= bt.allreduce_ms[b] + bt.compress_ms[b] - 1e-3);
+      }
+      CUDA_CHECK(cudaEventDestroy(start));
+    }
+}
+
 TEST_CASE("copy-engine all-reduce: a NaN or Inf on one rank, in either rank's chunk, flags the step on both",
           "[gpu][mpi][ce_allreduce]") {
   TwoRanks t;
   for (Compression c : {Compression::None, Compression::Bf16}) {
     INFO(compression_name(c));
-    ReducerOptions ro;
-    ro.compression = c;
-    ro.allreduce = AllReduceImpl::CopyEngine;
+    const ReducerOptions ro = ce_options(c);
     NcclReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
     StepGraph graph;
     t.capture_step(reducer, graph);
@@ -183,9 +242,7 @@ TEST_CASE("copy-engine all-reduce replayed from a CUDA graph: every replay avera
   TwoRanks t;
   for (Compression c : {Compression::None, Compression::Bf16}) {
     INFO(compression_name(c));
-    ReducerOptions ro;
-    ro.compression = c;
-    ro.allreduce = AllReduceImpl::CopyEngine;
+    const ReducerOptions ro = ce_options(c);
     NcclReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
     t.set(0);  // an eager step first, as the engine's first step, then the captured ones
     t.reduce_step(reducer);
