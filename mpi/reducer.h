@@ -32,7 +32,8 @@ struct BucketTimes {
   /// at least one tensor of the bucket is low-rank approximated. 0 otherwise.
   std::vector<uint8_t> compressed;
   /// Compression + decompression work (GPU: CUDA events around the cast / PowerSGD kernels on the
-  /// comm stream, summed; CPU: host time).
+  /// comm stream, summed; CPU: host time). Copy-engine fp16/bf16: the peers' chunks' casts only;
+  /// the own chunk's casts are fused into the sum and count in allreduce_ms.
   std::vector<double> compress_ms;
   /// Inside the all-reduce calls (GPU: CUDA events around the NCCL calls, summed; CPU: from
   /// MPI_Iallreduce to the return of its MPI_Wait, or the blocking calls of PowerSGD).
