@@ -14,7 +14,8 @@ namespace vitddp {
 /// (heads concatenated, ready for out_proj). probs is [B, H, T, T]: probs[b,h,i,j] = softmax_j
 /// (q_i . k_j / sqrt(dh)). Limits: 1 <= T <= 512, 1 <= dh <= 128, and the shared memory of the
 /// larger shapes' kernels within the GPU's per-block limit (H200, 227 KiB: T <= 416 at dh 64,
-/// 320 at dh 80, 192 at dh 128); other shapes throw std::invalid_argument naming the shape.
+/// 320 at dh 80, 192 at dh 128); other shapes throw std::invalid_argument naming the shape,
+/// forward included when only backward's kernels would not fit (a shape that cannot train).
 /// Two implementations: T <= 64 and dh <= 64 (the /32 ViTs) run one block per (batch, head) with
 /// Q, K, V, P in shared memory and 4x4 register tiles; larger shapes run one warp per query / key
 /// row over query or key tiles. Both are fp32 with fp32 accumulation and exact expf.

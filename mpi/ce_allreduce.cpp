@@ -212,14 +212,15 @@ void CopyEngineAllReduce::exchange_nonfinite(cudaStream_t s) {
   wait_flags(2, 0, s);
 }
 
-void CopyEngineAllReduce::check_payload(size_t bucket, const void* data, size_t bytes, size_t es) const {
+void CopyEngineAllReduce::check_payload(size_t bucket, const void* data, size_t bytes, size_t es,
+                                        bool registered) const {
   if (bucket >= buckets_) throw std::invalid_argument("CopyEngineAllReduce: bucket index out of range");
   if (bytes > bucket_bytes_[bucket])
     throw std::invalid_argument("CopyEngineAllReduce: " + std::to_string(bytes) + " bytes for bucket " +
                                 std::to_string(bucket) + " of " + std::to_string(bucket_bytes_[bucket]));
   if (reinterpret_cast<uintptr_t>(data) % es != 0)
     throw std::invalid_argument("CopyEngineAllReduce: data not aligned to its element size");
-  if (bytes > 0) {
+  if (registered && bytes > 0) {
     const auto* last = static_cast<const uint8_t*>(data) + bytes - 1;
     if (region_of(data) != region_of(last))
       throw std::invalid_argument("CopyEngineAllReduce: data spans more than one registered buffer");
@@ -279,7 +280,7 @@ void CopyEngineAllReduce::all_reduce(size_t bucket, void* data, size_t count, Ce
 void CopyEngineAllReduce::all_reduce_16bit(size_t bucket, float* x, uint16_t* staging, size_t count, CeDtype t,
                                            float divisor, cudaStream_t s, const std::function<void()>& mark) {
   if (t == CeDtype::F32) throw std::invalid_argument("CopyEngineAllReduce::all_reduce_16bit: fp16 or bf16 payload only");
-  check_payload(bucket, x, count * sizeof(float), sizeof(float));
+  check_payload(bucket, x, count * sizeof(float), sizeof(float), false);
   check_payload(bucket, staging, count * sizeof(uint16_t), sizeof(uint16_t));
   const bool bf16 = t == CeDtype::Bf16;
   const Chunks c = chunks(count);

@@ -24,7 +24,8 @@ namespace vitddp {
 ///     scratch slot for r (cudaMemcpyAsync peer-to-peer: a copy engine over NVLink, no SM), then
 ///     raises rank j's flag (a 4-byte copy after the data, in stream order);
 ///  2. rank r waits for its n-1 flags (cuStreamWaitValue32: the stream's front end waits, no SM),
-///     clears them, and sums its chunk with the n-1 copies (ce_sum_chunk: short blocks), times `scale`;
+///     clears them, and sums its chunk with the n-1 copies (ce_sum_chunk: short blocks), times `scale`
+///     (all_reduce_16bit: ce_sum_chunk_16bit, which also casts the own chunk to 16 bits and back);
 ///  3. all-gather: rank r copies its summed chunk into the same place in every peer's buffer and
 ///     raises their flags; it waits for the n-1 chunks of its peers.
 /// The sum kernel also flags NaN/Inf (begin_step / exchange_nonfinite / nonfinite_slots).
@@ -69,14 +70,15 @@ class CopyEngineAllReduce {
   /// bit-identical to cast_to_16bit(x, divisor) into `staging`, all_reduce() of the 16-bit staging
   /// with scale 1, and cast_from_16bit back into x, but only the peers' chunks are cast to 16 bits
   /// and back; this rank's chunk is cast, summed and decompressed in one pass
-  /// (ce_sum_chunk_16bit), which for 2 ranks saves 3 of the 19 bytes per element of HBM traffic
-  /// and a third of the kernels' bytes. `staging`: `count` 16-bit elements (`t`: F16 or Bf16),
-  /// used as the payload and overwritten. x and staging each inside one registered region, at the
-  /// same offsets on every rank; count x 4 at most bucket_bytes[bucket]. Enqueues on `stream`
-  /// only. `mark` (optional) is called twice, to enqueue timing events: after the casts to 16
-  /// bits and before the casts back (so compression and all-reduce can be timed apart). Throws
-  /// std::invalid_argument (before enqueuing anything) as all_reduce() does, or for t == F32;
-  /// std::runtime_error when a stream memory operation fails.
+  /// (ce_sum_chunk_16bit). For 2 ranks that saves 3 of the 19 bytes per element of HBM traffic
+  /// (the kernels' share from 15 to 12). `staging`: `count` 16-bit elements (`t`: F16 or Bf16),
+  /// the payload, overwritten; inside one registered region, at the same offset on every rank.
+  /// `x`: count fp32, 4-byte aligned, count x 4 at most bucket_bytes[bucket]; peers never access
+  /// it, so it need not be registered. Enqueues on `stream` only. `mark` (optional) is called
+  /// twice, to enqueue timing events: after the casts to 16 bits and before the casts back (so
+  /// compression and all-reduce can be timed apart). Throws std::invalid_argument (before
+  /// enqueuing anything) for a bad staging buffer as all_reduce() does for its data, an oversized
+  /// or misaligned x, or t == F32; std::runtime_error when a stream memory operation fails.
   void all_reduce_16bit(size_t bucket, float* x, uint16_t* staging, size_t count, CeDtype t, float divisor,
                         cudaStream_t stream, const std::function<void()>& mark = {});
   int world_size() const { return n_; }
@@ -110,9 +112,9 @@ class CopyEngineAllReduce {
     size_t length(int j) const;
   };
   Chunks chunks(size_t count) const;
-  /// std::invalid_argument unless `bytes` of elements of `es` bytes at `data` fit bucket `bucket`
-  /// and lie, aligned, in one registered region.
-  void check_payload(size_t bucket, const void* data, size_t bytes, size_t es) const;
+  /// std::invalid_argument unless `bytes` of elements of `es` bytes at `data` fit bucket `bucket`,
+  /// aligned, and (when `registered`) lie in one registered region.
+  void check_payload(size_t bucket, const void* data, size_t bytes, size_t es, bool registered = true) const;
   /// Reduce-scatter: chunk j of `payload` into rank j's scratch slot for this rank, flags raised;
   /// then waits until every peer's copy of this rank's chunk has arrived.
   void scatter(size_t bucket, const uint8_t* payload, const Chunks& c, size_t es, cudaStream_t s);

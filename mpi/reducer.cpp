@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "cuda/ce_reduce.h"
@@ -148,8 +149,15 @@ void NcclReducer::launch(size_t b) {
     const int e0 = tl.mark(comm_stream_);
     int e1 = -1, e2 = -1;
     if (ce_) {  // the casts fused into the copy-engine all-reduce (same bits, fewer passes)
+      int marks[2] = {-1, -1}, k = 0;
       ce_->all_reduce_16bit(b, p, d_half_.get(), bk.numel, bf16 ? CeDtype::Bf16 : CeDtype::F16, ws, comm_stream_,
-                            [&] { (e1 < 0 ? e1 : e2) = tl.mark(comm_stream_); });
+                            [&] {
+                              if (k == 2) throw std::logic_error("all_reduce_16bit: more than two timing marks");
+                              marks[k++] = tl.mark(comm_stream_);
+                            });
+      if (k != 2) throw std::logic_error("all_reduce_16bit: expected two timing marks");
+      e1 = marks[0];
+      e2 = marks[1];
     } else {
       cast_to_16bit(p, bk.numel, ws, bf16, d_half_.get(), comm_stream_);
       e1 = tl.mark(comm_stream_);

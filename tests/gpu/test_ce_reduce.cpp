@@ -122,10 +122,12 @@ TEST_CASE("ce_sum_chunk_16bit: the 16-bit hooks' cast, sum and cast back in one 
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   // off 0: 16-byte vectors plus a tail; off 1..3: element by element (x not 16-byte aligned).
+  // Divisor 3 (3 ranks) rounds where 1/3 x would not: a true division, as the hooks.
   for (CeDtype t : {CeDtype::F16, CeDtype::Bf16})
     for (int slots : {1, 3})
       for (size_t n : {size_t{1}, size_t{13}, size_t{70001}})
         for (size_t off : {size_t{0}, size_t{1}, size_t{3}}) {
+          const float divisor = slots == 1 ? 2.0f : 3.0f;
           INFO("dtype " << (int)t << ", slots " << slots << ", n " << n << ", offset " << off);
           const size_t stride = (n + off + 64) / 8 * 8;
           const auto x = normal_vec(n, 9, off + 10 * slots, 3.0);
@@ -140,42 +142,51 @@ TEST_CASE("ce_sum_chunk_16bit: the 16-bit hooks' cast, sum and cast back in one 
           dx.upload(xs);
           ds.upload(scratch);
           ce_sum_chunk_16bit(dx.get() + off, reinterpret_cast<uint16_t*>(dout.get()) + off,
-                             reinterpret_cast<const uint16_t*>(ds.get()) + off, n, slots, stride, 2.0f, t, s,
+                             reinterpret_cast<const uint16_t*>(ds.get()) + off, n, slots, stride, divisor, t, s,
                              flag.get());
           CUDA_CHECK(cudaStreamSynchronize(s));
           CHECK(flag.download()[0] == 0);
-          // Host: own = 16-bit(x / 2), sum in fp32 with the slots in order, one rounding to 16 bits.
+          // Host: own = 16-bit(x / divisor), sum in fp32 with the slots in order, one rounding to
+          // 16 bits; compared as bits (16-bit payload and fp32 value).
           const Compression c = t == CeDtype::F16 ? Compression::Fp16 : Compression::Bf16;
-          std::vector<uint16_t> own(n);
-          cast_to_16bit_host(c, x.data(), n, 2, own.data());
+          std::vector<uint16_t> own(n), want16(n);
+          cast_to_16bit_host(c, x.data(), n, static_cast<int>(divisor), own.data());
+          std::vector<float> acc(n), want_x(n);
+          cast_from_16bit_host(c, own.data(), n, acc.data());
+          for (size_t i = 0; i < n; ++i)
+            for (int k = 0; k < slots; ++k) acc[i] += get(scratch, t, off + k * stride + i);
+          cast_to_16bit_host(c, acc.data(), n, 1, want16.data());
+          cast_from_16bit_host(c, want16.data(), n, want_x.data());
           const auto got_x = dx.download();
           const auto got16 = dout.download();
-          size_t wrong = 0;
-          for (size_t i = 0; i < n; ++i) {
-            float acc = c == Compression::Fp16 ? fp16_to_float(own[i]) : bf16_to_float(own[i]);
-            for (int k = 0; k < slots; ++k) acc += get(scratch, t, off + k * stride + i);
-            std::vector<uint8_t> want16(2);
-            put(want16, t, 0, acc);
-            const float want_x = get(want16, t, 0);
-            wrong += got_x[off + i] != want_x || get(got16, t, off + i) != want_x;
-          }
-          CHECK(wrong == 0u);
+          CHECK(std::memcmp(got_x.data() + off, want_x.data(), n * sizeof(float)) == 0);
+          CHECK(std::memcmp(got16.data() + 2 * off, want16.data(), n * 2) == 0);
         }
-  // A NaN among the peers' copies, and an fp16 overflow of the sum, set the flag.
-  for (const auto& [t, own, peer] : {std::tuple{CeDtype::Bf16, 1.0f, std::numeric_limits<float>::quiet_NaN()},
-                                     std::tuple{CeDtype::F16, 120000.0f, 60000.0f}}) {
-    INFO("dtype " << (int)t << ", own " << own << ", peer " << peer);
-    const size_t n = 1003, stride = 1008;
+  // A NaN or Inf anywhere (a peer's copy or the own value; in the vector body, the tail, or the
+  // element-by-element path), and an fp16 overflow of the sum, set the flag.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    CeDtype t;
+    size_t at, off;  // poisoned element; x's offset from 16-byte alignment (1: no vectors)
+    float own, peer;  // x[at] and the peer's copy of it; every other x is 1, every other copy 0
+  };
+  for (const Case c : {Case{CeDtype::Bf16, 500, 0, 1.0f, nan}, Case{CeDtype::Bf16, 1002, 0, inf, 0.0f},
+                       Case{CeDtype::F16, 7, 1, nan, 0.0f}, Case{CeDtype::F16, 500, 0, 120000.0f, 60000.0f}}) {
+    INFO("dtype " << (int)c.t << ", element " << c.at << ", offset " << c.off << ", own " << c.own << ", peer "
+                  << c.peer);
+    const size_t n = 1003, stride = 1008;  // n % 8 == 3: elements 1000..1002 are the tail
     std::vector<uint8_t> scratch(stride * 2);
-    for (size_t i = 0; i < stride; ++i) put(scratch, t, i, 0.0f);
-    put(scratch, t, 500, peer);
-    DevVec<float> dx(std::vector<float>(n, own));
-    DevVec<uint8_t> ds(scratch.size()), dout(n * 2);
+    for (size_t i = 0; i < stride; ++i) put(scratch, c.t, i, 0.0f);
+    put(scratch, c.t, c.at, c.peer);
+    std::vector<float> hx(n + c.off, 1.0f);
+    hx[c.off + c.at] = c.own;
+    DevVec<float> dx(hx);
+    DevVec<uint8_t> ds(scratch.size()), dout((n + c.off) * 2);
     DevVec<int> flag(std::vector<int>{0});
     ds.upload(scratch);
     // fp16: 120000 / 2 = 60000, plus 60000 = 120000 > 65504 rounds to inf.
-    ce_sum_chunk_16bit(dx.get(), reinterpret_cast<uint16_t*>(dout.get()), reinterpret_cast<const uint16_t*>(ds.get()),
-                       n, 1, stride, 2.0f, t, s, flag.get());
+    ce_sum_chunk_16bit(dx.get() + c.off, reinterpret_cast<uint16_t*>(dout.get()) + c.off,
+                       reinterpret_cast<const uint16_t*>(ds.get()), n, 1, stride, 2.0f, c.t, s, flag.get());
     CUDA_CHECK(cudaStreamSynchronize(s));
     CHECK(flag.download()[0] == 1);
   }
