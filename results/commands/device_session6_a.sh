@@ -2,7 +2,8 @@
 # Issue "[4 of 8] Speed", session 6, job a (2 x H200): the 16-bit compression hooks with their
 # casts fused into the copy-engine all-reduce (CopyEngineAllReduce::all_reduce_16bit), against the
 # build before it (carry/vitddp_before, 60035e2), alternating, two repeats, each next to the 1-GPU
-# figure of its precision; and every GPU test of this build.
+# figure of its precision; gpu_mpi_tests on two GPUs and gpu_tests "[ce_reduce],[attention]" (the
+# tests changed after the whole of gpu_tests ran on 1 GPU at 802c737).
 #   carry/bins.tar.xz: vitddp, vitddp_before, gpu_tests, gpu_mpi_tests (stripped).
 set -u -o pipefail
 W=/tmp/s6a; rm -rf $W
@@ -11,7 +12,7 @@ BIN=carry/vitddp
 source results/commands/lib_experiment_runs.sh
 {
   echo "== gpu_tests"
-  timeout 300 carry/gpu_tests > $W/gpu_tests.log 2>&1
+  timeout 300 carry/gpu_tests "[ce_reduce],[attention]" > $W/gpu_tests.log 2>&1
   echo "gpu_tests exit $?"; tail -3 $W/gpu_tests.log
   echo "== gpu_mpi_tests"
   timeout 200 mpirun --bind-to none -x NCCL_NVLS_ENABLE=0 -np 2 carry/gpu_mpi_tests > $W/gpu_mpi_tests.log 2>&1
