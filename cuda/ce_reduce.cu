@@ -38,7 +38,10 @@ __device__ __forceinline__ bool sum_one(T* chunk, const T* scratch, size_t i, in
 }
 
 // 16-byte loads and stores (float4 of fp32, 8 x 16-bit) for the aligned body, scalar elements for
-// the unaligned head and the tail. `chunk` and `scratch` share their address modulo 16 (the
+// the unaligned head and the tail. The body's loads are evict-first (__ldcs: both operands are read
+// once), so the sums push fewer of backward's GEMM operands out of L2; the result is stored
+// normally, and the all-gather's copy reads it next (tf32 +0.5 points of the 1-GPU figure in three
+// of three repeats, bf16 unchanged: results/2026-11-30-issue5-session6/README.md). `chunk` and `scratch` share their address modulo 16 (the
 // sender places each copy at the chunk's offset within 16 bytes) and `stride` keeps it.
 template <typename T>
 __global__ void sum_chunk_kernel(T* __restrict__ chunk, const T* __restrict__ scratch, size_t n, int slots,
@@ -52,13 +55,13 @@ __global__ void sum_chunk_kernel(T* __restrict__ chunk, const T* __restrict__ sc
   if (tid < n - tail) finite &= sum_one(chunk, scratch, tail + tid, slots, stride, scale);
   for (size_t v = tid; v < nvec; v += threads) {
     const size_t i = head + v * V;
-    const uint4 a = *reinterpret_cast<const uint4*>(chunk + i);
+    const uint4 a = __ldcs(reinterpret_cast<const uint4*>(chunk + i));
     const T* ae = reinterpret_cast<const T*>(&a);
     float acc[V];
 #pragma unroll
     for (int u = 0; u < V; ++u) acc[u] = load(ae + u);
     for (int k = 0; k < slots; ++k) {
-      const uint4 b = *reinterpret_cast<const uint4*>(scratch + k * stride + i);
+      const uint4 b = __ldcs(reinterpret_cast<const uint4*>(scratch + k * stride + i));
       const T* be = reinterpret_cast<const T*>(&b);
 #pragma unroll
       for (int u = 0; u < V; ++u) acc[u] += load(be + u);
