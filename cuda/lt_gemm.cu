@@ -179,8 +179,9 @@ struct LtGemm::Impl {
     return plans.emplace(key, p).first->second;
   }
 
-  // Times the candidates writing to a temporary output and returns the index of the fastest.
-  // Each candidate runs once as a warm-up (one that fails to launch is skipped), then in kRounds
+  // Times the candidates writing to a temporary output and returns the index of the fastest (0,
+  // the heuristic's first choice, when none can run). Each candidate that fits the workspace runs
+  // once as a warm-up (one that fails to launch is skipped), then in kRounds
   // interleaved rounds (so a clock ramp or other drift touches every candidate alike) a batch of
   // kRuns back-to-back runs queued behind a short spin kernel (so the batch times the GPU, not the
   // host's launch rate, which for 20-us bf16 GEMMs is the same order); a candidate's time is its
@@ -209,8 +210,11 @@ struct LtGemm::Impl {
         return cublasLtMatmul(handle, p.op, &ops.alpha, ops.b, p.a, ops.a, p.b, &ops.beta, ops.c, p.c, tmp.get(),
                               p.d, &results[i].algo, workspace, workspace_bytes, stream);
       };
-      for (int i = 0; i < found; ++i)
-        if (results[i].workspaceSize <= workspace_bytes && run(i) == CUBLAS_STATUS_SUCCESS) best_ms[i] = 0.0f;
+      for (int i = 0; i < found; ++i) {
+        if (results[i].workspaceSize > workspace_bytes) continue;
+        if (run(i) == CUBLAS_STATUS_SUCCESS) best_ms[i] = 0.0f;
+        else (void)cudaGetLastError();  // a launch error of a skipped candidate must not surface later
+      }
       CUDA_CHECK(cudaStreamSynchronize(stream));
       for (int round = 0; round < kRounds; ++round)
         for (int i = 0; i < found; ++i) {

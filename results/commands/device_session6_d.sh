@@ -4,7 +4,7 @@
 # VITDDP_EXP_HINT=0 as committed, 1: loads with __ldcs (evict-first, the chunk and the peers'
 # copies are read once), 2: also the stores with __stcs), so that the sums push fewer of the GEMMs'
 # operands out of L2. bf16 and tf32, uncompressed, 25 MiB buckets, three repeats alternating, each
-# next to the 1-GPU figure of its precision. The code was not kept (see the session 6 README).
+# next to the 1-GPU figure of its precision. The switch was not kept; the __ldcs loads were (d5ce39a).
 set -u -o pipefail
 W=/tmp/s6d; rm -rf $W
 [ -f carry/vitddp_exp.xz ] && xz -dc carry/vitddp_exp.xz > carry/vitddp_exp && chmod +x carry/vitddp_exp
