@@ -32,13 +32,14 @@ for spec in "4 nvlink --precisions fp32" "4 nvlink --precisions bf16" "4 shm --p
 done
 check "plan: the four 4-GPU invocations together ${total} s <= 1200 s" '[ $total -le 1200 ]'
 plan=$(bash "$SH" 8 nvlink --plan)
-for key in noddp b25-np1 b25-np2 b25-np4 b25 b2000-copy b2000 b2000-bf16 b2000-powersgd b25-bf16 b25-powersgd b100 b500 b1; do
+for key in noddp b25-np1 b25-np2 b25-np4 b25 b25-ce b2000-copy b2000 b2000-bf16 b2000-powersgd b25-bf16 b25-powersgd b100 b500 b1; do
   check "plan 8 nvlink: vitddp row $key" 'grep -qE "vitddp +$key " <<<"$plan"'
 done
 for key in noddp b25 b2000-copy b2000 b2000-bf16 b2000-powersgd; do
   check "plan 8 nvlink: torch row $key" 'grep -qE "torch +$key " <<<"$plan"'
 done
 check "plan 4 net: no scaling rows (b25-np2)" '! bash "$SH" 4 net --plan | grep -q b25-np2'
+check "plan 4 shm: no copy-engine row (b25-ce)" '! bash "$SH" 4 shm --plan | grep -q b25-ce'
 check "plan 4 shm --no-torch: no torch row" '! bash "$SH" 4 shm --no-torch --plan | grep -qE " torch "'
 out=$(bash "$SH" 4 bogus --plan 2>&1); rc=$?
 check "unknown transport: exit 2" '[ $rc -eq 2 ] && grep -q "unknown argument" <<<"$out"'

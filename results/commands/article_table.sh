@@ -33,6 +33,8 @@
 #   b25-np1        DDP on 1 rank, 25 MiB buckets (nvlink only)
 #   b25-np2 [-np4] the scaling column: 25 MiB buckets on 2 (and 4 when NP=8) ranks (nvlink, shm)
 #   b25            25 MiB buckets on NP ranks (the target row)           + PyTorch static+view, 25 MB
+#   b25-ce         25 MiB buckets all-reduced by the copy engines (--allreduce copy-engine; nvlink
+#                  only: peer-to-peer copies ignore NCCL's transport settings)
 #   b2000-copy     one 2000 MB bucket, --grad-as-bucket-view off          + PyTorch DDP defaults
 #   b2000          one 2000 MB bucket (view on, vitddp's default)         + PyTorch static+view
 #   b2000-bf16     + --compression bf16                                   + PyTorch bf16_compress_hook
@@ -42,8 +44,8 @@
 # 20 s + 1 s/rank for PyTorch; steps at our 1-GPU 13.6 (fp32) / 90.9 (bf16) steps/s, PyTorch's
 # 11.9 / 13, plus the all-reduce of 1.226 GB at 300 (NVLink) / 27 (SHM) / 3 (NET) GB/s bus
 # bandwidth, hidden behind backward except with one bucket):
-#   NP=4: nvlink fp32 4.8 min, nvlink bf16 4.4, shm fp32 4.4, net fp32 4.7 -> 18.3 min
-#   NP=8: nvlink fp32 + --slurm-train 6.1 min, nvlink bf16 5.4, shm fp32 5.5, net fp32 5.8 -> 22.7 min
+#   NP=4: nvlink fp32 5.0 min, nvlink bf16 4.5, shm fp32 4.4, net fp32 4.7 -> 18.6 min
+#   NP=8: nvlink fp32 + --slurm-train 6.3 min, nvlink bf16 5.5, shm fp32 5.5, net fp32 5.8 -> 23.1 min
 # Writes $OUT/article-np<NP>-<transports>-<precisions>.tar.gz (split into .part-aa, -ab ... if
 # over 15 MiB): article_table.log (one line per run), plan.txt, env.txt, manifest.tsv (one line per
 # run: transport, precision, impl, key, ranks, exit code, wall s, estimate s, file), table.md
@@ -113,6 +115,7 @@ rows() {
   fi
   echo "vitddp b25 $NP --bucket-cap-mb 25"
   [ $TORCH = 1 ] && echo "torch b25 $NP --bucket-cap-mb 25 --static-graph --grad-as-bucket-view"
+  [ "$t" = nvlink ] && echo "vitddp b25-ce $NP --bucket-cap-mb 25 --allreduce copy-engine"
   echo "vitddp b2000-copy $NP --bucket-cap-mb 2000 --grad-as-bucket-view off"
   [ $TORCH = 1 ] && echo "torch b2000-copy $NP --bucket-cap-mb 2000"
   echo "vitddp b2000 $NP --bucket-cap-mb 2000"
