@@ -7,7 +7,6 @@
 #   carry/bins.tar.xz: vitddp, vitddp_before, gpu_tests, gpu_mpi_tests (stripped).
 set -u -o pipefail
 W=/tmp/s6a; rm -rf $W
-[ -f carry/bins.tar.xz ] && tar xJf carry/bins.tar.xz -C carry
 BIN=carry/vitddp
 source results/commands/lib_experiment_runs.sh
 {

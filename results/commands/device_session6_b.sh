@@ -5,7 +5,6 @@
 #   carry/bins.tar.xz: vitddp (stripped; other binaries in it are not used here).
 set -u -o pipefail
 W=/tmp/s6b; rm -rf $W
-[ -f carry/bins.tar.xz ] && tar xJf carry/bins.tar.xz -C carry
 BIN=carry/vitddp
 source results/commands/lib_experiment_runs.sh
 {

@@ -5,7 +5,6 @@
 # precision (this build, carry/vitddp).
 set -u -o pipefail
 W=/tmp/s6c; rm -rf $W
-[ -f carry/bins.tar.xz ] && tar xJf carry/bins.tar.xz -C carry
 BIN=carry/vitddp
 source results/commands/lib_experiment_runs.sh
 {

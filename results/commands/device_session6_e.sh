@@ -1,20 +1,9 @@
 #!/usr/bin/env bash
 # Issue "[4 of 8] Speed", session 6, last job (2 x H200), the build of this commit: every GPU test
-# (gpu_tests on one GPU, gpu_mpi_tests on two), then every 2-GPU copy-engine cell of the issue's
-# target at 25 and 50 MiB buckets (device_session6_c.sh, which writes $OUT/s6c.tgz).
+# (device_session6_h.sh: gpu_tests on one GPU, gpu_mpi_tests on two; into $OUT/s6e.tgz), then every
+# 2-GPU copy-engine cell of the issue's target at 25 and 50 MiB buckets (device_session6_c.sh,
+# which writes $OUT/s6c.tgz).
 #   carry/bins.tar.xz: vitddp, gpu_tests, gpu_mpi_tests (stripped).
 set -u -o pipefail
-export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-W=/tmp/s6e; rm -rf $W; mkdir -p $W
-[ -f carry/bins.tar.xz ] && tar xJf carry/bins.tar.xz -C carry
-{
-  carry/vitddp --version
-  echo "== gpu_tests"
-  timeout 300 carry/gpu_tests > $W/gpu_tests.log 2>&1
-  echo "gpu_tests exit $?"; tail -3 $W/gpu_tests.log
-  echo "== gpu_mpi_tests"
-  timeout 200 mpirun --bind-to none -x NCCL_NVLS_ENABLE=0 -np 2 carry/gpu_mpi_tests > $W/gpu_mpi_tests.log 2>&1
-  echo "gpu_mpi_tests exit $?"; tail -3 $W/gpu_mpi_tests.log
-} 2>&1 | tee $W/log.txt
-tar czf $OUT/s6e.tgz -C /tmp s6e
+JOB=s6e bash results/commands/device_session6_h.sh
 bash results/commands/device_session6_c.sh

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Issue "[4 of 8] Speed", session 6, closing check (2 x H200), the build of this commit: every GPU
-# test, gpu_tests on one GPU and gpu_mpi_tests on two.
+# test, gpu_tests on one GPU and gpu_mpi_tests on two, logs into $OUT/$JOB.tgz (JOB: s6h unless set;
+# device_session6_e.sh runs it as s6e).
 #   carry/bins.tar.xz: vitddp, gpu_tests, gpu_mpi_tests (stripped).
 set -u -o pipefail
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-W=/tmp/s6h; rm -rf $W; mkdir -p $W
+JOB=${JOB:-s6h}
+W=/tmp/$JOB; rm -rf $W; mkdir -p $W
 [ -f carry/bins.tar.xz ] && tar xJf carry/bins.tar.xz -C carry
 {
   carry/vitddp --version
@@ -15,4 +17,4 @@ W=/tmp/s6h; rm -rf $W; mkdir -p $W
   timeout 200 mpirun --bind-to none -x NCCL_NVLS_ENABLE=0 -np 2 carry/gpu_mpi_tests > $W/gpu_mpi_tests.log 2>&1
   echo "gpu_mpi_tests exit $?"; grep -a "assertions" $W/gpu_mpi_tests.log
 } 2>&1 | tee $W/log.txt
-tar czf $OUT/s6h.tgz -C /tmp s6h
+tar czf $OUT/$JOB.tgz -C /tmp $JOB
