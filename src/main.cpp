@@ -135,6 +135,9 @@ int main(int argc, char** argv) {
             " of " + std::to_string(w.world_size) + " ranks); use --allreduce nccl across nodes";
     if (o.gemm_sm_carveout > 0 && o.backend != "gpu") err = "--gemm-sm-carveout: needs the GPU backend (cuBLASLt)";
     if (o.nccl_max_ctas > 0 && o.backend != "gpu") err = "--nccl-max-ctas: needs the GPU backend (NCCL)";
+    if (!o.cuda_graph && o.backend != "gpu") err = "--cuda-graph off: needs the GPU backend (the CPU backend has no CUDA graph)";
+    if (o.attention != "auto" && o.backend != "gpu")
+      err = "--attention " + o.attention + ": needs the GPU backend (the CPU backend has one attention implementation)";
     if (o.precision != "fp32" && o.backend != "gpu")
       err = "--precision " + o.precision + ": needs the GPU backend (the CPU backend computes in fp32 only)";
     if (const std::string f = FaultInjection::check(o, w.world_size, o.backend); !f.empty()) err = f;

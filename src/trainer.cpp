@@ -576,7 +576,8 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   if (!o.save_weights.empty() && w.rank == 0) {
     // All replicas are identical (same start, same averaged gradients): rank 0's are the model's.
     save_weights(o.save_weights, layout, engine->parameters().data(), o.overwrite);
-    std::printf("[vitddp] weights after %d steps written to %s\n", steps_done, o.save_weights.c_str());
+    std::printf("[vitddp] weights after %d step%s written to %s\n", steps_done, steps_done == 1 ? "" : "s",
+                o.save_weights.c_str());
   }
 
   const auto transports = gather_strings(engine->nccl_transport(), w);
@@ -619,9 +620,10 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
       trace.write(o.trace, w.world_size);
       std::printf("[vitddp] Chrome trace (%zu events) written to %s\n", trace.size(), o.trace.c_str());
     }
-    std::printf("[vitddp] timed window: %d steps in %.3f s: %.2f steps/s per rank, %.1f images/s per rank, "
+    std::printf("[vitddp] timed window: %d step%s in %.3f s: %.2f steps/s per rank, %.1f images/s per rank, "
                 "%.1f images/s total, %.1f TFLOP/s per rank; median step %.1f ms\n",
-                timed_count, window_s, sps, img_rank, img_rank * w.world_size, tflops, median_ms);
+                timed_count, timed_count == 1 ? "" : "s", window_s, sps, img_rank, img_rank * w.world_size, tflops,
+                median_ms);
     if (o.ddp && w.world_size > 1)
       std::printf("[vitddp] %d of %d bucket all-reduces started after backward compute ended\n", late_buckets,
                   timed_buckets);
