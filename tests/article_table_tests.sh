@@ -74,6 +74,32 @@ check "table: detail columns" 'grep -q "| configuration | ranks | steps/s per GP
 check "table: target line and interconnect check" 'grep -q "2 ranks, 25 MB buckets: .*target >= 95%" <<<"$md" && grep -q "every run used the one asked for" <<<"$md"'
 check "table written to -o" '[ -s "$TMP/p/table.md" ]'
 check "plots: scaling per precision, timeline (PNG)" 'is_png "$TMP/p/scaling-cpu-fp32.png" && is_png "$TMP/p/scaling-cpu-bf16.png" && is_png "$TMP/p/timeline-np2-cpu-fp32-b25.png"'
+# ---- a copy-engine row (b25-ce: NVLink only, so no CPU run makes one): the 2-rank 25 MB run copied
+# as one, with the transport a copy-engine run records; then with the CPU run's transport instead.
+X=$TMP/x/article-np2-cpu-fp32-bf16
+ce_row() {  # ce_row TRANSPORT: (re)writes runs/cpu-fp32-b25-ce.h5 with that nccl_transport on both ranks
+  "$PY" - "$X" "$1" <<'PY'
+import os, shutil, sys
+import h5py
+d, transport = sys.argv[1], sys.argv[2]
+shutil.copy(f"{d}/runs/cpu-fp32-b25.h5", f"{d}/runs/cpu-fp32-b25-ce.h5")
+with h5py.File(f"{d}/runs/cpu-fp32-b25-ce.h5", "r+") as f:
+    f.attrs["nccl_transport"] = [transport] * 2
+with open(f"{d}/manifest.tsv") as m:
+    rows = m.read()
+if "\tb25-ce\t" not in rows:
+    with open(f"{d}/manifest.tsv", "a") as m:
+        m.write("cpu\tfp32\tvitddp\tb25-ce\t2\t0\t1\t2\truns/cpu-fp32-b25-ce.h5\n")
+PY
+}
+ce_row "copy-engine (CUDA IPC peer-to-peer copies; NCCL: none)"
+md=$("$PY" "$REPO/results/article_table.py" "$X" --no-plots 2>"$TMP/err"); rc=$?
+check "copy-engine row: labelled, its transport passes the interconnect check" \
+  '[ $rc -eq 0 ] && grep -qF "all-reduce by the copy engines" <<<"$md" && grep -q "every run used the one asked for" <<<"$md"' || cat "$TMP/err"
+ce_row "none (CPU backend: MPI)"
+md=$("$PY" "$REPO/results/article_table.py" "$X" --no-plots 2>"$TMP/err")
+check "copy-engine row without the copy-engine transport: a mismatch" 'grep -q "MISMATCH in 1 run(s): cpu/fp32/b25-ce" <<<"$md"'
+
 "$PY" "$REPO/results/article_table.py" "$TMP/nothing" --no-plots >/dev/null 2>&1; rc=$?
 check "article_table.py: a missing input exits 2" '[ $rc -eq 2 ]'
 
