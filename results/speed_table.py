@@ -12,7 +12,8 @@ Reads, for each precision p in fp32, tf32, bf16:
 and prints: steps/s per GPU, images/s, TFLOP/s (3 x forward FLOPs x images/s), MFU against the
 measured matmul ceiling of one H200 in that precision (8192^3 torch.matmul in
 ../shared/docs/DEVICE.md: bf16 781, tf32 361, fp32 51 TFLOP/s), peak memory (nvidia-smi, whole
-process; PyTorch also max_memory_allocated), ratio to PyTorch and the target; then the 2-GPU
+process; PyTorch also max_memory_allocated), ratio to PyTorch in the same job and the target,
+and the ratio to ANCHORS.md's PyTorch figure (fixed: the same-job one moves with the host); then the 2-GPU
 table: per-GPU steps/s, its share of our 1-GPU figure (target 95%) and the median exposed
 communication per step from timing/exposed_comm. Missing files give 'n/a' cells.
 """
@@ -25,6 +26,10 @@ import h5py
 
 CEILING_TFLOPS = {"bf16": 781.0, "tf32": 361.0, "fp32": 51.0}
 TARGET = {"fp32": 1.1, "tf32": 2.5, "bf16": 5.0}
+# PyTorch 1 x H200, no DDP, batch on the GPU, from ../shared/docs/ANCHORS.md ("PyTorch on our H200
+# machines"). PyTorch's tf32/bf16 step is bound by the host's kernel launches, so the same-job
+# figure moves with the host (14-25 steps/s between jobs); this fixed reference is printed beside it.
+ANCHOR_TORCH = {"fp32": 12.01, "tf32": 20.30, "bf16": 19.63}
 
 
 def h5_summary(path):
@@ -55,8 +60,9 @@ def fmt(x, spec=".2f"):
 def main():
     out = sys.argv[1]
     print("## 1 x H200, ViT-L/32, batch 32, data on the GPU\n")
-    print("| precision | run | steps/s | images/s | TFLOP/s | MFU | peak GiB (nvidia-smi) | vs PyTorch (target) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| precision | run | steps/s | images/s | TFLOP/s | MFU | peak GiB (nvidia-smi) | vs PyTorch (target) "
+          "| vs ANCHORS.md's PyTorch |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     one_gpu = {}
     for p in ("fp32", "tf32", "bf16"):
         t = None
@@ -72,13 +78,15 @@ def main():
                 one_gpu[p] = sps
             tf = v["tflops_per_rank"] if v else None
             ratio = f"{sps / ts:.2f}x (>= {TARGET[p]}x)" if sps and ts else "n/a"
+            anchor = f"{sps / ANCHOR_TORCH[p]:.2f}x ({ANCHOR_TORCH[p]})" if sps else "n/a"
             label = "vitddp, CUDA graph" if mode == "graph" else "vitddp, --cuda-graph off"
             print(f"| {p} | {label} | {fmt(sps)} | {fmt(v and v['images_per_second_per_rank'], '.0f')} | {fmt(tf, '.1f')} | "
-                  f"{fmt(tf and 100 * tf / CEILING_TFLOPS[p], '.1f')}% | {fmt(peak_gib(os.path.join(out, f'mem-vitddp-{p}-{mode}.txt')))} | {ratio} |")
+                  f"{fmt(tf and 100 * tf / CEILING_TFLOPS[p], '.1f')}% | {fmt(peak_gib(os.path.join(out, f'mem-vitddp-{p}-{mode}.txt')))} | {ratio} "
+                  f"| {anchor} |")
         alloc = t["peak_mem_allocated_bytes"] / 2**30 if t else None
         print(f"| {p} | PyTorch {t['torch'] if t else ''} | {fmt(ts)} | {fmt(t and t['images_per_s'], '.0f')} | {fmt(t and t['tflops'], '.1f')} | "
               f"{fmt(t and 100 * t['tflops'] / CEILING_TFLOPS[p], '.1f')}% | {fmt(peak_gib(os.path.join(out, f'mem-torch-{p}.txt')))} "
-              f"(allocated {fmt(alloc)}) | 1 |")
+              f"(allocated {fmt(alloc)}) | 1 | {fmt(ts and ts / ANCHOR_TORCH[p])}x |")
     print("\nLosses with and without the CUDA graph (same seed, same data; two processes, each autotuning its "
           "GEMM algorithms by timing, so a different choice changes the last bits; with a fixed choice they are "
           "bitwise equal: gpu_tests \"[graph]\"):\n")

@@ -3,7 +3,8 @@
 # 1 warm-up + 3 timed + 1 cool-down steps; 2 ranks at three bucket sizes, 1 rank at one), runs every
 # subcommand and checks what comes out: the summary table (header, one row per file, world sizes),
 # every plot file (exists, non-empty, PNG signature or SVG root element), the comm lane's name for
-# each recorded transport, and the errors (exit 2 with one line naming the missing file / dataset).
+# each recorded transport, and the errors (exit 2 with one line naming the missing file / dataset);
+# then results/speed_table.py's ratios on one of those files.
 # Usage: test_plot.sh <vitddp binary> <mpirun> <python3> <vitddp_plot.py>
 set -u
 BIN=$1
@@ -115,5 +116,23 @@ echo "not hdf5" >"$TMP/text.h5"
 expect_plot_error "not an HDF5 file" "text.h5: cannot open as HDF5" sweep "$TMP/text.h5" -o "$TMP/s.png"
 expect_plot_error "bad output extension" "must end in .png or .svg" phases "${FILES[2]}" -o "$TMP/x.pdf"
 expect_plot_error "step out of range" "--steps: step 7 is not in" timeline "${FILES[1]}" --steps 7 -o "$TMP/t.png"
+
+# ---- results/speed_table.py (bench_speed.sh's table): a CPU run standing in for the 1-GPU fp32 run
+# and a PyTorch result of 6.005 steps/s; the ratio to it and to ANCHORS.md's fixed 12.01.
+SPEED=$(dirname "$PLOT")/speed_table.py
+mkdir -p "$TMP/bench"
+cp "${FILES[0]}" "$TMP/bench/vitddp-fp32-graph.h5"
+echo '{"steps_per_s": 6.005, "torch": "2.x", "images_per_s": 24.0, "tflops": 0.7, "peak_mem_allocated_bytes": 1073741824}' \
+  >"$TMP/bench/torch-fp32.json"
+sps=$("$PY" -c 'import sys, h5py; print(float(h5py.File(sys.argv[1], "r")["summary/steps_per_second"][()]))' "${FILES[0]}")
+out=$("$PY" "$SPEED" "$TMP/bench" 2>"$TMP/err"); rc=$?
+want=$(awk -v s="$sps" 'BEGIN { printf "| %.2fx (>= 1.1x) | %.2fx (12.01) |", s / 6.005, s / 12.01 }')
+if [ $rc -eq 0 ] && grep "^| fp32 | vitddp, CUDA graph |" <<<"$out" | grep -qF "$want"; then
+  ok "speed_table: the ratio to the job's PyTorch and to ANCHORS.md's ($want)"
+else bad "speed_table: rc=$rc, want '$want' in: $(grep '^| fp32' <<<"$out") $(cat "$TMP/err")"; fi
+if grep "^| fp32 | PyTorch 2.x |" <<<"$out" | grep -qF "| 1 | 0.50x |"; then ok "speed_table: PyTorch's row against ANCHORS.md (0.50x)"
+else bad "speed_table: PyTorch row: $(grep '^| fp32 | PyTorch' <<<"$out")"; fi
+if grep -q "^| tf32 | vitddp, CUDA graph | n/a |" <<<"$out"; then ok "speed_table: missing files give n/a"
+else bad "speed_table: tf32 row: $(grep '^| tf32 | vitddp, CUDA' <<<"$out")"; fi
 
 finish

@@ -8,7 +8,9 @@
 #     NCCL and by the copy engines (--allreduce copy-engine).
 # Run from the repository root with the binaries in carry/ and $OUT set:
 #     bash results/commands/bench_speed.sh
-# Writes $OUT/bench_speed.log, $OUT/speed_table.md, $OUT/kernels-<p>.md and the HDF5/JSON files.
+# Writes $OUT/bench_speed.log, $OUT/speed_table.md, $OUT/kernels-<p>.md and the HDF5/JSON files
+# (about 30 files). Through the device tool, point OUT at a folder of your own and tar it into the
+# tool's $OUT: the tool returns only a few loose files (session 6 lost its HDF5 files that way).
 set -u -o pipefail
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 VITDDP=${VITDDP:-carry/vitddp}
