@@ -1,10 +1,14 @@
 // Helpers shared by the tests run under `mpirun` (mpi_tests, gpu_mpi_tests): this process's rank
-// and the world size in MPI_COMM_WORLD, and the World (with a selected GPU) of a gpu_mpi test.
+// and the world size in MPI_COMM_WORLD, the World (with a selected GPU) of a gpu_mpi test, and the
+// host emulation of the 16-bit hooks' two-rank average.
 #pragma once
 #include <cuda_runtime.h>
 #include <mpi.h>
 
+#include <stdexcept>
+
 #include "cuda/check.h"
+#include "mpi/comm_hooks.h"
 #include "mpi/world.h"
 #include "tests/catch.h"
 
@@ -40,6 +44,20 @@ inline vitddp::World test_world() {
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) FAIL("no CUDA device: this test needs 2 GPUs");
   CUDA_CHECK(cudaSetDevice(vitddp::select_device(w, n)));
   return w;
+}
+
+/// The fp16/bf16 compression hook's average of two ranks' values `a` and `b` (PyTorch
+/// fp16_compress_hook / bf16_compress_hook): each divided by 2 and rounded to 16 bits, the two
+/// added in fp32 and the sum rounded to 16 bits once, widened back. With two ranks that is NCCL's
+/// 16-bit ring, the MPI reducer's user op and the copy-engine sum alike. `c`: Fp16 or Bf16 (else
+/// std::invalid_argument).
+inline float two_rank_16bit_average(vitddp::Compression c, float a, float b) {
+  using namespace vitddp;
+  if (c == Compression::Bf16)
+    return bf16_to_float(float_to_bf16(bf16_to_float(float_to_bf16(a / 2)) + bf16_to_float(float_to_bf16(b / 2))));
+  if (c == Compression::Fp16)
+    return fp16_to_float(float_to_fp16(fp16_to_float(float_to_fp16(a / 2)) + fp16_to_float(float_to_fp16(b / 2))));
+  throw std::invalid_argument("two_rank_16bit_average: compression must be fp16 or bf16");
 }
 
 }  // namespace vitddp_test

@@ -27,6 +27,7 @@
 
 using namespace vitddp;
 using vitddp_test::test_world;
+using vitddp_test::two_rank_16bit_average;
 
 namespace {
 
@@ -69,20 +70,11 @@ double tolerance(Compression c) {
   return c == Compression::None ? 1.2e-7 : c == Compression::Bf16 ? 3.0 * std::ldexp(1.0, -8) : 3.0 * std::ldexp(1.0, -11);
 }
 
-/// The 16-bit hooks on 2 ranks, emulated on the host: each rank's gradient divided by 2 and cast
-/// to 16 bits, the two added in fp32 and rounded to 16 bits once, cast back (what NCCL's 16-bit
-/// ring and the copy-engine sum both do for two ranks).
+/// The 16-bit hooks' average of step `step`'s gradients of ranks 0 and 1 (two_rank_16bit_average).
 std::vector<float> hook_emulation(Compression c, int step, size_t n) {
   const auto a = gradients_of(0, step, n), b = gradients_of(1, step, n);
-  std::vector<uint16_t> ha(n), hb(n), sum(n);
-  cast_to_16bit_host(c, a.data(), n, 2, ha.data());
-  cast_to_16bit_host(c, b.data(), n, 2, hb.data());
-  std::vector<float> fa(n), fb(n), out(n);
-  cast_from_16bit_host(c, ha.data(), n, fa.data());
-  cast_from_16bit_host(c, hb.data(), n, fb.data());
-  for (size_t i = 0; i < n; ++i) fa[i] += fb[i];
-  cast_to_16bit_host(c, fa.data(), n, 1, sum.data());
-  cast_from_16bit_host(c, sum.data(), n, out.data());
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = two_rank_16bit_average(c, a[i], b[i]);
   return out;
 }
 
