@@ -1,6 +1,7 @@
 #include "cuda/layernorm.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -19,14 +20,39 @@ int ln_threads(int D) {
 }
 
 // Rows handled by one backward block: about four blocks per SM of an H100/H200 (132 SMs), so
-// enough loads are in flight (two per SM left the kernel at a third of the memory bandwidth:
-// 24 us for ViT-L/32's 1600 x 1024 rows under ncu, 2026-11-30).
+// enough loads are in flight (two per SM left the scalar kernel at a third of the memory
+// bandwidth for ViT-L/32's 1600 x 1024 rows under ncu, 2026-11-30).
 int ln_rows_per_block(int rows) { return std::max(1, (rows + 527) / 528); }
 
 void check_dims(int rows, int D, const char* what) {
   if (rows < 0 || D < 1 || D > 1024 * kVpt)
     throw std::invalid_argument(std::string(what) + ": unsupported rows=" + std::to_string(rows) +
                                 " D=" + std::to_string(D) + " (need 1 <= D <= 4096)");
+}
+
+// 16-byte (fp32) / 8-byte (bf16) accesses of four contiguous columns (the _vec kernels).
+struct F4 {
+  float v[4];
+};
+__device__ __forceinline__ F4 load4(const float* p) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  return F4{{a.x, a.y, a.z, a.w}};
+}
+__device__ __forceinline__ F4 load4(const __nv_bfloat16* p) {
+  const uint2 a = *reinterpret_cast<const uint2*>(p);
+  const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&a.x);
+  const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&a.y);
+  return F4{{__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi)}};
+}
+__device__ __forceinline__ void store4(float* p, const F4& f) {
+  *reinterpret_cast<float4*>(p) = make_float4(f.v[0], f.v[1], f.v[2], f.v[3]);
+}
+__device__ __forceinline__ void store4(__nv_bfloat16* p, const F4& f) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(f.v[0], f.v[1]), hi = __floats2bfloat162_rn(f.v[2], f.v[3]);
+  uint2 a;
+  a.x = *reinterpret_cast<const unsigned*>(&lo);
+  a.y = *reinterpret_cast<const unsigned*>(&hi);
+  *reinterpret_cast<uint2*>(p) = a;
 }
 
 template <typename TY>
@@ -60,6 +86,39 @@ __global__ void ln_forward_kernel(const float* __restrict__ x, int ldx,
   for (int i = 0; i < kVpt; ++i) {
     const int d = threadIdx.x + i * blockDim.x;
     if (d < D) yr[d] = from_f32<TY>(fmaf((v[i] - mean) * rstd, gamma[d], beta[d]));
+  }
+  if (threadIdx.x == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+// ln_forward_kernel with four contiguous columns per thread (16-byte / 8-byte accesses), for D,
+// the leading dimensions and the pointers aligned to 4 elements (forward_impl checks).
+template <typename TY>
+__global__ void ln_forward_vec_kernel(const float* __restrict__ x, int ldx, const float* __restrict__ gamma,
+                                      const float* __restrict__ beta, TY* __restrict__ y, int ldy,
+                                      float* __restrict__ mean_out, float* __restrict__ rstd_out, int D, float eps) {
+  __shared__ float scratch[32];
+  const int row = blockIdx.x, d0 = 4 * threadIdx.x;
+  const bool in_d = d0 < D;
+  const F4 zero{{0.0f, 0.0f, 0.0f, 0.0f}};
+  const F4 v = in_d ? load4(x + (size_t)row * ldx + d0) : zero;
+  const float mean = block_sum(v.v[0] + v.v[1] + v.v[2] + v.v[3], scratch) / D;
+  float q = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float c = v.v[i] - mean;
+    if (in_d) q = fmaf(c, c, q);
+  }
+  const float var = block_sum(q, scratch) / D;
+  const float rstd = 1.0f / sqrtf(var + eps);
+  if (in_d) {
+    const F4 g = load4(gamma + d0), b = load4(beta + d0);
+    F4 out;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out.v[i] = fmaf((v.v[i] - mean) * rstd, g.v[i], b.v[i]);
+    store4(y + (size_t)row * ldy + d0, out);
   }
   if (threadIdx.x == 0) {
     mean_out[row] = mean;
@@ -147,6 +206,72 @@ __global__ void ln_backward_kernel(const TDY* __restrict__ dy, int lddy,
   }
 }
 
+// Four contiguous columns per thread (thread t owns 4t..4t+3), so every load and store is one
+// 16-byte (fp32) or 8-byte (bf16) access: four times the bytes in flight of ln_backward_kernel's
+// one-element accesses. ViT-L/32's 1600 x 1024 rows, fp32 dy, H200 (bench_gpu_ops, 2026-11-30):
+// 13.4 us -> 11.6 us, forward 6.5 us -> 5.7 us; the bf16 training step gained 2.2-2.7% (results/
+// 2026-11-30-issue5-session7/ln-vec). Same arithmetic per element; only the order of the row
+// sums' additions differs. Needs D, the leading dimensions and the pointers aligned to
+// 4 elements (backward_impl checks, and uses ln_backward_kernel otherwise).
+template <typename TDY>
+__global__ void ln_backward_vec_kernel(const TDY* __restrict__ dy, int lddy, const float* __restrict__ x, int ldx,
+                                       const float* __restrict__ mean, const float* __restrict__ rstd,
+                                       const float* __restrict__ gamma, float* __restrict__ dx, int lddx,
+                                       bool add_dx, __nv_bfloat16* __restrict__ dx_bf16,
+                                       float* __restrict__ part_dgamma, float* __restrict__ part_dbeta, int rows,
+                                       int D, int rows_per_block) {
+  __shared__ float scratch[64];
+  const int r0 = blockIdx.x * rows_per_block;
+  const int r1 = min(rows, r0 + rows_per_block);
+  const int d0 = 4 * threadIdx.x;
+  const bool in_d = d0 < D;
+  const F4 zero{{0.0f, 0.0f, 0.0f, 0.0f}};
+  const F4 g = in_d ? load4(gamma + d0) : zero;
+  F4 pdg = zero, pdb = zero;
+  const float inv_d = 1.0f / D;
+  // The next row's dy, x (and dx when adding) are loaded before this row's block reduction.
+  F4 ndy = zero, nx = zero, ndx = zero;
+  auto load_row = [&](int r) {
+    const bool in = r < r1 && in_d;
+    ndy = in ? load4(dy + (size_t)r * lddy + d0) : zero;
+    nx = in ? load4(x + (size_t)r * ldx + d0) : zero;
+    ndx = in && add_dx ? load4(dx + (size_t)r * lddx + d0) : zero;
+  };
+  load_row(r0);
+  for (int r = r0; r < r1; ++r) {
+    const F4 cdy = ndy, cx = nx, cdx = ndx;
+    load_row(r + 1);
+    const float mu = mean[r], rs = rstd[r];
+    F4 xh, gy;
+    float a = 0.0f, b = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      xh.v[i] = (cx.v[i] - mu) * rs;
+      gy.v[i] = g.v[i] * cdy.v[i];
+      a += gy.v[i];
+      b = fmaf(gy.v[i], xh.v[i], b);
+      pdg.v[i] = fmaf(cdy.v[i], xh.v[i], pdg.v[i]);
+      pdb.v[i] += cdy.v[i];
+    }
+    const float2 ab = block_sum2(a, b, scratch);
+    const float ma = ab.x * inv_d, mb = ab.y * inv_d;
+    if (in_d) {
+      F4 out;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float v = rs * (gy.v[i] - ma - xh.v[i] * mb);
+        out.v[i] = add_dx ? cdx.v[i] + v : v;
+      }
+      store4(dx + (size_t)r * lddx + d0, out);
+      if (dx_bf16) store4(dx_bf16 + (size_t)r * lddx + d0, out);
+    }
+  }
+  if (in_d) {
+    store4(part_dgamma + (size_t)blockIdx.x * D + d0, pdg);
+    store4(part_dbeta + (size_t)blockIdx.x * D + d0, pdb);
+  }
+}
+
 // dgamma[d] (+)= sum over the backward blocks' partial sums: each block owns kPgCols columns and
 // kPgRows threads per column walk the partial rows, then a fixed-order tree in shared memory
 // (deterministic). 8 columns of fp32 are one 32-byte sector per row; 1024 / 8 = 128 blocks for
@@ -191,8 +316,13 @@ void forward_impl(const float* x, int ldx, const float* gamma, const float* beta
                   float* mean, float* rstd, int rows, int D, float eps, cudaStream_t stream) {
   check_dims(rows, D, "layernorm_forward");
   if (rows == 0) return;
-  ln_forward_kernel<TY><<<rows, ln_threads(D), 0, stream>>>(x, ldx, gamma, beta, y, ldy, mean,
-                                                            rstd, D, eps);
+  auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (D % 4 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && a16(x) && a16(gamma) && a16(beta) &&
+      reinterpret_cast<uintptr_t>(y) % (4 * sizeof(TY)) == 0)
+    ln_forward_vec_kernel<TY><<<rows, ln_threads(D), 0, stream>>>(x, ldx, gamma, beta, y, ldy, mean, rstd, D, eps);
+  else
+    ln_forward_kernel<TY><<<rows, ln_threads(D), 0, stream>>>(x, ldx, gamma, beta, y, ldy, mean,
+                                                              rstd, D, eps);
   CUDA_CHECK_LAUNCH();
 }
 }  // namespace
@@ -226,7 +356,15 @@ void backward_impl(const TDY* dy, int lddy, const float* x, int ldx, const float
   const int nblocks = (rows + rpb - 1) / rpb;
   float* part_dgamma = scratch;
   float* part_dbeta = scratch + (size_t)nblocks * D;
-  if (nblocks > 0) {
+  auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool vec = D % 4 == 0 && lddy % 4 == 0 && ldx % 4 == 0 && lddx % 4 == 0 && a16(x) && a16(dx) && a16(gamma) &&
+                   reinterpret_cast<uintptr_t>(dy) % (4 * sizeof(TDY)) == 0 &&
+                   reinterpret_cast<uintptr_t>(dx_bf16) % 8 == 0 && a16(part_dgamma) && a16(part_dbeta);
+  if (nblocks > 0 && vec) {
+    ln_backward_vec_kernel<TDY><<<nblocks, ln_threads(D), 0, stream>>>(
+        dy, lddy, x, ldx, mean, rstd, gamma, dx, lddx, add_dx, dx_bf16, part_dgamma, part_dbeta, rows, D, rpb);
+    CUDA_CHECK_LAUNCH();
+  } else if (nblocks > 0) {
     ln_backward_kernel<TDY><<<nblocks, ln_threads(D), 0, stream>>>(
         dy, lddy, x, ldx, mean, rstd, gamma, dx, lddx, add_dx, dx_bf16, part_dgamma, part_dbeta,
         rows, D, rpb);
