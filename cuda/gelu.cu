@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "cuda/check.h"
+#include "cuda/reduce.h"
 
 namespace vitddp {
 namespace {
@@ -109,7 +112,88 @@ __global__ void gelu_backward_bf16_kernel(const __nv_bfloat16* dy, const __nv_bf
     du[i] = __float2bfloat16_rn(__bfloat162float(dy[i]) * gelu_grad(__bfloat162float(u[i])));
 }
 
+// gelu_backward_bias: 8 contiguous columns per thread, kGbRows rows per block (loaded 4 rows at a
+// time, before any store: du may alias dy, element for element).
+constexpr int kGbThreads = 128, kGbVec = 8, kGbRows = 16, kGbBatch = 4;
+
+__device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[8]) {
+  Pack8 q;
+  q.u = *reinterpret_cast<const uint4*>(p);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(q.h[j]);
+    v[2 * j] = f.x, v[2 * j + 1] = f.y;
+  }
+}
+// Stores v and leaves in v what was stored (bf16: the rounded values).
+__device__ __forceinline__ void store8(float* p, float (&v)[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void store8(__nv_bfloat16* p, float (&v)[8]) {
+  Pack8 q;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    q.h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+    v[2 * j] = __low2float(q.h[j]), v[2 * j + 1] = __high2float(q.h[j]);
+  }
+  *reinterpret_cast<uint4*>(p) = q.u;
+}
+
+template <typename T>
+__global__ void gelu_backward_bias_kernel(const T* dy, const T* u, T* du, int rows, int cols,
+                                          float* __restrict__ partial) {
+  const int c0 = (blockIdx.x * kGbThreads + threadIdx.x) * kGbVec;
+  const int r0 = blockIdx.y * kGbRows, r1 = min(rows, r0 + kGbRows);
+  if (c0 >= cols) return;
+  float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  for (int r = r0; r < r1; r += kGbBatch) {
+    float g[kGbBatch][8], v[kGbBatch][8];
+#pragma unroll
+    for (int b = 0; b < kGbBatch; ++b)
+      if (r + b < r1) {
+        load8(dy + (size_t)(r + b) * cols + c0, g[b]);
+        load8(u + (size_t)(r + b) * cols + c0, v[b]);
+      }
+#pragma unroll
+    for (int b = 0; b < kGbBatch; ++b)
+      if (r + b < r1) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) g[b][j] *= gelu_grad(v[b][j]);
+        store8(du + (size_t)(r + b) * cols + c0, g[b]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] += g[b][j];
+      }
+  }
+  store8(partial + (size_t)blockIdx.y * cols + c0, acc);
+}
+
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+template <typename T>
+void gelu_backward_bias_impl(const T* dy, const T* u, T* du, int rows, int cols, float* db, bool accumulate,
+                             float* scratch, cudaStream_t stream) {
+  if (rows < 0 || cols < 0)
+    throw std::invalid_argument("gelu_backward_bias: bad shape rows=" + std::to_string(rows) +
+                                " cols=" + std::to_string(cols));
+  if (cols == 0) return;
+  if (cols % kGbVec != 0 || !aligned16(dy) || !aligned16(u) || !aligned16(du) || !aligned16(scratch)) {
+    gelu_backward(dy, u, du, (size_t)rows * cols, stream);
+    column_sum(du, rows, cols, cols, db, accumulate, scratch, stream);
+    return;
+  }
+  const int nchunks = (rows + kGbRows - 1) / kGbRows;
+  if (nchunks > 0) {
+    const dim3 grid((cols / kGbVec + kGbThreads - 1) / kGbThreads, nchunks);
+    gelu_backward_bias_kernel<T><<<grid, kGbThreads, 0, stream>>>(dy, u, du, rows, cols, scratch);
+    CUDA_CHECK_LAUNCH();
+  }
+  column_sum_partials(scratch, nchunks, cols, db, accumulate, stream);
+}
 
 int grid_for(size_t n, int threads) {
   return static_cast<int>(std::max<size_t>(1, std::min<size_t>((n + threads - 1) / threads, 132 * 32)));
@@ -145,6 +229,23 @@ void gelu_backward(const __nv_bfloat16* dy, const __nv_bfloat16* u, __nv_bfloat1
   gelu_backward_bf16_kernel<<<grid_for(vec8 ? n / 8 + 1 : n, 256), 256, 0, stream>>>(dy, u, du, n,
                                                                                       vec8);
   CUDA_CHECK_LAUNCH();
+}
+
+size_t gelu_backward_bias_scratch_floats(int rows, int cols) {
+  if (rows <= 0 || cols <= 0) return 0;
+  // The fused kernel's partials, or column_sum's when the shape takes the unfused path.
+  const size_t fused = (size_t)((rows + kGbRows - 1) / kGbRows) * cols;
+  return std::max(fused, column_sum_scratch_floats(rows, cols));
+}
+
+void gelu_backward_bias(const float* dy, const float* u, float* du, int rows, int cols, float* db,
+                        bool accumulate, float* scratch, cudaStream_t stream) {
+  gelu_backward_bias_impl(dy, u, du, rows, cols, db, accumulate, scratch, stream);
+}
+
+void gelu_backward_bias(const __nv_bfloat16* dy, const __nv_bfloat16* u, __nv_bfloat16* du, int rows,
+                        int cols, float* db, bool accumulate, float* scratch, cudaStream_t stream) {
+  gelu_backward_bias_impl(dy, u, du, rows, cols, db, accumulate, scratch, stream);
 }
 
 }  // namespace vitddp

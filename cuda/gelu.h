@@ -23,4 +23,21 @@ void gelu_forward(const __nv_bfloat16* u, __nv_bfloat16* y, size_t n, cudaStream
 void gelu_backward(const __nv_bfloat16* dy, const __nv_bfloat16* u, __nv_bfloat16* du, size_t n,
                    cudaStream_t stream);
 
+/// Floats of scratch gelu_backward_bias needs for a [rows, cols] input.
+size_t gelu_backward_bias_scratch_floats(int rows, int cols);
+
+/// gelu_backward on a contiguous row-major [rows, cols] matrix (du may alias dy), fused with the
+/// bias gradient of the nn.Linear whose output u is (ViT's fc1): db[c] = sum_r du[r, c]
+/// (accumulate=false) or db[c] += that sum, over the stored du (bf16: the rounded values, what
+/// column_sum of du and cuBLASLt's BGRADB epilogue read). Each block sums 16 rows of 1024
+/// columns (8 contiguous per thread, 16-byte accesses) into `scratch`, then column_sum_partials
+/// (reduce.h) adds the partials in a fixed order: deterministic, no atomics. Shapes with cols not
+/// a multiple of 8 or unaligned pointers take gelu_backward + column_sum (same values).
+/// scratch: gelu_backward_bias_scratch_floats(rows, cols) fp32. db: [cols] fp32.
+/// Throws std::invalid_argument for negative rows or cols.
+void gelu_backward_bias(const float* dy, const float* u, float* du, int rows, int cols, float* db,
+                        bool accumulate, float* scratch, cudaStream_t stream);
+void gelu_backward_bias(const __nv_bfloat16* dy, const __nv_bfloat16* u, __nv_bfloat16* du, int rows,
+                        int cols, float* db, bool accumulate, float* scratch, cudaStream_t stream);
+
 }  // namespace vitddp

@@ -14,8 +14,10 @@
 // All of them live in one device allocation, the activation arena, at the offsets that
 // plan_gpu_vit_arena (cuda/gpu_vit_arena.h) computes; the memory estimate sums the same plan.
 // GEMMs are nn.Linear forms (lt_gemm.h): biases and residual adds are fused into the cuBLASLt
-// epilogue (D = A@B^T + bias + C); in backward, bias gradients come from the weight-gradient
-// GEMM's BGRADB epilogue (or column_sum when accumulating). The residual-stream gradient lives in
+// epilogue (D = A@B^T + bias + C); in backward, the bias gradients of fc2 and out_proj are
+// column sums taken by the LayerNorm backward that writes their output gradient, fc1's by the
+// GELU backward, the others' by the weight-gradient GEMM's BGRADB epilogue (or column_sum when
+// accumulating, or everywhere with fused_bias_grad off). The residual-stream gradient lives in
 // one fp32 [N, D] buffer that each LayerNorm backward adds into (the residual branch's identity
 // path); in bf16 mode the LayerNorm backward also writes its bf16 copy for the GEMMs.
 // One templated pass (forward_pass<T>, backward_pass<T>) serves all precisions; with T = float it
@@ -340,6 +342,14 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
     linear_backward_weight(lt, dy, xin, dw, m, n, k, acc);
     column_sum(dy, m, n, n, db, acc, scratch, st);
   };
+  // With fused_bias_grad, the bias gradients of fc2 and out_proj come from the LayerNorm backward
+  // that writes their output gradient (the residual-stream gradient, dx_colsum), and fc1's from
+  // the GELU backward (gelu_backward_bias): no pass over dY of their own, and a plain weight GEMM.
+  // Measured on an H200 (results/2026-11-30-issue5-session7): see the README there.
+  const bool fuse = fused_bias_grad;
+  auto weight_grad = [&](const auto* dy, const auto* xin, float* dw, int m, int n, int k) {
+    linear_backward_weight(lt, dy, xin, dw, m, n, k, acc);
+  };
 
   // Head (fp32): dW = dlogits^T @ xf, db = colsum(dlogits), dxf = dlogits @ W.
   linear_grads(dlogits, xf, gr.head_w, gr.head_b, B, K, D);
@@ -349,8 +359,10 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
   // Final LayerNorm: only the class-token rows of dx are non-zero.
   CUDA_CHECK(cudaMemsetAsync(dx, 0, sizeof(float) * (size_t)N * D, st));
   if (dx16) CUDA_CHECK(cudaMemsetAsync(dx16, 0, sizeof(bf16) * (size_t)N * D, st));
+  // dx's non-zero rows are the class tokens', so its column sums are the last fc2's bias gradient.
   layernorm_backward(dxf, D, x[c.layers], T_ * D, meanf, rstdf, p.ln_w, dx, T_ * D, false,
-                     gr.ln_w, gr.ln_b, acc, B, D, scratch, st, dx16);
+                     gr.ln_w, gr.ln_b, acc, B, D, scratch, st, dx16,
+                     fuse && c.layers > 0 ? gr.blocks[c.layers - 1].fc2_b : nullptr);
   ready({P - 3, P - 4});
 
   for (int l = c.layers - 1; l >= 0; --l) {
@@ -358,20 +370,27 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
     const BlockTensors<float>& g = gr.blocks[l];
     BlockActs<T>& a = o.blocks[l];
     // dx = dL/dx[l+1]. MLP down-projection (mlp.3).
-    linear_grads(dxo, a.g, g.fc2_w, g.fc2_b, N, D, M);
+    if (fuse) weight_grad(dxo, a.g, g.fc2_w, N, D, M);  // fc2_b: by the LayerNorm backward above
+    else linear_grads(dxo, a.g, g.fc2_w, g.fc2_b, N, D, M);
     ready({block_index(l, 11), block_index(l, 10)});
     linear_backward_input(lt, dxo, W(w.fc2_w), o.dwide, N, D, M);
-    gelu_backward(o.dwide, a.u, o.dwide, (size_t)N * M, st);
     // MLP up-projection (mlp.0).
-    linear_grads(o.dwide, a.z, g.fc1_w, g.fc1_b, N, M, D);
+    if (fuse) {
+      gelu_backward_bias(o.dwide, a.u, o.dwide, N, M, g.fc1_b, acc, scratch, st);
+      weight_grad(o.dwide, a.z, g.fc1_w, N, M, D);
+    } else {
+      gelu_backward(o.dwide, a.u, o.dwide, (size_t)N * M, st);
+      linear_grads(o.dwide, a.z, g.fc1_w, g.fc1_b, N, M, D);
+    }
     ready({block_index(l, 9), block_index(l, 8)});
     linear_backward_input(lt, o.dwide, W(w.fc1_w), o.dnarrow, N, M, D);
     // ln_2, plus the residual path: dx becomes dL/dxmid.
     layernorm_backward(o.dnarrow, D, a.xmid, D, a.mean2, a.rstd2, w.ln2_w, dx, D, true, g.ln2_w,
-                       g.ln2_b, acc, N, D, scratch, st, dx16);
+                       g.ln2_b, acc, N, D, scratch, st, dx16, fuse ? g.proj_b : nullptr);
     ready({block_index(l, 7), block_index(l, 6)});
     // out_proj.
-    linear_grads(dxo, a.attn, g.proj_w, g.proj_b, N, D, D);
+    if (fuse) weight_grad(dxo, a.attn, g.proj_w, N, D, D);  // proj_b: by ln_2's backward
+    else linear_grads(dxo, a.attn, g.proj_w, g.proj_b, N, D, D);
     ready({block_index(l, 5), block_index(l, 4)});
     linear_backward_input(lt, dxo, W(w.proj_w), o.dnarrow, N, D, D);
     // Attention core, then in_proj.
@@ -380,8 +399,10 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
     ready({block_index(l, 3), block_index(l, 2)});
     linear_backward_input(lt, o.dwide, W(w.qkv_w), o.dnarrow, N, 3 * D, D);
     // ln_1, plus the residual path: dx becomes dL/dx[l].
+    // dx becomes block l-1's output gradient: its column sums are block l-1's fc2 bias gradient.
     layernorm_backward(o.dnarrow, D, x[l], D, a.mean1, a.rstd1, w.ln1_w, dx, D, true, g.ln1_w,
-                       g.ln1_b, acc, N, D, scratch, st, dx16);
+                       g.ln1_b, acc, N, D, scratch, st, dx16,
+                       fuse && l > 0 ? gr.blocks[l - 1].fc2_b : nullptr);
     ready({block_index(l, 1), block_index(l, 0)});
   }
 

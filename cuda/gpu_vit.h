@@ -25,9 +25,10 @@ struct GpuViTOptions {
   /// keep the fastest: one stream synchronisation per new shape, about 2% faster on vit_l_32, but
   /// the choice (hence the last bits of the results) may differ between processes.
   int gemm_autotune_candidates = 16;
-  /// Bias gradients of nn.Linear layers from the weight-gradient GEMM's epilogue (cuBLASLt
-  /// BGRADB) when backward overwrites; otherwise (and when accumulating) by a separate
-  /// deterministic column-sum kernel.
+  /// true: the bias gradients of fc2 and out_proj are column sums taken by the LayerNorm backward
+  /// that writes their output gradient, fc1's by the GELU backward (layernorm.h, gelu.h), the
+  /// others' by the weight-gradient GEMM's epilogue (cuBLASLt BGRADB) when backward overwrites.
+  /// false, and the other layers when accumulating: a separate deterministic column-sum kernel.
   bool fused_bias_grad = true;
   /// bf16 only: true = forward() first casts the fp32 parameters into the bf16 working copy
   /// (bf16_weights(), about 0.5 ms for vit_l_32); false = the caller keeps that copy current

@@ -7,6 +7,7 @@
 
 #include "cuda/attention.h"
 #include "cuda/cudnn_attention.h"
+#include "cuda/gelu.h"
 #include "cuda/layernorm.h"
 #include "cuda/loss.h"
 #include "cuda/reduce.h"
@@ -112,6 +113,7 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
   r = std::max(r, layernorm_backward_scratch_floats(Ni, Di));
   r = std::max(r, layernorm_backward_scratch_floats(max_batch, Di));
   r = std::max(r, column_sum_scratch_floats(Ni, std::max({Di, Mi, 3 * Di})));
+  r = std::max(r, gelu_backward_bias_scratch_floats(Ni, Mi));
   r = std::max(r, column_sum_scratch_floats(max_batch * (int)Np, Di));
   r = std::max(r, column_sum_scratch_floats(max_batch, Ki));
   r = std::max(r, softmax_xent_scratch_floats(max_batch));

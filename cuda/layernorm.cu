@@ -8,6 +8,7 @@
 #include "cuda/block_reduce.cuh"
 #include "cuda/check.h"
 #include "cuda/dtype.cuh"
+#include "cuda/reduce.h"
 
 namespace vitddp {
 namespace {
@@ -218,8 +219,8 @@ __global__ void ln_backward_vec_kernel(const TDY* __restrict__ dy, int lddy, con
                                        const float* __restrict__ mean, const float* __restrict__ rstd,
                                        const float* __restrict__ gamma, float* __restrict__ dx, int lddx,
                                        bool add_dx, __nv_bfloat16* __restrict__ dx_bf16,
-                                       float* __restrict__ part_dgamma, float* __restrict__ part_dbeta, int rows,
-                                       int D, int rows_per_block) {
+                                       float* __restrict__ part_dgamma, float* __restrict__ part_dbeta,
+                                       float* __restrict__ part_dsum, int rows, int D, int rows_per_block) {
   __shared__ float scratch[64];
   const int r0 = blockIdx.x * rows_per_block;
   const int r1 = min(rows, r0 + rows_per_block);
@@ -227,7 +228,7 @@ __global__ void ln_backward_vec_kernel(const TDY* __restrict__ dy, int lddy, con
   const bool in_d = d0 < D;
   const F4 zero{{0.0f, 0.0f, 0.0f, 0.0f}};
   const F4 g = in_d ? load4(gamma + d0) : zero;
-  F4 pdg = zero, pdb = zero;
+  F4 pdg = zero, pdb = zero, pds = zero;
   const float inv_d = 1.0f / D;
   // The next row's dy, x (and dx when adding) are loaded before this row's block reduction.
   F4 ndy = zero, nx = zero, ndx = zero;
@@ -261,6 +262,7 @@ __global__ void ln_backward_vec_kernel(const TDY* __restrict__ dy, int lddy, con
       for (int i = 0; i < 4; ++i) {
         const float v = rs * (gy.v[i] - ma - xh.v[i] * mb);
         out.v[i] = add_dx ? cdx.v[i] + v : v;
+        pds.v[i] += out.v[i];
       }
       store4(dx + (size_t)r * lddx + d0, out);
       if (dx_bf16) store4(dx_bf16 + (size_t)r * lddx + d0, out);
@@ -269,6 +271,7 @@ __global__ void ln_backward_vec_kernel(const TDY* __restrict__ dy, int lddy, con
   if (in_d) {
     store4(part_dgamma + (size_t)blockIdx.x * D + d0, pdg);
     store4(part_dbeta + (size_t)blockIdx.x * D + d0, pdb);
+    if (part_dsum) store4(part_dsum + (size_t)blockIdx.x * D + d0, pds);
   }
 }
 
@@ -279,25 +282,30 @@ __global__ void ln_backward_vec_kernel(const TDY* __restrict__ dy, int lddy, con
 constexpr int kPgCols = 8, kPgRows = 128;
 
 __global__ void ln_param_grad_kernel(const float* __restrict__ part_dgamma,
-                                     const float* __restrict__ part_dbeta, int nblocks, int D,
+                                     const float* __restrict__ part_dbeta,
+                                     const float* __restrict__ part_dsum, int nblocks, int D,
                                      float* __restrict__ dgamma, float* __restrict__ dbeta,
-                                     bool accumulate) {
-  __shared__ float sg[kPgRows][kPgCols + 1], sb[kPgRows][kPgCols + 1];
+                                     float* __restrict__ dsum, bool accumulate) {
+  __shared__ float sg[kPgRows][kPgCols + 1], sb[kPgRows][kPgCols + 1], ss[kPgRows][kPgCols + 1];
   const int d = blockIdx.x * kPgCols + threadIdx.x;
-  float ag = 0.0f, ab = 0.0f;
+  const bool with_sum = part_dsum != nullptr;
+  float ag = 0.0f, ab = 0.0f, as = 0.0f;
   if (d < D)
     for (int k = threadIdx.y; k < nblocks; k += kPgRows) {
       ag += part_dgamma[(size_t)k * D + d];
       ab += part_dbeta[(size_t)k * D + d];
+      if (with_sum) as += part_dsum[(size_t)k * D + d];
     }
   sg[threadIdx.y][threadIdx.x] = ag;
   sb[threadIdx.y][threadIdx.x] = ab;
+  ss[threadIdx.y][threadIdx.x] = as;
   __syncthreads();
 #pragma unroll
   for (int half = kPgRows / 2; half > 0; half /= 2) {
     if (threadIdx.y < half) {
       sg[threadIdx.y][threadIdx.x] += sg[threadIdx.y + half][threadIdx.x];
       sb[threadIdx.y][threadIdx.x] += sb[threadIdx.y + half][threadIdx.x];
+      ss[threadIdx.y][threadIdx.x] += ss[threadIdx.y + half][threadIdx.x];
     }
     __syncthreads();
   }
@@ -305,6 +313,7 @@ __global__ void ln_param_grad_kernel(const float* __restrict__ part_dgamma,
     const float tg = sg[0][threadIdx.x], tb = sb[0][threadIdx.x];
     dgamma[d] = accumulate ? dgamma[d] + tg : tg;
     dbeta[d] = accumulate ? dbeta[d] + tb : tb;
+    if (with_sum) dsum[d] = accumulate ? dsum[d] + ss[0][threadIdx.x] : ss[0][threadIdx.x];
   }
 }
 
@@ -342,7 +351,7 @@ void layernorm_forward(const float* x, int ldx, const float* gamma, const float*
 size_t layernorm_backward_scratch_floats(int rows, int D) {
   const int rpb = ln_rows_per_block(rows);
   const size_t nblocks = (size_t)(rows + rpb - 1) / rpb;
-  return 2 * nblocks * (size_t)D;
+  return 3 * nblocks * (size_t)D;
 }
 
 namespace {
@@ -350,19 +359,25 @@ template <typename TDY>
 void backward_impl(const TDY* dy, int lddy, const float* x, int ldx, const float* mean,
                    const float* rstd, const float* gamma, float* dx, int lddx, bool add_dx,
                    float* dgamma, float* dbeta, bool accumulate, int rows, int D, float* scratch,
-                   cudaStream_t stream, __nv_bfloat16* dx_bf16) {
+                   cudaStream_t stream, __nv_bfloat16* dx_bf16, float* dx_colsum) {
   check_dims(rows, D, "layernorm_backward");
   const int rpb = ln_rows_per_block(rows);
   const int nblocks = (rows + rpb - 1) / rpb;
   float* part_dgamma = scratch;
   float* part_dbeta = scratch + (size_t)nblocks * D;
+  float* part_dsum = scratch + 2 * (size_t)nblocks * D;
   auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool vec = D % 4 == 0 && lddy % 4 == 0 && ldx % 4 == 0 && lddx % 4 == 0 && a16(x) && a16(dx) && a16(gamma) &&
                    reinterpret_cast<uintptr_t>(dy) % (4 * sizeof(TDY)) == 0 &&
-                   reinterpret_cast<uintptr_t>(dx_bf16) % 8 == 0 && a16(part_dgamma) && a16(part_dbeta);
+                   reinterpret_cast<uintptr_t>(dx_bf16) % 8 == 0 && a16(part_dgamma) && a16(part_dbeta) &&
+                   a16(part_dsum);
+  // The column sums of dx come from the vector kernel's partials; the scalar kernel leaves them to
+  // column_sum afterwards (same values, another summation order).
+  const bool fused_sum = dx_colsum != nullptr && vec;
   if (nblocks > 0 && vec) {
     ln_backward_vec_kernel<TDY><<<nblocks, ln_threads(D), 0, stream>>>(
-        dy, lddy, x, ldx, mean, rstd, gamma, dx, lddx, add_dx, dx_bf16, part_dgamma, part_dbeta, rows, D, rpb);
+        dy, lddy, x, ldx, mean, rstd, gamma, dx, lddx, add_dx, dx_bf16, part_dgamma, part_dbeta,
+        fused_sum ? part_dsum : nullptr, rows, D, rpb);
     CUDA_CHECK_LAUNCH();
   } else if (nblocks > 0) {
     ln_backward_kernel<TDY><<<nblocks, ln_threads(D), 0, stream>>>(
@@ -371,26 +386,28 @@ void backward_impl(const TDY* dy, int lddy, const float* x, int ldx, const float
     CUDA_CHECK_LAUNCH();
   }
   ln_param_grad_kernel<<<(D + kPgCols - 1) / kPgCols, dim3(kPgCols, kPgRows), 0, stream>>>(
-      part_dgamma, part_dbeta, nblocks, D, dgamma, dbeta, accumulate);
+      part_dgamma, part_dbeta, fused_sum ? part_dsum : nullptr, nblocks, D, dgamma, dbeta, dx_colsum,
+      accumulate);
   CUDA_CHECK_LAUNCH();
+  if (dx_colsum != nullptr && !fused_sum) column_sum(dx, rows, D, lddx, dx_colsum, accumulate, scratch, stream);
 }
 }  // namespace
 
 void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, const float* mean,
                         const float* rstd, const float* gamma, float* dx, int lddx, bool add_dx,
                         float* dgamma, float* dbeta, bool accumulate, int rows, int D,
-                        float* scratch, cudaStream_t stream, __nv_bfloat16* dx_bf16) {
+                        float* scratch, cudaStream_t stream, __nv_bfloat16* dx_bf16, float* dx_colsum) {
   backward_impl(dy, lddy, x, ldx, mean, rstd, gamma, dx, lddx, add_dx, dgamma, dbeta, accumulate,
-                rows, D, scratch, stream, dx_bf16);
+                rows, D, scratch, stream, dx_bf16, dx_colsum);
 }
 
 void layernorm_backward(const __nv_bfloat16* dy, int lddy, const float* x, int ldx,
                         const float* mean, const float* rstd, const float* gamma, float* dx,
                         int lddx, bool add_dx, float* dgamma, float* dbeta, bool accumulate,
                         int rows, int D, float* scratch, cudaStream_t stream,
-                        __nv_bfloat16* dx_bf16) {
+                        __nv_bfloat16* dx_bf16, float* dx_colsum) {
   backward_impl(dy, lddy, x, ldx, mean, rstd, gamma, dx, lddx, add_dx, dgamma, dbeta, accumulate,
-                rows, D, scratch, stream, dx_bf16);
+                rows, D, scratch, stream, dx_bf16, dx_colsum);
 }
 
 }  // namespace vitddp

@@ -37,14 +37,22 @@ size_t layernorm_backward_scratch_floats(int rows, int D);
 /// dx_bf16: nullptr, or a second output [rows, D] (leading dimension lddx) that receives
 /// bf16(dx) - the final value, after the add - for the bf16 GEMMs that consume the residual-stream
 /// gradient. The bf16-dy overload widens dy to fp32; all arithmetic is fp32.
+/// dx_colsum: nullptr, or [D] fp32 that receives sum_rows dx (the final fp32 value, after the add),
+/// written or added as `accumulate` says: the bias gradient of the nn.Linear whose output gradient
+/// dx is (ViT's fc2 and out_proj, whose outputs are added to the residual stream), saving that
+/// Linear's column sum over dx. Computed with the partials above when the vector kernel runs
+/// (D, leading dimensions and pointers aligned to 4 elements), else by column_sum (reduce.h).
+/// The sums use fp32 dx even where the GEMMs read its bf16 copy (PyTorch autocast sums the bf16
+/// gradient; the difference is that rounding, within the bf16 tolerance).
 void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, const float* mean,
                         const float* rstd, const float* gamma, float* dx, int lddx, bool add_dx,
                         float* dgamma, float* dbeta, bool accumulate, int rows, int D,
-                        float* scratch, cudaStream_t stream, __nv_bfloat16* dx_bf16 = nullptr);
+                        float* scratch, cudaStream_t stream, __nv_bfloat16* dx_bf16 = nullptr,
+                        float* dx_colsum = nullptr);
 void layernorm_backward(const __nv_bfloat16* dy, int lddy, const float* x, int ldx,
                         const float* mean, const float* rstd, const float* gamma, float* dx,
                         int lddx, bool add_dx, float* dgamma, float* dbeta, bool accumulate,
                         int rows, int D, float* scratch, cudaStream_t stream,
-                        __nv_bfloat16* dx_bf16 = nullptr);
+                        __nv_bfloat16* dx_bf16 = nullptr, float* dx_colsum = nullptr);
 
 }  // namespace vitddp

@@ -74,12 +74,18 @@ void column_sum_impl(const TX* x, int rows, int cols, int ld, float* out, bool a
                                                                                 scratch);
     CUDA_CHECK_LAUNCH();
   }
-  column_final_kernel<<<(cols + kColsPerBlock - 1) / kColsPerBlock, dim3(kColsPerBlock, kRowThreads),
-                        0, stream>>>(scratch, nchunks, cols, out, accumulate);
-  CUDA_CHECK_LAUNCH();
+  column_sum_partials(scratch, nchunks, cols, out, accumulate, stream);
 }
 
 }  // namespace
+
+void column_sum_partials(const float* partial, int nchunks, int cols, float* out, bool accumulate,
+                         cudaStream_t stream) {
+  if (cols <= 0) return;
+  column_final_kernel<<<(cols + kColsPerBlock - 1) / kColsPerBlock, dim3(kColsPerBlock, kRowThreads), 0,
+                        stream>>>(partial, nchunks, cols, out, accumulate);
+  CUDA_CHECK_LAUNCH();
+}
 
 void column_sum(const float* x, int rows, int cols, int ld, float* out, bool accumulate,
                 float* scratch, cudaStream_t stream) {

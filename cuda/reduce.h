@@ -20,4 +20,10 @@ void column_sum(const float* x, int rows, int cols, int ld, float* out, bool acc
 void column_sum(const __nv_bfloat16* x, int rows, int cols, int ld, float* out, bool accumulate,
                 float* scratch, cudaStream_t stream);
 
+/// The second stage of column_sum on its own, for kernels that write their own per-chunk partials:
+/// out[c] (+)= sum_{k < nchunks} partial[k*cols + c], in a fixed order (deterministic).
+/// partial: [nchunks, cols] fp32; out: [cols] fp32, not aliasing partial.
+void column_sum_partials(const float* partial, int nchunks, int cols, float* out, bool accumulate,
+                         cudaStream_t stream);
+
 }  // namespace vitddp

@@ -231,15 +231,19 @@ TEST_CASE("layernorm: bf16 output, bf16 incoming gradient and bf16 dx copy", "[g
         dx[(size_t)r * D + d] = hdx0[(size_t)r * D + d] + rs * (hgamma[d] * hdy[(size_t)r * D + d] - a / D - xh * b / D);
       }
     }
-    DevVec<float> x(hx), gamma(hgamma), beta(hbeta), m(R), rs(R), dxd(hdx0), dg(D), db(D),
+    DevVec<float> x(hx), gamma(hgamma), beta(hbeta), m(R), rs(R), dxd(hdx0), dg(D), db(D), dsum(D),
         scratch(layernorm_backward_scratch_floats(R, D));
     DevVec<bf16> y16((size_t)R * D), dy(to_bf16(hdy)), dx16((size_t)R * D);
     layernorm_forward(x.get(), D, gamma.get(), beta.get(), y16.get(), D, m.get(), rs.get(), R, D, (float)eps, st.s);
     CHECK(norm_rel_err(to_float(y16.download()), y) < 4e-3);
     layernorm_backward(dy.get(), D, x.get(), D, m.get(), rs.get(), gamma.get(), dxd.get(), D, true,
-                       dg.get(), db.get(), false, R, D, scratch.get(), st.s, dx16.get());
+                       dg.get(), db.get(), false, R, D, scratch.get(), st.s, dx16.get(), dsum.get());
     const auto got = dxd.download();
     CHECK(norm_rel_err(got, dx) < 1e-5);
+    std::vector<double> dx_sums(D, 0.0);  // the column sums are of the fp32 dx
+    for (int r = 0; r < R; ++r)
+      for (int d = 0; d < D; ++d) dx_sums[d] += dx[(size_t)r * D + d];
+    CHECK(norm_rel_err(dsum.download(), dx_sums) < 1e-5);
     CHECK(norm_rel_err(dg.download(), dgam) < 1e-5);
     CHECK(norm_rel_err(db.download(), dbet) < 1e-5);
     // The bf16 copy is exactly the rounded fp32 result.
@@ -275,6 +279,32 @@ TEST_CASE("gelu: bf16 forward and backward match host loops", "[gpu][gelu][bf16]
     std::vector<double> y1(y.begin() + 1, y.end());
     const auto all = to_float(yd.download());
     CHECK(norm_rel_err(std::vector<float>(all.begin() + 1, all.end()), y1) < 4e-3);
+  }
+}
+
+TEST_CASE("gelu: bf16 backward fused with the bias gradient sums the stored bf16 values", "[gpu][gelu][bf16]") {
+  REQUIRE_GPU();
+  Stream st;
+  struct Shape { int rows, cols; };
+  for (const Shape sh : {Shape{37, 4096}, Shape{5, 20}}) {  // fused kernel; gelu_backward + column_sum
+    const int R = sh.rows, C = sh.cols;
+    INFO("rows=" << R << " cols=" << C);
+    const size_t n = (size_t)R * C;
+    const auto hu = rounded(normal_vec(n, 25, 0, 3.0)), hdy = rounded(normal_vec(n, 25, 1));
+    std::vector<double> du(n);
+    for (size_t i = 0; i < n; ++i) {
+      const double u = hu[i];
+      du[i] = hdy[i] * (0.5 * (1.0 + std::erf(u / std::sqrt(2.0))) + u * std::exp(-0.5 * u * u) / std::sqrt(2 * M_PI));
+    }
+    DevVec<bf16> u(to_bf16(hu)), dy(to_bf16(hdy));
+    DevVec<float> dbd(C), scratch(gelu_backward_bias_scratch_floats(R, C));
+    gelu_backward_bias(dy.get(), u.get(), dy.get(), R, C, dbd.get(), false, scratch.get(), st.s);  // in place
+    const auto got = to_float(dy.download());
+    CHECK(norm_rel_err(got, du) < 4e-3);
+    // db is the column sum of the bf16 values stored in du, up to fp32 summation.
+    std::vector<double> stored(C, 0.0);
+    for (size_t i = 0; i < n; ++i) stored[i % C] += got[i];
+    CHECK(norm_rel_err(dbd.download(), stored) < 1e-5);
   }
 }
 

@@ -169,7 +169,17 @@ TEST_CASE("layernorm: forward and backward match host loops", "[gpu][layernorm]"
     }
 
     DevVec<float> x(hx), gamma(hgamma), beta(hbeta), dy(hdy), yd((size_t)R * D), m(R), rs(R),
-        dxd(hdx0), dg(hdg0), db(hdb0), scratch(layernorm_backward_scratch_floats(R, D));
+        dxd(hdx0), dg(hdg0), db(hdb0), scratch(layernorm_backward_scratch_floats(R, D)),
+        dsum(hdb0);  // dx_colsum, accumulated onto hdb0 first
+    // Column sums of the final dx (after the add): ldx 107 and 1290 take the scalar kernel and
+    // column_sum, the others the vector kernel's partials.
+    auto colsum = [&](const std::vector<float>& dxv, const std::vector<float>& base) {
+      std::vector<double> c(D, 0.0);
+      for (int d = 0; d < D; ++d) c[d] = base.empty() ? 0.0 : base[d];
+      for (int r = 0; r < R; ++r)
+        for (int d = 0; d < D; ++d) c[d] += dxv[(size_t)r * ldx + d];
+      return c;
+    };
     layernorm_forward(x.get(), ldx, gamma.get(), beta.get(), yd.get(), D, m.get(), rs.get(), R, D,
                       (float)eps, st.s);
     CHECK(norm_rel_err(yd.download(), y) < 1e-6);
@@ -178,9 +188,10 @@ TEST_CASE("layernorm: forward and backward match host loops", "[gpu][layernorm]"
 
     // add_dx = true, accumulate = true: dx = dx0 + LNbwd, dgamma = dg0 + ..., dbeta = db0 + ...
     layernorm_backward(dy.get(), ldx, x.get(), ldx, m.get(), rs.get(), gamma.get(), dxd.get(), ldx,
-                       true, dg.get(), db.get(), true, R, D, scratch.get(), st.s);
+                       true, dg.get(), db.get(), true, R, D, scratch.get(), st.s, nullptr, dsum.get());
     {
       const auto got = dxd.download();
+      CHECK(norm_rel_err(dsum.download(), colsum(got, hdb0)) < 1e-6);
       std::vector<double> ref((size_t)R * D), gotc((size_t)R * D);
       for (int r = 0; r < R; ++r)
         for (int d = 0; d < D; ++d) {
@@ -201,8 +212,12 @@ TEST_CASE("layernorm: forward and backward match host loops", "[gpu][layernorm]"
     }
     // add_dx = false, accumulate = false.
     layernorm_backward(dy.get(), ldx, x.get(), ldx, m.get(), rs.get(), gamma.get(), dxd.get(), ldx,
-                       false, dg.get(), db.get(), false, R, D, scratch.get(), st.s);
+                       false, dg.get(), db.get(), false, R, D, scratch.get(), st.s, nullptr, dsum.get());
     CHECK(norm_rel_err(gather(dxd.download(), R, D, ldx), dx) < 1e-5);
+    std::vector<double> dx_sums(D, 0.0);
+    for (int r = 0; r < R; ++r)
+      for (int d = 0; d < D; ++d) dx_sums[d] += dx[(size_t)r * D + d];
+    CHECK(norm_rel_err(dsum.download(), dx_sums) < 1e-5);
     CHECK(norm_rel_err(dg.download(), dgam) < 1e-6);
     CHECK(norm_rel_err(db.download(), dbet) < 1e-6);
   }
@@ -264,6 +279,34 @@ TEST_CASE("gelu: exact erf GELU forward and backward match host loops", "[gpu][g
   CHECK(norm_rel_err(yd.download(), y) < 1e-6);
   gelu_backward(dy.get(), u.get(), dy.get(), n, st.s);  // in place
   CHECK(norm_rel_err(dy.download(), du) < 1e-6);
+}
+
+TEST_CASE("gelu: backward fused with the bias gradient matches host loops", "[gpu][gelu][reduce]") {
+  REQUIRE_GPU();
+  Stream st;
+  struct Shape { int rows, cols; };
+  // 37 x 4096: the fused kernel (rows not a multiple of its 16-row chunks or 4-row batches);
+  // 5 x 20: cols not a multiple of 8, gelu_backward + column_sum.
+  for (const Shape sh : {Shape{37, 4096}, Shape{5, 20}, Shape{1, 1032}}) {
+    const int R = sh.rows, C = sh.cols;
+    INFO("rows=" << R << " cols=" << C);
+    const size_t n = (size_t)R * C;
+    const auto hu = normal_vec(n, 9, 0, 3.0), hdy = normal_vec(n, 9, 1), hdb0 = normal_vec(C, 9, 2);
+    std::vector<double> du(n), db(C, 0.0), db_acc(hdb0.begin(), hdb0.end());
+    for (size_t i = 0; i < n; ++i) {
+      const double u = hu[i];
+      du[i] = hdy[i] * (0.5 * (1.0 + std::erf(u / std::sqrt(2.0))) + u * std::exp(-0.5 * u * u) / std::sqrt(2 * M_PI));
+      db[i % C] += du[i];
+      db_acc[i % C] += du[i];
+    }
+    DevVec<float> u(hu), dy(hdy), out(n), dbd(hdb0), scratch(gelu_backward_bias_scratch_floats(R, C));
+    gelu_backward_bias(dy.get(), u.get(), out.get(), R, C, dbd.get(), true, scratch.get(), st.s);
+    CHECK(norm_rel_err(out.download(), du) < 1e-6);
+    CHECK(norm_rel_err(dbd.download(), db_acc) < 1e-6);
+    gelu_backward_bias(dy.get(), u.get(), dy.get(), R, C, dbd.get(), false, scratch.get(), st.s);  // in place
+    CHECK(norm_rel_err(dy.download(), du) < 1e-6);
+    CHECK(norm_rel_err(dbd.download(), db) < 1e-6);
+  }
 }
 
 TEST_CASE("loss: softmax cross-entropy and its gradient match host loops", "[gpu][loss]") {

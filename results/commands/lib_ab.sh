@@ -1,0 +1,39 @@
+# A/B jobs of session 7 (device_session7_*.sh): source after setting JOB (output folder name under
+# /tmp, tarred into $OUT/$JOB.tgz by ab_finish). Binaries from carry/bins.tar.xz.
+# vitddp ViT-L/32 batch 32, data on the GPU, 10 warm-up + 100 timed steps per run.
+export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+: "${JOB:?lib_ab.sh: set JOB first}"
+W=/tmp/$JOB; rm -rf "$W"; mkdir -p "$W"
+[ -f carry/bins.tar.xz ] && tar xJf carry/bins.tar.xz -C carry
+COMMON="--data device --warmup-steps 10 --steps 100 --cooldown-steps 0 --progress-every 1000 --overwrite"
+
+# ab NAME NP PRECISION BINARY [vitddp options]: one run of carry/BINARY into $W/NAME.h5 (1 rank
+# runs --no-ddp); prints its timed-window line.
+ab() {
+  local name=$1 n=$2 p=$3 bin=$4; shift 4
+  local ddp=""; [ "$n" = 1 ] && ddp="--no-ddp"
+  timeout 120 mpirun --bind-to none -x NCCL_NVLS_ENABLE=0 -np "$n" "carry/$bin" $ddp --precision "$p" "$@" $COMMON \
+    --out "$W/$name.h5" 2>&1 | grep -E "timed window|rror" | sed "s/^/$name: /"
+}
+
+# ab_tests: every GPU test of carry/gpu_tests (1 GPU) and carry/gpu_mpi_tests (2 ranks), logs in $W.
+ab_tests() {
+  echo "== gpu_tests"
+  timeout 300 carry/gpu_tests > "$W/gpu_tests.log" 2>&1
+  echo "gpu_tests exit $?"; tail -3 "$W/gpu_tests.log"
+  echo "== gpu_mpi_tests"
+  timeout 200 mpirun --bind-to none -x NCCL_NVLS_ENABLE=0 -np 2 carry/gpu_mpi_tests > "$W/gpu_mpi_tests.log" 2>&1
+  echo "gpu_mpi_tests exit $?"; grep -a "assertions\|FAILED\|failed" "$W/gpu_mpi_tests.log" | head -20
+}
+
+# ab_bench BINARY...: bench_gpu_ops of each gpu_tests binary, the lines of the named kernels.
+ab_bench() {
+  local b
+  for b in "$@"; do
+    echo "== bench_gpu_ops, $b"
+    timeout 120 "carry/$b" "bench: per-operation times at vit_l_32 batch-32 shapes" 2>&1 |
+      grep -E "layernorm|column_sum|BGRADB|gelu"
+  done
+}
+
+ab_finish() { tar czf "$OUT/$JOB.tgz" -C /tmp "$JOB"; }
