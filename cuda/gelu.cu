@@ -112,9 +112,13 @@ __global__ void gelu_backward_bf16_kernel(const __nv_bfloat16* dy, const __nv_bf
     du[i] = __float2bfloat16_rn(__bfloat162float(dy[i]) * gelu_grad(__bfloat162float(u[i])));
 }
 
-// gelu_backward_bias: 8 contiguous columns per thread, kGbRows rows per block (loaded 4 rows at a
-// time, before any store: du may alias dy, element for element).
-constexpr int kGbThreads = 128, kGbVec = 8, kGbRows = 16, kGbBatch = 4;
+// gelu_backward_bias: thread (x, y) of a (kGbThreads, kGbGroups) block owns 8 contiguous columns
+// (one 16-byte bf16 or two fp32 accesses) of kGbBatch rows, all loaded before any store (du may
+// alias dy, element for element), so each thread makes one round trip to memory; the kGbGroups
+// row groups' column sums are then added in shared memory in a fixed order. A block covers
+// kGbThreads x 8 columns and kGbGroups x kGbBatch rows. (A first version, 128 x 1 threads walking
+// 16 rows in 4 batches, took 31 us under ncu for 1600 x 4096 bf16, against 17 us for gelu_backward.)
+constexpr int kGbThreads = 64, kGbVec = 8, kGbGroups = 4, kGbBatch = 4, kGbRows = kGbGroups * kGbBatch;
 
 __device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
   const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
@@ -147,29 +151,37 @@ __device__ __forceinline__ void store8(__nv_bfloat16* p, float (&v)[8]) {
 template <typename T>
 __global__ void gelu_backward_bias_kernel(const T* dy, const T* u, T* du, int rows, int cols,
                                           float* __restrict__ partial) {
+  __shared__ float sums[kGbGroups][kGbThreads * kGbVec];
   const int c0 = (blockIdx.x * kGbThreads + threadIdx.x) * kGbVec;
-  const int r0 = blockIdx.y * kGbRows, r1 = min(rows, r0 + kGbRows);
-  if (c0 >= cols) return;
+  const int r0 = blockIdx.y * kGbRows + threadIdx.y * kGbBatch, r1 = min(rows, r0 + kGbBatch);
+  const bool in_c = c0 < cols;
   float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-  for (int r = r0; r < r1; r += kGbBatch) {
-    float g[kGbBatch][8], v[kGbBatch][8];
+  float g[kGbBatch][8], v[kGbBatch][8];
 #pragma unroll
-    for (int b = 0; b < kGbBatch; ++b)
-      if (r + b < r1) {
-        load8(dy + (size_t)(r + b) * cols + c0, g[b]);
-        load8(u + (size_t)(r + b) * cols + c0, v[b]);
-      }
+  for (int b = 0; b < kGbBatch; ++b)
+    if (in_c && r0 + b < r1) {
+      load8(dy + (size_t)(r0 + b) * cols + c0, g[b]);
+      load8(u + (size_t)(r0 + b) * cols + c0, v[b]);
+    }
 #pragma unroll
-    for (int b = 0; b < kGbBatch; ++b)
-      if (r + b < r1) {
+  for (int b = 0; b < kGbBatch; ++b)
+    if (in_c && r0 + b < r1) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) g[b][j] *= gelu_grad(v[b][j]);
-        store8(du + (size_t)(r + b) * cols + c0, g[b]);
+      for (int j = 0; j < 8; ++j) g[b][j] *= gelu_grad(v[b][j]);
+      store8(du + (size_t)(r0 + b) * cols + c0, g[b]);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[j] += g[b][j];
-      }
+      for (int j = 0; j < 8; ++j) acc[j] += g[b][j];
+    }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) sums[threadIdx.y][threadIdx.x * kGbVec + j] = acc[j];
+  __syncthreads();
+  if (threadIdx.y == 0 && in_c) {
+#pragma unroll
+    for (int k = 1; k < kGbGroups; ++k)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] += sums[k][threadIdx.x * kGbVec + j];
+    store8(partial + (size_t)blockIdx.y * cols + c0, acc);
   }
-  store8(partial + (size_t)blockIdx.y * cols + c0, acc);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -189,7 +201,7 @@ void gelu_backward_bias_impl(const T* dy, const T* u, T* du, int rows, int cols,
   const int nchunks = (rows + kGbRows - 1) / kGbRows;
   if (nchunks > 0) {
     const dim3 grid((cols / kGbVec + kGbThreads - 1) / kGbThreads, nchunks);
-    gelu_backward_bias_kernel<T><<<grid, kGbThreads, 0, stream>>>(dy, u, du, rows, cols, scratch);
+    gelu_backward_bias_kernel<T><<<grid, dim3(kGbThreads, kGbGroups), 0, stream>>>(dy, u, du, rows, cols, scratch);
     CUDA_CHECK_LAUNCH();
   }
   column_sum_partials(scratch, nchunks, cols, db, accumulate, stream);
