@@ -4,11 +4,14 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "cuda/block_reduce.cuh"
 #include "cuda/check.h"
 #include "cuda/dtype.cuh"
+#include "cuda/layernorm_warp.cuh"
 #include "cuda/reduce.h"
+#include "cuda/vec4.cuh"
 
 namespace vitddp {
 namespace {
@@ -29,31 +32,6 @@ void check_dims(int rows, int D, const char* what) {
   if (rows < 0 || D < 1 || D > 1024 * kVpt)
     throw std::invalid_argument(std::string(what) + ": unsupported rows=" + std::to_string(rows) +
                                 " D=" + std::to_string(D) + " (need 1 <= D <= 4096)");
-}
-
-// 16-byte (fp32) / 8-byte (bf16) accesses of four contiguous columns (the _vec kernels).
-struct F4 {
-  float v[4];
-};
-__device__ __forceinline__ F4 load4(const float* p) {
-  const float4 a = *reinterpret_cast<const float4*>(p);
-  return F4{{a.x, a.y, a.z, a.w}};
-}
-__device__ __forceinline__ F4 load4(const __nv_bfloat16* p) {
-  const uint2 a = *reinterpret_cast<const uint2*>(p);
-  const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&a.x);
-  const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&a.y);
-  return F4{{__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi)}};
-}
-__device__ __forceinline__ void store4(float* p, const F4& f) {
-  *reinterpret_cast<float4*>(p) = make_float4(f.v[0], f.v[1], f.v[2], f.v[3]);
-}
-__device__ __forceinline__ void store4(__nv_bfloat16* p, const F4& f) {
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(f.v[0], f.v[1]), hi = __floats2bfloat162_rn(f.v[2], f.v[3]);
-  uint2 a;
-  a.x = *reinterpret_cast<const unsigned*>(&lo);
-  a.y = *reinterpret_cast<const unsigned*>(&hi);
-  *reinterpret_cast<uint2*>(p) = a;
 }
 
 template <typename TY>
@@ -210,10 +188,11 @@ __global__ void ln_backward_kernel(const TDY* __restrict__ dy, int lddy,
 // Four contiguous columns per thread (thread t owns 4t..4t+3), so every load and store is one
 // 16-byte (fp32) or 8-byte (bf16) access: four times the bytes in flight of ln_backward_kernel's
 // one-element accesses. ViT-L/32's 1600 x 1024 rows, fp32 dy, H200 (bench_gpu_ops, 2026-11-30):
-// 13.4 us -> 11.6 us, forward 6.5 us -> 5.7 us; the bf16 training step gained 2.2-2.7% (results/
-// 2026-11-30-issue5-session7/ln-vec). Same arithmetic per element; only the order of the row
-// sums' additions differs. Needs D, the leading dimensions and the pointers aligned to
-// 4 elements (backward_impl checks, and uses ln_backward_kernel otherwise).
+// 13.4 us -> 11.6 us, forward 6.5 us -> 5.7 us. The warp-per-row kernels of layernorm_warp.cuh
+// took over D = 128 x V, V <= 8, at 10.4 us and 5.1 us (results/2026-11-30-issue5-session7,
+// ln-vec/ and ln-warp/); these serve the other aligned widths. Same arithmetic per element; only
+// the order of the row sums' additions differs. Needs D, the leading dimensions and the pointers
+// aligned to 4 elements (backward_impl checks, and uses ln_backward_kernel otherwise).
 template <typename TDY>
 __global__ void ln_backward_vec_kernel(const TDY* __restrict__ dy, int lddy, const float* __restrict__ x, int ldx,
                                        const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -320,16 +299,42 @@ __global__ void ln_param_grad_kernel(const float* __restrict__ part_dgamma,
 }  // namespace
 
 namespace {
+// Calls f(std::integral_constant<int, V>) for D = 128 V with V <= 8 (the warp-per-row kernels of
+// layernorm_warp.cuh) and returns true; false for any other D.
+template <typename F>
+bool with_warp_width(int D, F&& f) {
+  if (D % 128 != 0) return false;
+  switch (D / 128) {
+    case 1: f(std::integral_constant<int, 1>{}); return true;
+    case 2: f(std::integral_constant<int, 2>{}); return true;
+    case 3: f(std::integral_constant<int, 3>{}); return true;
+    case 4: f(std::integral_constant<int, 4>{}); return true;
+    case 5: f(std::integral_constant<int, 5>{}); return true;
+    case 6: f(std::integral_constant<int, 6>{}); return true;
+    case 7: f(std::integral_constant<int, 7>{}); return true;
+    case 8: f(std::integral_constant<int, 8>{}); return true;
+    default: return false;
+  }
+}
+bool warp_width_ok(int D) { return D % 128 == 0 && D / 128 >= 1 && D / 128 <= 8; }
+
 template <typename TY>
 void forward_impl(const float* x, int ldx, const float* gamma, const float* beta, TY* y, int ldy,
                   float* mean, float* rstd, int rows, int D, float eps, cudaStream_t stream) {
   check_dims(rows, D, "layernorm_forward");
   if (rows == 0) return;
   auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (D % 4 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && a16(x) && a16(gamma) && a16(beta) &&
-      reinterpret_cast<uintptr_t>(y) % (4 * sizeof(TY)) == 0)
+  const bool vec = D % 4 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && a16(x) && a16(gamma) && a16(beta) &&
+                   reinterpret_cast<uintptr_t>(y) % (4 * sizeof(TY)) == 0;
+  const int warp_blocks = (rows + ln_warp::kWarps - 1) / ln_warp::kWarps;
+  // One warp per row for D = 128 V (V <= 8), else one block per row.
+  const bool by_warp = vec && with_warp_width(D, [&](auto v) {
+    ln_warp::forward<decltype(v)::value, TY>
+        <<<warp_blocks, ln_warp::kWarps * 32, 0, stream>>>(x, ldx, gamma, beta, y, ldy, mean, rstd, rows, eps);
+  });
+  if (!by_warp && vec)
     ln_forward_vec_kernel<TY><<<rows, ln_threads(D), 0, stream>>>(x, ldx, gamma, beta, y, ldy, mean, rstd, D, eps);
-  else
+  else if (!by_warp)
     ln_forward_kernel<TY><<<rows, ln_threads(D), 0, stream>>>(x, ldx, gamma, beta, y, ldy, mean,
                                                               rstd, D, eps);
   CUDA_CHECK_LAUNCH();
@@ -361,20 +366,29 @@ void backward_impl(const TDY* dy, int lddy, const float* x, int ldx, const float
                    float* dgamma, float* dbeta, bool accumulate, int rows, int D, float* scratch,
                    cudaStream_t stream, __nv_bfloat16* dx_bf16, float* dx_colsum) {
   check_dims(rows, D, "layernorm_backward");
-  const int rpb = ln_rows_per_block(rows);
+  auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  // With D a multiple of 4 and scratch 16-byte aligned, every partial row below is too.
+  const bool vec = D % 4 == 0 && lddy % 4 == 0 && ldx % 4 == 0 && lddx % 4 == 0 && a16(x) && a16(dx) && a16(gamma) &&
+                   reinterpret_cast<uintptr_t>(dy) % (4 * sizeof(TDY)) == 0 &&
+                   reinterpret_cast<uintptr_t>(dx_bf16) % 8 == 0 && a16(scratch);
+  const bool warp = vec && warp_width_ok(D);
+  // The warp kernel's blocks are never more than the others' (layernorm_backward_scratch_floats).
+  const int rpb = warp ? ln_warp::backward_rows_per_block(rows) : ln_rows_per_block(rows);
   const int nblocks = (rows + rpb - 1) / rpb;
   float* part_dgamma = scratch;
   float* part_dbeta = scratch + (size_t)nblocks * D;
   float* part_dsum = scratch + 2 * (size_t)nblocks * D;
-  auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = D % 4 == 0 && lddy % 4 == 0 && ldx % 4 == 0 && lddx % 4 == 0 && a16(x) && a16(dx) && a16(gamma) &&
-                   reinterpret_cast<uintptr_t>(dy) % (4 * sizeof(TDY)) == 0 &&
-                   reinterpret_cast<uintptr_t>(dx_bf16) % 8 == 0 && a16(part_dgamma) && a16(part_dbeta) &&
-                   a16(part_dsum);
-  // The column sums of dx come from the vector kernel's partials; the scalar kernel leaves them to
+  // The column sums of dx come from the vector kernels' partials; the scalar kernel leaves them to
   // column_sum afterwards (same values, another summation order).
   const bool fused_sum = dx_colsum != nullptr && vec;
-  if (nblocks > 0 && vec) {
+  if (nblocks > 0 && warp) {
+    with_warp_width(D, [&](auto v) {
+      ln_warp::backward<decltype(v)::value, TDY><<<nblocks, ln_warp::kWarps * 32, 0, stream>>>(
+          dy, lddy, x, ldx, mean, rstd, gamma, dx, lddx, add_dx, dx_bf16, part_dgamma, part_dbeta,
+          fused_sum ? part_dsum : nullptr, rows, rpb);
+    });
+    CUDA_CHECK_LAUNCH();
+  } else if (nblocks > 0 && vec) {
     ln_backward_vec_kernel<TDY><<<nblocks, ln_threads(D), 0, stream>>>(
         dy, lddy, x, ldx, mean, rstd, gamma, dx, lddx, add_dx, dx_bf16, part_dgamma, part_dbeta,
         fused_sum ? part_dsum : nullptr, rows, D, rpb);

@@ -200,7 +200,7 @@ TEST_CASE("layernorm: bf16 output, bf16 incoming gradient and bf16 dx copy", "[g
   REQUIRE_GPU();
   Stream st;
   struct Shape { int rows, D; };
-  for (const Shape sh : {Shape{13, 100}, Shape{600, 1024}, Shape{7, 1280}}) {
+  for (const Shape sh : {Shape{13, 100}, Shape{600, 1024}, Shape{7, 1280}, Shape{37, 768}}) {  // 1024, 768: per warp
     const int R = sh.rows, D = sh.D;
     INFO("rows=" << R << " D=" << D);
     auto hx = normal_vec((size_t)R * D, 23, 0, 2.0);

@@ -1,0 +1,35 @@
+// Four contiguous fp32 values moved as one 16-byte (fp32) or 8-byte (bf16) access, widened to fp32
+// in registers (device code only; the LayerNorm kernels). Pointers must be aligned to 4 elements.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace vitddp {
+
+struct F4 {
+  float v[4];
+};
+
+__device__ __forceinline__ F4 load4(const float* p) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  return F4{{a.x, a.y, a.z, a.w}};
+}
+__device__ __forceinline__ F4 load4(const __nv_bfloat16* p) {
+  const uint2 a = *reinterpret_cast<const uint2*>(p);
+  const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&a.x);
+  const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&a.y);
+  return F4{{__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi)}};
+}
+__device__ __forceinline__ void store4(float* p, const F4& f) {
+  *reinterpret_cast<float4*>(p) = make_float4(f.v[0], f.v[1], f.v[2], f.v[3]);
+}
+/// Rounds each value to bf16 (nearest even).
+__device__ __forceinline__ void store4(__nv_bfloat16* p, const F4& f) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(f.v[0], f.v[1]), hi = __floats2bfloat162_rn(f.v[2], f.v[3]);
+  uint2 a;
+  a.x = *reinterpret_cast<const unsigned*>(&lo);
+  a.y = *reinterpret_cast<const unsigned*>(&hi);
+  *reinterpret_cast<uint2*>(p) = a;
+}
+
+}  // namespace vitddp

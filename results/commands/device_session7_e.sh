@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Issue "[4 of 8] Speed", session 7, job e (2 x H200): LayerNorm forward and backward with one warp
+# per row for D = 128 x V, V <= 8 (cuda/layernorm_warp.cuh), against the block-per-row kernels
+# (build b6e88d9).
+#  1. gpu_tests "[layernorm],[gelu],[gpu_vit]" of the new build; 2. bench_gpu_ops of both builds;
+#  3. A/B, interleaved: 1 GPU bf16 3 rounds, tf32 2 rounds; 2 GPUs bf16 copy-engine 1 round.
+#   carry/bins.tar.xz: vitddp, gpu_tests (new), vitddp_base, gpu_tests_base.
+set -u -o pipefail
+JOB=${JOB:-s7e}
+source results/commands/lib_ab.sh
+{
+  carry/vitddp --version
+  echo "== gpu_tests [layernorm],[gelu],[gpu_vit]"
+  timeout 200 carry/gpu_tests "[layernorm],[gelu],[gpu_vit]" > "$W/gpu_tests.log" 2>&1
+  echo "gpu_tests exit $?"; tail -3 "$W/gpu_tests.log"
+  ab_bench gpu_tests_base gpu_tests
+  for r in 1 2 3; do
+    ab bf16-base-r$r 1 bf16 vitddp_base
+    ab bf16-new-r$r 1 bf16 vitddp
+    if [ $r -le 2 ]; then
+      ab tf32-base-r$r 1 tf32 vitddp_base
+      ab tf32-new-r$r 1 tf32 vitddp
+    fi
+  done
+  ab bf16-np2-base-r1 2 bf16 vitddp_base --allreduce copy-engine
+  ab bf16-np2-new-r1 2 bf16 vitddp --allreduce copy-engine
+} 2>&1 | tee "$W/log.txt"
+ab_finish
