@@ -13,12 +13,7 @@ source results/commands/lib_ab.sh
   carry/vitddp --version
   ab_tests
   ab_bench gpu_tests_base gpu_tests
-  for r in 1 2 3; do
-    for p in bf16 tf32; do
-      ab $p-base-r$r 1 $p vitddp_base
-      ab $p-new-r$r 1 $p vitddp
-    done
-  done
+  ab_rounds 3 3
   ab fp32-base-r1 1 fp32 vitddp_base
   ab fp32-new-r1 1 fp32 vitddp
   for r in 1 2; do

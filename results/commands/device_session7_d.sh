@@ -10,17 +10,8 @@ JOB=${JOB:-s7d}
 source results/commands/lib_ab.sh
 {
   carry/vitddp --version
-  echo "== gpu_tests [gelu],[gpu_vit]"
-  timeout 200 carry/gpu_tests "[gelu],[gpu_vit]" > "$W/gpu_tests.log" 2>&1
-  echo "gpu_tests exit $?"; tail -3 "$W/gpu_tests.log"
+  ab_tests_subset "[gelu],[gpu_vit]"
   ab_bench gpu_tests
-  for r in 1 2 3; do
-    ab bf16-base-r$r 1 bf16 vitddp_base
-    ab bf16-new-r$r 1 bf16 vitddp
-    if [ $r -le 2 ]; then
-      ab tf32-base-r$r 1 tf32 vitddp_base
-      ab tf32-new-r$r 1 tf32 vitddp
-    fi
-  done
+  ab_rounds 3 2
 } 2>&1 | tee "$W/log.txt"
 ab_finish

@@ -26,6 +26,13 @@ ab_tests() {
   echo "gpu_mpi_tests exit $?"; grep -a "assertions\|FAILED\|failed" "$W/gpu_mpi_tests.log" | head -20
 }
 
+# ab_tests_subset FILTER: carry/gpu_tests with a Catch2 test filter ("[gelu],[gpu_vit]"), log in $W.
+ab_tests_subset() {
+  echo "== gpu_tests $1"
+  timeout 200 carry/gpu_tests "$1" > "$W/gpu_tests.log" 2>&1
+  echo "gpu_tests exit $?"; tail -3 "$W/gpu_tests.log"
+}
+
 # ab_bench BINARY...: bench_gpu_ops of each gpu_tests binary, the lines of the named kernels.
 ab_bench() {
   local b
@@ -33,6 +40,16 @@ ab_bench() {
     echo "== bench_gpu_ops, $b"
     timeout 120 "carry/$b" "bench: per-operation times at vit_l_32 batch-32 shapes" 2>&1 |
       grep -E "layernorm|column_sum|BGRADB|gelu"
+  done
+}
+
+# ab_rounds NB NT: interleaved 1-GPU rounds of carry/vitddp_base and carry/vitddp, round r running
+# bf16 (r <= NB) then tf32 (r <= NT), into $W/<precision>-{base,new}-r<r>.h5.
+ab_rounds() {
+  local nb=$1 nt=$2 r
+  for ((r = 1; r <= (nb > nt ? nb : nt); ++r)); do
+    if [ "$r" -le "$nb" ]; then ab bf16-base-r$r 1 bf16 vitddp_base; ab bf16-new-r$r 1 bf16 vitddp; fi
+    if [ "$r" -le "$nt" ]; then ab tf32-base-r$r 1 tf32 vitddp_base; ab tf32-new-r$r 1 tf32 vitddp; fi
   done
 }
 
