@@ -193,12 +193,13 @@ void gelu_backward_bias_impl(const T* dy, const T* u, T* du, int rows, int cols,
     throw std::invalid_argument("gelu_backward_bias: bad shape rows=" + std::to_string(rows) +
                                 " cols=" + std::to_string(cols));
   if (cols == 0) return;
-  if (cols % kGbVec != 0 || !aligned16(dy) || !aligned16(u) || !aligned16(du) || !aligned16(scratch)) {
+  const int nchunks = (rows + kGbRows - 1) / kGbRows;
+  if (cols % kGbVec != 0 || !aligned16(dy) || !aligned16(u) || !aligned16(du) || !aligned16(scratch) ||
+      nchunks > 65535) {  // 65535: the grid's y limit
     gelu_backward(dy, u, du, (size_t)rows * cols, stream);
     column_sum(du, rows, cols, cols, db, accumulate, scratch, stream);
     return;
   }
-  const int nchunks = (rows + kGbRows - 1) / kGbRows;
   if (nchunks > 0) {
     const dim3 grid((cols / kGbVec + kGbThreads - 1) / kGbThreads, nchunks);
     gelu_backward_bias_kernel<T><<<grid, dim3(kGbThreads, kGbGroups), 0, stream>>>(dy, u, du, rows, cols, scratch);

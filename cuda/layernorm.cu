@@ -25,8 +25,10 @@ int ln_threads(int D) {
 
 // Rows handled by one backward block: about four blocks per SM of an H100/H200 (132 SMs), so
 // enough loads are in flight (two per SM left the scalar kernel at a third of the memory
-// bandwidth for ViT-L/32's 1600 x 1024 rows under ncu, 2026-11-30).
-int ln_rows_per_block(int rows) { return std::max(1, (rows + 527) / 528); }
+// bandwidth for ViT-L/32's 1600 x 1024 rows under ncu, 2026-11-30). Never more than
+// kLnMaxBlocks blocks, nor more than `rows` (layernorm_backward_scratch_floats relies on it).
+constexpr int kLnMaxBlocks = 528;
+int ln_rows_per_block(int rows) { return std::max(1, (rows + kLnMaxBlocks - 1) / kLnMaxBlocks); }
 
 void check_dims(int rows, int D, const char* what) {
   if (rows < 0 || D < 1 || D > 1024 * kVpt)
@@ -354,9 +356,13 @@ void layernorm_forward(const float* x, int ldx, const float* gamma, const float*
 }
 
 size_t layernorm_backward_scratch_floats(int rows, int D) {
-  const int rpb = ln_rows_per_block(rows);
-  const size_t nblocks = (size_t)(rows + rpb - 1) / rpb;
-  return 3 * nblocks * (size_t)D;
+  if (rows <= 0 || D <= 0) return 0;
+  // Three partial rows per backward block. The block count is not monotonic in the row count
+  // (771 rows: 386 blocks, 514 rows: 514), but it never exceeds min(rows, kLnMaxBlocks) on either
+  // path (the warp kernels' count is at most 264), so this covers every row count up to `rows`;
+  // so does the column_sum fallback's scratch.
+  const size_t partials = 3 * (size_t)std::min(rows, kLnMaxBlocks) * (size_t)D;
+  return std::max(partials, column_sum_scratch_floats(rows, D));
 }
 
 namespace {

@@ -22,8 +22,9 @@ void layernorm_forward(const float* x, int ldx, const float* gamma, const float*
                        __nv_bfloat16* y, int ldy, float* mean, float* rstd, int rows, int D,
                        float eps, cudaStream_t stream);
 
-/// Floats of scratch that layernorm_backward needs for `rows` x D (per-block parameter-gradient
-/// partials).
+/// Floats of scratch that layernorm_backward needs for any row count up to `rows` (width D): the
+/// per-block parameter-gradient partials, or column_sum's for the dx_colsum fallback. A buffer
+/// sized for the largest batch therefore serves every smaller one.
 size_t layernorm_backward_scratch_floats(int rows, int D);
 
 /// Backward of layernorm_forward given dy = dL/dy ([rows, D], leading dimension lddy):

@@ -5,7 +5,10 @@
 #include <map>
 
 #include "cuda/gpu_vit.h"
+#include "cuda/gelu.h"
 #include "cuda/gpu_vit_arena.h"
+#include "cuda/layernorm.h"
+#include "cuda/reduce.h"
 #include "mpi/comm_hooks.h"
 #include "mpi/powersgd_nccl.h"
 #include "mpi/reducer.h"
@@ -171,6 +174,26 @@ TEST_CASE("activation arena: aligned, disjoint buffers; every pointer GpuViT bin
   }
   CHECK_THROWS(plan_gpu_vit_arena(vit_config("vit_b_32"), 10, 8, Precision::fp32, true));  // not its layout
   CHECK(GpuViT::workspace_bytes(GpuViTOptions()) == 32u << 20);
+}
+
+TEST_CASE("reduction scratch sized for a batch covers every smaller batch", "[memory]") {
+  // The arena sizes the shared reduction scratch for the largest batch; a smaller batch must never
+  // need more (the LayerNorm backward's block count is not monotonic in its rows: 771 rows run
+  // 386 blocks, 514 rows 514 blocks).
+  for (const int D : {8, 768, 1024, 1280}) {
+    INFO("D=" << D);
+    size_t worst_ln = 0, worst_gelu = 0, worst_col = 0;
+    for (int rows = 0; rows <= 5000; ++rows) {
+      worst_ln = std::max(worst_ln, layernorm_backward_scratch_floats(rows, D));
+      worst_gelu = std::max(worst_gelu, gelu_backward_bias_scratch_floats(rows, 4 * D));
+      worst_col = std::max(worst_col, column_sum_scratch_floats(rows, D));
+      REQUIRE(layernorm_backward_scratch_floats(rows, D) == worst_ln);
+      REQUIRE(gelu_backward_bias_scratch_floats(rows, 4 * D) == worst_gelu);
+      REQUIRE(column_sum_scratch_floats(rows, D) == worst_col);
+      // Three partial rows per block of up to min(rows, 528) blocks (layernorm.cu).
+      REQUIRE(layernorm_backward_scratch_floats(rows, D) >= 3 * (size_t)std::min(rows, 528) * D);
+    }
+  }
 }
 
 TEST_CASE("out-of-memory message names the allocation that does not fit and the whole need", "[memory]") {

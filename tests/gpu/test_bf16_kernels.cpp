@@ -200,7 +200,8 @@ TEST_CASE("layernorm: bf16 output, bf16 incoming gradient and bf16 dx copy", "[g
   REQUIRE_GPU();
   Stream st;
   struct Shape { int rows, D; };
-  for (const Shape sh : {Shape{13, 100}, Shape{600, 1024}, Shape{7, 1280}, Shape{37, 768}}) {  // 1024, 768: per warp
+  // 1024, 768: one warp per row; 102: the scalar kernel and the column_sum fallback of dx_colsum.
+  for (const Shape sh : {Shape{13, 100}, Shape{600, 1024}, Shape{7, 1280}, Shape{37, 768}, Shape{5, 102}}) {
     const int R = sh.rows, D = sh.D;
     INFO("rows=" << R << " D=" << D);
     auto hx = normal_vec((size_t)R * D, 23, 0, 2.0);

@@ -130,9 +130,11 @@ TEST_CASE("layernorm: forward and backward match host loops", "[gpu][layernorm]"
   struct Shape { int rows, D, ldx; };
   // Kernels: 100/107 and 1280/1290 scalar; 8 and 1152 (D = 128 x 9) one block per row, 16-byte
   // accesses; 1024, 768 and 256 (ldx 260) one warp per row (layernorm_warp.cuh), 37 and 9 rows
-  // leaving a block's warps partly idle.
+  // leaving a block's warps partly idle; 1200 x 256 gives each warp two rows and 700 x 8 each
+  // block-per-row block two rows (their partial sums carried across rows).
   for (const Shape sh : {Shape{13, 100, 107}, Shape{600, 1024, 1024}, Shape{5, 8, 8}, Shape{7, 1280, 1290},
-                         Shape{37, 768, 768}, Shape{9, 256, 260}, Shape{3, 1152, 1152}}) {
+                         Shape{37, 768, 768}, Shape{9, 256, 260}, Shape{3, 1152, 1152}, Shape{1200, 256, 256},
+                         Shape{700, 8, 8}}) {
     const int R = sh.rows, D = sh.D, ldx = sh.ldx;
     INFO("rows=" << R << " D=" << D << " ldx=" << ldx);
     auto hx = normal_vec((size_t)R * ldx, 3, 0, 2.0);
