@@ -193,14 +193,18 @@ struct LtGemm::Impl {
     if (ops.epi_ptr)
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                   &ops.epi_ptr, sizeof(ops.epi_ptr)));
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
+    cudaEvent_t e0 = nullptr, e1 = nullptr;  // created in the try block, destroyed on every way out
+    auto destroy_events = [&] {
+      if (e0) cudaEventDestroy(e0);
+      if (e1) cudaEventDestroy(e1);
+    };
     std::vector<float> best_ms(found, -1.0f);  // -1: not runnable
     // Plans for a reduced SM count are timed the way they will run: while (device SMs - target)
     // SMs are held by another stream's kernel (as NCCL's kernels hold them during backward).
     const int held = sms > 0 ? device_sms - sms : 0;
     try {
+      CUDA_CHECK(cudaEventCreate(&e0));
+      CUDA_CHECK(cudaEventCreate(&e1));
       if (held > 0 && !hold_stream) {
         int lo = 0, hi = 0;
         CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
@@ -235,12 +239,10 @@ struct LtGemm::Impl {
           if (round == 0 || ms < best_ms[i]) best_ms[i] = ms;
         }
     } catch (...) {
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
+      destroy_events();
       throw;
     }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+    destroy_events();
     int best = 0;
     for (int i = 0; i < found; ++i)
       if (best_ms[i] >= 0 && (best_ms[best] < 0 || best_ms[i] < best_ms[best])) best = i;
