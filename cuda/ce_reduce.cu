@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "cuda/check.h"
+#include "cuda/vec4.cuh"
 
 namespace vitddp {
 
@@ -154,8 +155,6 @@ void launch(void* chunk, const void* scratch, size_t n, int slots, size_t stride
       static_cast<T*>(chunk), static_cast<const T*>(scratch), n, slots, stride, scale, nonfinite);
   CUDA_CHECK(cudaGetLastError());
 }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 
 #include "cuda/check.h"
 #include "cuda/reduce.h"
+#include "cuda/vec4.cuh"
 
 namespace vitddp {
 namespace {
@@ -183,8 +184,6 @@ __global__ void gelu_backward_bias_kernel(const T* dy, const T* u, T* du, int ro
     store8(partial + (size_t)blockIdx.y * cols + c0, acc);
   }
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 template <typename T>
 void gelu_backward_bias_impl(const T* dy, const T* u, T* du, int rows, int cols, float* db, bool accumulate,

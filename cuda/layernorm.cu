@@ -325,8 +325,7 @@ void forward_impl(const float* x, int ldx, const float* gamma, const float* beta
                   float* mean, float* rstd, int rows, int D, float eps, cudaStream_t stream) {
   check_dims(rows, D, "layernorm_forward");
   if (rows == 0) return;
-  auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = D % 4 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && a16(x) && a16(gamma) && a16(beta) &&
+  const bool vec = D % 4 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && aligned16(x) && aligned16(gamma) && aligned16(beta) &&
                    reinterpret_cast<uintptr_t>(y) % (4 * sizeof(TY)) == 0;
   const int warp_blocks = (rows + ln_warp::kWarps - 1) / ln_warp::kWarps;
   // One warp per row for D = 128 V (V <= 8), else one block per row.
@@ -372,11 +371,10 @@ void backward_impl(const TDY* dy, int lddy, const float* x, int ldx, const float
                    float* dgamma, float* dbeta, bool accumulate, int rows, int D, float* scratch,
                    cudaStream_t stream, __nv_bfloat16* dx_bf16, float* dx_colsum) {
   check_dims(rows, D, "layernorm_backward");
-  auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   // With D a multiple of 4 and scratch 16-byte aligned, every partial row below is too.
-  const bool vec = D % 4 == 0 && lddy % 4 == 0 && ldx % 4 == 0 && lddx % 4 == 0 && a16(x) && a16(dx) && a16(gamma) &&
+  const bool vec = D % 4 == 0 && lddy % 4 == 0 && ldx % 4 == 0 && lddx % 4 == 0 && aligned16(x) && aligned16(dx) && aligned16(gamma) &&
                    reinterpret_cast<uintptr_t>(dy) % (4 * sizeof(TDY)) == 0 &&
-                   reinterpret_cast<uintptr_t>(dx_bf16) % 8 == 0 && a16(scratch);
+                   reinterpret_cast<uintptr_t>(dx_bf16) % 8 == 0 && aligned16(scratch);
   const bool warp = vec && warp_width_ok(D);
   // The warp kernel's blocks are never more than the others' (layernorm_backward_scratch_floats).
   const int rpb = warp ? ln_warp::backward_rows_per_block(rows) : ln_rows_per_block(rows);

@@ -1,10 +1,16 @@
 // Four contiguous fp32 values moved as one 16-byte (fp32) or 8-byte (bf16) access, widened to fp32
-// in registers (device code only; the LayerNorm kernels). Pointers must be aligned to 4 elements.
+// in registers (device code; the LayerNorm kernels). Pointers must be aligned to 4 elements.
+// aligned16(): the host-side test the vectorised kernels' launchers share.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 namespace vitddp {
+
+/// True when `p` is aligned to 16 bytes (one float4 / uint4 access). Host and device.
+__host__ __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 struct F4 {
   float v[4];
