@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
+#include "cuda/attention_mma.h"
 #include "cuda/block_reduce.cuh"
 #include "cuda/check.h"
 #include "cuda/dtype.cuh"
@@ -51,6 +53,7 @@ void check(int batch, int T, int heads, int dh, const char* what) {
     throw std::invalid_argument(shape + " (need T <= 512, head_dim <= 128)");
   const Dims m = make_dims(T, heads, dh);
   const size_t need = std::max({fwd_smem(m), bwd_query_smem(m), bwd_key_smem(m)});
+  if (need <= 48 * 1024) return;  // every CUDA device allows 48 KiB: no attribute query per call
   int dev = 0, limit = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
@@ -479,6 +482,9 @@ void forward_impl(const TE* qkv, float* probs, TE* out, int batch, int T_, int h
                   cudaStream_t stream) {
   const int T = T_;
   check(batch, T, heads, head_dim, "attention_forward");
+  if constexpr (std::is_same_v<TE, __nv_bfloat16>) {
+    if (attention_mma_fits(T, head_dim, qkv, out, out)) return attention_forward_mma(qkv, probs, out, batch, T, heads, stream);
+  }
   const Dims m = make_dims(T, heads, head_dim);
   if (use_small(T, head_dim)) {
     const size_t smem = sizeof(float) * 3 * (size_t)T * kLd;
@@ -499,6 +505,10 @@ void backward_impl(const TE* qkv, const float* probs, const TE* dout, TE* dqkv, 
                    int batch, int T_, int heads, int head_dim, cudaStream_t stream) {
   const int T = T_;
   check(batch, T, heads, head_dim, "attention_backward");
+  if constexpr (std::is_same_v<TE, __nv_bfloat16>) {
+    if (attention_mma_fits(T, head_dim, qkv, dout, dqkv))
+      return attention_backward_mma(qkv, probs, dout, dqkv, batch, T, heads, stream);
+  }
   const Dims m = make_dims(T, heads, head_dim);
   if (use_small(T, head_dim)) {
     const size_t smem = sizeof(float) * 3 * (size_t)T * kLd;
