@@ -313,7 +313,10 @@ TEST_CASE("attention: bf16 activations match host loops", "[gpu][attention][bf16
   REQUIRE_GPU();
   Stream st;
   struct Shape { int B, H, T, dh; };
-  for (const Shape sh : {Shape{2, 3, 50, 64}, Shape{2, 1, 70, 80}}) {
+  // head_dim 64 with T <= 64 runs the tensor-core kernels (cuda/attention_mma.h): full, partial and
+  // single-row tiles; head_dim 32 and T = 70 run the fp32 small-shape and general kernels.
+  for (const Shape sh : {Shape{2, 3, 50, 64}, Shape{1, 2, 64, 64}, Shape{3, 2, 1, 64}, Shape{2, 2, 17, 64},
+                         Shape{1, 1, 33, 64}, Shape{2, 2, 50, 32}, Shape{2, 1, 70, 80}}) {
     const int B = sh.B, H = sh.H, T = sh.T, dh = sh.dh, D = H * dh;
     INFO("B=" << B << " H=" << H << " T=" << T << " dh=" << dh);
     const auto hqkv = rounded(normal_vec((size_t)B * T * 3 * D, 25, 0)),

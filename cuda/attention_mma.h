@@ -1,0 +1,33 @@
+// Tensor-core attention core for short sequences in bf16 (the /32 ViTs: T = 50, head_dim = 64):
+// one thread block per (batch, head), Q K^T, P V and the four products of the backward as warp
+// mma.sync (m16n8k16, bf16 operands, fp32 accumulation) on tiles padded to 64 x 64 in shared
+// memory. Called by attention_forward / attention_backward (cuda/attention.h) for the shapes
+// attention_mma_fits() accepts; same layouts, same results up to fp32 rounding.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace vitddp {
+
+/// True when the tensor-core kernels take this shape and these pointers: 1 <= T <= 64,
+/// head_dim == 64, every pointer 16-byte aligned (rows are moved 16 bytes at a time; the row
+/// strides 3 x heads x 64 and heads x 64 bf16 are multiples of 16 bytes).
+bool attention_mma_fits(int T, int head_dim, const void* qkv, const void* out_or_dout, const void* dqkv);
+
+/// Forward for one layer. qkv: [batch*T, 3*heads*64] bf16 (cuda/attention.h's packed layout);
+/// probs: [batch, heads, T, T] fp32, written (softmax(q k^T / 8), fp32 from exact bf16 products);
+/// out: [batch*T, heads*64] bf16, written (P V with P split into two bf16 terms, hi + lo, so the
+/// product keeps about 16 bits of P: the error is that of an fp32 sum, not of rounding P to bf16,
+/// as FlashAttention does). Preconditions: attention_mma_fits. Only enqueues on `stream`;
+/// std::runtime_error on a launch error.
+void attention_forward_mma(const __nv_bfloat16* qkv, float* probs, __nv_bfloat16* out, int batch, int T, int heads,
+                           cudaStream_t stream);
+
+/// Backward (cuda/attention.h's formulas) from the forward's probs: dqkv [batch*T, 3*heads*64]
+/// bf16, written. The operands that are not bf16 inputs (P and dS) enter the products as hi + lo
+/// bf16 pairs, as in the forward. Deterministic (no atomics). Preconditions and errors as the
+/// forward's.
+void attention_backward_mma(const __nv_bfloat16* qkv, const float* probs, const __nv_bfloat16* dout,
+                            __nv_bfloat16* dqkv, int batch, int T, int heads, cudaStream_t stream);
+
+}  // namespace vitddp
