@@ -297,8 +297,10 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_mma_kernel(const bf16* __re
 
 }  // namespace
 
+bool attention_mma_shape(int T, int head_dim) { return T >= 1 && T <= kT && head_dim == kDh; }
+
 bool attention_mma_fits(int T, int head_dim, const void* qkv, const void* out_or_dout, const void* dqkv) {
-  return T >= 1 && T <= kT && head_dim == kDh && aligned16(qkv) && aligned16(out_or_dout) && aligned16(dqkv);
+  return attention_mma_shape(T, head_dim) && aligned16(qkv) && aligned16(out_or_dout) && aligned16(dqkv);
 }
 
 void attention_forward_mma(const bf16* qkv, float* probs, bf16* out, int batch, int T, int heads, cudaStream_t stream) {

@@ -9,6 +9,9 @@
 
 namespace vitddp {
 
+/// True when the tensor-core kernels take this shape: 1 <= T <= 64 and head_dim == 64 (no CUDA call).
+bool attention_mma_shape(int T, int head_dim);
+
 /// True when the tensor-core kernels take this shape and these pointers: 1 <= T <= 64,
 /// head_dim == 64, every pointer 16-byte aligned (rows are moved 16 bytes at a time; the row
 /// strides 3 x heads x 64 and heads x 64 bf16 are multiples of 16 bytes).

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "cuda/attention_mma.h"
+
 namespace vitddp {
 
 const char* attention_impl_name(AttentionImpl a) { return a == AttentionImpl::cudnn ? "cudnn" : "custom"; }
@@ -30,18 +32,21 @@ std::string attention_choice_error(const std::string& name, Precision p) {
 
 bool cudnn_attention_supports(int head_dim) { return head_dim > 0 && head_dim <= 256 && head_dim % 8 == 0; }
 
-AttentionImpl resolve_attention(const std::string& name, Precision p, int head_dim) {
+AttentionImpl resolve_attention(const std::string& name, Precision p, int head_dim, int seq_len) {
   const std::string err = attention_choice_error(name, p);
   if (!err.empty()) throw std::invalid_argument(err);
   if (name == "cudnn") return AttentionImpl::cudnn;
   if (name == "custom") return AttentionImpl::custom;
-  // auto: measured on an H200 (results/2026-11-30-issue5-speed-2xH200, [attention_bench]): cuDNN's
-  // fused attention takes 1.31 ms per vit_l_32 step (24 layers, forward + backward, batch 32)
-  // against 2.11 ms for the custom kernels, +6% steps/s end to end in bf16; fp32/tf32 have no
-  // cuDNN path.
-  if (name == "auto")
-    return p == Precision::bf16 && (head_dim == 0 || cudnn_attention_supports(head_dim)) ? AttentionImpl::cudnn
-                                                                                      : AttentionImpl::custom;
+  // auto, measured on an H200 ([attention_bench], vit_l_32 batch 32, 24 layers, forward + backward):
+  //  - the tensor-core custom kernels 0.78 ms per step against cuDNN's fused attention 1.30 ms,
+  //    +4.9% steps/s end to end in bf16 (results/2026-11-30-issue5-session8);
+  //  - for the other shapes cuDNN: 1.31 ms against 2.11 ms for the fp32-arithmetic custom kernels,
+  //    +6% end to end (results/2026-11-30-issue5-speed-2xH200);
+  //  - fp32/tf32 have no cuDNN path.
+  if (name == "auto") {
+    if (p != Precision::bf16 || attention_mma_shape(seq_len, head_dim)) return AttentionImpl::custom;
+    return head_dim == 0 || cudnn_attention_supports(head_dim) ? AttentionImpl::cudnn : AttentionImpl::custom;
+  }
   throw std::invalid_argument("--attention: unknown value '" + name + "' (choose one of: auto, cudnn, custom)");
 }
 

@@ -36,13 +36,17 @@ std::string patch_embed_choice_error(const std::string& name, Precision p);
 
 /// The implementation a name selects in precision `p`. "auto" is the default chosen by
 /// measurement (tests/gpu/bench_cudnn.cpp, [attention_bench], on an H200): attention auto =
-/// cudnn in bf16 (1.6x faster than the custom kernels), custom otherwise; patch embedding auto =
-/// gemm (cuDNN's convolution is 2.6-4.7x slower).
+/// custom in bf16 for the shapes of the tensor-core kernels (attention_mma_shape: T <= 64,
+/// head_dim 64, e.g. vit_l_32: 0.78 vs 1.30 ms per step for cuDNN,
+/// results/2026-11-30-issue5-session8), cudnn for the other bf16 shapes cuDNN takes (1.6x faster
+/// than the fp32-arithmetic custom kernels), custom otherwise; patch embedding auto = gemm
+/// (cuDNN's convolution is 2.6-4.7x slower).
 /// Throws std::invalid_argument for an unknown name or a combination attention_choice_error
 /// rejects.
-/// `head_dim` (0 = unknown): auto falls back to custom for shapes cuDNN's flash attention does not
-/// take (head_dim not a multiple of 8 or above 256, e.g. the test model vit_micro).
-AttentionImpl resolve_attention(const std::string& name, Precision p, int head_dim = 0);
+/// `head_dim`, `seq_len` (0 = unknown): auto falls back to custom for shapes cuDNN's flash
+/// attention does not take (head_dim not a multiple of 8 or above 256, e.g. the test model
+/// vit_micro).
+AttentionImpl resolve_attention(const std::string& name, Precision p, int head_dim = 0, int seq_len = 0);
 
 /// True when cuDNN's fused attention runs head dimension `head_dim` (a multiple of 8, at most 256).
 bool cudnn_attention_supports(int head_dim);

@@ -2,6 +2,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cuda/attention_mma.h"
 #include "cuda/kernel_choice.h"
 #include "src/options.h"
 #include "tests/catch.h"
@@ -119,6 +120,15 @@ TEST_CASE("kernel choice: names map to implementations; auto never picks cuDNN a
   }
   CHECK(resolve_attention("auto", Precision::bf16) == AttentionImpl::cudnn);  // measured: cuDNN is faster
   CHECK(resolve_attention("auto", Precision::bf16, 64) == AttentionImpl::cudnn);
+  // The tensor-core kernels' shapes (vit_l_32, vit_b_32: T = 50, head_dim 64): measured faster than cuDNN.
+  CHECK(resolve_attention("auto", Precision::bf16, 64, 50) == AttentionImpl::custom);
+  CHECK(resolve_attention("auto", Precision::bf16, 64, 64) == AttentionImpl::custom);
+  CHECK(resolve_attention("auto", Precision::bf16, 64, 65) == AttentionImpl::cudnn);   // vit_b_16: T = 197
+  CHECK(resolve_attention("auto", Precision::bf16, 80, 50) == AttentionImpl::cudnn);
+  CHECK(resolve_attention("cudnn", Precision::bf16, 64, 50) == AttentionImpl::cudnn);
+  CHECK(attention_mma_shape(1, 64));
+  CHECK_FALSE(attention_mma_shape(0, 64));
+  CHECK_FALSE(attention_mma_shape(50, 32));
   CHECK(resolve_attention("auto", Precision::bf16, 4) == AttentionImpl::custom);  // vit_micro: not a cuDNN shape
   CHECK(resolve_attention("auto", Precision::fp32) == AttentionImpl::custom);
   CHECK(resolve_attention("auto", Precision::tf32) == AttentionImpl::custom);
