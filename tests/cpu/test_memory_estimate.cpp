@@ -89,10 +89,16 @@ TEST_CASE("memory estimate: momentum, bf16, reducer buffers", "[memory]") {
   size_t slots = 0;
   for (const auto& s : plan.slots) slots += s.bytes;
   CHECK(slots == hand_activation_bytes(layout.cfg, 8, 2, n, plan.reduce_scratch_floats));
-  // bf16: --attention auto resolves to cuDNN's fused attention (softmax statistics, no probabilities).
+  // bf16, vit_b_32 (T = 50, head_dim 64): --attention auto resolves to the tensor-core custom kernels,
+  // which keep the probabilities; cuDNN's fused attention keeps only the softmax statistics.
   CHECK(e.bytes_of("activations") ==
+        plan_gpu_vit_arena(layout.cfg, n, 8, Precision::bf16, true, AttentionImpl::custom).total_bytes);
+  Options oc = o;
+  oc.attention = "cudnn";
+  const MemoryEstimate ec = estimate_gpu_memory(oc, layout, buckets);
+  CHECK(ec.bytes_of("activations") ==
         plan_gpu_vit_arena(layout.cfg, n, 8, Precision::bf16, true, AttentionImpl::cudnn).total_bytes);
-  CHECK(e.bytes_of("activations") < plan_gpu_vit_arena(layout.cfg, n, 8, Precision::bf16, true).total_bytes);
+  CHECK(ec.bytes_of("activations") < e.bytes_of("activations"));
 
   const Options nd = parse_args({"--model", "vit_b_32", "--no-ddp", "--grad-as-bucket-view", "off"});
   CHECK(estimate_gpu_memory(nd, layout, buckets).bytes_of("reducer") == 0);  // no reducer at all
