@@ -73,9 +73,25 @@ NcclReducer::NcclReducer(const ParamLayout& layout, std::vector<Bucket> buckets,
                                                comm_stream_);
   CUDA_CHECK(cudaDeviceSynchronize());  // memsets on the legacy stream before the comm stream runs
   if (uses_copy_engine(opts_, world_size_)) {
+    if (opts_.comm_streams < 1 || opts_.comm_streams > 4)
+      throw std::invalid_argument("NcclReducer: comm_streams " + std::to_string(opts_.comm_streams) + " outside [1, 4]");
+    const int extra = opts_.comm_streams - 1;
+    for (int i = 0; i < extra; ++i) {
+      cudaStream_t st = nullptr;
+      CUDA_CHECK(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, hi));
+      extra_streams_.push_back(st);
+      cudaEvent_t e = nullptr;
+      CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      extra_done_.push_back(e);
+      if (is_16bit(opts_.compression))
+        extra_half_.emplace_back(max_bucket_numel(buckets_), "16-bit gradient staging buffer (extra comm stream)");
+    }
+    extra_used_.assign(extra, false);
+    CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<CopyEngineAllReduce::Region> regions = {{d_grads_, layout.total * sizeof(float)}};
     if (d_bucket_.get()) regions.emplace_back(d_bucket_.get(), d_bucket_.size() * sizeof(float));
     if (d_half_.get()) regions.emplace_back(d_half_.get(), d_half_.size() * sizeof(uint16_t));
+    for (auto& h : extra_half_) regions.emplace_back(h.get(), h.size() * sizeof(uint16_t));
     ce_ = std::make_unique<CopyEngineAllReduce>(MPI_COMM_WORLD, regions, ce_bucket_bytes(buckets_));
   }
 }
@@ -88,10 +104,17 @@ NcclReducer::~NcclReducer() {
     for (auto e : *v) cudaEventDestroy(e);
   if (comm_done_) cudaEventDestroy(comm_done_);
   if (comm_stream_) cudaStreamDestroy(comm_stream_);
+  for (auto st : extra_streams_) {
+    cudaStreamSynchronize(st);
+    cudaStreamDestroy(st);
+  }
+  for (auto e : extra_done_) cudaEventDestroy(e);
 }
 
 size_t NcclReducer::device_bytes() const {
-  return d_bucket_.size() * sizeof(float) + d_half_.size() * sizeof(uint16_t) +
+  size_t extra_half = 0;
+  for (const auto& h : extra_half_) extra_half += h.size() * sizeof(uint16_t);
+  return d_bucket_.size() * sizeof(float) + d_half_.size() * sizeof(uint16_t) + extra_half +
          (powersgd_ ? powersgd_->device_bytes() : 0) + (ce_ ? ce_->device_bytes() : 0);
 }
 
@@ -102,14 +125,19 @@ size_t NcclReducer::planned_device_bytes(const ParamLayout& layout, const std::v
   if (is_16bit(options.compression)) n += max_bucket_numel(buckets) * sizeof(uint16_t);
   if (options.compression == Compression::PowerSgd)
     n += PowerSgdNccl::planned_device_bytes(hook_buckets(layout, buckets), options.powersgd);
-  if (uses_copy_engine(options, world_size))
+  if (uses_copy_engine(options, world_size)) {
     n += CopyEngineAllReduce::planned_device_bytes(ce_bucket_bytes(buckets), world_size);
+    if (is_16bit(options.compression))  // a 16-bit staging buffer per extra comm stream
+      n += static_cast<size_t>(std::max(options.comm_streams - 1, 0)) * max_bucket_numel(buckets) * sizeof(uint16_t);
+  }
   return n;
 }
 
 void NcclReducer::prepare_for_backward() {
   tracker_.reset();
   step_started_ = false;
+  launches_ = 0;
+  extra_used_.assign(extra_streams_.size(), false);
 }
 
 void NcclReducer::flag_nonfinite(int* d_flag, cudaStream_t stream) const {
@@ -136,24 +164,30 @@ void NcclReducer::launch(size_t b) {
     record_timing_event(copy_ev_[4 * b + 1], compute_);
     p = dst;
   }
-  CUDA_CHECK(cudaEventRecord(ready_[b], compute_));
-  CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_[b], 0));
-  if (ce_ && !step_started_) ce_->begin_step(comm_stream_);  // on the comm stream, inside a capture too
+  // The bucket's comm stream: with extra streams (copy engine), launch i of the step takes stream
+  // i mod (1 + extra); the non-finite slot is cleared on the compute stream before any of them.
+  const size_t si = launches_++ % (1 + extra_streams_.size());
+  cudaStream_t cs = si == 0 ? comm_stream_ : extra_streams_[si - 1];
+  uint16_t* half = si == 0 ? d_half_.get() : (extra_half_.empty() ? nullptr : extra_half_[si - 1].get());
+  if (si > 0) extra_used_[si - 1] = true;
+  if (ce_ && !step_started_) ce_->begin_step(extra_streams_.empty() ? comm_stream_ : compute_);
   step_started_ = true;
+  CUDA_CHECK(cudaEventRecord(ready_[b], compute_));
+  CUDA_CHECK(cudaStreamWaitEvent(cs, ready_[b], 0));
   BucketTimeline& tl = *timeline_[b];
   tl.reset();
   const Compression c = opts_.compression;
   if (is_16bit(c)) {
     const bool bf16 = c == Compression::Bf16;
     const float ws = static_cast<float>(world_size_);
-    const int e0 = tl.mark(comm_stream_);
+    const int e0 = tl.mark(cs);
     int e1 = -1, e2 = -1;
     if (ce_) {  // the casts fused into the copy-engine all-reduce (same bits, fewer passes)
       int marks[2] = {-1, -1}, k = 0;
-      ce_->all_reduce_16bit(b, p, d_half_.get(), bk.numel, bf16 ? CeDtype::Bf16 : CeDtype::F16, ws, comm_stream_,
+      ce_->all_reduce_16bit(b, p, half, bk.numel, bf16 ? CeDtype::Bf16 : CeDtype::F16, ws, cs,
                             [&] {
                               if (k == 2) throw std::logic_error("all_reduce_16bit: more than two timing marks");
-                              marks[k++] = tl.mark(comm_stream_);
+                              marks[k++] = tl.mark(cs);
                             });
       if (k != 2) throw std::logic_error("all_reduce_16bit: expected two timing marks");
       e1 = marks[0];
@@ -166,7 +200,7 @@ void NcclReducer::launch(size_t b) {
       e2 = tl.mark(comm_stream_);
       cast_from_16bit(d_half_.get(), bk.numel, bf16, p, comm_stream_);
     }
-    const int e3 = tl.mark(comm_stream_);
+    const int e3 = tl.mark(cs);
     tl.compress(e0, e1);
     tl.allreduce(e1, e2, 2ull * bk.numel);
     tl.compress(e2, e3);
@@ -174,12 +208,12 @@ void NcclReducer::launch(size_t b) {
   } else if (c == Compression::PowerSgd && powersgd_->compressing()) {
     powersgd_->run_bucket(b, p, tl);
   } else {  // none, and PowerSGD before its start step (vanilla all-reduce)
-    const int e0 = tl.mark(comm_stream_);
+    const int e0 = tl.mark(cs);
     if (ce_)
-      ce_->all_reduce(b, p, bk.numel, CeDtype::F32, 1.0f / static_cast<float>(world_size_), comm_stream_);
+      ce_->all_reduce(b, p, bk.numel, CeDtype::F32, 1.0f / static_cast<float>(world_size_), cs);
     else
       NCCL_CHECK(ncclAllReduce(p, p, bk.numel, ncclFloat32, ncclAvg, comm_, comm_stream_));
-    const int e1 = tl.mark(comm_stream_);
+    const int e1 = tl.mark(cs);
     tl.allreduce(e0, e1, 4ull * bk.numel);
   }
 }
@@ -192,6 +226,11 @@ void NcclReducer::finalize() {
     for (size_t b : remaining) launch(b);
   } else {
     for (size_t b = 0; b < buckets_.size(); ++b) launch(b);
+  }
+  for (size_t i = 0; i < extra_streams_.size(); ++i) {  // join the extra comm streams that ran
+    if (!extra_used_[i]) continue;
+    CUDA_CHECK(cudaEventRecord(extra_done_[i], extra_streams_[i]));
+    CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, extra_done_[i], 0));
   }
   if (ce_) ce_->exchange_nonfinite(comm_stream_);
   CUDA_CHECK(cudaEventRecord(comm_done_, comm_stream_));

@@ -62,7 +62,11 @@ struct BucketTimes {
 /// none and fp16/bf16 is CopyEngineAllReduce's instead of ncclAllReduce, on the same comm stream
 /// between the same timing events: none, its sum times 1/world size; fp16/bf16,
 /// all_reduce_16bit, which fuses the own chunk's casts into the sum (same bits, fewer passes over
-/// the bucket; the compression time then counts only the peers' chunks' casts).
+/// the bucket; the compression time then counts only the peers' chunks' casts). With
+/// ReducerOptions::comm_streams = N > 1 the copy engine's buckets alternate over N comm streams
+/// (launch i of the step on stream i mod N, each stream with its own 16-bit staging buffer); the
+/// non-finite slot is then cleared on the compute stream before the first bucket, and finalize()
+/// joins the streams that ran into the first before the non-finite exchange.
 /// With grad_as_bucket_view=false the bucket is a slice of a separate flat buffer: the gradients
 /// are copied into it (device-to-device, compute stream) before the ready event, and copied back
 /// in finalize(). finalize() launches anything left (all buckets with overlap off), makes the
@@ -110,8 +114,9 @@ class NcclReducer {
   /// Device bytes a reducer built with these arguments allocates (what device_bytes() then
   /// reports), computed without any CUDA call, for the memory estimate: layout.total fp32 for the
   /// bucket buffer (--grad-as-bucket-view off), the largest bucket in 16 bit (fp16/bf16
-  /// compression), PowerSgdNccl::planned_device_bytes (PowerSGD), and with the copy-engine
-  /// all-reduce on `world_size` > 1 ranks CopyEngineAllReduce::planned_device_bytes.
+  /// compression; with the copy-engine all-reduce one per comm stream), PowerSgdNccl::
+  /// planned_device_bytes (PowerSGD), and with the copy-engine all-reduce on `world_size` > 1
+  /// ranks CopyEngineAllReduce::planned_device_bytes.
   static size_t planned_device_bytes(const ParamLayout& layout, const std::vector<Bucket>& buckets,
                                      const ReducerOptions& options, int world_size);
 
@@ -124,6 +129,13 @@ class NcclReducer {
   ncclComm_t comm_;
   cudaStream_t compute_;
   cudaStream_t comm_stream_ = nullptr;
+  /// Copy-engine all-reduce: extra comm streams; launch i of a step runs on stream i mod
+  /// (1 + extra), so one bucket's sum and all-gather overlap the next one's reduce-scatter.
+  std::vector<cudaStream_t> extra_streams_;
+  std::vector<cudaEvent_t> extra_done_;
+  std::vector<DeviceBuffer<uint16_t>> extra_half_;  ///< 16-bit staging per extra stream
+  size_t launches_ = 0;                              ///< buckets launched in this step
+  std::vector<bool> extra_used_;                     ///< extra stream i ran a bucket this step
   ReducerOptions opts_;
   int world_size_ = 1;
   std::vector<cudaEvent_t> ready_;

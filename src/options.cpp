@@ -176,6 +176,13 @@ const std::vector<Spec>& table() {
       {"allreduce", "nccl|copy-engine", "who all-reduces the buckets (GPU backend). nccl: ncclAllReduce, whose kernels hold SMs for as long as they run. copy-engine: for ranks on one node, a reduce-scatter and an all-gather by peer-to-peer copies (the GPUs' copy engines over NVLink, no SM) with a short sum kernel in between, synchronised by stream memory waits; same bytes as NCCL's ring, bit-identical results on all ranks; the sum also flags NaN/Inf, replacing the optimizer's separate pass over the gradients. Measured on 2 x H200 (results/2026-11-30-issue5-copy-engine-2xH200, results/2026-11-30-issue5-scheduling-2xH200): 99.3-99.8% / 94-96% / 90-94% of the 1-GPU throughput in fp32 / tf32 / bf16, where NCCL keeps 95% / 86% / 79%. Needs every rank on one node and CUDA IPC between their GPUs (it works with one GPU visible per rank, measured); a peer that hangs is caught by --step-timeout (no NCCL error to report it); not with --compression powersgd",
        [](Options& o, const std::string& v) { o.allreduce = one_of("--allreduce", v, {"nccl", "copy-engine"}); },
        [](const Options& o) { return o.allreduce; }},
+      {"comm-streams", "auto|N", "--allreduce copy-engine: the comm streams (1 to 4) the buckets of a step alternate over (bucket launch i on stream i mod N), so one bucket's sum and all-gather overlap the next bucket's reduce-scatter. auto = 2 in bf16 without compression, 1 otherwise: measured on 2 x H200 (results/2026-11-30-issue5-session8), bf16 kept 91.6% of the 1-GPU figure with 2 streams against 87.0% with 1 (the exposed communication fell from 1.10 to 0.42 ms), while tf32, fp32 and bf16 compression lost 0.1-0.7% with 2. With --allreduce nccl only 1 (NCCL's calls on one communicator run in order)",
+       [](Options& o, const std::string& v) {
+         if (v != "auto" && (v.size() != 1 || v[0] < '1' || v[0] > '4'))
+           bad("--comm-streams", "expected auto or an integer in [1, 4], got '" + v + "'");
+         o.comm_streams = v;
+       },
+       [](const Options& o) { return o.comm_streams; }},
       {"optimizer", "sgd|adamw", "sgd: torch.optim.SGD (--momentum, --weight-decay as L2 on the gradient); adamw: torch.optim.AdamW (--adam-beta1, --adam-beta2, --adam-eps, --weight-decay decoupled)",
        [](Options& o, const std::string& v) { o.optimizer = one_of("--optimizer", v, {"sgd", "adamw"}); },
        [](const Options& o) { return o.optimizer; }},
@@ -362,6 +369,9 @@ Options parse_options(int argc, const char* const* argv) {
                       " > " + fmt(o.bucket_cap_mb) + ")");
   check_optimizer_options(o);
   check_checkpoint_options(o);
+  if (o.comm_streams != "auto" && o.comm_streams != "1" && o.allreduce != "copy-engine")
+    bad("--comm-streams", o.comm_streams + ": more than one comm stream needs --allreduce copy-engine (NCCL's calls on one "
+                          "communicator run in order)");
   if (o.allreduce == "copy-engine" && o.compression == "powersgd")
     bad("--allreduce", "copy-engine: not with --compression powersgd (its all-reduces of P and Q use NCCL)");
   if (o.eval_every > 0 && o.data.rfind("idx:", 0) != 0)
@@ -435,6 +445,8 @@ ReducerOptions reducer_options(const Options& o) {
   r.grad_as_bucket_view = o.grad_as_bucket_view;
   r.compression = parse_compression(o.compression);
   r.allreduce = o.allreduce == "copy-engine" ? AllReduceImpl::CopyEngine : AllReduceImpl::Nccl;
+  if (o.comm_streams != "auto") r.comm_streams = (int)parse_int("--comm-streams", o.comm_streams, 1, 4);
+  else r.comm_streams = r.allreduce == AllReduceImpl::CopyEngine && o.precision == "bf16" && o.compression == "none" ? 2 : 1;
   r.powersgd.rank = o.powersgd_rank;
   r.powersgd.start_iter = o.powersgd_start_step;
   r.powersgd.min_compression_rate = o.powersgd_min_compression_rate;

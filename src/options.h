@@ -34,6 +34,7 @@ struct Options {
   int gemm_sm_carveout = 0;         ///< SMs backward's GEMMs leave to NCCL (cuBLASLt SM count target); 0: none
   int nccl_max_ctas = 0;            ///< cap on NCCL's thread blocks (SMs) per collective; 0: NCCL's choice
   std::string allreduce = "nccl";   ///< nccl | copy-engine (GPU reducer's all-reduce; mpi/ce_allreduce.h)
+  std::string comm_streams = "auto";  ///< auto | 1..4: copy-engine comm streams (ReducerOptions::comm_streams)
   bool grad_as_bucket_view = true;  ///< off: separate bucket buffer + copies (--grad-as-bucket-view)
   std::string compression = "none"; ///< none | fp16 | bf16 | powersgd (DDP comm hook)
   bool cuda_graph = true;           ///< GPU: replay forward + backward + all-reduces as a CUDA graph (--cuda-graph)

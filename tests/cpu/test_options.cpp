@@ -64,6 +64,25 @@ TEST_CASE("--gemm-sm-carveout and --nccl-max-ctas: 0 (off) by default, bounded",
   CHECK(option_error({"--gemm-sm-carveout", "x"}) == "--gemm-sm-carveout: expected an integer, got 'x'");
 }
 
+TEST_CASE("--comm-streams: auto = 2 for the copy engine in bf16 without compression, else 1; N > 1 needs the copy engine",
+          "[options]") {
+  using namespace vitddp;
+  auto streams = [](std::vector<std::string> a) { return reducer_options(parse_args(a)).comm_streams; };
+  CHECK(parse_args({}).comm_streams == "auto");
+  CHECK(streams({}) == 1);  // NCCL
+  CHECK(streams({"--allreduce", "copy-engine", "--precision", "bf16"}) == 2);
+  CHECK(streams({"--allreduce", "copy-engine", "--precision", "bf16", "--compression", "bf16"}) == 1);
+  CHECK(streams({"--allreduce", "copy-engine", "--precision", "tf32"}) == 1);
+  CHECK(streams({"--allreduce", "copy-engine"}) == 1);  // fp32
+  CHECK(streams({"--allreduce", "copy-engine", "--comm-streams", "3"}) == 3);
+  CHECK(streams({"--comm-streams", "1"}) == 1);
+  CHECK(option_error({"--comm-streams", "2"}).rfind("--comm-streams: 2: more than one comm stream needs --allreduce copy-engine", 0) == 0);
+  CHECK(option_error({"--allreduce", "copy-engine", "--comm-streams", "5"}) ==
+        "--comm-streams: expected auto or an integer in [1, 4], got '5'");
+  CHECK(option_error({"--allreduce", "copy-engine", "--comm-streams", "two"}) ==
+        "--comm-streams: expected auto or an integer in [1, 4], got 'two'");
+}
+
 TEST_CASE("--allreduce: nccl by default, copy-engine accepted, not with PowerSGD", "[options]") {
   CHECK(parse_args({}).allreduce == "nccl");
   const Options o = parse_args({"--allreduce", "copy-engine", "--compression", "bf16"});

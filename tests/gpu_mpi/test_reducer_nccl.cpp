@@ -36,7 +36,13 @@ std::vector<float> to_host(const DeviceBuffer<float>& d) {
 TEST_CASE("GPU reducer (NCCL and copy-engine all-reduce) averages every bucket: rank r holds r+1", "[gpu][mpi][reducer]") {
   const bool overlap = GENERATE(true, false);  // --no-overlap launches every bucket in finalize()
   const AllReduceImpl impl = GENERATE(AllReduceImpl::Nccl, AllReduceImpl::CopyEngine);
-  INFO("overlap " << overlap << ", copy-engine " << (impl == AllReduceImpl::CopyEngine));
+  // The copy engine on 1, 2 or 3 comm streams (buckets alternate over them).
+  const int streams = impl == AllReduceImpl::CopyEngine ? GENERATE(1, 2, 3) : 1;
+  // bf16 compression (a staging buffer per stream) averages 1 and 2 to 1.5 exactly too.
+  const Compression comp = impl == AllReduceImpl::CopyEngine ? GENERATE(Compression::None, Compression::Bf16)
+                                                             : Compression::None;
+  INFO("overlap " << overlap << ", copy-engine " << (impl == AllReduceImpl::CopyEngine) << ", comm streams " << streams
+                  << ", compression " << compression_name(comp));
   const World w = test_world();
   REQUIRE(w.world_size == 2);
   const ParamLayout L = make_param_layout(vit_config("vit_b_32"));
@@ -51,6 +57,8 @@ TEST_CASE("GPU reducer (NCCL and copy-engine all-reduce) averages every bucket: 
     ReducerOptions ro;
     ro.overlap = overlap;
     ro.allreduce = impl;
+    ro.comm_streams = streams;
+    ro.compression = comp;
     NcclReducer reducer(L, buckets, grads.get(), comm.get(), stream, ro);
     cudaEvent_t start;
     CUDA_CHECK(cudaEventCreate(&start));
@@ -74,7 +82,8 @@ TEST_CASE("GPU reducer (NCCL and copy-engine all-reduce) averages every bucket: 
 TEST_CASE("2 GPUs with batch b equal 1 GPU with batch 2b", "[gpu][mpi][reducer]") {
   ReducerOptions ro;
   ro.allreduce = GENERATE(AllReduceImpl::Nccl, AllReduceImpl::CopyEngine);
-  INFO("copy-engine " << (ro.allreduce == AllReduceImpl::CopyEngine));
+  ro.comm_streams = ro.allreduce == AllReduceImpl::CopyEngine ? GENERATE(1, 2) : 1;
+  INFO("copy-engine " << (ro.allreduce == AllReduceImpl::CopyEngine) << ", comm streams " << ro.comm_streams);
   const World w = test_world();
   REQUIRE(w.world_size == 2);
   ViTConfig cfg = vit_config("vit_b_32");
