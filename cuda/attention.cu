@@ -49,8 +49,8 @@ size_t bwd_key_smem(const Dims& m) { return sizeof(float) * (2 * (size_t)m.T * m
 void check(int batch, int T, int heads, int dh, const char* what) {
   const std::string shape = std::string(what) + ": unsupported shape B=" + std::to_string(batch) + " T=" +
                             std::to_string(T) + " heads=" + std::to_string(heads) + " head_dim=" + std::to_string(dh);
-  if (batch < 1 || T < 1 || T > 32 * kMaxJ || heads < 1 || dh < 1 || dh > 32 * kMaxD)
-    throw std::invalid_argument(shape + " (need T <= 512, head_dim <= 128)");
+  if (batch < 1 || T < 1 || T > 32 * kMaxJ || heads < 1 || dh < 1 || dh > 32 * kMaxD || batch > 65535 || heads > 65535)
+    throw std::invalid_argument(shape + " (need T <= 512, head_dim <= 128, B and heads <= 65535)");
   const Dims m = make_dims(T, heads, dh);
   const size_t need = std::max({fwd_smem(m), bwd_query_smem(m), bwd_key_smem(m)});
   if (need <= 48 * 1024) return;  // every CUDA device allows 48 KiB: no attribute query per call

@@ -12,18 +12,24 @@ namespace vitddp {
 /// for batch b, token t, head h: q = qkv[b*T+t, h*dh : (h+1)*dh], k = the same columns + D,
 /// v = the same columns + 2D. Output o is [B*T, D] with head h in columns h*dh..(h+1)*dh-1
 /// (heads concatenated, ready for out_proj). probs is [B, H, T, T]: probs[b,h,i,j] = softmax_j
-/// (q_i . k_j / sqrt(dh)). Limits: 1 <= T <= 512, 1 <= dh <= 128, and the shared memory of the
-/// larger shapes' kernels within the GPU's per-block limit (H200, 227 KiB: T <= 416 at dh 64,
-/// 320 at dh 80, 192 at dh 128); other shapes throw std::invalid_argument naming the shape,
-/// forward included when only backward's kernels would not fit (a shape that cannot train).
-/// Two implementations: T <= 64 and dh <= 64 (the /32 ViTs) run one block per (batch, head) with
-/// Q, K, V, P in shared memory and 4x4 register tiles; larger shapes run one warp per query / key
-/// row over query or key tiles. Both are fp32 with fp32 accumulation and exact expf.
+/// (q_i . k_j / sqrt(dh)). Limits: 1 <= T <= 512, 1 <= dh <= 128, 1 <= B, H <= 65535 (grid
+/// dimensions), and the shared memory of the larger shapes' kernels within the GPU's per-block
+/// limit (H200, 227 KiB: T <= 416 at dh 64, 320 at dh 80, 192 at dh 128); other shapes throw
+/// std::invalid_argument naming the shape, forward included when only backward's kernels would not
+/// fit (a shape that cannot train).
+/// Three implementations:
+///  - bf16 with T <= 64, dh == 64 and 16-byte aligned bf16 buffers (vit_l_32, vit_b_32): tensor-core
+///    kernels (cuda/attention_mma.h), one block per (batch, head), mma.sync with bf16 operands and
+///    fp32 accumulation; P and dS enter their products as hi + lo bf16 pairs (about 16 bits).
+///  - otherwise T <= 64 and dh <= 64: one block per (batch, head) with Q, K, V, P in shared memory
+///    and 4x4 register tiles, fp32 arithmetic;
+///  - larger shapes: one warp per query / key row over query or key tiles, fp32 arithmetic.
+/// All accumulate in fp32 and use exact expf.
 /// bf16 overloads: qkv, o, dout and dqkv are bf16 (autocast's scaled_dot_product_attention on
-/// bf16 inputs); values are widened to fp32 on load, probs stay fp32, results are rounded to bf16
-/// once on store.
+/// bf16 inputs); values are widened to fp32 (or kept as exact bf16 operands) on load, probs stay
+/// fp32, results are rounded to bf16 once on store.
 
-/// Forward: writes probs (kept for the backward) and o. fp32 arithmetic, exact expf.
+/// Forward: writes probs (kept for the backward) and o. fp32 accumulation, exact expf.
 void attention_forward(const float* qkv, float* probs, float* out, int batch, int T, int heads,
                        int head_dim, cudaStream_t stream);
 void attention_forward(const __nv_bfloat16* qkv, float* probs, __nv_bfloat16* out, int batch,

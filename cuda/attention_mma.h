@@ -2,7 +2,8 @@
 // one thread block per (batch, head), Q K^T, P V and the four products of the backward as warp
 // mma.sync (m16n8k16, bf16 operands, fp32 accumulation) on tiles padded to 64 x 64 in shared
 // memory. Called by attention_forward / attention_backward (cuda/attention.h) for the shapes
-// attention_mma_fits() accepts; same layouts, same results up to fp32 rounding.
+// attention_mma_fits() accepts; same layouts and formulas. The fp32 operands P and dS keep about
+// 16 bits (hi + lo bf16, relative error about 2^-17), far below the bf16 rounding of the results.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -19,10 +20,11 @@ bool attention_mma_fits(int T, int head_dim, const void* qkv, const void* out_or
 
 /// Forward for one layer. qkv: [batch*T, 3*heads*64] bf16 (cuda/attention.h's packed layout);
 /// probs: [batch, heads, T, T] fp32, written (softmax(q k^T / 8), fp32 from exact bf16 products);
-/// out: [batch*T, heads*64] bf16, written (P V with P split into two bf16 terms, hi + lo, so the
-/// product keeps about 16 bits of P: the error is that of an fp32 sum, not of rounding P to bf16,
-/// as FlashAttention does). Preconditions: attention_mma_fits. Only enqueues on `stream`;
-/// std::runtime_error on a launch error.
+/// out: [batch*T, heads*64] bf16, written (P V with P split into two bf16 terms, hi + lo, so P
+/// enters the product with about 16 bits instead of bf16's 8, where FlashAttention rounds P to
+/// bf16 once). Preconditions: attention_mma_fits (qkv and out 16-byte aligned; probs needs only
+/// float alignment), 1 <= batch, heads <= 65535. Only enqueues on `stream`; std::runtime_error on
+/// a launch error.
 void attention_forward_mma(const __nv_bfloat16* qkv, float* probs, __nv_bfloat16* out, int batch, int T, int heads,
                            cudaStream_t stream);
 

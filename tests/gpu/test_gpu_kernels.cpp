@@ -252,6 +252,8 @@ TEST_CASE("attention: forward and backward match host loops", "[gpu][attention]"
                   std::invalid_argument);
   CHECK_THROWS_AS(attention_forward(dummy.get(), dummy.get(), dummy.get(), 1, 50, 1, 129, st.s),
                   std::invalid_argument);
+  CHECK_THROWS_AS(attention_forward(dummy.get(), dummy.get(), dummy.get(), 65536, 50, 1, 64, st.s),
+                  std::invalid_argument);  // grid limit: refused before any launch
   // Within both bounds, but the larger kernels' shared memory (532 KiB at T 512, head_dim 128)
   // exceeds any GPU's per-block limit (227 KiB on an H200): refused by name, in both directions.
   std::string msg;

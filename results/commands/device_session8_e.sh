@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Issue "[4 of 8] Speed", session 8, job e (2 x H200), the build of this commit (tensor-core bf16
+# attention by default, --comm-streams auto): every GPU test (gpu_tests on one GPU, gpu_mpi_tests on
+# two), then the speed benchmark (bench_speed.sh, ncu table of one bf16 step), into $OUT/$JOB.tgz.
+#   carry/bins.tar.xz: vitddp, gpu_tests, gpu_mpi_tests (stripped).
+set -u -o pipefail
+JOB=${JOB:-s8e}
+source results/commands/lib_ab.sh
+{
+  carry/vitddp --version
+  ab_tests
+} 2>&1 | tee "$W/log.txt"
+mkdir -p "$W/bench"
+OUT=$W/bench timeout 420 bash results/commands/bench_speed.sh
+for f in "$W"/bench/*.h5; do h5repack -f SHUF -f GZIP=4 "$f" "$f.z" 2>/dev/null && mv "$f.z" "$f"; done
+ab_finish
