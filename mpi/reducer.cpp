@@ -165,12 +165,14 @@ void NcclReducer::launch(size_t b) {
     p = dst;
   }
   // The bucket's comm stream: with extra streams (copy engine), launch i of the step takes stream
-  // i mod (1 + extra); the non-finite slot is cleared on the compute stream before any of them.
+  // i mod (1 + extra).
   const size_t si = launches_++ % (1 + extra_streams_.size());
   cudaStream_t cs = si == 0 ? comm_stream_ : extra_streams_[si - 1];
   uint16_t* half = si == 0 ? d_half_.get() : (extra_half_.empty() ? nullptr : extra_half_[si - 1].get());
   if (si > 0) extra_used_[si - 1] = true;
-  if (ce_ && !step_started_) ce_->begin_step(extra_streams_.empty() ? comm_stream_ : compute_);
+  // On the compute stream, before the ready event: every comm stream is ordered after it, and
+  // inside a capture it becomes a graph node (a comm stream joins a capture only at its wait).
+  if (ce_ && !step_started_) ce_->begin_step(compute_);
   step_started_ = true;
   CUDA_CHECK(cudaEventRecord(ready_[b], compute_));
   CUDA_CHECK(cudaStreamWaitEvent(cs, ready_[b], 0));

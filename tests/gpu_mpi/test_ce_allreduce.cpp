@@ -207,9 +207,11 @@ TEST_CASE("copy-engine fp16/bf16 hooks (casts fused into the sum) equal the host
 TEST_CASE("copy-engine all-reduce: a NaN or Inf on one rank, in either rank's chunk, flags the step on both",
           "[gpu][mpi][ce_allreduce]") {
   TwoRanks t;
-  for (Compression c : {Compression::None, Compression::Bf16}) {
-    INFO(compression_name(c));
-    const ReducerOptions ro = ce_options(c);
+  for (Compression c : {Compression::None, Compression::Bf16})
+  for (int streams : {1, 2}) {
+    INFO(compression_name(c) << ", comm streams " << streams);
+    ReducerOptions ro = ce_options(c);
+    ro.comm_streams = streams;
     NcclReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
     StepGraph graph;
     t.capture_step(reducer, graph);
@@ -236,9 +238,11 @@ TEST_CASE("copy-engine all-reduce: a NaN or Inf on one rank, in either rank's ch
 TEST_CASE("copy-engine all-reduce replayed from a CUDA graph: every replay averages that step's gradients",
           "[gpu][mpi][ce_allreduce]") {
   TwoRanks t;
-  for (Compression c : {Compression::None, Compression::Bf16}) {
-    INFO(compression_name(c));
-    const ReducerOptions ro = ce_options(c);
+  for (Compression c : {Compression::None, Compression::Bf16})
+  for (int streams : {1, 2, 3}) {
+    INFO(compression_name(c) << ", comm streams " << streams);
+    ReducerOptions ro = ce_options(c);
+    ro.comm_streams = streams;
     NcclReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
     t.set(0);  // an eager step first, as the engine's first step, then the captured ones
     t.reduce_step(reducer);
