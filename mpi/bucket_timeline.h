@@ -10,7 +10,7 @@
 
 namespace vitddp {
 
-/// A pool of timing events recorded in order on the comm stream while a bucket's hook is
+/// A pool of timing events recorded in order on the bucket's comm stream while its hook is
 /// enqueued, and which intervals between them were compression work or all-reduce calls.
 /// start = the first event of the step, end = the last. Reading needs the events completed.
 class BucketTimeline {

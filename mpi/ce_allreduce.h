@@ -18,8 +18,10 @@
 
 namespace vitddp {
 
-/// Reduce-scatter + all-gather of one bucket at a time between the `n` ranks of `comm`, all on
-/// one node, through CUDA IPC mappings of each other's buffers:
+/// Reduce-scatter + all-gather of a bucket between the `n` ranks of `comm`, all on one node,
+/// through CUDA IPC mappings of each other's buffers. Different buckets may run at once on
+/// different streams (their flags and scratch are their own); concurrent all_reduce_16bit calls
+/// need distinct staging buffers, and a bucket must use the same staging region on every rank:
 ///  1. reduce-scatter: the bucket is cut into n chunks; rank r copies chunk j into rank j's
 ///     scratch slot for r (cudaMemcpyAsync peer-to-peer: a copy engine over NVLink, no SM), then
 ///     raises rank j's flag (a 4-byte copy after the data, in stream order);
@@ -84,9 +86,10 @@ class CopyEngineAllReduce {
   int world_size() const { return n_; }
 
   /// Non-finite check folded into the reduction. Each rank's sum kernels set its own slot when a
-  /// summed element is NaN/Inf. begin_step() clears it; call it on the stream before the step's
-  /// first all_reduce(). exchange_nonfinite() copies it into every peer's slot for this rank and
-  /// waits for theirs; call it after the step's last all_reduce(). After that, nonfinite_slots()
+  /// summed element is NaN/Inf. begin_step() clears it; call it on a stream that every stream of
+  /// the step's all-reduces is ordered after. exchange_nonfinite() copies it into every peer's
+  /// slot for this rank and waits for theirs; call it on a stream that has joined every stream
+  /// that ran one of the step's all-reduces. After that, nonfinite_slots()
   /// (n device ints, one per rank) says whether any element of the averaged buffers is non-finite.
   /// The result is the same on every rank. Enqueue only; std::runtime_error on a failed stream
   /// memory operation.

@@ -50,7 +50,18 @@ NcclReducer::NcclReducer(const ParamLayout& layout, std::vector<Bucket> buckets,
                          ncclComm_t comm, cudaStream_t compute, const ReducerOptions& options)
     : buckets_(std::move(buckets)), tracker_(layout, buckets_), d_grads_(d_grads), comm_(comm),
       compute_(compute), opts_(options) {
+  if (opts_.comm_streams < 1 || opts_.comm_streams > 4)
+    throw std::invalid_argument("NcclReducer: comm_streams " + std::to_string(opts_.comm_streams) + " outside [1, 4]");
   NCCL_CHECK(ncclCommCount(comm_, &world_size_));
+  try {
+    create(layout);
+  } catch (...) {
+    release();  // the destructor does not run for a constructor that throws
+    throw;
+  }
+}
+
+void NcclReducer::create(const ParamLayout& layout) {
   // The comm stream gets the highest priority so NCCL kernels are scheduled as soon as backward
   // leaves room for them.
   int lo = 0, hi = 0;
@@ -73,8 +84,6 @@ NcclReducer::NcclReducer(const ParamLayout& layout, std::vector<Bucket> buckets,
                                                comm_stream_);
   CUDA_CHECK(cudaDeviceSynchronize());  // memsets on the legacy stream before the comm stream runs
   if (uses_copy_engine(opts_, world_size_)) {
-    if (opts_.comm_streams < 1 || opts_.comm_streams > 4)
-      throw std::invalid_argument("NcclReducer: comm_streams " + std::to_string(opts_.comm_streams) + " outside [1, 4]");
     const int extra = opts_.comm_streams - 1;
     for (int i = 0; i < extra; ++i) {
       cudaStream_t st = nullptr;
@@ -96,19 +105,26 @@ NcclReducer::NcclReducer(const ParamLayout& layout, std::vector<Bucket> buckets,
   }
 }
 
-NcclReducer::~NcclReducer() {
+NcclReducer::~NcclReducer() { release(); }
+
+void NcclReducer::release() {
+  // Every stream drained first, then the work's events and buffers, then the streams.
   if (comm_stream_) cudaStreamSynchronize(comm_stream_);
+  for (auto st : extra_streams_) cudaStreamSynchronize(st);
+  ce_.reset();
   powersgd_.reset();
   timeline_.clear();
-  for (auto* v : {&ready_, &copy_ev_})
+  for (auto* v : {&ready_, &copy_ev_, &extra_done_})
     for (auto e : *v) cudaEventDestroy(e);
+  ready_.clear();
+  copy_ev_.clear();
+  extra_done_.clear();
   if (comm_done_) cudaEventDestroy(comm_done_);
+  comm_done_ = nullptr;
+  for (auto st : extra_streams_) cudaStreamDestroy(st);
+  extra_streams_.clear();
   if (comm_stream_) cudaStreamDestroy(comm_stream_);
-  for (auto st : extra_streams_) {
-    cudaStreamSynchronize(st);
-    cudaStreamDestroy(st);
-  }
-  for (auto e : extra_done_) cudaEventDestroy(e);
+  comm_stream_ = nullptr;
 }
 
 size_t NcclReducer::device_bytes() const {
@@ -136,7 +152,6 @@ size_t NcclReducer::planned_device_bytes(const ParamLayout& layout, const std::v
 void NcclReducer::prepare_for_backward() {
   tracker_.reset();
   step_started_ = false;
-  launches_ = 0;
   extra_used_.assign(extra_streams_.size(), false);
 }
 
@@ -164,9 +179,9 @@ void NcclReducer::launch(size_t b) {
     record_timing_event(copy_ev_[4 * b + 1], compute_);
     p = dst;
   }
-  // The bucket's comm stream: with extra streams (copy engine), launch i of the step takes stream
-  // i mod (1 + extra).
-  const size_t si = launches_++ % (1 + extra_streams_.size());
+  // The bucket's comm stream: with extra streams (copy engine), bucket b takes stream b mod
+  // (1 + extra), on every rank alike (its 16-bit staging is that stream's).
+  const size_t si = b % (1 + extra_streams_.size());
   cudaStream_t cs = si == 0 ? comm_stream_ : extra_streams_[si - 1];
   uint16_t* half = si == 0 ? d_half_.get() : (extra_half_.empty() ? nullptr : extra_half_[si - 1].get());
   if (si > 0) extra_used_[si - 1] = true;

@@ -59,8 +59,8 @@ struct BucketTimes {
 ///    in ncclFloat16/ncclBfloat16, cast back into the bucket;
 ///  - powersgd: PowerSgdNccl (plain ncclAvg before its start step).
 /// With ReducerOptions::allreduce == CopyEngine (and more than one rank) the all-reduce of
-/// none and fp16/bf16 is CopyEngineAllReduce's instead of ncclAllReduce, on the same comm stream
-/// between the same timing events: none, its sum times 1/world size; fp16/bf16,
+/// none and fp16/bf16 is CopyEngineAllReduce's instead of ncclAllReduce, on the bucket's comm
+/// stream between the same timing events: none, its sum times 1/world size; fp16/bf16,
 /// all_reduce_16bit, which fuses the own chunk's casts into the sum (same bits, fewer passes over
 /// the bucket; the compression time then counts only the peers' chunks' casts). With
 /// ReducerOptions::comm_streams = N > 1 the copy engine's buckets alternate over N comm streams
@@ -75,10 +75,12 @@ struct BucketTimes {
 class NcclReducer {
  public:
   /// `d_grads`: layout.total device floats. `comm`: this rank's NCCL communicator (its size is
-  /// the world size). `compute`: the stream backward runs on. Allocates the comm stream, events,
-  /// and the buffers the options need (bucket buffer: layout.total floats; 16-bit staging: the
-  /// largest bucket; PowerSGD state: see PowerSgdNccl). Throws std::runtime_error on CUDA/NCCL
-  /// failure, std::invalid_argument for bad PowerSGD options.
+  /// the world size). `compute`: the stream backward runs on. Allocates the comm streams (1, or
+  /// comm_streams with the copy-engine all-reduce), events, and the buffers the options need
+  /// (bucket buffer: layout.total floats; 16-bit staging: the largest bucket, one per comm stream;
+  /// PowerSGD state: see PowerSgdNccl). Throws std::runtime_error on CUDA/NCCL failure,
+  /// std::invalid_argument for bad PowerSGD options or comm_streams outside [1, 4]; a throw frees
+  /// what was allocated.
   NcclReducer(const ParamLayout& layout, std::vector<Bucket> buckets, float* d_grads, ncclComm_t comm,
               cudaStream_t compute, const ReducerOptions& options = ReducerOptions());
   ~NcclReducer();
@@ -102,14 +104,17 @@ class NcclReducer {
   /// Enqueued on `stream`, which must follow finalize() (the compute stream does). Throws
   /// std::logic_error unless checks_nonfinite().
   void flag_nonfinite(int* d_flag, cudaStream_t stream) const;
-  /// The event recorded on the comm stream after the last all-reduce of the step.
+  /// The event recorded on the (first) comm stream after the last all-reduce of the step, once
+  /// every other comm stream that ran has joined it.
   cudaEvent_t comm_done() const { return comm_done_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  /// The first comm stream (the only one unless comm_streams > 1 with the copy engine).
   cudaStream_t comm_stream() const { return comm_stream_; }
   const ReducerOptions& options() const { return opts_; }
   /// The PowerSGD hook (null unless compression == PowerSgd), for its iteration counter and state.
   const PowerSgdNccl* powersgd() const { return powersgd_.get(); }
-  /// Device bytes the reducer allocated (bucket buffer, 16-bit staging, PowerSGD state).
+  /// Device bytes the reducer allocated (bucket buffer, 16-bit staging per comm stream, PowerSGD
+  /// state, the copy-engine all-reduce's scratch and flags).
   size_t device_bytes() const;
   /// Device bytes a reducer built with these arguments allocates (what device_bytes() then
   /// reports), computed without any CUDA call, for the memory estimate: layout.total fp32 for the
@@ -122,6 +127,10 @@ class NcclReducer {
 
  private:
   void launch(size_t bucket);
+  /// The constructor's allocations (streams, events, buffers, the copy-engine all-reduce).
+  void create(const ParamLayout& layout);
+  /// Drains every stream, then frees what create() made; safe on a half-made reducer.
+  void release();
 
   std::vector<Bucket> buckets_;
   BucketTracker tracker_;
@@ -129,21 +138,20 @@ class NcclReducer {
   ncclComm_t comm_;
   cudaStream_t compute_;
   cudaStream_t comm_stream_ = nullptr;
-  /// Copy-engine all-reduce: extra comm streams; launch i of a step runs on stream i mod
-  /// (1 + extra), so one bucket's sum and all-gather overlap the next one's reduce-scatter.
+  /// Copy-engine all-reduce: extra comm streams; bucket b runs on stream b mod (1 + extra), so
+  /// one bucket's sum and all-gather overlap the next one's reduce-scatter.
   std::vector<cudaStream_t> extra_streams_;
   std::vector<cudaEvent_t> extra_done_;
   std::vector<DeviceBuffer<uint16_t>> extra_half_;  ///< 16-bit staging per extra stream
-  size_t launches_ = 0;                              ///< buckets launched in this step
   std::vector<bool> extra_used_;                     ///< extra stream i ran a bucket this step
   ReducerOptions opts_;
   int world_size_ = 1;
   std::vector<cudaEvent_t> ready_;
-  std::vector<std::unique_ptr<BucketTimeline>> timeline_;  ///< per bucket, comm stream events
+  std::vector<std::unique_ptr<BucketTimeline>> timeline_;  ///< per bucket, events on its comm stream
   std::vector<cudaEvent_t> copy_ev_;  ///< per bucket 4 events: copy in [0,1], copy back [2,3]
   cudaEvent_t comm_done_ = nullptr;
   DeviceBuffer<float> d_bucket_;      ///< grad_as_bucket_view=false: the flat bucket buffer
-  DeviceBuffer<uint16_t> d_half_;     ///< fp16/bf16 staging (comm stream runs buckets in order)
+  DeviceBuffer<uint16_t> d_half_;     ///< fp16/bf16 staging of the first comm stream (its buckets run in order)
   std::unique_ptr<PowerSgdNccl> powersgd_;
   std::unique_ptr<CopyEngineAllReduce> ce_;  ///< --allreduce copy-engine with world size > 1
   bool step_started_ = false;                ///< a bucket of this step was launched

@@ -118,7 +118,7 @@ class Engine {
   /// NCCL's transport between this rank and its peers ("P2P [P2P/CUMEM/read]", "SHM [...]",
   /// "NET [...]"), known once a step has run (NCCL connects lazily); see mpi/nccl_transport.h.
   /// With --allreduce copy-engine on more than one rank: "copy-engine (CUDA IPC peer-to-peer
-  /// copies; NCCL: ...)" (one rank moves nothing: NCCL's transport as above).
+  /// copies, N comm stream(s); NCCL: ...)" (one rank moves nothing: NCCL's transport as above).
   virtual std::string nccl_transport() = 0;
   virtual const std::vector<Bucket>& buckets() const = 0;
   /// A host copy of the flat parameter buffer (layout.total floats); waits for the device.

@@ -262,7 +262,8 @@ class GpuEngine final : public Engine {
     if (transport_.empty()) transport_ = read_nccl_transport(nccl_log_);
     // --allreduce copy-engine: NCCL carried no gradient (it may have connected for nothing else).
     if (reducer_ && reducer_->copy_engine_in_use() && transport_.rfind("copy-engine", 0) != 0)
-      transport_ = "copy-engine (CUDA IPC peer-to-peer copies; NCCL: " + transport_ + ")";
+      transport_ = "copy-engine (CUDA IPC peer-to-peer copies, " + std::to_string(reducer_->options().comm_streams) +
+                   " comm stream" + (reducer_->options().comm_streams > 1 ? "s" : "") + "; NCCL: " + transport_ + ")";
     return transport_;
   }
 

@@ -120,6 +120,15 @@ TEST_CASE("memory estimate: momentum, bf16, reducer buffers", "[memory]") {
   CHECK(estimate_gpu_memory(ce, layout, buckets, 2).bytes_of("reducer") == scratch + (3 * buckets.size() * 2 + 2) * 4);
   CHECK(scratch > n * 4 / 2);  // about half the gradients
   CHECK(scratch < n * 4 / 2 + buckets.size() * 768);
+  // With bf16 compression, a 16-bit staging buffer of the largest bucket per comm stream.
+  const size_t flags = (3 * buckets.size() * 2 + 2) * 4;
+  for (const char* k : {"1", "3"}) {
+    INFO("--comm-streams " << k);
+    const Options c16 = parse_args({"--model", "vit_b_32", "--allreduce", "copy-engine", "--compression", "bf16",
+                                    "--comm-streams", k});
+    CHECK(estimate_gpu_memory(c16, layout, buckets, 2).bytes_of("reducer") ==
+          scratch + flags + (size_t)std::stoi(k) * largest * 2);
+  }
 }
 
 TEST_CASE("activation arena: aligned, disjoint buffers; every pointer GpuViT binds is a slot", "[memory]") {

@@ -169,9 +169,11 @@ TEST_CASE("copy-engine fp16/bf16 hooks (casts fused into the sum) equal the host
   INFO("bucket cap " << cap << " bytes");
   TwoRanks t(cap == 256 ? 256 : 4096, cap);
   for (Compression c : {Compression::Fp16, Compression::Bf16})
-    for (bool view : {true, false}) {
-      INFO(compression_name(c) << (view ? ", bucket view" : ", bucket copy"));
-      const ReducerOptions ro = ce_options(c, view);
+    for (bool view : {true, false})
+      for (int streams : {1, 3}) {  // several comm streams: a staging buffer each
+      INFO(compression_name(c) << (view ? ", bucket view" : ", bucket copy") << ", comm streams " << streams);
+      ReducerOptions ro = ce_options(c, view);
+      ro.comm_streams = streams;
       NcclReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
       t.set(3);
       cudaEvent_t start;
