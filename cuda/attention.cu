@@ -479,11 +479,14 @@ bool use_small(int T, int dh) { return T <= 64 && dh <= 64; }
 
 template <typename TE>
 void forward_impl(const TE* qkv, float* probs, TE* out, int batch, int T_, int heads, int head_dim,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, bool tf32 = false) {
   const int T = T_;
   check(batch, T, heads, head_dim, "attention_forward");
-  if constexpr (std::is_same_v<TE, __nv_bfloat16>) {
-    if (attention_mma_fits(T, head_dim, qkv, out, out)) return attention_forward_mma(qkv, probs, out, batch, T, heads, stream);
+  if (std::is_same_v<TE, __nv_bfloat16> || tf32) {
+    if (attention_mma_fits(T, head_dim, qkv, out, out)) {
+      if constexpr (std::is_same_v<TE, __nv_bfloat16>) return attention_forward_mma(qkv, probs, out, batch, T, heads, stream);
+      else return attention_forward_mma_tf32(qkv, probs, out, batch, T, heads, stream);
+    }
   }
   const Dims m = make_dims(T, heads, head_dim);
   if (use_small(T, head_dim)) {
@@ -502,12 +505,15 @@ void forward_impl(const TE* qkv, float* probs, TE* out, int batch, int T_, int h
 
 template <typename TE>
 void backward_impl(const TE* qkv, const float* probs, const TE* dout, TE* dqkv, float* scratch,
-                   int batch, int T_, int heads, int head_dim, cudaStream_t stream) {
+                   int batch, int T_, int heads, int head_dim, cudaStream_t stream, bool tf32 = false) {
   const int T = T_;
   check(batch, T, heads, head_dim, "attention_backward");
-  if constexpr (std::is_same_v<TE, __nv_bfloat16>) {
-    if (attention_mma_fits(T, head_dim, qkv, dout, dqkv))
-      return attention_backward_mma(qkv, probs, dout, dqkv, batch, T, heads, stream);
+  if (std::is_same_v<TE, __nv_bfloat16> || tf32) {
+    if (attention_mma_fits(T, head_dim, qkv, dout, dqkv)) {
+      if constexpr (std::is_same_v<TE, __nv_bfloat16>)
+        return attention_backward_mma(qkv, probs, dout, dqkv, batch, T, heads, stream);
+      else return attention_backward_mma_tf32(qkv, probs, dout, dqkv, batch, T, heads, stream);
+    }
   }
   const Dims m = make_dims(T, heads, head_dim);
   if (use_small(T, head_dim)) {
@@ -532,8 +538,8 @@ void backward_impl(const TE* qkv, const float* probs, const TE* dout, TE* dqkv, 
 }  // namespace
 
 void attention_forward(const float* qkv, float* probs, float* out, int batch, int T, int heads,
-                       int head_dim, cudaStream_t stream) {
-  forward_impl(qkv, probs, out, batch, T, heads, head_dim, stream);
+                       int head_dim, cudaStream_t stream, bool tf32) {
+  forward_impl(qkv, probs, out, batch, T, heads, head_dim, stream, tf32);
 }
 
 void attention_forward(const __nv_bfloat16* qkv, float* probs, __nv_bfloat16* out, int batch,
@@ -547,8 +553,8 @@ size_t attention_backward_scratch_floats(int batch, int T, int heads) {
 
 void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv,
                         float* scratch, int batch, int T, int heads, int head_dim,
-                        cudaStream_t stream) {
-  backward_impl(qkv, probs, dout, dqkv, scratch, batch, T, heads, head_dim, stream);
+                        cudaStream_t stream, bool tf32) {
+  backward_impl(qkv, probs, dout, dqkv, scratch, batch, T, heads, head_dim, stream, tf32);
 }
 
 void attention_backward(const __nv_bfloat16* qkv, const float* probs, const __nv_bfloat16* dout,

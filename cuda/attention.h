@@ -18,9 +18,10 @@ namespace vitddp {
 /// std::invalid_argument naming the shape, forward included when only backward's kernels would not
 /// fit (a shape that cannot train).
 /// Three implementations:
-///  - bf16 with T <= 64, dh == 64 and 16-byte aligned bf16 buffers (vit_l_32, vit_b_32): tensor-core
-///    kernels (cuda/attention_mma.h), one block per (batch, head), mma.sync with bf16 operands and
-///    fp32 accumulation; P and dS enter their products as hi + lo bf16 pairs (about 16 bits).
+///  - bf16 (and fp32 with `tf32`) with T <= 64, dh == 64 and 16-byte aligned buffers (vit_l_32,
+///    vit_b_32): tensor-core kernels (cuda/attention_mma.h), one block per (batch, head), mma.sync
+///    with bf16 (tf32) operands and fp32 accumulation; P and dS enter their products as hi + lo
+///    pairs (about 16 bits in bf16, 21 in tf32).
 ///  - otherwise T <= 64 and dh <= 64: one block per (batch, head) with Q, K, V, P in shared memory
 ///    and 4x4 register tiles, fp32 arithmetic;
 ///  - larger shapes: one warp per query / key row over query or key tiles, fp32 arithmetic.
@@ -30,8 +31,11 @@ namespace vitddp {
 /// fp32, results are rounded to bf16 once on store.
 
 /// Forward: writes probs (kept for the backward) and o. fp32 accumulation, exact expf.
+/// `tf32` (fp32 overloads, --precision tf32): the shapes of the tensor-core kernels (T <= 64,
+/// dh == 64, 16-byte aligned buffers) run on TF32 tensor cores (attention_forward_mma_tf32:
+/// inputs rounded to tf32 as a TF32 GEMM does); false keeps fp32 arithmetic (--precision fp32).
 void attention_forward(const float* qkv, float* probs, float* out, int batch, int T, int heads,
-                       int head_dim, cudaStream_t stream);
+                       int head_dim, cudaStream_t stream, bool tf32 = false);
 void attention_forward(const __nv_bfloat16* qkv, float* probs, __nv_bfloat16* out, int batch,
                        int T, int heads, int head_dim, cudaStream_t stream);
 
@@ -45,7 +49,7 @@ size_t attention_backward_scratch_floats(int batch, int T, int heads);
 /// scratch: attention_backward_scratch_floats.
 void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv,
                         float* scratch, int batch, int T, int heads, int head_dim,
-                        cudaStream_t stream);
+                        cudaStream_t stream, bool tf32 = false);
 void attention_backward(const __nv_bfloat16* qkv, const float* probs, const __nv_bfloat16* dout,
                         __nv_bfloat16* dqkv, float* scratch, int batch, int T, int heads,
                         int head_dim, cudaStream_t stream);

@@ -1,7 +1,8 @@
-// Tensor-core attention core for short sequences in bf16 (the /32 ViTs: T = 50, head_dim = 64):
-// one thread block per (batch, head), Q K^T, P V and the four products of the backward as warp
-// mma.sync (m16n8k16, bf16 operands, fp32 accumulation) on tiles padded to 64 x 64 in shared
-// memory. Called by attention_forward / attention_backward (cuda/attention.h) for the shapes
+// Tensor-core attention core for short sequences (the /32 ViTs: T = 50, head_dim = 64) in bf16,
+// and on TF32 tensor cores for fp32 activations in --precision tf32: one thread block per
+// (batch, head), Q K^T, P V and the four products of the backward as warp mma.sync (m16n8k16
+// with bf16 operands, m16n8k8 with tf32 operands; fp32 accumulation) on tiles padded to 64 x 64
+// in shared memory. Called by attention_forward / attention_backward (cuda/attention.h) for the shapes
 // attention_mma_fits() accepts; same layouts and formulas. The fp32 operands P and dS keep about
 // 16 bits (hi + lo bf16, relative error about 2^-17), far below the bf16 rounding of the results.
 #pragma once
@@ -34,5 +35,14 @@ void attention_forward_mma(const __nv_bfloat16* qkv, float* probs, __nv_bfloat16
 /// forward's.
 void attention_backward_mma(const __nv_bfloat16* qkv, const float* probs, const __nv_bfloat16* dout,
                             __nv_bfloat16* dqkv, int batch, int T, int heads, cudaStream_t stream);
+
+/// The same kernels on TF32 tensor cores for fp32 activations (--precision tf32): qkv, out,
+/// dout and dqkv fp32 (the layouts above), Q, K, V and dO rounded to tf32 (cvt.rna, as a TF32
+/// GEMM does), fp32 accumulation, P and dS as tf32 hi + lo pairs (about 21 bits), probs fp32 as
+/// above. Preconditions and errors as the bf16 functions'.
+void attention_forward_mma_tf32(const float* qkv, float* probs, float* out, int batch, int T, int heads,
+                                cudaStream_t stream);
+void attention_backward_mma_tf32(const float* qkv, const float* probs, const float* dout, float* dqkv, int batch,
+                                 int T, int heads, cudaStream_t stream);
 
 }  // namespace vitddp

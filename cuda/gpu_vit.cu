@@ -243,7 +243,8 @@ struct GpuViT::Impl {
     if constexpr (std::is_same_v<T, bf16>) {
       if (cudnn_attention) return cudnn_attention->forward(a.qkv, a.probs, a.attn, B, T_, H, dh);
     }
-    attention_forward(a.qkv, a.probs, a.attn, B, T_, H, dh, stream);
+    if constexpr (std::is_same_v<T, bf16>) attention_forward(a.qkv, a.probs, a.attn, B, T_, H, dh, stream);
+    else attention_forward(a.qkv, a.probs, a.attn, B, T_, H, dh, stream, precision == Precision::tf32);
   }
   template <typename T>
   void attention_core_backward(BlockActs<T>& a, const T* dout, T* dqkv, int B) {
@@ -251,7 +252,8 @@ struct GpuViT::Impl {
     if constexpr (std::is_same_v<T, bf16>) {
       if (cudnn_attention) return cudnn_attention->backward(a.qkv, a.attn, a.probs, dout, dqkv, B, T_, H, dh);
     }
-    attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream);
+    if constexpr (std::is_same_v<T, bf16>) attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream);
+    else attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream, precision == Precision::tf32);
   }
 
   template <typename T>

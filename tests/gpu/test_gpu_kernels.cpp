@@ -248,6 +248,8 @@ TEST_CASE("attention: forward and backward match host loops", "[gpu][attention]"
     CHECK(norm_rel_err(dqkv.download(), dQKV) < 1e-5);
   }
   DevVec<float> dummy(16);
+  CHECK_THROWS_AS(attention_forward(dummy.get(), dummy.get(), dummy.get(), 1, 513, 1, 64, st.s, true),
+                  std::invalid_argument);
   CHECK_THROWS_AS(attention_forward(dummy.get(), dummy.get(), dummy.get(), 1, 513, 1, 64, st.s),
                   std::invalid_argument);
   CHECK_THROWS_AS(attention_forward(dummy.get(), dummy.get(), dummy.get(), 1, 50, 1, 129, st.s),
@@ -269,6 +271,38 @@ TEST_CASE("attention: forward and backward match host loops", "[gpu][attention]"
                                      st.s),
                   std::invalid_argument);
   CUDA_CHECK(cudaStreamSynchronize(st.s));  // no launch error is left behind
+}
+
+TEST_CASE("attention: tf32 tensor cores (--precision tf32) match host loops within tf32 rounding",
+          "[gpu][attention][tf32]") {
+  REQUIRE_GPU();
+  Stream st;
+  struct Shape { int B, H, T, dh; };
+  // head_dim 64 with T <= 64 runs the tensor-core kernels (cuda/attention_mma.h): the inputs are
+  // rounded to tf32 (10-bit mantissa, relative 2^-11), so the error is visible but small. The
+  // other shapes keep fp32 arithmetic even with tf32 on.
+  for (const Shape sh : {Shape{2, 3, 50, 64}, Shape{1, 2, 64, 64}, Shape{3, 2, 1, 64}, Shape{2, 2, 17, 64},
+                         Shape{1, 2, 7, 16}, Shape{2, 1, 70, 80}}) {
+    const int B = sh.B, H = sh.H, T = sh.T, dh = sh.dh, D = H * dh;
+    const bool tensor_cores = T <= 64 && dh == 64;
+    INFO("B=" << B << " H=" << H << " T=" << T << " dh=" << dh);
+    const auto hqkv = normal_vec((size_t)B * T * 3 * D, 4, 0), hdo = normal_vec((size_t)B * T * D, 4, 1);
+    const AttentionRef ref = attention_reference(hqkv, hdo, B, T, H, dh);
+    const std::vector<double>&P = ref.probs, &O = ref.out, &dQKV = ref.dqkv;
+    DevVec<float> qkv(hqkv), probs(P.size()), out(O.size()), dout(hdo), dqkv(dQKV.size()),
+        scratch(attention_backward_scratch_floats(B, T, H));
+    attention_forward(qkv.get(), probs.get(), out.get(), B, T, H, dh, st.s, true);
+    const double ep = norm_rel_err(probs.download(), P), eo = norm_rel_err(out.download(), O);
+    attention_backward(qkv.get(), probs.get(), dout.get(), dqkv.get(), scratch.get(), B, T, H, dh, st.s, true);
+    const double eg = norm_rel_err(dqkv.download(), dQKV);
+    std::printf("attention tf32 B=%d H=%d T=%d dh=%d: norm-relative errors probs %.2e out %.2e dqkv %.2e\n", B, H, T, dh,
+                ep, eo, eg);
+    const double tol = tensor_cores ? 3e-3 : 1e-5;
+    CHECK(ep < tol);
+    CHECK(eo < tol);
+    CHECK(eg < tol);
+    if (tensor_cores) CHECK(ep > 1e-6);  // tf32 rounding is there: the tensor-core path ran
+  }
 }
 
 TEST_CASE("gelu: exact erf GELU forward and backward match host loops", "[gpu][gelu]") {
