@@ -10,7 +10,5 @@ source results/commands/lib_ab.sh
   carry/vitddp --version
   ab_tests
 } 2>&1 | tee "$W/log.txt"
-mkdir -p "$W/bench"
-OUT=$W/bench timeout 420 bash results/commands/bench_speed.sh
-for f in "$W"/bench/*.h5; do h5repack -f SHUF -f GZIP=4 "$f" "$f.z" 2>/dev/null && mv "$f.z" "$f"; done
+ab_bench_speed
 ab_finish

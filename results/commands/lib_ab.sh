@@ -53,4 +53,12 @@ ab_rounds() {
   done
 }
 
+# ab_bench_speed: the speed benchmark (bench_speed.sh) into $W/bench, its HDF5 files repacked.
+ab_bench_speed() {
+  mkdir -p "$W/bench"
+  OUT=$W/bench timeout 420 bash results/commands/bench_speed.sh
+  local f
+  for f in "$W"/bench/*.h5; do h5repack -f SHUF -f GZIP=4 "$f" "$f.z" 2>/dev/null && mv "$f.z" "$f"; done
+}
+
 ab_finish() { tar czf "$OUT/$JOB.tgz" -C /tmp "$JOB"; }

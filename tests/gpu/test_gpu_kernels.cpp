@@ -32,6 +32,23 @@ std::vector<float> gather(const std::vector<float>& v, int m, int n, int ld) {
   return out;
 }
 
+/// Norm-relative errors of the fp32 attention kernels (`tf32`: on TF32 tensor cores where the
+/// shape allows) against attention_reference in double, on normal inputs (stream `s`).
+struct AttentionErrors {
+  double probs, out, dqkv;
+};
+AttentionErrors attention_errors(cudaStream_t s, int B, int H, int T, int dh, bool tf32) {
+  const int D = H * dh;
+  const auto hqkv = normal_vec((size_t)B * T * 3 * D, 4, 0), hdo = normal_vec((size_t)B * T * D, 4, 1);
+  const AttentionRef ref = attention_reference(hqkv, hdo, B, T, H, dh);
+  DevVec<float> qkv(hqkv), probs(ref.probs.size()), out(ref.out.size()), dout(hdo), dqkv(ref.dqkv.size()),
+      scratch(attention_backward_scratch_floats(B, T, H));
+  attention_forward(qkv.get(), probs.get(), out.get(), B, T, H, dh, s, tf32);
+  attention_backward(qkv.get(), probs.get(), dout.get(), dqkv.get(), scratch.get(), B, T, H, dh, s, tf32);
+  return {norm_rel_err(probs.download(), ref.probs), norm_rel_err(out.download(), ref.out),
+          norm_rel_err(dqkv.download(), ref.dqkv)};
+}
+
 }  // namespace
 
 TEST_CASE("lt_gemm: nn.Linear forward, weight gradient and input gradient match host loops",
@@ -234,18 +251,11 @@ TEST_CASE("attention: forward and backward match host loops", "[gpu][attention]"
   Stream st;
   struct Shape { int B, H, T, dh; };
   for (const Shape sh : {Shape{2, 3, 50, 64}, Shape{1, 2, 7, 16}, Shape{2, 1, 70, 80}, Shape{1, 2, 197, 64}}) {
-    const int B = sh.B, H = sh.H, T = sh.T, dh = sh.dh, D = H * dh;
-    INFO("B=" << B << " H=" << H << " T=" << T << " dh=" << dh);
-    const auto hqkv = normal_vec((size_t)B * T * 3 * D, 4, 0), hdo = normal_vec((size_t)B * T * D, 4, 1);
-    const AttentionRef ref = attention_reference(hqkv, hdo, B, T, H, dh);
-    const std::vector<double>&P = ref.probs, &O = ref.out, &dQKV = ref.dqkv;
-    DevVec<float> qkv(hqkv), probs(P.size()), out(O.size()), dout(hdo), dqkv(dQKV.size()),
-        scratch(attention_backward_scratch_floats(B, T, H));
-    attention_forward(qkv.get(), probs.get(), out.get(), B, T, H, dh, st.s);
-    CHECK(norm_rel_err(probs.download(), P) < 1e-5);
-    CHECK(norm_rel_err(out.download(), O) < 1e-5);
-    attention_backward(qkv.get(), probs.get(), dout.get(), dqkv.get(), scratch.get(), B, T, H, dh, st.s);
-    CHECK(norm_rel_err(dqkv.download(), dQKV) < 1e-5);
+    INFO("B=" << sh.B << " H=" << sh.H << " T=" << sh.T << " dh=" << sh.dh);
+    const AttentionErrors e = attention_errors(st.s, sh.B, sh.H, sh.T, sh.dh, false);
+    CHECK(e.probs < 1e-5);
+    CHECK(e.out < 1e-5);
+    CHECK(e.dqkv < 1e-5);
   }
   DevVec<float> dummy(16);
   CHECK_THROWS_AS(attention_forward(dummy.get(), dummy.get(), dummy.get(), 1, 513, 1, 64, st.s, true),
@@ -283,25 +293,16 @@ TEST_CASE("attention: tf32 tensor cores (--precision tf32) match host loops with
   // other shapes keep fp32 arithmetic even with tf32 on.
   for (const Shape sh : {Shape{2, 3, 50, 64}, Shape{1, 2, 64, 64}, Shape{3, 2, 1, 64}, Shape{2, 2, 17, 64},
                          Shape{1, 2, 7, 16}, Shape{2, 1, 70, 80}}) {
-    const int B = sh.B, H = sh.H, T = sh.T, dh = sh.dh, D = H * dh;
-    const bool tensor_cores = T <= 64 && dh == 64;
-    INFO("B=" << B << " H=" << H << " T=" << T << " dh=" << dh);
-    const auto hqkv = normal_vec((size_t)B * T * 3 * D, 4, 0), hdo = normal_vec((size_t)B * T * D, 4, 1);
-    const AttentionRef ref = attention_reference(hqkv, hdo, B, T, H, dh);
-    const std::vector<double>&P = ref.probs, &O = ref.out, &dQKV = ref.dqkv;
-    DevVec<float> qkv(hqkv), probs(P.size()), out(O.size()), dout(hdo), dqkv(dQKV.size()),
-        scratch(attention_backward_scratch_floats(B, T, H));
-    attention_forward(qkv.get(), probs.get(), out.get(), B, T, H, dh, st.s, true);
-    const double ep = norm_rel_err(probs.download(), P), eo = norm_rel_err(out.download(), O);
-    attention_backward(qkv.get(), probs.get(), dout.get(), dqkv.get(), scratch.get(), B, T, H, dh, st.s, true);
-    const double eg = norm_rel_err(dqkv.download(), dQKV);
-    std::printf("attention tf32 B=%d H=%d T=%d dh=%d: norm-relative errors probs %.2e out %.2e dqkv %.2e\n", B, H, T, dh,
-                ep, eo, eg);
+    const bool tensor_cores = sh.T <= 64 && sh.dh == 64;
+    INFO("B=" << sh.B << " H=" << sh.H << " T=" << sh.T << " dh=" << sh.dh);
+    const AttentionErrors e = attention_errors(st.s, sh.B, sh.H, sh.T, sh.dh, true);
+    std::printf("attention tf32 B=%d H=%d T=%d dh=%d: norm-relative errors probs %.2e out %.2e dqkv %.2e\n", sh.B, sh.H,
+                sh.T, sh.dh, e.probs, e.out, e.dqkv);
     const double tol = tensor_cores ? 3e-3 : 1e-5;
-    CHECK(ep < tol);
-    CHECK(eo < tol);
-    CHECK(eg < tol);
-    if (tensor_cores) CHECK(eo > 1e-6);  // tf32 rounding is there: the tensor-core path ran (T = 1: probs are 1)
+    CHECK(e.probs < tol);
+    CHECK(e.out < tol);
+    CHECK(e.dqkv < tol);
+    if (tensor_cores) CHECK(e.out > 1e-6);  // tf32 rounding is there: the tensor-core path ran (T = 1: probs are 1)
   }
 }
 
