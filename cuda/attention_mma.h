@@ -24,8 +24,8 @@ bool attention_mma_fits(int T, int head_dim, const void* qkv, const void* out_or
 /// out: [batch*T, heads*64] bf16, written (P V with P split into two bf16 terms, hi + lo, so P
 /// enters the product with about 16 bits instead of bf16's 8, where FlashAttention rounds P to
 /// bf16 once). Preconditions: attention_mma_fits (qkv and out 16-byte aligned; probs needs only
-/// float alignment), 1 <= batch, heads <= 65535. Only enqueues on `stream`; std::runtime_error on
-/// a launch error.
+/// float alignment), 1 <= batch, heads <= 65535. Enqueues on `stream` (the backward first sets its
+/// kernel's shared-memory attribute, host work); std::runtime_error on a launch error.
 void attention_forward_mma(const __nv_bfloat16* qkv, float* probs, __nv_bfloat16* out, int batch, int T, int heads,
                            cudaStream_t stream);
 

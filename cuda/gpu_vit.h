@@ -16,7 +16,8 @@ namespace vitddp {
 /// Tuning knobs of GpuViT (the defaults are what the trainer should use).
 struct GpuViTOptions {
   /// Numeric precision (cuda/precision.h). fp32: strict fp32 (the default; bit-for-bit the
-  /// original GpuViT). tf32: the same kernels, GEMMs with CUBLAS_COMPUTE_32F_FAST_TF32. bf16:
+  /// original GpuViT). tf32: the same kernels, GEMMs with CUBLAS_COMPUTE_32F_FAST_TF32 and the attention core on
+  /// TF32 tensor cores where cuda/attention_mma.h takes the shape. bf16:
   /// autocast-style mixed precision, see GpuViT.
   Precision precision = Precision::fp32;
   /// cuBLASLt algorithm choice for each GEMM shape. 0: cuBLASLt's first heuristic choice (no
@@ -79,7 +80,8 @@ struct GpuViTOptions {
 ///  - fp32: strict fp32 (cuBLASLt CUBLAS_COMPUTE_32F_PEDANTIC, fp32 operands, no TF32).
 ///    vit_l_32, batch 32 on an H200: about 25.6 ms forward + 47.2 ms backward (2.6 GiB of
 ///    activations).
-///  - tf32: identical except that every GEMM runs with CUBLAS_COMPUTE_32F_FAST_TF32.
+///  - tf32: identical except that every GEMM runs with CUBLAS_COMPUTE_32F_FAST_TF32, and the
+///    attention core on TF32 tensor cores for T <= 64, head_dim 64 (cuda/attention_mma.h).
 ///  - bf16 (torch.autocast(dtype=torch.bfloat16) semantics): a bf16 working copy of the
 ///    parameters (bf16_weights()) feeds every nn.Linear / conv GEMM; GEMM operands (LayerNorm
 ///    outputs, im2col patches, qkv, attention output, GELU input and output, the gradients

@@ -45,7 +45,8 @@ std::string patch_embed_choice_error(const std::string& name, Precision p);
 /// rejects.
 /// `head_dim`, `seq_len` (0 = unknown): auto falls back to custom for shapes cuDNN's flash
 /// attention does not take (head_dim not a multiple of 8 or above 256, e.g. the test model
-/// vit_micro).
+/// vit_micro). With seq_len 0, auto never picks the tensor-core kernels (cudnn in bf16 where
+/// head_dim allows).
 AttentionImpl resolve_attention(const std::string& name, Precision p, int head_dim = 0, int seq_len = 0);
 
 /// True when cuDNN's fused attention runs head dimension `head_dim` (a multiple of 8, at most 256).

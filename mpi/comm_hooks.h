@@ -77,10 +77,10 @@ struct ReducerOptions {
   /// kernels); CopyEngine: peer-to-peer copies by the copy engines plus a short sum kernel, for
   /// ranks on one node (--allreduce copy-engine). Not with PowerSGD.
   AllReduceImpl allreduce = AllReduceImpl::Nccl;
-  /// CopyEngine on more than one rank only (NcclReducer; ignored otherwise): the comm streams the
-  /// buckets of a step alternate over (bucket b on stream b mod comm_streams), each with its own
-  /// 16-bit staging buffer when compressing to fp16/bf16, so one bucket's sum and all-gather
-  /// overlap the next one's reduce-scatter. 1 to 4.
+  /// The comm streams the buckets of a step alternate over (bucket b on stream b mod
+  /// comm_streams), each with its own 16-bit staging buffer when compressing to fp16/bf16, so
+  /// one bucket's sum and all-gather overlap the next one's reduce-scatter. 1 to 4, checked by
+  /// NcclReducer always; used only with CopyEngine on more than one rank.
   int comm_streams = 1;
 };
 

@@ -64,7 +64,7 @@ struct BucketTimes {
 /// all_reduce_16bit, which fuses the own chunk's casts into the sum (same bits, fewer passes over
 /// the bucket; the compression time then counts only the peers' chunks' casts). With
 /// ReducerOptions::comm_streams = N > 1 the copy engine's buckets alternate over N comm streams
-/// (launch i of the step on stream i mod N, each stream with its own 16-bit staging buffer), and
+/// (bucket b on stream b mod N, each stream with its own 16-bit staging buffer), and
 /// finalize() joins the streams that ran into the first before the non-finite exchange. The
 /// copy engine's non-finite slot is cleared on the compute stream before the first bucket.
 /// With grad_as_bucket_view=false the bucket is a slice of a separate flat buffer: the gradients
