@@ -3,11 +3,4 @@
 # (gpu_tests on one GPU, gpu_mpi_tests on two), after the review fixes (LayerNorm scratch sized for
 # every smaller row count, gelu_backward_bias grid limit, more LayerNorm shapes), into $OUT/s7g.tgz.
 #   carry/bins.tar.xz: vitddp, gpu_tests, gpu_mpi_tests (stripped).
-set -u -o pipefail
-JOB=${JOB:-s7g}
-source results/commands/lib_ab.sh
-{
-  carry/vitddp --version
-  ab_tests
-} 2>&1 | tee "$W/log.txt"
-ab_finish
+JOB=${JOB:-s7g} BENCH=0 exec bash results/commands/device_checks.sh

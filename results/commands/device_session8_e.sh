@@ -3,12 +3,4 @@
 # attention by default, --comm-streams auto): every GPU test (gpu_tests on one GPU, gpu_mpi_tests on
 # two), then the speed benchmark (bench_speed.sh, ncu table of one bf16 step), into $OUT/$JOB.tgz.
 #   carry/bins.tar.xz: vitddp, gpu_tests, gpu_mpi_tests (stripped).
-set -u -o pipefail
-JOB=${JOB:-s8e}
-source results/commands/lib_ab.sh
-{
-  carry/vitddp --version
-  ab_tests
-} 2>&1 | tee "$W/log.txt"
-ab_bench_speed
-ab_finish
+JOB=${JOB:-s8e} exec bash results/commands/device_checks.sh
