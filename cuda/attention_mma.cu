@@ -91,8 +91,8 @@ struct Bf16Op {
     load_a(hi, T, m0, k0, g, t);
     load_a(lo, T + kTile, m0, k0, g, t);
   }
-  // 16 bytes of global input into tile elements dst[0..8) (dst[k * stride], transposed).
-  __device__ static void put8(E* dst, int stride, const uint4& v) {
+  // 16 bytes of global input (8 bf16) into tile elements dst[k * stride], k < 8.
+  __device__ static void put16(E* dst, int stride, const uint4& v) {
     const E* e = reinterpret_cast<const E*>(&v);
 #pragma unroll
     for (int k = 0; k < 8; ++k) dst[k * stride] = e[k];
@@ -122,7 +122,7 @@ struct Tf32Op {
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
   }
-  // Tiles hold values already rounded to tf32 (put8, store_split's callers round as needed).
+  // Tiles hold values already rounded to tf32 (put16), except the split operand's (store_split).
   __device__ static void load_a(uint32_t (&a)[4], const E* M, int m0, int k0, int g, int t) {
     const E* p = M + (m0 + g) * kLd + k0 + 2 * t;
     const float2 r0 = *reinterpret_cast<const float2*>(p), r1 = *reinterpret_cast<const float2*>(p + 8 * kLd);
@@ -163,18 +163,13 @@ struct Tf32Op {
     split(r0.y, hi[2], lo[2]);
     split(r1.y, hi[3], lo[3]);
   }
-  __device__ static void put4(E* dst, int stride, const uint4& v) {
+  // 16 bytes of global input (4 fp32) into tile elements dst[k * stride], k < 4, rounded to tf32.
+  __device__ static void put16(E* dst, int stride, const uint4& v) {
     const float* e = reinterpret_cast<const float*>(&v);
 #pragma unroll
     for (int k = 0; k < 4; ++k) dst[k * stride] = __uint_as_float(tf32(e[k]));
   }
 };
-
-template <class Op>
-__device__ __forceinline__ void put16(typename Op::E* dst, int stride, const uint4& v) {
-  if constexpr (Op::kK == 16) Op::put8(dst, stride, v);
-  else Op::put4(dst, stride, v);
-}
 
 // acc += (the warp's rows of A) x B, K = 64: A from a row-major (or transposed) tile.
 template <class Op, bool kTransposedA>
@@ -241,7 +236,7 @@ __device__ __forceinline__ void load_rows(typename Op::E* dst, const typename Op
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r < T) v = __ldg(reinterpret_cast<const uint4*>(src + r * ld + c));
     if constexpr (Op::kK == 16) *reinterpret_cast<uint4*>(dst + r * kLd + c) = v;
-    else put16<Op>(dst + r * kLd + c, 1, v);
+    else Op::put16(dst + r * kLd + c, 1, v);
   }
 }
 // The same rows into the transposed tile dst[c][r] (a warp takes 32 consecutive rows of one
@@ -253,7 +248,7 @@ __device__ __forceinline__ void load_rows_t(typename Op::E* dst, const typename 
     const int r = i & (kT - 1), c = (i / kT) * kV;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r < T) v = __ldg(reinterpret_cast<const uint4*>(src + r * ld + c));
-    put16<Op>(dst + c * kLd + r, kLd, v);
+    Op::put16(dst + c * kLd + r, kLd, v);
   }
 }
 
