@@ -5,6 +5,7 @@
 
 Reads, for each precision p in fp32, tf32, bf16:
   OUTDIR/vitddp-<p>-graph.h5, OUTDIR/vitddp-<p>-eager.h5   vitddp 1 GPU (--cuda-graph on / off)
+  OUTDIR/vitddp-<p>-graph-gpu1.h5                          the same on GPU 1 (optional)
   OUTDIR/torch-<p>.json                                    results/bench_torch_vit.py
   OUTDIR/mem-<name>.txt                                    nvidia-smi memory.used samples, MiB
   OUTDIR/vitddp-<p>-np2-<compression>[-ce].h5              vitddp on 2 GPUs, NCCL / --allreduce
@@ -14,7 +15,9 @@ measured matmul ceiling of one H200 in that precision (8192^3 torch.matmul in
 ../shared/docs/DEVICE.md: bf16 781, tf32 361, fp32 51 TFLOP/s), peak memory (nvidia-smi, whole
 process; PyTorch also max_memory_allocated), ratio to PyTorch in the same job and the target,
 and the ratio to ANCHORS.md's PyTorch figure (fixed: the same-job one moves with the host); then the 2-GPU
-table: per-GPU steps/s, its share of our 1-GPU figure (target 95%) and the median exposed
+table: per-GPU steps/s, its share of our 1-GPU figure (GPU 0's; target 95%), its share of the
+slower GPU's 1-GPU figure (DDP runs at the pace of the slower rank; GPUs of one host differ by up
+to 2% under the power limit, results/2026-11-30-issue5-session9/README.md) and the median exposed
 communication per step from timing/exposed_comm. Missing files give 'n/a' cells.
 """
 import json
@@ -64,6 +67,7 @@ def main():
           "| vs ANCHORS.md's PyTorch |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     one_gpu = {}
+    slower_gpu = {}
     for p in ("fp32", "tf32", "bf16"):
         t = None
         try:
@@ -71,15 +75,20 @@ def main():
         except OSError:
             pass
         ts = t["steps_per_s"] if t else None
-        for mode in ("graph", "eager"):
+        for mode in ("graph", "eager", "graph-gpu1"):
             v = h5_summary(os.path.join(out, f"vitddp-{p}-{mode}.h5"))
+            if mode == "graph-gpu1" and not v:
+                continue
             sps = v["steps_per_second"] if v else None
             if mode == "graph":
-                one_gpu[p] = sps
+                one_gpu[p] = slower_gpu[p] = sps
+            if mode == "graph-gpu1" and one_gpu[p]:
+                slower_gpu[p] = min(one_gpu[p], sps)
             tf = v["tflops_per_rank"] if v else None
             ratio = f"{sps / ts:.2f}x (>= {TARGET[p]}x)" if sps and ts else "n/a"
             anchor = f"{sps / ANCHOR_TORCH[p]:.2f}x ({ANCHOR_TORCH[p]})" if sps else "n/a"
-            label = "vitddp, CUDA graph" if mode == "graph" else "vitddp, --cuda-graph off"
+            label = {"graph": "vitddp, CUDA graph", "eager": "vitddp, --cuda-graph off",
+                     "graph-gpu1": "vitddp, CUDA graph, on GPU 1"}[mode]
             print(f"| {p} | {label} | {fmt(sps)} | {fmt(v and v['images_per_second_per_rank'], '.0f')} | {fmt(tf, '.1f')} | "
                   f"{fmt(tf and 100 * tf / CEILING_TFLOPS[p], '.1f')}% | {fmt(peak_gib(os.path.join(out, f'mem-vitddp-{p}-{mode}.txt')))} | {ratio} "
                   f"| {anchor} |")
@@ -109,12 +118,14 @@ def main():
                     rows.append((p, c, impl, v))
     if rows:
         print("\n## 2 x H200 over NVLink (per GPU), 25 MiB buckets, CUDA graph\n")
-        print("| precision | compression | --allreduce | steps/s per GPU | share of our 1-GPU figure (target 95%) | median exposed comm per step (ms) |")
-        print("| --- | --- | --- | --- | --- | --- |")
+        print("| precision | compression | --allreduce | steps/s per GPU | share of our 1-GPU figure (target 95%) "
+              "| share of the slower GPU's 1-GPU figure | median exposed comm per step (ms) |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        share = lambda x, base: f"{100 * x / base:.1f}%" if base else "n/a"
         for p, c, impl, v in rows:
-            base = one_gpu.get(p)
-            share = f"{100 * v['steps_per_second'] / base:.1f}%" if base else "n/a"
-            print(f"| {p} | {c} | {impl} | {v['steps_per_second']:.2f} | {share} | {v['exposed_comm_ms']:.2f} |")
+            x = v["steps_per_second"]
+            print(f"| {p} | {c} | {impl} | {x:.2f} | {share(x, one_gpu.get(p))} | {share(x, slower_gpu.get(p))} "
+                  f"| {v['exposed_comm_ms']:.2f} |")
     return 0
 
 

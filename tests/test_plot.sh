@@ -4,7 +4,8 @@
 # subcommand and checks what comes out: the summary table (header, one row per file, world sizes),
 # every plot file (exists, non-empty, PNG signature or SVG root element), the comm lane's name for
 # each recorded transport, and the errors (exit 2 with one line naming the missing file / dataset);
-# then results/speed_table.py's ratios on one of those files.
+# then results/speed_table.py's ratios on one of those files and results/power_table.py on hand-written
+# nvidia-smi samples.
 # Usage: test_plot.sh <vitddp binary> <mpirun> <python3> <vitddp_plot.py>
 set -u
 BIN=$1
@@ -134,5 +135,42 @@ if grep "^| fp32 | PyTorch 2.x |" <<<"$out" | grep -qF "| 1 | 0.50x |"; then ok 
 else bad "speed_table: PyTorch row: $(grep '^| fp32 | PyTorch' <<<"$out")"; fi
 if grep -q "^| tf32 | vitddp, CUDA graph | n/a |" <<<"$out"; then ok "speed_table: missing files give n/a"
 else bad "speed_table: tf32 row: $(grep '^| tf32 | vitddp, CUDA' <<<"$out")"; fi
+# GPU 1's 1-GPU file and a 2-GPU copy-engine file (other CPU runs standing in): the 2-GPU share of
+# GPU 0's figure and of the slower GPU's, min(GPU 0, GPU 1).
+cp "${FILES[3]}" "$TMP/bench/vitddp-fp32-graph-gpu1.h5"
+cp "${FILES[2]}" "$TMP/bench/vitddp-fp32-np2-none-ce.h5"
+want=$("$PY" - "${FILES[0]}" "${FILES[3]}" "${FILES[2]}" <<'PYEOF'
+import sys, h5py
+g0, g1, two = (float(h5py.File(f, "r")["summary/steps_per_second"][()]) for f in sys.argv[1:])
+print(f"| fp32 | none | copy-engine | {two:.2f} | {100 * two / g0:.1f}% | {100 * two / min(g0, g1):.1f}% |")
+PYEOF
+)
+out=$("$PY" "$SPEED" "$TMP/bench" 2>"$TMP/err"); rc=$?
+if [ $rc -eq 0 ] && grep -qF "$want" <<<"$out" && grep -q "^| fp32 | vitddp, CUDA graph, on GPU 1 | [0-9]" <<<"$out"; then
+  ok "speed_table: GPU 1's row and the 2-GPU shares of GPU 0's and the slower GPU's figure"
+else bad "speed_table: rc=$rc, want '$want' in: $(grep -E '^\| fp32 \| (none|vitddp, CUDA graph, on)' <<<"$out") $(cat "$TMP/err")"; fi
+
+# ---- results/power_table.py: nvidia-smi samples written by hand. GPU 0: two busy samples (1980 and
+# 1900 MHz, 600 and 700 W, the second power-capped), one idle (utilization 0) left out; GPU 1: one
+# busy sample with HW slowdown; a torn last line. Then a file without the SM-clock column.
+POWER=$(dirname "$PLOT")/power_table.py
+cat >"$TMP/smi-run.csv" <<'CSV'
+timestamp, index, utilization.gpu [%], clocks.current.sm [MHz], power.draw [W], temperature.gpu, clocks_event_reasons.active
+2026/11/30 10:00:00.000, 0, 100, 1980, 600.00, 50, 0x0000000000000000
+2026/11/30 10:00:00.050, 0, 99, 1900, 700.00, 55, 0x0000000000000004
+2026/11/30 10:00:00.100, 0, 0, 345, 80.00, 40, 0x0000000000000001
+2026/11/30 10:00:00.100, 1, 100, 990, 650.00, 61, 0x0000000000000008
+2026/11/30 10:00:00.150, 0, 10
+CSV
+out=$("$PY" "$POWER" "$TMP/smi-run.csv" 2>"$TMP/err"); rc=$?
+if [ $rc -eq 0 ] && grep -qF "| run | 0 | 2 | 1940 / 1900 | 650 | 55 | 50% | 0% |" <<<"$out" &&
+   grep -qF "| run | 1 | 1 | 990 / 990 | 650 | 61 | 0% | 100% |" <<<"$out"; then
+  ok "power_table: busy samples, mean/min clock, power, power-cap and slowdown shares"
+else bad "power_table: rc=$rc: $out $(cat "$TMP/err")"; fi
+printf 'timestamp, index, power.draw [W]\n2026/11/30 10:00:00.000, 0, 600.00\n' >"$TMP/smi-bad.csv"
+out=$("$PY" "$POWER" "$TMP/smi-bad.csv" 2>"$TMP/err"); rc=$?
+if [ $rc -eq 1 ] && grep -qF "smi-bad.csv: no 'index' or SM clock column" "$TMP/err"; then
+  ok "power_table: a file without the SM clock column is named, exit 1"
+else bad "power_table: bad file: rc=$rc: $(cat "$TMP/err")"; fi
 
 finish

@@ -8,7 +8,8 @@
 #     NCCL and by the copy engines (--allreduce copy-engine).
 # Run from the repository root with the binaries in carry/ and $OUT set:
 #     bash results/commands/bench_speed.sh
-# Writes $OUT/bench_speed.log, $OUT/speed_table.md, $OUT/kernels-<p>.md and the HDF5/JSON files
+# Writes $OUT/bench_speed.log, $OUT/speed_table.md, $OUT/power_table.md, $OUT/kernels-<p>.md, the
+# nvidia-smi samples (mem-*.txt, smi-*.csv) and the HDF5/JSON files
 # (about 30 files). Through the device tool, point OUT at a folder of your own and tar it into the
 # tool's $OUT: the tool returns only a few loose files (session 6 lost its HDF5 files that way).
 set -u -o pipefail
@@ -20,19 +21,34 @@ PRECISIONS=${PRECISIONS:-fp32 tf32 bf16}
 LOG=$OUT/bench_speed.log
 status=0
 run() { echo "== $*"; "$@"; local rc=$?; [ $rc -eq 0 ] || { echo "== FAILED (exit $rc): $*"; status=1; }; }
-mem_start() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 > "$1" 2>/dev/null & MEM_PID=$!; }
-mem_stop() { kill "$MEM_PID" 2>/dev/null; wait "$MEM_PID" 2>/dev/null; }
+# mem_start RUN / mem_stop: GPU 0's memory.used into mem-RUN.txt (speed_table.py's peak), and every
+# GPU's clocks, power and clock-event reasons into smi-RUN.csv (power_table.py), while RUN runs.
+SMI_FIELDS=timestamp,index,utilization.gpu,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
+nvidia-smi --query-gpu=$SMI_FIELDS --format=csv >/dev/null 2>&1 || SMI_FIELDS=${SMI_FIELDS/event/throttle}
+mem_start() {
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 > "$OUT/mem-$1.txt" 2>/dev/null &
+  MEM_PID=$!
+  nvidia-smi --query-gpu=$SMI_FIELDS --format=csv,nounits -lms 50 > "$OUT/smi-$1.csv" 2>/dev/null &
+  SMI_PID=$!
+}
+mem_stop() { kill "$MEM_PID" "$SMI_PID" 2>/dev/null; wait "$MEM_PID" "$SMI_PID" 2>/dev/null; }
 COMMON="--data device --warmup-steps 10 --steps 20 --cooldown-steps 0 --progress-every 10 --overwrite"
 {
   date -u; nvidia-smi -L
   for p in $PRECISIONS; do
     for mode in graph eager; do
       g=on; [ $mode = eager ] && g=off
-      mem_start "$OUT/mem-vitddp-$p-$mode.txt"
+      mem_start "vitddp-$p-$mode"
       run $MPI -np 1 "$VITDDP" --no-ddp --precision "$p" --cuda-graph $g $COMMON --out "$OUT/vitddp-$p-$mode.h5"
       mem_stop
     done
-    mem_start "$OUT/mem-torch-$p.txt"
+    if [ "$NGPU" -ge 2 ]; then
+      mem_start "vitddp-$p-graph-gpu1"
+      run env CUDA_VISIBLE_DEVICES=1 $MPI -x CUDA_VISIBLE_DEVICES -np 1 "$VITDDP" --no-ddp --precision "$p" $COMMON \
+        --out "$OUT/vitddp-$p-graph-gpu1.h5"
+      mem_stop
+    fi
+    mem_start "torch-$p"
     run python3 results/bench_torch_vit.py --precision "$p" --warmup-steps 10 --steps 20 --json "$OUT/torch-$p.json"
     mem_stop
   done
@@ -48,14 +64,19 @@ COMMON="--data device --warmup-steps 10 --steps 20 --cooldown-steps 0 --progress
   if [ "$NGPU" -ge 2 ]; then
     for p in $PRECISIONS; do
       for c in none bf16; do
+        mem_start "vitddp-$p-np2-$c"
         run $MPI -np 2 "$VITDDP" --precision "$p" --compression $c $COMMON --out "$OUT/vitddp-$p-np2-$c.h5"
+        mem_stop; mem_start "vitddp-$p-np2-$c-ce"
         run $MPI -np 2 "$VITDDP" --precision "$p" --compression $c --allreduce copy-engine $COMMON \
           --out "$OUT/vitddp-$p-np2-$c-ce.h5"
+        mem_stop
       done
     done
   fi
   python3 results/speed_table.py "$OUT" | tee "$OUT/speed_table.md"
+  echo "Clocks and power while each run was busy (results/power_table.py):"
+  python3 results/power_table.py "$OUT"/smi-*.csv | tee "$OUT/power_table.md"
   date -u
 } > "$LOG" 2>&1
-echo "exit $status"; grep -E '^\| |^## |Kernels of one step|FAILED|timed window' "$LOG" | tail -c 9000
+echo "exit $status"; grep -E '^\| |^## |Kernels of one step|Clocks and power|FAILED|timed window' "$LOG" | tail -c 12000
 exit $status
