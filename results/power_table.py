@@ -11,9 +11,12 @@ SM clock (MHz), the mean power (W), the highest GPU temperature (C) and the shar
 active clock-event reasons include SW Power Cap (bit 0x4: the driver lowers the clocks to hold the
 board power limit) or any slowdown (HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power
 brake 0x80). Bit values: NVML nvmlClocksEventReasons (nvml.h). GPUs without busy samples are
-left out; a file with none at all is printed as idle. Columns are found by their header names, in any order; the reasons column may
-be called clocks_event_reasons.active or clocks_throttle_reasons.active (older drivers). A file
-that cannot be read or lacks the SM-clock column is reported on stderr and gives exit status 1.
+left out; a file with none at all gets a row "no busy sample" (a host-bound run, such as
+PyTorch's bf16 step, may keep every sample below 50 %). Columns are found by their header names,
+in any order; the reasons column may be called clocks_event_reasons.active or
+clocks_throttle_reasons.active (older drivers). A file that cannot be read or lacks the SM-clock
+column is reported on stderr and gives exit status 1. Short windows give few samples: the
+benchmark's 20 bf16 steps last 0.2 s (4 samples at 50 ms); use 300-step runs to measure power.
 """
 import argparse
 import csv
@@ -82,7 +85,7 @@ def main():
             status = 1
             continue
         if not gpus:
-            print(f"| {name} | - | 0 | idle | | | | |")
+            print(f"| {name} | - | 0 | no busy sample | | | | |")
         for g in sorted(gpus, key=int):
             s = gpus[g]
             clocks = [x[0] for x in s]

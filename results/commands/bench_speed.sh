@@ -21,12 +21,12 @@ PRECISIONS=${PRECISIONS:-fp32 tf32 bf16}
 LOG=$OUT/bench_speed.log
 status=0
 run() { echo "== $*"; "$@"; local rc=$?; [ $rc -eq 0 ] || { echo "== FAILED (exit $rc): $*"; status=1; }; }
-# mem_start RUN / mem_stop: GPU 0's memory.used into mem-RUN.txt (speed_table.py's peak), and every
-# GPU's clocks, power and clock-event reasons into smi-RUN.csv (power_table.py), while RUN runs.
+# mem_start RUN [GPU] / mem_stop: GPU's (default 0) memory.used into mem-RUN.txt (speed_table.py's
+# peak), and every GPU's clocks, power and clock-event reasons into smi-RUN.csv (power_table.py).
 SMI_FIELDS=timestamp,index,utilization.gpu,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
 nvidia-smi --query-gpu=$SMI_FIELDS --format=csv >/dev/null 2>&1 || SMI_FIELDS=${SMI_FIELDS/event/throttle}
 mem_start() {
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 > "$OUT/mem-$1.txt" 2>/dev/null &
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "${2:-0}" -lms 100 > "$OUT/mem-$1.txt" 2>/dev/null &
   MEM_PID=$!
   nvidia-smi --query-gpu=$SMI_FIELDS --format=csv,nounits -lms 50 > "$OUT/smi-$1.csv" 2>/dev/null &
   SMI_PID=$!
@@ -43,7 +43,7 @@ COMMON="--data device --warmup-steps 10 --steps 20 --cooldown-steps 0 --progress
       mem_stop
     done
     if [ "$NGPU" -ge 2 ]; then
-      mem_start "vitddp-$p-graph-gpu1"
+      mem_start "vitddp-$p-graph-gpu1" 1
       run env CUDA_VISIBLE_DEVICES=1 $MPI -x CUDA_VISIBLE_DEVICES -np 1 "$VITDDP" --no-ddp --precision "$p" $COMMON \
         --out "$OUT/vitddp-$p-graph-gpu1.h5"
       mem_stop
