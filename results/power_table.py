@@ -5,18 +5,23 @@
                clocks_event_reasons.active --format=csv,nounits -lms 50 > smi-RUN.csv &
     python3 results/power_table.py smi-*.csv          (prints a Markdown table)
 
-Per file and GPU index, over the busy samples only (utilization.gpu >= 50 %, or power.draw >=
---min-power W when the file has no utilization column): the number of samples, the mean and minimum
-SM clock (MHz), the mean power (W), the highest GPU temperature (C) and the share of samples whose
-active clock-event reasons include SW Power Cap (bit 0x4: the driver lowers the clocks to hold the
-board power limit) or any slowdown (HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power
-brake 0x80). Bit values: NVML nvmlClocksEventReasons (nvml.h). GPUs without busy samples are
-left out; a file with none at all gets a row "no busy sample" (a host-bound run, such as
-PyTorch's bf16 step, may keep every sample below 50 %). Columns are found by their header names,
-in any order; the reasons column may be called clocks_event_reasons.active or
-clocks_throttle_reasons.active (older drivers). A file that cannot be read or lacks the SM-clock
-column is reported on stderr and gives exit status 1. Short windows give few samples: the
-benchmark's 20 bf16 steps last 0.2 s (4 samples at 50 ms); use 300-step runs to measure power.
+Per file and GPU index, over the busy samples only (utilization.gpu >= 50 %; where a file has no
+utilization column or a row has no number in it, power.draw >= --min-power W): the number of
+samples, the mean and minimum SM clock (MHz), the mean power (W), the highest GPU temperature (C)
+and the share of samples whose active clock-event reasons include SW Power Cap (bit 0x4: the
+driver lowers the clocks to hold the board power limit) or any slowdown (HW slowdown 0x8, SW
+thermal 0x20, HW thermal 0x40, HW power brake 0x80). Bit values: NVML nvmlClocksEventReasons
+(nvml.h). GPUs without busy samples are left out; a file with none at all gets a row "no busy
+sample" (a host-bound run, such as PyTorch's bf16 step, may keep every sample below 50 %).
+Columns are found by their header names, in any order; the reasons column may be called
+clocks_event_reasons.active or clocks_throttle_reasons.active (older drivers). Cells without a
+number ("[N/A]", "[Not Supported]") count as missing: a row without an SM clock is skipped, a
+reasons cell without a hex number counts as no reason. A torn last line (no newline: the sampler
+was stopped while writing) is dropped. An empty or unreadable file, or one whose header lacks the
+index or SM-clock column, is reported on stderr and gives exit status 1.
+Short windows give few samples, and power.draw is itself averaged by the driver (about a second
+on recent GPUs, so a 0.2 s run shows less than its peak): the benchmark's 20 bf16 steps give 4
+samples at 50 ms. Use 300-step runs to measure power.
 """
 import argparse
 import csv
@@ -36,10 +41,24 @@ def column(header, *names):
     return None
 
 
+def cell(r, i):
+    """Float value of cell i of row r, or None when there is no such column or nvidia-smi wrote no
+    number ("", "N/A", "[N/A]", "[Not Supported]", "[Unknown Error]", ...)."""
+    if i is None:
+        return None
+    try:
+        return float(r[i])
+    except ValueError:
+        return None
+
+
 def busy_samples(path, min_power):
     """{gpu index: [(sm MHz, power W or None, temperature C or None, reasons bitmask)]} of the busy samples."""
     with open(path, newline="") as f:
-        rows = list(csv.reader(f))
+        text = f.read()
+    if not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]  # a torn last line, cut when the sampler was stopped
+    rows = list(csv.reader(text.splitlines()))
     if not rows:
         raise ValueError("empty file")
     head = rows[0]
@@ -48,19 +67,18 @@ def busy_samples(path, min_power):
         raise ValueError("no 'index' or SM clock column in the header")
     util, power = column(head, "utilization.gpu"), column(head, "power.draw")
     temp, why = column(head, "temperature.gpu"), column(head, "clocks_event_reasons", "clocks_throttle_reasons")
-    num = lambda r, i: float(r[i]) if i is not None and r[i].strip() not in ("", "[N/A]", "N/A") else None
     out = {}
     for r in rows[1:]:
-        if len(r) != len(head):
-            continue  # a torn last line when the sampler was stopped
-        try:
-            u, p = num(r, util), num(r, power)
-            busy = u >= 50 if u is not None else (p is not None and p >= min_power)
-            if busy:
-                reasons = int(r[why].strip(), 16) if why is not None else 0
-                out.setdefault(r[ix].strip(), []).append((num(r, sm), p, num(r, temp), reasons))
-        except ValueError:
+        if len(r) != len(head) or cell(r, sm) is None:
             continue
+        u, p = cell(r, util), cell(r, power)
+        busy = u >= 50 if u is not None else (p is not None and p >= min_power)
+        if busy:
+            try:
+                reasons = int(r[why].strip(), 16) if why is not None else 0
+            except ValueError:
+                reasons = 0  # "[N/A]": counted as no reason
+            out.setdefault(r[ix].strip(), []).append((cell(r, sm), p, cell(r, temp), reasons))
     return out
 
 

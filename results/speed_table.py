@@ -17,8 +17,9 @@ process; PyTorch also max_memory_allocated), ratio to PyTorch in the same job an
 and the ratio to ANCHORS.md's PyTorch figure (fixed: the same-job one moves with the host); then the 2-GPU
 table: per-GPU steps/s, its share of our 1-GPU figure (GPU 0's; target 95%), its share of the
 slower GPU's 1-GPU figure (DDP runs at the pace of the slower rank; GPUs of one host differ by up
-to 2% under the power limit, results/2026-11-30-issue5-session9/README.md) and the median exposed
-communication per step from timing/exposed_comm. Missing files give 'n/a' cells.
+to 2% under the power limit, results/2026-11-30-issue5-session9/README.md; n/a without GPU 1's
+file) and the median exposed communication per step from timing/exposed_comm. Missing files give
+'n/a' cells.
 """
 import json
 import os
@@ -81,7 +82,7 @@ def main():
                 continue
             sps = v["steps_per_second"] if v else None
             if mode == "graph":
-                one_gpu[p] = slower_gpu[p] = sps
+                one_gpu[p] = sps
             if mode == "graph-gpu1" and one_gpu[p]:
                 slower_gpu[p] = min(one_gpu[p], sps)
             tf = v["tflops_per_rank"] if v else None

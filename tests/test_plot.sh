@@ -135,20 +135,26 @@ if grep "^| fp32 | PyTorch 2.x |" <<<"$out" | grep -qF "| 1 | 0.50x |"; then ok 
 else bad "speed_table: PyTorch row: $(grep '^| fp32 | PyTorch' <<<"$out")"; fi
 if grep -q "^| tf32 | vitddp, CUDA graph | n/a |" <<<"$out"; then ok "speed_table: missing files give n/a"
 else bad "speed_table: tf32 row: $(grep '^| tf32 | vitddp, CUDA' <<<"$out")"; fi
-# GPU 1's 1-GPU file and a 2-GPU copy-engine file (other CPU runs standing in): the 2-GPU share of
-# GPU 0's figure and of the slower GPU's, min(GPU 0, GPU 1).
-cp "${FILES[3]}" "$TMP/bench/vitddp-fp32-graph-gpu1.h5"
-cp "${FILES[2]}" "$TMP/bench/vitddp-fp32-np2-none-ce.h5"
-want=$("$PY" - "${FILES[0]}" "${FILES[3]}" "${FILES[2]}" <<'PYEOF'
-import sys, h5py
-g0, g1, two = (float(h5py.File(f, "r")["summary/steps_per_second"][()]) for f in sys.argv[1:])
-print(f"| fp32 | none | copy-engine | {two:.2f} | {100 * two / g0:.1f}% | {100 * two / min(g0, g1):.1f}% |")
-PYEOF
-)
-out=$("$PY" "$SPEED" "$TMP/bench" 2>"$TMP/err"); rc=$?
-if [ $rc -eq 0 ] && grep -qF "$want" <<<"$out" && grep -q "^| fp32 | vitddp, CUDA graph, on GPU 1 | [0-9]" <<<"$out"; then
-  ok "speed_table: GPU 1's row and the 2-GPU shares of GPU 0's and the slower GPU's figure"
-else bad "speed_table: rc=$rc, want '$want' in: $(grep -E '^\| fp32 \| (none|vitddp, CUDA graph, on)' <<<"$out") $(cat "$TMP/err")"; fi
+# GPU 1's 1-GPU file and a 2-GPU copy-engine file (copies of CPU runs with summary/steps_per_second
+# set; GPU 0's file set to 100): the 2-GPU share (40 steps/s) of GPU 0's figure and of the slower
+# GPU's, with GPU 1 slower (50) and faster (400) than GPU 0; without GPU 1's file the second is n/a.
+set_sps() { "$PY" -c 'import sys, h5py; h5py.File(sys.argv[1], "r+")["summary/steps_per_second"][()] = float(sys.argv[2])' "$1" "$2"; }
+set_sps "$TMP/bench/vitddp-fp32-graph.h5" 100
+cp "${FILES[2]}" "$TMP/bench/vitddp-fp32-np2-none-ce.h5"; set_sps "$TMP/bench/vitddp-fp32-np2-none-ce.h5" 40
+for case in "50 80.0%" "400 40.0%"; do
+  read -r g1 slower <<<"$case"
+  cp "${FILES[3]}" "$TMP/bench/vitddp-fp32-graph-gpu1.h5"; set_sps "$TMP/bench/vitddp-fp32-graph-gpu1.h5" "$g1"
+  want="| fp32 | none | copy-engine | 40.00 | 40.0% | $slower |"
+  out=$("$PY" "$SPEED" "$TMP/bench" 2>"$TMP/err"); rc=$?
+  if [ $rc -eq 0 ] && grep -qF "$want" <<<"$out" && grep -q "^| fp32 | vitddp, CUDA graph, on GPU 1 | $g1.00 |" <<<"$out"; then
+    ok "speed_table: GPU 1 at $g1 steps/s: its row and the 2-GPU shares of GPU 0's and the slower GPU's figure"
+  else bad "speed_table: GPU 1 at $g1: rc=$rc, want '$want' in: $(grep -E '^\| fp32 \| (none|vitddp, CUDA graph, on)' <<<"$out") $(cat "$TMP/err")"; fi
+done
+rm "$TMP/bench/vitddp-fp32-graph-gpu1.h5"
+out=$("$PY" "$SPEED" "$TMP/bench" 2>"$TMP/err")
+if grep -qF "| fp32 | none | copy-engine | 40.00 | 40.0% | n/a |" <<<"$out"; then
+  ok "speed_table: no GPU-1 file: the slower GPU's share is n/a"
+else bad "speed_table: no GPU-1 file: $(grep '^| fp32 | none | copy-engine' <<<"$out")"; fi
 
 # ---- results/power_table.py: nvidia-smi samples written by hand. GPU 0: two busy samples (1980 and
 # 1900 MHz, 600 and 700 W, the second power-capped), one idle (utilization 0) left out; GPU 1: one
@@ -167,6 +173,16 @@ if [ $rc -eq 0 ] && grep -qF "| run | 0 | 2 | 1940 / 1900 | 650 | 55 | 50% | 0% 
    grep -qF "| run | 1 | 1 | 990 / 990 | 650 | 61 | 0% | 100% |" <<<"$out"; then
   ok "power_table: busy samples, mean/min clock, power, power-cap and slowdown shares"
 else bad "power_table: rc=$rc: $out $(cat "$TMP/err")"; fi
+# Cells without numbers and a torn last line without a newline (full field count, cut hex): the
+# [N/A] SM clock row is skipped, the [N/A] reasons count as none, the torn line is dropped.
+printf '%s\n' "timestamp, index, utilization.gpu [%], clocks.current.sm [MHz], power.draw [W], temperature.gpu, clocks_event_reasons.active" \
+  "2026/11/30 10:00:00.000, 0, 100, [N/A], 600.00, 50, 0x0000000000000004" \
+  "2026/11/30 10:00:00.050, 0, 100, 1800, [Not Supported], 51, [N/A]" >"$TMP/smi-na.csv"
+printf '2026/11/30 10:00:00.100, 0, 100, 1000, 700.00, 52, 0x00000000000' >>"$TMP/smi-na.csv"
+out=$("$PY" "$POWER" "$TMP/smi-na.csv" 2>"$TMP/err"); rc=$?
+if [ $rc -eq 0 ] && grep -qF "| na | 0 | 1 | 1800 / 1800 | n/a | 51 | 0% | 0% |" <<<"$out"; then
+  ok "power_table: [N/A] / [Not Supported] cells and a torn last line"
+else bad "power_table: N/A cells: rc=$rc: $out $(cat "$TMP/err")"; fi
 printf 'timestamp, index, power.draw [W]\n2026/11/30 10:00:00.000, 0, 600.00\n' >"$TMP/smi-bad.csv"
 out=$("$PY" "$POWER" "$TMP/smi-bad.csv" 2>"$TMP/err"); rc=$?
 if [ $rc -eq 1 ] && grep -qF "smi-bad.csv: no 'index' or SM clock column" "$TMP/err"; then

@@ -44,7 +44,7 @@ COMMON="--data device --warmup-steps 10 --steps 20 --cooldown-steps 0 --progress
     done
     if [ "$NGPU" -ge 2 ]; then
       mem_start "vitddp-$p-graph-gpu1" 1
-      run env CUDA_VISIBLE_DEVICES=1 $MPI -x CUDA_VISIBLE_DEVICES -np 1 "$VITDDP" --no-ddp --precision "$p" $COMMON \
+      run env CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1 $MPI -x CUDA_DEVICE_ORDER -x CUDA_VISIBLE_DEVICES -np 1 "$VITDDP" --no-ddp --precision "$p" $COMMON \
         --out "$OUT/vitddp-$p-graph-gpu1.h5"
       mem_stop
     fi
