@@ -175,7 +175,7 @@ TEST_CASE("ce_sum_chunk_16bit: the 16-bit hooks' cast, sum and cast back in one 
     INFO("dtype " << (int)c.t << ", element " << c.at << ", offset " << c.off << ", own " << c.own << ", peer "
                   << c.peer);
     const size_t n = 1003, stride = 1008;  // n % 8 == 3: elements 1000..1002 are the tail
-    std::vector<uint8_t> scratch(stride * 2);
+    std::vector<uint8_t> scratch(stride * ce_dtype_bytes(c.t));  // 2 bytes: these cases are 16-bit
     for (size_t i = 0; i < stride; ++i) put(scratch, c.t, i, 0.0f);
     put(scratch, c.t, c.at, c.peer);
     std::vector<float> hx(n + c.off, 1.0f);
