@@ -24,7 +24,7 @@ Prints Markdown (also to -o FILE):
 Unless --no-plots, writes into --plots DIR (default: the folder of -o, else .) with
 results/vitddp_plot.py: scaling-<transport>-<precision>.png (`scaling`: no DDP + 25 MiB buckets on
 2..NP ranks) and timeline-np<N>-<transport>-<precision>-b25.png (`timeline` of the largest
-25 MiB run, NVLink and fp32 preferred: the 8-rank one in issue 8).
+25 MiB run, NVLink and fp32 preferred: the 8-rank one in "[8 of 8]").
 Exit 0; 2 when no manifest is found.
 """
 import argparse
@@ -64,7 +64,7 @@ PRECISIONS = ["fp32", "tf32", "bf16"]
 
 
 def target_share(np_):
-    """Our per-GPU target over NVLink, % of the 1-GPU figure (ANCHORS.md, issues 7 and 8)."""
+    """Our per-GPU target over NVLink, % of the 1-GPU figure (ANCHORS.md, "[7 of 8]" and "[8 of 8]")."""
     return {2: 95.0, 4: 93.0}.get(np_, 90.0)
 
 
