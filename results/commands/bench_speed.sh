@@ -21,36 +21,37 @@ PRECISIONS=${PRECISIONS:-fp32 tf32 bf16}
 LOG=$OUT/bench_speed.log
 status=0
 run() { echo "== $*"; "$@"; local rc=$?; [ $rc -eq 0 ] || { echo "== FAILED (exit $rc): $*"; status=1; }; }
-# mem_start RUN [GPU] / mem_stop: GPU's (default 0) memory.used into mem-RUN.txt (speed_table.py's
-# peak), and every GPU's clocks, power and clock-event reasons into smi-RUN.csv (power_table.py).
+# samplers_start RUN [GPU] / samplers_stop: while RUN runs, GPU's (default 0) memory.used into
+# mem-RUN.txt (speed_table.py's peak) and every GPU's clocks, power and clock-event reasons into
+# smi-RUN.csv (power_table.py).
 SMI_FIELDS=timestamp,index,utilization.gpu,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
 nvidia-smi --query-gpu=$SMI_FIELDS --format=csv >/dev/null 2>&1 || SMI_FIELDS=${SMI_FIELDS/event/throttle}
-mem_start() {
+samplers_start() {
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "${2:-0}" -lms 100 > "$OUT/mem-$1.txt" 2>/dev/null &
   MEM_PID=$!
   nvidia-smi --query-gpu=$SMI_FIELDS --format=csv,nounits -lms 50 > "$OUT/smi-$1.csv" 2>/dev/null &
   SMI_PID=$!
 }
-mem_stop() { kill "$MEM_PID" "$SMI_PID" 2>/dev/null; wait "$MEM_PID" "$SMI_PID" 2>/dev/null; }
+samplers_stop() { kill "$MEM_PID" "$SMI_PID" 2>/dev/null; wait "$MEM_PID" "$SMI_PID" 2>/dev/null; }
 COMMON="--data device --warmup-steps 10 --steps 20 --cooldown-steps 0 --progress-every 10 --overwrite"
 {
   date -u; nvidia-smi -L
   for p in $PRECISIONS; do
     for mode in graph eager; do
       g=on; [ $mode = eager ] && g=off
-      mem_start "vitddp-$p-$mode"
+      samplers_start "vitddp-$p-$mode"
       run $MPI -np 1 "$VITDDP" --no-ddp --precision "$p" --cuda-graph $g $COMMON --out "$OUT/vitddp-$p-$mode.h5"
-      mem_stop
+      samplers_stop
     done
     if [ "$NGPU" -ge 2 ]; then
-      mem_start "vitddp-$p-graph-gpu1" 1
+      samplers_start "vitddp-$p-graph-gpu1" 1
       run env CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1 $MPI -x CUDA_DEVICE_ORDER -x CUDA_VISIBLE_DEVICES -np 1 "$VITDDP" --no-ddp --precision "$p" $COMMON \
         --out "$OUT/vitddp-$p-graph-gpu1.h5"
-      mem_stop
+      samplers_stop
     fi
-    mem_start "torch-$p"
+    samplers_start "torch-$p"
     run python3 results/bench_torch_vit.py --precision "$p" --warmup-steps 10 --steps 20 --json "$OUT/torch-$p.json"
-    mem_stop
+    samplers_stop
   done
   if [ "${SKIP_NCU:-0}" != 1 ] && command -v ncu >/dev/null; then
     for p in ${NCU_PRECISIONS:-bf16}; do
@@ -64,12 +65,12 @@ COMMON="--data device --warmup-steps 10 --steps 20 --cooldown-steps 0 --progress
   if [ "$NGPU" -ge 2 ]; then
     for p in $PRECISIONS; do
       for c in none bf16; do
-        mem_start "vitddp-$p-np2-$c"
+        samplers_start "vitddp-$p-np2-$c"
         run $MPI -np 2 "$VITDDP" --precision "$p" --compression $c $COMMON --out "$OUT/vitddp-$p-np2-$c.h5"
-        mem_stop; mem_start "vitddp-$p-np2-$c-ce"
+        samplers_stop; samplers_start "vitddp-$p-np2-$c-ce"
         run $MPI -np 2 "$VITDDP" --precision "$p" --compression $c --allreduce copy-engine $COMMON \
           --out "$OUT/vitddp-$p-np2-$c-ce.h5"
-        mem_stop
+        samplers_stop
       done
     done
   fi
