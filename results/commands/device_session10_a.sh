@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Session 10, job a: every GPU test (gpu_tests on 1 GPU, gpu_mpi_tests on 2 ranks), then
+# --allreduce direct against copy-engine on 2 GPUs: ViT-L/32 batch 32, data on the GPU,
+# 10 warm-up + 300 timed steps, each precision's 1-GPU figure (GPU 0 and GPU 1 alone) first.
+# Into $OUT/$JOB.tgz: log.txt, the test logs and the HDF5 files.
+set -u -o pipefail
+: "${JOB:?set JOB}"
+source results/commands/lib_ab.sh
+COMMON="--data device --warmup-steps 10 --steps 300 --cooldown-steps 0 --progress-every 1000 --overwrite"
+solo() {  # solo NAME GPU PRECISION
+  CUDA_VISIBLE_DEVICES=$2 timeout 120 mpirun --bind-to none -x CUDA_VISIBLE_DEVICES -x NCCL_NVLS_ENABLE=0 -np 1 \
+    carry/vitddp --no-ddp --precision $3 $COMMON --out "$W/$1.h5" 2>&1 | grep -E "timed window|rror" | sed "s/^/$1: /"
+}
+{
+  carry/vitddp --version
+  ab_tests
+  solo bf16-solo0 0 bf16; solo bf16-solo1 1 bf16
+  ab bf16-ce 2 bf16 vitddp --allreduce copy-engine
+  ab bf16-direct 2 bf16 vitddp --allreduce direct
+  for b in 16 32 64; do ab bf16-direct-b$b 2 bf16 vitddp --allreduce direct --direct-blocks $b; done
+  ab bf16-direct-s1 2 bf16 vitddp --allreduce direct --comm-streams 1
+  ab bf16c-ce 2 bf16 vitddp --allreduce copy-engine --compression bf16
+  ab bf16c-direct 2 bf16 vitddp --allreduce direct --compression bf16
+  solo tf32-solo0 0 tf32; solo tf32-solo1 1 tf32
+  ab tf32-ce 2 tf32 vitddp --allreduce copy-engine
+  ab tf32-direct 2 tf32 vitddp --allreduce direct
+  ab tf32c-direct 2 tf32 vitddp --allreduce direct --compression bf16
+  solo bf16-solo0-end 0 bf16
+} 2>&1 | tee "$W/log.txt"
+ab_finish
