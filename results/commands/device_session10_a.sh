@@ -2,6 +2,8 @@
 # Session 10, job a: every GPU test (gpu_tests on 1 GPU, gpu_mpi_tests on 2 ranks), then
 # --allreduce direct against copy-engine on 2 GPUs: ViT-L/32 batch 32, data on the GPU,
 # 10 warm-up + 300 timed steps, each precision's 1-GPU figure (GPU 0 and GPU 1 alone) first.
+# --allreduce direct exists only with results/2026-11-30-issue5-session10/direct-a/patches/
+# allreduce-direct.patch applied (git apply, on 0e944c5); the job ran that build.
 # Into $OUT/$JOB.tgz: log.txt, the test logs and the HDF5 files.
 set -u -o pipefail
 : "${JOB:?set JOB}"
