@@ -66,7 +66,17 @@ void NcclReducer::create(const ParamLayout& layout) {
   // leaves room for them.
   int lo = 0, hi = 0;
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-  CUDA_CHECK(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, hi));
+  const int streams = uses_copy_engine(opts_, world_size_) ? opts_.comm_streams : 1;
+  for (int i = 0; i < streams; ++i) {
+    cudaStream_t st = nullptr;
+    CUDA_CHECK(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, hi));
+    comm_streams_.push_back(st);
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    comm_joined_.push_back(e);
+    if (is_16bit(opts_.compression))
+      half_.emplace_back(max_bucket_numel(buckets_), "16-bit gradient staging buffer (comm stream " + std::to_string(i) + ")");
+  }
   ready_.resize(buckets_.size());
   for (auto& e : ready_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   for (size_t b = 0; b < buckets_.size(); ++b) timeline_.push_back(std::make_unique<BucketTimeline>(6));
@@ -77,30 +87,14 @@ void NcclReducer::create(const ParamLayout& layout) {
     d_bucket_ = DeviceBuffer<float>(layout.total, "DDP bucket buffer (--grad-as-bucket-view off)");
     CUDA_CHECK(cudaMemset(d_bucket_.get(), 0, layout.total * sizeof(float)));  // padding stays 0
   }
-  if (is_16bit(opts_.compression))
-    d_half_ = DeviceBuffer<uint16_t>(max_bucket_numel(buckets_), "16-bit gradient staging buffer");
   if (opts_.compression == Compression::PowerSgd)
     powersgd_ = std::make_unique<PowerSgdNccl>(hook_buckets(layout, buckets_), opts_.powersgd, comm_, world_size_,
-                                               comm_stream_);
+                                               comm_stream());
   CUDA_CHECK(cudaDeviceSynchronize());  // memsets on the legacy stream before the comm stream runs
   if (uses_copy_engine(opts_, world_size_)) {
-    const int extra = opts_.comm_streams - 1;
-    for (int i = 0; i < extra; ++i) {
-      cudaStream_t st = nullptr;
-      CUDA_CHECK(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, hi));
-      extra_streams_.push_back(st);
-      cudaEvent_t e = nullptr;
-      CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      extra_done_.push_back(e);
-      if (is_16bit(opts_.compression))
-        extra_half_.emplace_back(max_bucket_numel(buckets_), "16-bit gradient staging buffer (extra comm stream)");
-    }
-    extra_used_.assign(extra, false);
-    CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<CopyEngineAllReduce::Region> regions = {{d_grads_, layout.total * sizeof(float)}};
     if (d_bucket_.get()) regions.emplace_back(d_bucket_.get(), d_bucket_.size() * sizeof(float));
-    if (d_half_.get()) regions.emplace_back(d_half_.get(), d_half_.size() * sizeof(uint16_t));
-    for (auto& h : extra_half_) regions.emplace_back(h.get(), h.size() * sizeof(uint16_t));
+    for (auto& h : half_) regions.emplace_back(h.get(), h.size() * sizeof(uint16_t));
     ce_ = std::make_unique<CopyEngineAllReduce>(MPI_COMM_WORLD, regions, ce_bucket_bytes(buckets_));
   }
 }
@@ -109,28 +103,25 @@ NcclReducer::~NcclReducer() { release(); }
 
 void NcclReducer::release() {
   // Every stream drained first, then the work's events and buffers, then the streams.
-  if (comm_stream_) cudaStreamSynchronize(comm_stream_);
-  for (auto st : extra_streams_) cudaStreamSynchronize(st);
+  for (auto st : comm_streams_) cudaStreamSynchronize(st);
   ce_.reset();
   powersgd_.reset();
   timeline_.clear();
-  for (auto* v : {&ready_, &copy_ev_, &extra_done_})
+  for (auto* v : {&ready_, &copy_ev_, &comm_joined_})
     for (auto e : *v) cudaEventDestroy(e);
   ready_.clear();
   copy_ev_.clear();
-  extra_done_.clear();
+  comm_joined_.clear();
   if (comm_done_) cudaEventDestroy(comm_done_);
   comm_done_ = nullptr;
-  for (auto st : extra_streams_) cudaStreamDestroy(st);
-  extra_streams_.clear();
-  if (comm_stream_) cudaStreamDestroy(comm_stream_);
-  comm_stream_ = nullptr;
+  for (auto st : comm_streams_) cudaStreamDestroy(st);
+  comm_streams_.clear();
 }
 
 size_t NcclReducer::device_bytes() const {
-  size_t extra_half = 0;
-  for (const auto& h : extra_half_) extra_half += h.size() * sizeof(uint16_t);
-  return d_bucket_.size() * sizeof(float) + d_half_.size() * sizeof(uint16_t) + extra_half +
+  size_t half = 0;
+  for (const auto& h : half_) half += h.size() * sizeof(uint16_t);
+  return d_bucket_.size() * sizeof(float) + half +
          (powersgd_ ? powersgd_->device_bytes() : 0) + (ce_ ? ce_->device_bytes() : 0);
 }
 
@@ -152,7 +143,6 @@ size_t NcclReducer::planned_device_bytes(const ParamLayout& layout, const std::v
 void NcclReducer::prepare_for_backward() {
   tracker_.reset();
   step_started_ = false;
-  extra_used_.assign(extra_streams_.size(), false);
 }
 
 void NcclReducer::flag_nonfinite(int* d_flag, cudaStream_t stream) const {
@@ -179,12 +169,11 @@ void NcclReducer::launch(size_t b) {
     record_timing_event(copy_ev_[4 * b + 1], compute_);
     p = dst;
   }
-  // The bucket's comm stream: with extra streams (copy engine), bucket b takes stream b mod
-  // (1 + extra), on every rank alike (its 16-bit staging is that stream's).
-  const size_t si = b % (1 + extra_streams_.size());
-  cudaStream_t cs = si == 0 ? comm_stream_ : extra_streams_[si - 1];
-  uint16_t* half = si == 0 ? d_half_.get() : (extra_half_.empty() ? nullptr : extra_half_[si - 1].get());
-  if (si > 0) extra_used_[si - 1] = true;
+  // The bucket's comm stream: bucket b takes stream b mod (number of streams), on every rank
+  // alike (its 16-bit staging is that stream's).
+  const size_t si = b % comm_streams_.size();
+  cudaStream_t cs = comm_streams_[si];
+  uint16_t* half = half_.empty() ? nullptr : half_[si].get();
   // On the compute stream, before the ready event: every comm stream is ordered after it, and
   // inside a capture it becomes a graph node (a comm stream joins a capture only at its wait).
   if (ce_ && !step_started_) ce_->begin_step(compute_);
@@ -210,12 +199,11 @@ void NcclReducer::launch(size_t b) {
       e1 = marks[0];
       e2 = marks[1];
     } else {
-      cast_to_16bit(p, bk.numel, ws, bf16, d_half_.get(), comm_stream_);
-      e1 = tl.mark(comm_stream_);
-      NCCL_CHECK(ncclAllReduce(d_half_.get(), d_half_.get(), bk.numel, bf16 ? ncclBfloat16 : ncclFloat16, ncclSum,
-                               comm_, comm_stream_));
-      e2 = tl.mark(comm_stream_);
-      cast_from_16bit(d_half_.get(), bk.numel, bf16, p, comm_stream_);
+      cast_to_16bit(p, bk.numel, ws, bf16, half, cs);
+      e1 = tl.mark(cs);
+      NCCL_CHECK(ncclAllReduce(half, half, bk.numel, bf16 ? ncclBfloat16 : ncclFloat16, ncclSum, comm_, cs));
+      e2 = tl.mark(cs);
+      cast_from_16bit(half, bk.numel, bf16, p, cs);
     }
     const int e3 = tl.mark(cs);
     tl.compress(e0, e1);
@@ -229,7 +217,7 @@ void NcclReducer::launch(size_t b) {
     if (ce_)
       ce_->all_reduce(b, p, bk.numel, CeDtype::F32, 1.0f / static_cast<float>(world_size_), cs);
     else
-      NCCL_CHECK(ncclAllReduce(p, p, bk.numel, ncclFloat32, ncclAvg, comm_, comm_stream_));
+      NCCL_CHECK(ncclAllReduce(p, p, bk.numel, ncclFloat32, ncclAvg, comm_, cs));
     const int e1 = tl.mark(cs);
     tl.allreduce(e0, e1, 4ull * bk.numel);
   }
@@ -244,13 +232,15 @@ void NcclReducer::finalize() {
   } else {
     for (size_t b = 0; b < buckets_.size(); ++b) launch(b);
   }
-  for (size_t i = 0; i < extra_streams_.size(); ++i) {  // join the extra comm streams that ran
-    if (!extra_used_[i]) continue;
-    CUDA_CHECK(cudaEventRecord(extra_done_[i], extra_streams_[i]));
-    CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, extra_done_[i], 0));
+  // Stream 0 joins the other comm streams that ran a bucket: every bucket is launched by now, and
+  // bucket b ran on stream b mod size(), so those are the streams below the bucket count.
+  const size_t ran = std::min(buckets_.size(), comm_streams_.size());
+  for (size_t i = 1; i < ran; ++i) {
+    CUDA_CHECK(cudaEventRecord(comm_joined_[i], comm_streams_[i]));
+    CUDA_CHECK(cudaStreamWaitEvent(comm_stream(), comm_joined_[i], 0));
   }
-  if (ce_) ce_->exchange_nonfinite(comm_stream_);
-  CUDA_CHECK(cudaEventRecord(comm_done_, comm_stream_));
+  if (ce_) ce_->exchange_nonfinite(comm_stream());
+  CUDA_CHECK(cudaEventRecord(comm_done_, comm_stream()));
   CUDA_CHECK(cudaStreamWaitEvent(compute_, comm_done_, 0));
   if (!opts_.grad_as_bucket_view) {
     // DDP's copy of the averaged bucket back into the gradients before the optimizer.

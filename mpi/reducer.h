@@ -109,7 +109,7 @@ class NcclReducer {
   cudaEvent_t comm_done() const { return comm_done_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
   /// The first comm stream (the only one unless comm_streams > 1 with the copy engine).
-  cudaStream_t comm_stream() const { return comm_stream_; }
+  cudaStream_t comm_stream() const { return comm_streams_.at(0); }
   const ReducerOptions& options() const { return opts_; }
   /// The PowerSGD hook (null unless compression == PowerSgd), for its iteration counter and state.
   const PowerSgdNccl* powersgd() const { return powersgd_.get(); }
@@ -137,13 +137,15 @@ class NcclReducer {
   float* d_grads_;
   ncclComm_t comm_;
   cudaStream_t compute_;
-  cudaStream_t comm_stream_ = nullptr;
-  /// Copy-engine all-reduce: extra comm streams; bucket b runs on stream b mod (1 + extra), so
-  /// one bucket's sum and all-gather overlap the next one's reduce-scatter.
-  std::vector<cudaStream_t> extra_streams_;
-  std::vector<cudaEvent_t> extra_done_;
-  std::vector<DeviceBuffer<uint16_t>> extra_half_;  ///< 16-bit staging per extra stream
-  std::vector<bool> extra_used_;                     ///< extra stream i ran a bucket this step
+  /// The comm streams: one, or comm_streams with the copy-engine all-reduce, where bucket b runs
+  /// on stream b mod size() so one bucket's sum and all-gather overlap the next one's
+  /// reduce-scatter. Stream 0 also runs NCCL, PowerSGD and the step's closing work (finalize).
+  std::vector<cudaStream_t> comm_streams_;
+  /// Per comm stream: recorded at its end of the step, for stream 0 to join it (entry 0 unused).
+  std::vector<cudaEvent_t> comm_joined_;
+  /// Per comm stream, fp16/bf16 compression only: its 16-bit staging buffer (buckets on one
+  /// stream run in order, so they can share it).
+  std::vector<DeviceBuffer<uint16_t>> half_;
   ReducerOptions opts_;
   int world_size_ = 1;
   std::vector<cudaEvent_t> ready_;
@@ -151,7 +153,6 @@ class NcclReducer {
   std::vector<cudaEvent_t> copy_ev_;  ///< per bucket 4 events: copy in [0,1], copy back [2,3]
   cudaEvent_t comm_done_ = nullptr;
   DeviceBuffer<float> d_bucket_;      ///< grad_as_bucket_view=false: the flat bucket buffer
-  DeviceBuffer<uint16_t> d_half_;     ///< fp16/bf16 staging of the first comm stream (its buckets run in order)
   std::unique_ptr<PowerSgdNccl> powersgd_;
   std::unique_ptr<CopyEngineAllReduce> ce_;  ///< --allreduce copy-engine with world size > 1
   bool step_started_ = false;                ///< a bucket of this step was launched
