@@ -9,10 +9,6 @@ set -u -o pipefail
 : "${JOB:?set JOB}"
 source results/commands/lib_ab.sh
 COMMON="--data device --warmup-steps 10 --steps 300 --cooldown-steps 0 --progress-every 1000 --overwrite"
-solo() {  # solo NAME GPU PRECISION
-  CUDA_VISIBLE_DEVICES=$2 timeout 120 mpirun --bind-to none -x CUDA_VISIBLE_DEVICES -x NCCL_NVLS_ENABLE=0 -np 1 \
-    carry/vitddp --no-ddp --precision $3 $COMMON --out "$W/$1.h5" 2>&1 | grep -E "timed window|rror" | sed "s/^/$1: /"
-}
 {
   carry/vitddp --version
   ab_tests

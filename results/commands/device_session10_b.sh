@@ -7,11 +7,6 @@ set -u -o pipefail
 : "${JOB:?set JOB}"
 source results/commands/lib_ab.sh
 COMMON="--data device --warmup-steps 10 --steps 300 --cooldown-steps 0 --progress-every 1000 --overwrite"
-solo() {  # solo NAME GPU PRECISION [options]
-  local name=$1 gpu=$2 p=$3; shift 3
-  CUDA_VISIBLE_DEVICES=$gpu timeout 120 mpirun --bind-to none -x CUDA_VISIBLE_DEVICES -x NCCL_NVLS_ENABLE=0 -np 1 \
-    carry/vitddp --no-ddp --precision $p "$@" $COMMON --out "$W/$name.h5" 2>&1 | grep -E "timed window|rror" | sed "s/^/$name: /"
-}
 {
   carry/vitddp --version
   solo bf16-solo0 0 bf16; solo bf16-solo1 1 bf16

@@ -1,4 +1,4 @@
-# A/B jobs of session 7 (device_session7_*.sh): source after setting JOB (output folder name under
+# A/B jobs (device_session*.sh, from session 7 on): source after setting JOB (output folder name under
 # /tmp, tarred into $OUT/$JOB.tgz by ab_finish). Binaries from carry/bins.tar.xz.
 # vitddp ViT-L/32 batch 32, data on the GPU, 10 warm-up + 100 timed steps per run.
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -14,6 +14,15 @@ ab() {
   local ddp=""; [ "$n" = 1 ] && ddp="--no-ddp"
   timeout 120 mpirun --bind-to none -x NCCL_NVLS_ENABLE=0 -np "$n" "carry/$bin" $ddp --precision "$p" "$@" $COMMON \
     --out "$W/$name.h5" 2>&1 | grep -E "timed window|rror" | sed "s/^/$name: /"
+}
+
+# solo NAME GPU PRECISION [vitddp options]: one 1-GPU run (--no-ddp) of carry/vitddp on GPU number
+# GPU alone (CUDA_VISIBLE_DEVICES) into $W/NAME.h5; prints its timed-window line.
+solo() {
+  local name=$1 gpu=$2 p=$3; shift 3
+  CUDA_VISIBLE_DEVICES=$gpu timeout 120 mpirun --bind-to none -x CUDA_VISIBLE_DEVICES -x NCCL_NVLS_ENABLE=0 -np 1 \
+    carry/vitddp --no-ddp --precision "$p" "$@" $COMMON --out "$W/$name.h5" 2>&1 | grep -E "timed window|rror" |
+    sed "s/^/$name: /"
 }
 
 # ab_tests: every GPU test of carry/gpu_tests (1 GPU) and carry/gpu_mpi_tests (2 ranks), logs in $W.
