@@ -119,7 +119,8 @@ int main(int argc, char** argv) {
       const size_t params = make_param_layout(vit_config(o.model, o.num_classes)).total;
       if (params > 20'000'000)
         std::printf("[vitddp] warning: %s has %.1f M parameters: on the CPU backend one step can take longer than "
-                    "--step-timeout (%.0f s); to try the CPU backend use a small model (--model vit_tiny or vit_micro)\n",
+                    "--step-timeout (%.0f s), and each rank needs several GB of host memory (vit_l_32 at batch 32: "
+                    "about 12 GB, measured); to try the CPU backend use a small model (--model vit_tiny or vit_micro)\n",
                     o.model.c_str(), params / 1e6, o.step_timeout_s);
     }
     if (o.data.rfind("idx:", 0) == 0) {

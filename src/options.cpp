@@ -392,7 +392,9 @@ std::string help_text() {
     std::string head = std::string("  --") + sp.name + (sp.metavar ? std::string(" ") + sp.metavar : "");
     std::string text = sp.help;
     const std::string def = sp.get(d);
-    if (sp.metavar) text += " [" + (def.empty() ? std::string("auto") : def) + "]";
+    // An empty default is either derived from other options (the help says "default: ...") or off.
+    const std::string shown = !def.empty() ? def : text.find("default:") != std::string::npos ? "auto" : "none";
+    if (sp.metavar) text += " [" + shown + "]";
     // Help text wrapped at 100 columns, indented under the option's column.
     constexpr size_t kIndent = 30, kWidth = 100;
     s << head;

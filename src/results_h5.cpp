@@ -47,13 +47,15 @@ ResultsFile::ResultsFile(std::string path, int64_t file) : path_(std::move(path)
 ResultsFile ResultsFile::create(const std::string& path, bool overwrite) {
   namespace fs = std::filesystem;
   const fs::path p(path);
-  if (path.empty()) throw std::runtime_error("ResultsFile: cannot create a results file with an empty path");
-  if (const std::string e = output_directory_problem("ResultsFile: cannot create '" + path + "'", path); !e.empty())
+  if (path.empty()) throw std::runtime_error("cannot create a results file with an empty path");
+  if (const std::string e = output_directory_problem("cannot create '" + path + "'", path); !e.empty())
     throw std::runtime_error(e);
   std::error_code ec;
+  if (fs::is_directory(p, ec))
+    throw std::runtime_error("'" + path + "' is a directory; give the path of the results file to write");
   if (!overwrite && fs::exists(fs::symlink_status(p, ec)))
-    throw std::runtime_error("ResultsFile: refusing to overwrite existing file '" + path +
-                             "' (overwrite not requested)");
+    throw std::runtime_error("refusing to overwrite existing file '" + path +
+                             "' (choose another path, or pass --overwrite to replace it)");
 
   if (overwrite && fs::exists(p, ec)) {
     // H5Fcreate(H5F_ACC_TRUNC) truncates before it takes its lock: a file another run is still
@@ -64,7 +66,7 @@ ResultsFile ResultsFile::create(const std::string& path, bool overwrite) {
       const bool busy = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
       ::close(fd);  // also releases the probe lock
       if (busy)
-        throw std::runtime_error("ResultsFile: '" + path + "' is open for writing by another run (HDF5 file lock held); "
+        throw std::runtime_error("'" + path + "' is open for writing by another run (HDF5 file lock held); "
                                  "not overwriting it");
     }
   }
@@ -76,7 +78,11 @@ ResultsFile ResultsFile::create(const std::string& path, bool overwrite) {
   H5_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18), path);
   const hid_t file = H5_CHECK(
       H5Fcreate(path.c_str(), overwrite ? H5F_ACC_TRUNC : H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()), path);
-  return ResultsFile(path, file);
+  ResultsFile f(path, file);
+  // On disk at once: a run killed before its first step (during setup) leaves a readable, empty
+  // file rather than a superblock HDF5 cannot open.
+  f.flush();
+  return f;
 }
 
 ResultsFile::ResultsFile(ResultsFile&& other) noexcept

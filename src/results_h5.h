@@ -27,9 +27,10 @@ enum class H5Dtype {
 class ResultsFile {
  public:
   /// Creates the file at `path`. Throws std::runtime_error naming the path and the reason when the
-  /// parent directory is missing, not a directory or not writable (output_directory_problem), when `path` exists and `overwrite`
-  /// is false (HDF5 H5F_ACC_EXCL), or when HDF5 cannot create it. With `overwrite` an existing
-  /// file is truncated (H5F_ACC_TRUNC).
+  /// parent directory is missing, not a directory or not writable (output_directory_problem), when `path`
+  /// is a directory, when it exists and `overwrite` is false (HDF5 H5F_ACC_EXCL), or when HDF5
+  /// cannot create it. With `overwrite` an existing file is truncated (H5F_ACC_TRUNC). The new
+  /// file is flushed at once, so a run killed before its first step leaves a readable empty file.
   static ResultsFile create(const std::string& path, bool overwrite);
 
   ResultsFile(ResultsFile&& other) noexcept;

@@ -606,9 +606,9 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
     std::vector<double> sorted = timed_steps_ms;
     std::sort(sorted.begin(), sorted.end());
     const double median_ms = sorted[sorted.size() / 2];
-    results->write_summary("steps_per_second", sps, "1/s", "timed steps / host wall time of the timed window (rank 0)");
-    results->write_summary("images_per_second_per_rank", img_rank, "1/s", "steps_per_second x batch_size");
-    results->write_summary("images_per_second", img_rank * w.world_size, "1/s", "all ranks together");
+    results->write_summary("steps_per_second", sps, "steps/s", "timed steps / host wall time of the timed window (rank 0)");
+    results->write_summary("images_per_second_per_rank", img_rank, "images/s", "steps_per_second x batch_size");
+    results->write_summary("images_per_second", img_rank * w.world_size, "images/s", "all ranks together");
     results->write_summary("tflops_per_rank", tflops, "TFLOP/s", "3 x forward FLOPs x images per second per rank");
     results->write_summary("median_step_time", median_ms / 1e3, "s", "median device step time of the timed window (rank 0)");
     results->write_summary("timed_window", window_s, "s", "host wall time of the timed window (rank 0)");
@@ -621,7 +621,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
       std::printf("[vitddp] Chrome trace (%zu events) written to %s\n", trace.size(), o.trace.c_str());
     }
     std::printf("[vitddp] timed window: %d step%s in %.3f s: %.2f steps/s per rank, %.1f images/s per rank, "
-                "%.1f images/s total, %.1f TFLOP/s per rank; median step %.1f ms\n",
+                "%.1f images/s total, %.4g TFLOP/s per rank; median step %.1f ms\n",
                 timed_count, timed_count == 1 ? "" : "s", window_s, sps, img_rank, img_rank * w.world_size, tflops,
                 median_ms);
     if (o.ddp && w.world_size > 1)

@@ -102,5 +102,9 @@ sum_before=$(md5sum "$TMP/run.h5" | cut -d' ' -f1)
 expect_error "existing results file" "refusing to overwrite existing file" --model vit_micro --out "$TMP/run.h5"
 sum_after=$(md5sum "$TMP/run.h5" | cut -d' ' -f1)
 if [ "$sum_before" = "$sum_after" ]; then ok "existing file untouched"; else bad "existing file was modified"; fi
+mkdir -p "$TMP/outdir"
+expect_error "--out is a directory" "--out: '$TMP/outdir' is a directory" --model vit_micro --out "$TMP/outdir"
+expect_error "--out is a directory, with --overwrite" "is a directory" --model vit_micro --out "$TMP/outdir" --overwrite
+if [ -d "$TMP/outdir" ]; then ok "directory given as --out left alone"; else bad "directory given as --out removed"; fi
 
 finish

@@ -279,6 +279,12 @@ TEST_CASE("ResultsFile refuses to overwrite unless asked, and names a missing pa
   CHECK(msg.find(missing) != std::string::npos);
   CHECK(msg.find(dir.file("no/such/dir")) != std::string::npos);
   CHECK(msg.find("does not exist") != std::string::npos);
+  // A directory given as the file: named as such, with or without overwrite, and left alone.
+  for (bool overwrite : {false, true}) {
+    const std::string d = message_of([&] { ResultsFile::create(dir.path.string(), overwrite); });
+    CHECK(d.find("'" + dir.path.string() + "' is a directory") != std::string::npos);
+  }
+  CHECK(fs::is_directory(dir.path.string()));
 
   // A failing HDF5 call reports the object and HDF5's reason (here: a name that already exists).
   ResultsFile f = ResultsFile::create(dir.file("dup.h5"), false);
@@ -288,6 +294,19 @@ TEST_CASE("ResultsFile refuses to overwrite unless asked, and names a missing pa
   CHECK(dup.find("H5Dcreate2") != std::string::npos);
   CHECK(dup.find(dir.file("dup.h5") + ":a") != std::string::npos);
   CHECK(dup.find("results_h5.cpp:") != std::string::npos);
+}
+
+TEST_CASE("ResultsFile is on disk as soon as it is created: a run killed during setup leaves a readable file",
+          "[h5]") {
+  TempDir dir("vitddp_h5_");
+  const std::string path = dir.file("setup.h5");
+  ResultsFile f = ResultsFile::create(path, false);
+  // What a reader would find if the process died now: a byte copy of the file while it is open.
+  const std::string copy = dir.file("copy.h5");
+  fs::copy_file(path, copy);
+  H5Reader r(copy);
+  CHECK(r.file >= 0);
+  CHECK(H5Aexists(r.file, "stop_reason") == 0);
 }
 
 TEST_CASE("ResultsFile is move-only and the moved-to object owns the file", "[h5]") {
