@@ -52,6 +52,9 @@ NcclReducer::NcclReducer(const ParamLayout& layout, std::vector<Bucket> buckets,
       compute_(compute), opts_(options) {
   if (opts_.comm_streams < 1 || opts_.comm_streams > 4)
     throw std::invalid_argument("NcclReducer: comm_streams " + std::to_string(opts_.comm_streams) + " outside [1, 4]");
+  if (opts_.compression == Compression::PowerSgd && opts_.allreduce != AllReduceImpl::Nccl)
+    throw std::invalid_argument("NcclReducer: PowerSGD runs its all-reduces through NCCL on the first comm stream; "
+                                "it cannot be combined with the copy-engine all-reduce");
   NCCL_CHECK(ncclCommCount(comm_, &world_size_));
   try {
     create(layout);

@@ -79,8 +79,8 @@ class NcclReducer {
   /// comm_streams with the copy-engine all-reduce), events, and the buffers the options need
   /// (bucket buffer: layout.total floats; 16-bit staging: the largest bucket, one per comm stream;
   /// PowerSGD state: see PowerSgdNccl). Throws std::runtime_error on CUDA/NCCL failure,
-  /// std::invalid_argument for bad PowerSGD options or comm_streams outside [1, 4]; a throw frees
-  /// what was allocated.
+  /// std::invalid_argument for bad PowerSGD options, PowerSGD with the copy-engine all-reduce, or
+  /// comm_streams outside [1, 4]; a throw frees what was allocated.
   NcclReducer(const ParamLayout& layout, std::vector<Bucket> buckets, float* d_grads, ncclComm_t comm,
               cudaStream_t compute, const ReducerOptions& options = ReducerOptions());
   ~NcclReducer();
