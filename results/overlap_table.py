@@ -1,62 +1,14 @@
 #!/usr/bin/env python3
-"""Overlap table of vitddp results files: per run, steps/s per GPU, the share of a 1-GPU baseline,
-and the medians over rank 0's timed steps of forward, backward (compute; the all-reduces overlap
-it), exposed communication, the comm streams' busy time (all-reduce + compression, summed over the
-buckets: with several comm streams, --comm-streams, it counts overlapping buckets twice) and the
-time some bucket's communication is in flight (the union of the buckets' [allreduce_start,
-allreduce_end] intervals; with one comm stream close to the busy time).
+"""Compatibility entry point: the same as `vitddp-report overlap` (vitddp_tools.overlap; pip install ./results).
 
-Usage: overlap_table.py [--baseline ONE_GPU.h5] FILE.h5...   (prints a Markdown table)
-Column definitions: results/SCHEMA.md (timing/*, buckets/allreduce_time, buckets/compress_time).
+Kept for the command files under results/commands/ that call this path; runs from the source tree
+without installing the package.
 """
-import argparse
 import os
+import sys
 
-import h5py
-import numpy as np
-
-
-def row(path):
-    with h5py.File(path, "r") as f:
-        timed = f["steps/timed"][0] == 1
-        med = lambda name: 1e3 * float(np.median(f[name][0][timed]))
-        busy = active = 0.0
-        if "buckets/allreduce_time" in f and f["buckets/allreduce_time"].shape[-1] > 0:
-            per_step = f["buckets/allreduce_time"][0][timed].sum(axis=1)
-            per_step = per_step + f["buckets/compress_time"][0][timed].sum(axis=1)
-            busy = 1e3 * float(np.median(per_step))
-            starts, ends = f["buckets/allreduce_start"][0][timed], f["buckets/allreduce_end"][0][timed]
-            active = 1e3 * float(np.median([union_length(s, e) for s, e in zip(starts, ends)]))
-        return dict(sps=float(f["summary/steps_per_second"][()]), world=int(f.attrs.get("world_size", 1)),
-                    fwd=med("timing/forward"), bwd=med("timing/backward"),
-                    exposed=med("timing/exposed_comm"), busy=busy, active=active)
-
-
-def union_length(starts, ends):
-    """Length of the union of the intervals [starts[i], ends[i]] (seconds; empty ones skipped)."""
-    total, reach = 0.0, -np.inf
-    for s, e in sorted((s, e) for s, e in zip(starts, ends) if e > s):
-        if e > reach:
-            total += e - max(s, reach)
-            reach = e
-    return total
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline", help="1-GPU results file whose steps/s is 100%%")
-    ap.add_argument("files", nargs="+")
-    a = ap.parse_args()
-    base = row(a.baseline)["sps"] if a.baseline else None
-    print("| run | ranks | steps/s per GPU | share of 1 GPU | forward ms | backward ms | exposed comm ms | comm busy ms "
-          "| comm in flight ms |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for path in a.files:
-        r = row(path)
-        share = f"{100 * r['sps'] / base:.1f}%" if base else "-"
-        print(f"| {os.path.basename(path)[:-3]} | {r['world']} | {r['sps']:.2f} | {share} | {r['fwd']:.2f} | "
-              f"{r['bwd']:.2f} | {r['exposed']:.2f} | {r['busy']:.2f} | {r['active']:.2f} |")
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vitddp_tools.overlap import main  # noqa: E402
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(prog="overlap_table.py"))

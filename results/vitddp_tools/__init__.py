@@ -1,0 +1,7 @@
+"""vitddp_tools: post-processing of vitddp's HDF5 results files (layout: results/SCHEMA.md).
+
+Modules: reader (the one reader of results files), bandwidth (nccl-tests' algbw/busbw of the
+bucket all-reduces), metrics (run-level figures), plot (console script vitddp-plot), report
+(console script vitddp-report: summary, compare and the tables of the benchmark scripts).
+"""
+__version__ = "0.1.0"

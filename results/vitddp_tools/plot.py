@@ -1,0 +1,850 @@
+"""vitddp-plot: the results table and plots of vitddp runs, from their HDF5 files.
+
+Reads the files vitddp writes (layout: results/SCHEMA.md) through vitddp_tools.reader and draws
+with matplotlib (Agg backend, no display needed). Subcommands:
+
+  summary FILE...                 results table in Markdown, one row per file
+  phases FILE... -o OUT           stacked bars per rank: mean time of each phase of a timed step
+  timeline FILE --steps 10,11 -o OUT
+                                  compute stream and comm stream per rank against time (as nsys)
+  sweep FILE... -o OUT            steps/s per rank against bucket size, one line per compression
+  scaling FILE... -o OUT          steps/s per rank and scaling efficiency against number of GPUs
+  eval FILE... -o OUT             test accuracy and loss against optimizer step (--eval-every)
+  busbw FILE... -o OUT            all-reduce bus bandwidth per bucket against bucket size
+
+Plots are written as PNG or SVG, chosen by the extension of -o, or both with --format both.
+Errors (missing file, dataset or attribute; unusable arguments) print one line naming what is
+wrong and exit with status 2. `vitddp-plot SUBCOMMAND --help` describes each subcommand.
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
+from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+
+from .bandwidth import BucketBandwidth, link_probe  # noqa: E402
+from .reader import ResultsError, Run, open_runs, text as _text  # noqa: E402
+
+
+# The article's NVTX colours (cuda/nvtx.h), so the plots read like the nsys timeline.
+COLORS = {
+    "data_wait": "#D62728",     # "get batch" (red)
+    "input_wait": "#BBBBBB",    # waiting for the host-to-device copy (grey)
+    "forward": "#2CA02C",       # "forward" (green)
+    "backward": "#9467BD",      # "backward" (purple)
+    "exposed_comm": "#FF7F0E",  # waiting for the last all-reduce (orange, as "all-reduce bucket k")
+    "optimizer": "#FFD700",     # "optimizer step" (yellow)
+}
+HATCH = {"exposed_comm": "////"}  # exposed comm: the all-reduce colour, hatched (the compute stream waits)
+BUCKET_COLORS = ("#FF7F0E", "#C85A00")  # alternate shades so adjacent buckets stay distinct
+PHASE_LABELS = {
+    "data_wait": "data wait (host)",
+    "input_wait": "input wait",
+    "forward": "forward",
+    "backward": "backward",
+    "exposed_comm": "exposed comm",
+    "optimizer": "optimizer",
+}
+
+plt.rcParams.update({
+    "font.size": 11,
+    "axes.titlesize": 13,
+    "axes.labelsize": 12,
+    "xtick.labelsize": 10,
+    "ytick.labelsize": 10,
+    "legend.fontsize": 10,
+    "legend.title_fontsize": 10,
+    "savefig.dpi": 150,
+    "svg.hashsalt": "vitddp",  # stable ids in SVG output
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+})
+
+
+PlotError = ResultsError  # one line, exit status 2
+
+
+# ----------------------------------------------------------------------------------------- output
+
+def output_paths(out, fmt):
+    """The files to write for -o `out` and --format `fmt` (png, svg, both or None)."""
+    root, ext = os.path.splitext(out)
+    ext = ext.lower()
+    if fmt == "both":
+        base = root if ext in (".png", ".svg") else out
+        paths = [base + ".png", base + ".svg"]
+    elif fmt in ("png", "svg"):
+        paths = [out if ext == "." + fmt else (root if ext in (".png", ".svg") else out) + "." + fmt]
+    elif ext in (".png", ".svg"):
+        paths = [out]
+    else:
+        raise PlotError("-o %s: the name must end in .png or .svg (or give --format png|svg|both)" % out)
+    for p in paths:
+        d = os.path.dirname(os.path.abspath(p))
+        if not os.path.isdir(d):
+            raise PlotError("-o %s: directory '%s' does not exist" % (out, d))
+    return paths
+
+
+def save(fig, out, fmt):
+    """Writes `fig` to the output file(s), prints their names and closes the figure."""
+    for p in output_paths(out, fmt):
+        meta = {"Date": None} if p.lower().endswith(".svg") else {}
+        fig.savefig(p, bbox_inches="tight", metadata=meta)
+        print("wrote %s" % p)
+    plt.close(fig)
+
+
+def legend_outside(ax, **kw):
+    """Places the legend to the right of the axes, outside the data."""
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False, **kw)
+
+
+# ----------------------------------------------------------------------------------------- summary
+
+SUMMARY_COLUMNS = [
+    ("file", "l"), ("model", "l"), ("world size", "r"), ("backend", "l"), ("precision", "l"),
+    ("bucket cap (MiB)", "r"), ("compression", "l"), ("overlap", "l"), ("ddp", "l"),
+    ("steps/s per rank", "r"), ("images/s", "r"), ("TFLOP/s per rank", "r"), ("median step (ms)", "r"),
+    ("exposed comm rank 0 (ms)", "r"), ("exposed comm max rank (ms)", "r"), ("speed-up", "r"),
+]
+
+
+def summary_row(run, baseline_ips):
+    """The table cells of one run (strings, in SUMMARY_COLUMNS order)."""
+    exposed = run.timed_mean_ms("timing/exposed_comm")
+    ips = run.images_per_second()  # steps/s x batch x grad accumulation x world size
+    flops = run.attr("forward_flops_per_image", None)
+    tflops = 3.0 * float(flops) * ips / run.world_size / 1e12 if flops is not None else run.summary("tflops_per_rank")
+    return [
+        run.name, run.model, "%d" % run.world_size, run.backend, run.precision,
+        "%g" % run.bucket_cap_mb if run.ddp else "-",  # without DDP there are no buckets to speak of
+        run.compression if run.ddp else "-", ("yes" if run.overlap else "no") if run.ddp else "-",
+        "yes" if run.ddp else "no",
+        "%.2f" % run.summary("steps_per_second"), "%.1f" % ips, _fmt_small(tflops),
+        "%.2f" % (run.summary("median_step_time") * 1e3), "%.3f" % exposed[0], "%.3f" % exposed.max(),
+        "%.2fx" % (ips / baseline_ips) if baseline_ips > 0 else "n/a",
+    ]
+
+
+def _fmt_small(v):
+    """Two decimals, or two significant digits for values below 0.01 (TFLOP/s of tiny CPU runs)."""
+    return "%.2f" % v if v == 0 or abs(v) >= 0.01 else "%.2g" % v
+
+
+def markdown_table(header, aligns, rows):
+    """A Markdown table (GitHub style) with the given column alignments ('l' or 'r')."""
+    lines = ["| " + " | ".join(header) + " |",
+             "| " + " | ".join("---:" if a == "r" else "---" for a in aligns) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def cmd_summary(a):
+    """`summary`: prints (and with -o writes) the results table of the given files."""
+    runs = open_runs(a.files)
+    base = Run(a.baseline) if a.baseline else runs[0]
+    base_ips = base.images_per_second()
+    rows = [summary_row(r, base_ips) for r in runs]
+    table = markdown_table([c for c, _ in SUMMARY_COLUMNS], [al for _, al in SUMMARY_COLUMNS], rows)
+    ntimed = sorted({int(r.timed().sum()) for r in runs})
+    notes = [
+        "",
+        "steps/s per rank: timed steps / host wall time of the timed window on rank 0 "
+        "(`summary/steps_per_second`); images/s: all ranks, steps/s x batch x grad accumulation x ranks; TFLOP/s: 3 x forward FLOPs x images/s per rank; "
+        "median step: device time, rank 0; exposed comm: mean of `timing/exposed_comm` over the %s timed "
+        "steps, on rank 0 and on the rank where it is largest; speed-up: images/s (all ranks) relative to "
+        "`%s`." % ("/".join(str(n) for n in ntimed), base.name),
+    ]
+    text = table + ("\n" + "\n".join(notes) if not a.no_notes else "") + "\n"
+    sys.stdout.write(text)
+    if a.output:
+        d = os.path.dirname(os.path.abspath(a.output))
+        if not os.path.isdir(d):
+            raise PlotError("-o %s: directory '%s' does not exist" % (a.output, d))
+        with open(a.output, "w") as f:
+            f.write(text)
+        print("wrote %s" % a.output, file=sys.stderr)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------- phases
+
+PHASES = ["data_wait", "forward", "backward", "exposed_comm", "optimizer"]
+
+
+def cmd_phases(a):
+    """`phases`: stacked bars per rank (and per file) of the mean phase times of the timed steps."""
+    output_paths(a.output, a.format)  # fail on a bad -o before reading anything
+    runs = open_runs(a.files)
+    bars = []  # (label, {phase: ms}, step ms)
+    for run in runs:
+        means = {p: run.timed_mean_ms("timing/" + p) for p in PHASES}
+        step = run.timed_mean_ms("timing/step_time")
+        for r in range(run.world_size):
+            label = "rank %d" % r if len(runs) == 1 else "%s\nrank %d" % (run.label, r)
+            bars.append((label, {p: means[p][r] for p in PHASES}, step[r]))
+    n = len(bars)
+    fig, ax = plt.subplots(figsize=(max(6.5, 1.3 * n + 3.0), 6.0))
+    x = np.arange(n)
+    width = 0.6
+    bottoms = np.zeros(n)
+    totals = np.array([sum(v.values()) for _, v, _ in bars])
+    top = totals.max() if n else 1.0
+    for p in PHASES:
+        vals = np.array([v[p] for _, v, _ in bars])
+        ax.bar(x, vals, width, bottom=bottoms, color=COLORS[p], edgecolor="black", linewidth=0.5,
+               hatch=HATCH.get(p), label=PHASE_LABELS[p])
+        for i, v in enumerate(vals):  # value inside the segment when it is tall enough to hold it
+            if v >= 0.045 * top:
+                ax.text(x[i], bottoms[i] + v / 2, "%.1f" % v, ha="center", va="center", fontsize=10,
+                        color="white" if p in ("backward", "data_wait") else "black",
+                        bbox=dict(facecolor=COLORS[p], edgecolor="none", pad=1.5) if p in HATCH else None)
+        bottoms += vals
+    for i, t in enumerate(totals):
+        ax.text(x[i], t + 0.01 * top, "%.1f ms" % t, ha="center", va="bottom", fontsize=10, fontweight="bold")
+    ax.set_xlim(-0.5, n - 0.5)
+    ax.set_ylim(0, top * 1.08)
+    ax.set_ylabel("mean time per step (ms)")
+    ax.set_xticks(x)
+    ax.set_xticklabels([])
+    ax.tick_params(axis="x", length=0)
+    title = "Phases of a training step (mean of the timed steps)"
+    if len(runs) == 1:
+        title += "\n" + runs[0].config_text()
+    ax.set_title(title)
+    _legend_reversed(ax)  # top of the stack first
+    # Table of the exact values under the bars, one column per bar (small phases are invisible).
+    rows = PHASES + ["step (device)"]
+    cells = [["%.3f" % v[p] for _, v, _ in bars] for p in PHASES] + [["%.2f" % s for _, _, s in bars]]
+    tab = ax.table(cellText=cells, rowLabels=[PHASE_LABELS.get(p, p) + " (ms)" for p in rows],
+                   colLabels=[b[0] for b in bars], cellLoc="center", loc="bottom",
+                   bbox=[0.0, -0.08 - 0.065 * (len(rows) + 1.6), 1.0, 0.065 * (len(rows) + 1.6)])
+    tab.auto_set_font_size(False)
+    tab.set_fontsize(10)
+    for (r, c), cell in tab.get_celld().items():
+        cell.set_linewidth(0.3)
+        if r == 0:
+            cell.set_text_props(fontweight="bold")
+    ntimed = sorted({int(r.timed().sum()) for r in runs})
+    ax.annotate("Means over the %s timed steps. The compute phases (CUDA events on the compute stream; the steady\n"
+                "clock on the CPU backend) add up to the step time; data wait is host time blocked on the data source."
+                % "/".join(str(k) for k in ntimed),
+                xy=(0, 0), xycoords="axes fraction", xytext=(0, -0.1 - 0.065 * (len(rows) + 1.6)),
+                textcoords="axes fraction", ha="left", va="top", fontsize=9, color="#444444")
+    save(fig, a.output, a.format)
+    return 0
+
+
+def _legend_reversed(ax):
+    """Legend outside the axes with the entries in reverse order (top of the stack first)."""
+    h, l = ax.get_legend_handles_labels()
+    return ax.legend(h[::-1], l[::-1], loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                     frameon=False)
+
+
+# ----------------------------------------------------------------------------------------- timeline
+
+def parse_steps(text, nsteps, path):
+    """Parses --steps ('10,11' or '10-12') into a sorted list of recorded step indices."""
+    out = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                out.extend(range(int(lo), int(hi) + 1))
+            elif part:
+                out.append(int(part))
+    except ValueError:
+        raise PlotError("--steps: expected step numbers such as 10,11 or 10-12, got '%s'" % text)
+    if not out:
+        raise PlotError("--steps: no step given")
+    bad = [s for s in out if s < 0 or s >= nsteps]
+    if bad:
+        raise PlotError("--steps: step %d is not in %s (recorded steps 0..%d)" % (bad[0], path, nsteps - 1))
+    return sorted(set(out))
+
+
+def _pt_per_ms(ax, fig):
+    """Points per millisecond along the x axis of `ax` as drawn."""
+    fig.canvas.draw()
+    x0, x1 = ax.get_xlim()
+    return ax.get_window_extent().width / (x1 - x0) * 72.0 / fig.dpi
+
+
+def _bucket_labels(ax, fig, segs, y_above, y_below, fontsize=7.5):
+    """Writes each bucket's index at its bar: even buckets on a row above the bars, odd ones below,
+    skipping a label only where it would overlap the previous one of its row (the last bucket of a
+    step always keeps its label)."""
+    pt_per_ms = _pt_per_ms(ax, fig)
+    placed = {0: [], 1: []}  # per row: (centre, text artist)
+    last_b = max((seg[2] for seg in segs), default=-1)
+    for start, w, b, _sub in segs:
+        row = b % 2
+        centre = start + w / 2
+        text = "%d" % b
+        need_ms = (0.62 * fontsize * len(text) + 2.0) / pt_per_ms
+        if placed[row] and centre - placed[row][-1][0] < need_ms:
+            if b != last_b:
+                continue
+            placed[row].pop()[1].remove()
+        art = ax.text(centre, y_above if row == 0 else y_below, text, ha="center", va="center",
+                      fontsize=fontsize, color="#7A3700", clip_on=True)
+        placed[row].append((centre, art))
+
+
+def _sublane_labels(ax, fig, segs, y_of_sub, fontsize=6.5):
+    """Labels overlapping all-reduces (drawn in sub-rows): the index inside each bar at its start
+    where it fits, else just left of it; skipped where it would overlap the previous label of the
+    same sub-row."""
+    pt_per_ms = _pt_per_ms(ax, fig)
+    last = {}
+    for start, w, b, sub in segs:
+        text = "%d" % b
+        need_ms = (0.62 * fontsize * len(text) + 3.0) / pt_per_ms
+        if start - last.get(sub, -np.inf) < need_ms:
+            continue
+        last[sub] = start
+        inside = w >= need_ms
+        ax.text(start + (2.0 if inside else -1.0) / pt_per_ms, y_of_sub(sub), text,
+                ha="left" if inside else "right", va="center", fontsize=fontsize,
+                color="black" if inside else "#7A3700", clip_on=True)
+
+
+def _assign_sublanes(intervals):
+    """Greedy interval packing: for (start, end) pairs in start order, the lowest sub-row whose
+    previous interval has ended. Returns the sub-row of each interval."""
+    ends, rows = [], []
+    for st, en in intervals:
+        for j, e in enumerate(ends):
+            if e <= st + 1e-9:
+                ends[j] = en
+                rows.append(j)
+                break
+        else:
+            ends.append(en)
+            rows.append(len(ends) - 1)
+    return rows
+
+
+def comm_name(run, r):
+    """What moves rank r's gradients: 'NCCL' plus its transport (attribute nccl_transport, e.g.
+    'P2P [P2P/CUMEM/read]' -> 'NCCL P2P') when recorded, 'copy-engine' for --allreduce
+    copy-engine runs (transport 'copy-engine (...)'), or 'MPI' on the CPU backend."""
+    if run.backend != "gpu":
+        return "MPI"
+    tr = run.attr("nccl_transport", None)
+    if tr is None:
+        return "NCCL"
+    tr = _text(tr[r] if isinstance(tr, np.ndarray) and tr.ndim == 1 and r < len(tr) else tr)
+    first = tr.split(" ")[0] if tr else ""
+    if first == "copy-engine":
+        return first
+    return "NCCL" if first in ("", "none", "unknown") else "NCCL " + first
+
+
+def cmd_timeline(a):
+    """`timeline`: per rank, the compute stream's phases and the comm stream's bucket all-reduces."""
+    output_paths(a.output, a.format)  # fail on a bad -o before reading anything
+    run = Run(a.file)
+    t = {k: run.series_ms("timing/" + k) for k in
+         ("input_wait", "forward", "backward", "exposed_comm", "optimizer", "step_time")}
+    starts = run.series_ms("buckets/allreduce_start")
+    ends = run.series_ms("buckets/allreduce_end")
+    nsteps = t["forward"].shape[1]
+    if a.steps:
+        steps = parse_steps(a.steps, nsteps, a.file)
+    else:  # default: the first two timed steps
+        steps = [int(s) for s in np.nonzero(run.timed())[0][:2]]
+    R = run.world_size
+    phases = ["input_wait", "forward", "backward", "exposed_comm", "optimizer"]
+    has_comm = run.ddp and bool(np.any(ends[:, steps, :] > 0))
+    # timing/backward_end (newer files): the end of backward compute, to compare with all-reduce starts
+    bwd_end = run.series_ms("timing/backward_end") if "timing/backward_end" in run.f else None
+
+    # Bucket segments per rank (x from the first chosen step's start), with sub-rows where the
+    # all-reduces overlap (MPI_Iallreduce on the CPU backend; NCCL's comm stream runs them in order).
+    comm = []
+    offsets = np.zeros((R, len(steps)))
+    # Where each step starts: timing/step_start (newer files: the step-start events on the rank's
+    # device clock, gaps between steps included), else each step drawn from the end of the previous.
+    step_start = run.series_ms("timing/step_start") if "timing/step_start" in run.f else None
+    for r in range(R):
+        if step_start is not None:
+            offs = np.array([step_start[r, s] - step_start[r, steps[0]] for s in steps])
+        else:
+            offs = np.concatenate([[0.0], np.cumsum([t["step_time"][r, s] for s in steps])[:-1]])
+        offsets[r] = offs
+        segs = []
+        for off, s in zip(offs, steps):
+            for b in range(starts.shape[2]):
+                st, en = starts[r, s, b], ends[r, s, b]
+                if has_comm and not (st <= 0 and en <= 0):
+                    segs.append([off + st, max(en - st, 1e-6), b, 0])
+        for seg, sub in zip(segs, _assign_sublanes([(x[0], x[0] + x[1]) for x in segs])):
+            seg[3] = sub
+        comm.append(segs)
+    nsub = max([1] + [seg[3] + 1 for segs in comm for seg in segs])
+
+    lane_h, gap, sub_h = 0.8, 0.5, 0.16
+    comm_h = (lane_h if nsub == 1 else 0.2 + sub_h * nsub) if has_comm else 0.0
+    block = lane_h + comm_h + gap
+    fig_h = 1.9 + R * block * 0.75
+    fig, ax = plt.subplots(figsize=(a.width, max(3.2, fig_h)))
+    yticks, ylabels = [], []
+    step_marks = []
+    for r in range(R):
+        y_comm = (R - 1 - r) * block
+        y_comp = y_comm + comm_h
+        for off, s in zip(offsets[r], steps):
+            cursor = off
+            for p in phases:
+                w = t[p][r, s]
+                if w > 0:
+                    ax.broken_barh([(cursor, w)], (y_comp + 0.08, lane_h - 0.16), facecolors=COLORS[p],
+                                   edgecolor="black", linewidth=0.4, hatch=HATCH.get(p))
+                cursor += w
+            if r == 0:
+                step_marks.append((off, s))
+        yticks.append(y_comp + lane_h / 2)
+        ylabels.append("rank %d compute" % r)
+        if has_comm:
+            if nsub == 1:
+                bar_y, bar_h = y_comm + 0.25, lane_h - 0.5
+                y_of_sub = None
+            else:
+                def y_of_sub(j, base=y_comm):
+                    """Centre of sub-row j (0 = top) of this rank's comm lane."""
+                    return base + 0.1 + (nsub - 1 - j) * sub_h + sub_h / 2
+            for start, w, b, sub in comm[r]:
+                if nsub > 1:
+                    bar_y, bar_h = y_of_sub(sub) - sub_h * 0.4, sub_h * 0.8
+                ax.broken_barh([(start, w)], (bar_y, bar_h), facecolors=BUCKET_COLORS[b % 2], edgecolor="black",
+                               linewidth=0.3)
+            if bwd_end is not None:  # where backward compute ended: all-reduces after it are exposed
+                lo, hi = (0.2, lane_h - 0.2) if nsub == 1 else (0.03, comm_h - 0.03)
+                for off, s in zip(offsets[r], steps):
+                    ax.plot([off + bwd_end[r, s]] * 2, [y_comm + lo, y_comm + hi], color="black",
+                            linewidth=1.4, solid_capstyle="butt")
+            comm[r] = (comm[r], y_comm, y_of_sub)
+            yticks.append(y_comm + comm_h / 2)
+            ylabels.append("rank %d comm (%s)" % (r, comm_name(run, r)))
+    ax.set_yticks(yticks)
+    ax.set_yticklabels(ylabels)
+    ax.tick_params(axis="y", length=0)
+    total = max(offsets[r, -1] + t["step_time"][r, steps[-1]] for r in range(R))
+    ax.set_xlim(0, total * 1.01)
+    if a.xlim:
+        try:
+            lo, hi = (float(v) for v in a.xlim.split(","))
+        except ValueError:
+            raise PlotError("--xlim: expected two numbers in ms such as 60,80, got '%s'" % a.xlim)
+        if not hi > lo:
+            raise PlotError("--xlim: the end must be after the start, got '%s'" % a.xlim)
+        ax.set_xlim(lo, hi)
+    span = ax.get_xlim()[1] - ax.get_xlim()[0]
+    ymax = R * block - gap
+    ax.set_ylim(-0.1, ymax + 0.45)
+    for x0, s in step_marks:
+        ax.axvline(x0, color="#555555", linestyle=":", linewidth=1.0)
+        ax.text(x0 + 0.004 * span, ymax + 0.08, "Batch %d" % s, fontsize=10, va="bottom", ha="left",
+                color="#333333", clip_on=True)
+    if step_start is not None or len(steps) == 1:
+        ax.set_xlabel("time since the start of step %d on each rank (ms)" % steps[0])
+    else:
+        ax.set_xlabel("time since the start of step %d on each rank (ms; each further step drawn from the "
+                      "end of the previous one)" % steps[0])
+    ax.grid(axis="x", color="#DDDDDD", linewidth=0.6)
+    ax.set_axisbelow(True)
+    ax.spines["left"].set_visible(False)
+    ax.set_title("Compute and communication streams, step%s %s\n%s" % (
+        "s" if len(steps) > 1 else "", ", ".join(str(s) for s in steps), run.config_text()))
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=COLORS[p], edgecolor="black", linewidth=0.4,
+                             hatch=HATCH.get(p)) for p in phases]
+    labels = [PHASE_LABELS[p] for p in phases]
+    if has_comm:
+        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor=BUCKET_COLORS[0], edgecolor="black", linewidth=0.3))
+        labels.append("all-reduce of bucket k\n" + ("(k: even above, odd below)" if nsub == 1
+                                                    else "(label k; overlapping ones\nin sub-rows)"))
+        if bwd_end is not None:
+            handles.append(plt.Line2D([0], [0], color="black", linewidth=1.4))
+            labels.append("end of backward compute")
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+    if has_comm:
+        for segs, y_comm, y_of_sub in comm:
+            if nsub == 1:
+                _bucket_labels(ax, fig, segs, y_comm + lane_h - 0.13, y_comm + 0.13)
+            else:
+                _sublane_labels(ax, fig, segs, y_of_sub)
+    else:
+        ax.annotate("no all-reduce (run without DDP)" if not run.ddp else "no bucket times recorded",
+                    xy=(0.5, -0.28), xycoords="axes fraction", ha="center", fontsize=10, color="#444444")
+    save(fig, a.output, a.format)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------- sweep / scaling
+
+def _varying(runs, keys):
+    """The configuration keys (from `keys`) whose values differ between runs."""
+    return [k for k in keys if len({_cfg(r)[k] for r in runs}) > 1]
+
+
+def _cfg(run):
+    """The configuration of a run as a dict of comparable values."""
+    return {
+        "model": run.model, "backend": run.backend, "precision": run.precision,
+        "compression": run.compression, "bucket cap": "%g MiB" % run.bucket_cap_mb,
+        "overlap": "overlap" if run.overlap else "no overlap", "batch": "batch %d" % run.batch_size,
+        "world size": "%d rank%s" % (run.world_size, "" if run.world_size == 1 else "s"),
+    }
+
+
+def _fmt_mib(x, _pos=None):
+    """Tick label for a bucket size in MiB."""
+    return "%g" % x
+
+
+def cmd_sweep(a):
+    """`sweep`: steps/s per rank against bucket size, one line per compression (and other varying keys)."""
+    output_paths(a.output, a.format)  # fail on a bad -o before reading anything
+    runs = [r for r in open_runs(a.files)]
+    ddp_runs = [r for r in runs if r.ddp]
+    if not ddp_runs:
+        raise PlotError("sweep: none of the files is a DDP run (bucket size has no effect without DDP)")
+    extra = _varying(ddp_runs, ["precision", "world size", "model", "backend", "overlap", "batch"])
+    groups = {}
+    for r in ddp_runs:
+        c = _cfg(r)
+        key = (r.compression,) + tuple(c[k] for k in extra)
+        groups.setdefault(key, []).append(r)
+    fig, ax = plt.subplots(figsize=(8.5, 5.2))
+    markers = "osD^vP*X"
+    for i, (key, rs) in enumerate(sorted(groups.items())):
+        caps = sorted({r.bucket_cap_mb for r in rs})
+        means = [np.mean([r.summary("steps_per_second") for r in rs if r.bucket_cap_mb == c]) for c in caps]
+        label = key[0] + ("" if not extra else " (" + ", ".join(key[1:]) + ")")
+        line, = ax.plot(caps, means, marker=markers[i % len(markers)], linewidth=1.8, markersize=7, label=label)
+        for r in rs:  # every file as a small point, so repeats show their spread
+            ax.plot([r.bucket_cap_mb], [r.summary("steps_per_second")], marker=".", color=line.get_color(),
+                    alpha=0.5, linestyle="none")
+        for c, m in zip(caps, means):
+            nb = {r.num_buckets for r in rs if r.bucket_cap_mb == c}
+            ax.annotate("%s bkt" % "/".join(str(n) for n in sorted(nb)), (c, m), textcoords="offset points",
+                        xytext=(0, 8), ha="center", fontsize=8, color="#444444")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(_fmt_mib))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    caps_all = sorted({r.bucket_cap_mb for r in ddp_runs})
+    ax.set_xticks(caps_all)
+    ax.set_xlabel("bucket size, --bucket-cap-mb (MiB, log scale)")
+    ax.set_ylabel("throughput (steps/s per rank)")
+    ax.set_ylim(bottom=0, top=ax.get_ylim()[1] * 1.1)
+    ax.grid(True, which="major", color="#DDDDDD", linewidth=0.6)
+    common = _cfg(ddp_runs[0])
+    fixed = [common[k] for k in ("model", "world size", "backend", "precision", "batch") if k not in extra]
+    ax.set_title("Throughput against bucket size\n" + ", ".join(fixed))
+    legend_outside(ax, title="compression" + ("" if not extra else " (" + ", ".join(extra) + ")"))
+    save(fig, a.output, a.format)
+    return 0
+
+
+def cmd_scaling(a):
+    """`scaling`: steps/s per rank and efficiency against number of GPUs, one line per configuration."""
+    output_paths(a.output, a.format)  # fail on a bad -o before reading anything
+    runs = open_runs(a.files)
+    # A line is one configuration; DDP on/off does not split lines (a 1-rank no-DDP run is the
+    # natural baseline), world size is the x axis.
+    keys = ["model", "backend", "precision", "batch", "bucket cap", "compression", "overlap"]
+    base_keys = ["model", "backend", "precision", "batch"]
+
+    def key_of(r, ks):
+        """The values of configuration keys `ks` of run `r`, as a tuple."""
+        c = _cfg(r)
+        return tuple(c[k] for k in ks)
+
+    ddp_multi = [r for r in runs if r.world_size > 1 or r.ddp]
+    lines = {}
+    for r in ddp_multi:
+        lines.setdefault(key_of(r, keys), []).append(r)
+    singles_noddp = [r for r in runs if r.world_size == 1 and not r.ddp]
+    for r in singles_noddp:  # a 1-rank run without DDP joins every line of the same model/backend/...
+        joined = False
+        for k, rs in lines.items():
+            if key_of(rs[0], base_keys) == key_of(r, base_keys) and not any(x.world_size == 1 for x in rs):
+                rs.append(r)
+                joined = True
+        if not joined:
+            lines.setdefault(key_of(r, base_keys) + ("no DDP",) * (len(keys) - len(base_keys)), []).append(r)
+    vary = _varying(runs, keys)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12.5, 5.0))
+    markers = "osD^vP*X"
+    all_ws = sorted({r.world_size for r in runs})
+    for i, (k, rs) in enumerate(sorted(lines.items())):
+        ws = sorted({r.world_size for r in rs})
+        sps = [np.mean([r.summary("steps_per_second") for r in rs if r.world_size == w]) for w in ws]
+        ref_w = ws[0]
+        ref = sps[0]
+        eff = [100.0 * s / ref for s in sps]
+        c = dict(zip(keys, k))
+        label = ", ".join(c[v] for v in vary if v in c) or ", ".join(c[x] for x in ("model", "precision", "bucket cap"))
+        if c.get("bucket cap", "").endswith("MiB"):
+            label = label.replace(c["bucket cap"], c["bucket cap"] + " buckets")
+        if ref_w != 1:
+            label += "\n(vs %d ranks: no 1-rank run)" % ref_w
+        elif any(r.world_size == 1 and not r.ddp for r in rs):
+            label += "\n(1 rank: without DDP)"
+        m = markers[i % len(markers)]
+        ax1.plot(ws, sps, marker=m, linewidth=1.8, markersize=7, label=label)
+        ax2.plot(ws, eff, marker=m, linewidth=1.8, markersize=7, label=label)
+        for w, s in zip(ws, sps):
+            ax1.annotate("%.2f" % s, (w, s), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=9)
+        for w, e in zip(ws, eff):
+            ax2.annotate("%.1f%%" % e, (w, e), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=9)
+    for ax in (ax1, ax2):
+        if len(all_ws) > 1 and all_ws[-1] / all_ws[0] >= 8:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(all_ws)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _p: "%d" % round(x)))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("number of GPUs (MPI ranks)")
+        ax.margins(x=0.08)
+        ax.grid(True, color="#DDDDDD", linewidth=0.6)
+        if len(all_ws) == 1:
+            ax.set_xlim(all_ws[0] - 1, all_ws[0] + 1)
+    ax1.set_ylabel("throughput (steps/s per rank)")
+    ax1.set_ylim(bottom=0, top=ax1.get_ylim()[1] * 1.12)
+    ax1.set_title("Throughput per rank")
+    ax2.axhline(100, color="#888888", linestyle="--", linewidth=1)
+    ax2.set_ylabel("scaling efficiency (% of 1-rank steps/s)")
+    lo, hi = ax2.get_ylim()
+    ax2.set_ylim(min(0, lo), max(110, hi * 1.05))
+    ax2.set_title("Scaling efficiency")
+    common = _cfg(runs[0])
+    fixed = [common[x] for x in ("model", "backend", "precision", "batch") if x not in vary]
+    fig.suptitle("Weak scaling (batch per rank fixed)" + (": " + ", ".join(fixed) if fixed else ""),
+                 fontsize=13)
+    legend_outside(ax2, title="configuration")
+    fig.tight_layout()
+    save(fig, a.output, a.format)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------- eval
+
+def cmd_eval(a):
+    """`eval`: test accuracy and mean cross-entropy against optimizer step, one line per file."""
+    output_paths(a.output, a.format)  # fail on a bad -o before reading anything
+    runs = open_runs(a.files)
+    curves = []
+    for r in runs:
+        e = r.eval_series()
+        curves.append((r, e["step"], e["accuracy"], e["loss"], e["samples"]))
+    fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(12, 4.8))
+    for r, step, acc, loss, samples in curves:
+        label = "%s (%s, %d rank%s, lr %s)" % (r.label, r.model, r.world_size, "" if r.world_size == 1 else "s",
+                                                _text(r.attr("option.lr", "?")))
+        line, = ax_acc.plot(step, 100 * acc, marker="o", linewidth=1.8, markersize=5, label=label)
+        ax_acc.annotate("%.2f%%" % (100 * acc[-1]), (step[-1], 100 * acc[-1]), textcoords="offset points",
+                        xytext=(0, 8), ha="center", fontsize=9, color=line.get_color())
+        ax_loss.plot(step, loss, marker="o", linewidth=1.8, markersize=5, color=line.get_color(), label=label)
+    n = sorted({int(x) for _, _, _, _, s in curves for x in s})
+    split = _text(curves[0][0].attr("option.eval-split", "test"))
+    ax_acc.set_title("top-1 accuracy on the %s split (%s images)" % (split, "/".join(str(x) for x in n)))
+    ax_acc.set_xlabel("optimizer step")
+    ax_acc.set_ylabel("top-1 accuracy (%)")
+    ax_loss.set_title("mean cross-entropy on the %s split" % split)
+    ax_loss.set_xlabel("optimizer step")
+    ax_loss.set_ylabel("loss (nats)")
+    for ax in (ax_acc, ax_loss):
+        ax.grid(True, color="#DDDDDD", linewidth=0.6)
+    if a.target is not None:
+        ax_acc.axhline(a.target, color="#888888", linestyle="--", linewidth=1.0)
+        ax_acc.annotate("%g%%" % a.target, (ax_acc.get_xlim()[0], a.target), textcoords="offset points",
+                        xytext=(4, 4), fontsize=9, color="#666666")
+    ax_loss.legend(loc="upper right", frameon=False, fontsize=8)
+    fig.tight_layout()
+    save(fig, a.output, a.format)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------- busbw
+
+def _fmt_bytes(x, _pos=None):
+    """Tick label for a message size in bytes (powers of 1024: KiB, MiB, GiB)."""
+    for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if x >= div:
+            return "%g %s" % (round(x / div, 2), unit)
+    return "%g B" % x
+
+
+def cmd_busbw(a):
+    """`busbw`: per bucket, the median busbw of the timed steps against the bucket's bytes on the
+    wire (log x), every timed step as a faint point, the run's byte-weighted median as a dashed
+    line, and the file's link probe curve (group link_probe) when it has one."""
+    output_paths(a.output, a.format)  # fail on a bad -o before reading anything
+    runs = open_runs(a.files)
+    data = []
+    for r in runs:
+        bw = BucketBandwidth(r)
+        if bw.busbw is None:
+            raise PlotError("%s: one rank: no bus bandwidth (busbw = algbw x 2(n-1)/n is 0)" % r.path)
+        data.append((r, bw, bw.per_bucket(), link_probe(r)))
+    fig, ax = plt.subplots(figsize=(9.0, 5.4))
+    markers = "osD^vP*X"
+    for i, (r, bw, pb, probe) in enumerate(data):
+        label = r.label if len(runs) > 1 else "buckets (median of %d timed steps)" % int(bw.timed.sum())
+        sel = bw.timed
+        x_all, y_all = bw.nbytes[sel].reshape(-1), bw.busbw[sel].reshape(-1)
+        ok = np.isfinite(y_all) & (x_all > 0)
+        pts = ax.plot(x_all[ok], y_all[ok], marker=".", linestyle="none", alpha=0.25, markersize=4)
+        color = pts[0].get_color()
+        ok = np.isfinite(pb["busbw"]) & (pb["nbytes"] > 0)
+        ax.plot(pb["nbytes"][ok], pb["busbw"][ok], marker=markers[i % len(markers)], linestyle="none",
+                markersize=7, color=color, markeredgecolor="black", markeredgewidth=0.5, label=label)
+        med = bw.median_busbw()
+        if med is not None:
+            ax.axhline(med, color=color, linestyle="--", linewidth=1.2,
+                       label="%sall buckets of a step together: median %.1f GB/s" % (
+                           r.label + ", " if len(runs) > 1 else "", med))
+        if probe is not None:
+            order = np.argsort(probe[0])
+            ax.plot(probe[0][order], probe[1][order], color=color, linewidth=1.6, marker="x",
+                    label="%slink probe (all-reduce of one message)" % (r.label + ", " if len(runs) > 1 else ""))
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(_fmt_bytes))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("bytes on the wire per all-reduce (buckets/bytes_sent, log scale)")
+    ax.set_ylabel("busbw (GB/s = 1e9 bytes/s)")
+    ax.set_ylim(bottom=0, top=ax.get_ylim()[1] * 1.1)
+    ax.grid(True, which="major", color="#DDDDDD", linewidth=0.6)
+    r0 = runs[0]
+    tr = sorted(set(comm_name(r0, k) for k in range(r0.world_size)))
+    ax.set_title("All-reduce bus bandwidth per bucket (%s, %d ranks)\n%s" % (
+        ", ".join(tr), r0.world_size, r0.config_text() if len(runs) == 1 else "%d files" % len(runs)))
+    ax.annotate("busbw = bytes / time x 2(n-1)/n (nccl-tests); time: buckets/allreduce_time, mean of the ranks "
+                "(a rank that arrives first also waits inside the call)",
+                xy=(0, 0), xycoords="axes fraction", xytext=(0, -0.16), textcoords="axes fraction",
+                ha="left", va="top", fontsize=8.5, color="#444444")
+    legend_outside(ax)
+    save(fig, a.output, a.format)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------- CLI
+
+def build_parser(prog="vitddp-plot"):
+    """The argparse parser with one sub-parser per subcommand."""
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
+                                epilog="Each subcommand has its own --help. Exit status: 0 ok, 2 error.")
+    sub = p.add_subparsers(dest="command", metavar="SUBCOMMAND")
+    sub.required = True
+
+    def plot_args(sp):
+        """Adds -o/--output and --format to a plotting sub-parser."""
+        sp.add_argument("-o", "--output", required=True, metavar="OUT",
+                        help="output file; .png or .svg picks the format (with --format both: both)")
+        sp.add_argument("--format", choices=["png", "svg", "both"],
+                        help="output format(s); default: from the -o extension")
+
+    s = sub.add_parser("summary", help="results table (Markdown) of one or many files",
+                       description="Prints the results table in Markdown: configuration (model, world size, "
+                       "backend, precision, bucket cap, compression = attribute option.compression or none, "
+                       "overlap, ddp), steps/s per rank (summary/steps_per_second), images/s of all ranks, "
+                       "TFLOP/s per rank, median device step time, exposed communication (mean of "
+                       "timing/exposed_comm over the timed steps, rank 0 and the largest rank), and the "
+                       "speed-up in images/s (all ranks) against the first file or --baseline.")
+    s.add_argument("files", nargs="+", metavar="FILE", help="vitddp results files (.h5)")
+    s.add_argument("--baseline", metavar="FILE", help="file the speed-up is relative to (default: the first FILE)")
+    s.add_argument("-o", "--output", metavar="OUT.md", help="also write the table to this file")
+    s.add_argument("--no-notes", action="store_true", help="only the table, without the note on the columns")
+    s.set_defaults(func=cmd_summary)
+
+    s = sub.add_parser("phases", help="stacked bars per rank: mean phase times of the timed steps",
+                       description="Stacked bars, one per rank (and file): mean over the timed steps "
+                       "(steps/timed == 1) of data wait, forward, backward, exposed comm and optimizer, in ms, "
+                       "with the exact values in a table under the bars.")
+    s.add_argument("files", nargs="+", metavar="FILE", help="vitddp results file(s)")
+    plot_args(s)
+    s.set_defaults(func=cmd_phases)
+
+    s = sub.add_parser("timeline", help="compute and comm streams per rank against time (as nsys shows them)",
+                       description="Per rank, the compute stream (input wait, forward, backward, exposed comm, "
+                       "optimizer, from the cumulative event times) and the comm stream (one bar per bucket, "
+                       "buckets/allreduce_start to allreduce_end, labelled with the bucket index) as horizontal "
+                       "bars against ms since the start of the first chosen step. Several steps are drawn one "
+                       "after the other, each from the end of the previous one on that rank.")
+    s.add_argument("file", metavar="FILE", help="vitddp results file")
+    s.add_argument("--steps", metavar="LIST",
+                   help="recorded step indices, e.g. 10,11 or 10-12 (default: the first two timed steps)")
+    s.add_argument("--xlim", metavar="FROM,TO", help="zoom: time range to show, in ms (e.g. 70,76)")
+    s.add_argument("--width", type=float, default=15.0, help="figure width in inches [15]")
+    plot_args(s)
+    s.set_defaults(func=cmd_timeline)
+
+    s = sub.add_parser("sweep", help="steps/s per rank against bucket size, one line per compression",
+                       description="Throughput (summary/steps_per_second, per rank) against bucket size "
+                       "(option.bucket-cap-mb, log x axis), one line per compression (option.compression or "
+                       "none); when precision, world size, model, backend, overlap or batch size also differ "
+                       "between the files, they split the lines too. Files of runs without DDP are ignored.")
+    s.add_argument("files", nargs="+", metavar="FILE", help="vitddp results files of the sweep")
+    plot_args(s)
+    s.set_defaults(func=cmd_sweep)
+
+    s = sub.add_parser("scaling", help="steps/s per rank and scaling efficiency against number of GPUs",
+                       description="Throughput per rank (summary/steps_per_second) and scaling efficiency "
+                       "(per-rank throughput / the 1-rank figure of the same configuration, in %) against "
+                       "world_size, one line per configuration (model, backend, precision, batch, bucket cap, "
+                       "compression, overlap). A 1-rank run without DDP serves as the 1-rank figure of every "
+                       "line of its model/backend/precision/batch that has none of its own; a line without any "
+                       "1-rank run is relative to its smallest world size (said in the legend).")
+    s.add_argument("files", nargs="+", metavar="FILE", help="vitddp results files")
+    plot_args(s)
+    s.set_defaults(func=cmd_scaling)
+
+    s = sub.add_parser("eval", help="test accuracy and loss against optimizer step (--eval-every runs)",
+                       description="Top-1 accuracy (eval/accuracy, in %) and mean cross-entropy (eval/loss) "
+                       "against the optimizer step of each evaluation (eval/step), one line per file, the "
+                       "final accuracy written next to its point.")
+    s.add_argument("files", nargs="+", metavar="FILE", help="vitddp results files with eval/* series")
+    s.add_argument("--target", type=float, metavar="PERCENT", help="draw a dashed line at this accuracy (e.g. 88)")
+    plot_args(s)
+    s.set_defaults(func=cmd_eval)
+
+    s = sub.add_parser("busbw", help="all-reduce bus bandwidth per bucket against bucket size (nccl-tests' busbw)",
+                       description="Per bucket, the median over the timed steps of busbw = bytes / time x 2(n-1)/n "
+                       "(nccl-tests, doc/PERFORMANCE.md; GB/s = 1e9 bytes/s) against the bucket's bytes on the "
+                       "wire (buckets/bytes_sent: a 16-bit compressed bucket counts its 16-bit payload), time = "
+                       "buckets/allreduce_time averaged over the ranks; every timed step as a faint point; the "
+                       "byte-weighted median of the steps (all buckets of a step together) as a dashed line; and "
+                       "the file's link probe (link_probe/bytes with link_probe/busbw or link_probe/time) as a curve "
+                       "when it has one. Needs 2 or more ranks and per-bucket all-reduce times.")
+    s.add_argument("files", nargs="+", metavar="FILE", help="vitddp results file(s) of DDP runs")
+    plot_args(s)
+    s.set_defaults(func=cmd_busbw)
+    return p
+
+
+def main(argv=None, prog="vitddp-plot"):
+    """Entry point (console script vitddp-plot): runs the subcommand; returns the exit status
+    (2 on errors, with one line)."""
+    args = build_parser(prog).parse_args(argv)
+    name = prog[:-3] if prog.endswith(".py") else prog
+    try:
+        return args.func(args)
+    except ResultsError as e:
+        sys.stderr.write("%s: error: %s\n" % (name, e))
+        return 2
+    except KeyError as e:  # a dataset or attribute we did not guard explicitly
+        sys.stderr.write("%s: error: missing %s\n" % (name, e))
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

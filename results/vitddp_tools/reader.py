@@ -1,0 +1,300 @@
+"""The one reader of vitddp results files (HDF5, layout: results/SCHEMA.md).
+
+Every command of vitddp_tools reads through `Run`: root attributes and options, per-step series
+([ranks, steps] or [ranks, steps, buckets], numpy, with their units), the fixed bucket tables, the
+`/summary` scalars, the timed-window mask (`steps/timed`) and the evaluation series (`eval/*`).
+Errors a user can act on (missing file, dataset or attribute, a file that is not HDF5) raise
+`ResultsError` with one line naming the file and what is wrong.
+"""
+import os
+
+import h5py
+import numpy as np
+
+
+class ResultsError(Exception):
+    """A user-facing error about a results file or an argument: printed as one line."""
+
+
+_REQUIRED = object()
+
+
+def text(value):
+    """An HDF5 attribute or string-dataset value as `str` (h5py may return bytes or numpy scalars)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray) and value.shape == ():
+        return text(value[()])
+    return str(value)
+
+
+class Series:
+    """A dataset read into memory: `values` (numpy array, the file's dtype and shape), `units`
+    (the `units` attribute, e.g. "s", "bytes", "1"; "" when absent) and `axes` ("rank,step",
+    "rank,step,bucket" or "" for tables)."""
+
+    def __init__(self, values, units, axes):
+        self.values, self.units, self.axes = values, units, axes
+
+    def __repr__(self):
+        return "Series(shape=%s, units=%r, axes=%r)" % (self.values.shape, self.units, self.axes)
+
+
+class Run:
+    """One vitddp results file, opened read-only.
+
+    `path` must name an HDF5 file; ResultsError("<path>: no such file" / "is a directory" /
+    "cannot open as HDF5 (...)") otherwise. Use as a context manager or call `close()`.
+    """
+
+    def __init__(self, path):
+        self.path = path
+        self.name = os.path.basename(path)
+        self.label = self.name[:-3] if self.name.endswith(".h5") else self.name
+        if not os.path.exists(path):
+            raise ResultsError("%s: no such file" % path)
+        if os.path.isdir(path):
+            raise ResultsError("%s: is a directory, not a results file" % path)
+        try:
+            self.f = h5py.File(path, "r")
+        except OSError as e:
+            raise ResultsError("%s: cannot open as HDF5 (%s)" % (path, str(e).split("\n")[0]))
+
+    def close(self):
+        """Closes the file."""
+        self.f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def has(self, name):
+        """True when dataset `name` (e.g. "timing/forward") exists."""
+        return name in self.f and isinstance(self.f[name], h5py.Dataset)
+
+    # ---- attributes ----
+    def attr(self, name, default=_REQUIRED):
+        """Root attribute `name` as h5py returns it (str, numpy integer/float or array);
+        ResultsError naming it when absent and no default is given."""
+        if name in self.f.attrs:
+            return self.f.attrs[name]
+        if default is _REQUIRED:
+            raise ResultsError("%s: missing attribute '%s'" % (self.path, name))
+        return default
+
+    def attrs(self):
+        """Every root attribute as a dict (str -> str, int, float or list)."""
+        out = {}
+        for k, v in self.f.attrs.items():
+            if isinstance(v, np.ndarray):
+                out[k] = [text(x) if isinstance(x, (bytes, str)) else x.item() for x in v.reshape(-1)]
+            elif isinstance(v, (bytes, str)):
+                out[k] = text(v)
+            else:
+                out[k] = v.item() if hasattr(v, "item") else v
+        return out
+
+    def option(self, name, default=None):
+        """Command-line option `name` (attribute option.<name>, a string as given or defaulted),
+        or `default` when the file predates the option."""
+        v = self.attr("option." + name, None)
+        return default if v is None else text(v)
+
+    def options(self):
+        """Every option.<name> attribute as {name: str}."""
+        return {k[len("option."):]: text(v) for k, v in self.f.attrs.items() if k.startswith("option.")}
+
+    # ---- datasets ----
+    def data(self, name):
+        """Dataset `name` as a numpy array; ResultsError naming it when absent."""
+        if not self.has(name):
+            raise ResultsError("%s: missing dataset '%s'" % (self.path, name))
+        return self.f[name][()]
+
+    def series(self, name):
+        """Dataset `name` as a `Series` (values, units, axes); ResultsError naming it when absent."""
+        values = self.data(name)
+        a = self.f[name].attrs
+        return Series(values, text(a.get("units", "")), text(a.get("axes", "")))
+
+    def strings(self, name):
+        """1-D string dataset `name` (e.g. "buckets/first_param") as a list of str."""
+        if not self.has(name):
+            raise ResultsError("%s: missing dataset '%s'" % (self.path, name))
+        return [text(x) for x in self.f[name][()]]
+
+    def step_series(self, name):
+        """Per-step series `name`: float64 or int64 [ranks, steps]; ResultsError if its axes differ."""
+        s = self.data(name)
+        if s.ndim != 2:
+            raise ResultsError("%s: dataset '%s' has shape %s, expected [ranks, steps]" % (self.path, name, s.shape))
+        return s
+
+    def bucket_series(self, name):
+        """Per-bucket series `name` (e.g. "buckets/allreduce_time"): [ranks, steps, buckets]."""
+        s = self.data(name)
+        if s.ndim != 3:
+            raise ResultsError("%s: dataset '%s' has shape %s, expected [ranks, steps, buckets]"
+                               % (self.path, name, s.shape))
+        return s
+
+    def summary(self, name):
+        """The scalar /summary/<name> as float (units: results/SCHEMA.md, e.g. steps/s, s)."""
+        return float(self.data("summary/" + name))
+
+    def summary_all(self):
+        """Every /summary scalar as {name: (value float, units str)}; {} when the group is absent
+        (a run that stopped before writing it)."""
+        if "summary" not in self.f:
+            return {}
+        return {k: (float(d[()]), text(d.attrs.get("units", ""))) for k, d in self.f["summary"].items()
+                if isinstance(d, h5py.Dataset) and d.shape == ()}
+
+    def summary_or(self, name, default=None):
+        """/summary/<name> as float, or `default` when the file has none."""
+        return self.summary(name) if self.has("summary/" + name) else default
+
+    # ---- configuration ----
+    @property
+    def world_size(self):
+        """Number of ranks (MPI world size)."""
+        return int(self.attr("world_size"))
+
+    @property
+    def model(self):
+        """ViT variant name."""
+        return text(self.attr("model"))
+
+    @property
+    def backend(self):
+        """'gpu' or 'cpu'."""
+        return text(self.attr("backend"))
+
+    @property
+    def precision(self):
+        """Training precision (attribute `precision`; 'fp32' if absent)."""
+        return text(self.attr("precision", "fp32"))
+
+    @property
+    def compression(self):
+        """Gradient compression: attribute option.compression, or 'none' when the run had none."""
+        return text(self.attr("option.compression", "none"))
+
+    @property
+    def bucket_cap_mb(self):
+        """DDP bucket capacity in MiB (option.bucket-cap-mb), float."""
+        v = text(self.attr("option.bucket-cap-mb"))
+        try:
+            return float(v)
+        except ValueError:
+            raise ResultsError("%s: attribute 'option.bucket-cap-mb' is not a number: %r" % (self.path, v))
+
+    @property
+    def ddp(self):
+        """True when the run used a reducer (attribute ddp)."""
+        return bool(int(self.attr("ddp")))
+
+    @property
+    def overlap(self):
+        """True when all-reduces overlap backward (attribute overlap)."""
+        return bool(int(self.attr("overlap")))
+
+    @property
+    def batch_size(self):
+        """Images per rank per micro-step (attribute batch_size)."""
+        return int(self.attr("batch_size"))
+
+    @property
+    def grad_accum_steps(self):
+        """Micro-steps per optimizer step (option.grad-accum-steps; 1 when the file predates it)."""
+        v = self.option("grad-accum-steps", "1")
+        try:
+            return int(v)
+        except ValueError:
+            raise ResultsError("%s: attribute 'option.grad-accum-steps' is not an integer: %r" % (self.path, v))
+
+    @property
+    def allreduce(self):
+        """All-reduce implementation: option.allreduce (e.g. 'nccl', 'copy-engine'); files that
+        predate the option: 'nccl' on the GPU backend, 'mpi' on the CPU backend."""
+        return self.option("allreduce", "nccl" if self.backend == "gpu" else "mpi")
+
+    @property
+    def num_buckets(self):
+        """Number of gradient buckets."""
+        if "num_buckets" in self.f.attrs:
+            return int(self.f.attrs["num_buckets"])
+        return int(self.data("buckets/bytes").shape[0])
+
+    def transports(self):
+        """nccl_transport per rank as a list of str ([] when not recorded)."""
+        tr = self.attr("nccl_transport", None)
+        if tr is None:
+            return []
+        if isinstance(tr, np.ndarray):
+            return [text(x) for x in tr.reshape(-1)]
+        return [text(tr)]
+
+    def config_text(self):
+        """One line describing the run's configuration, for plot titles."""
+        bits = ["%s" % self.model, "%d x %s" % (self.world_size, self.backend.upper()), self.precision,
+                "batch %d/rank" % self.batch_size]
+        if self.grad_accum_steps > 1:
+            bits.append("x %d accumulated" % self.grad_accum_steps)
+        if self.ddp:
+            bits.append("%d buckets of %g MiB" % (self.num_buckets, self.bucket_cap_mb))
+            if self.compression != "none":
+                bits.append("compression " + self.compression)
+            if not self.overlap:
+                bits.append("no overlap")
+        else:
+            bits.append("no DDP")
+        return ", ".join(bits)
+
+    # ---- steps ----
+    def timed(self):
+        """Boolean mask [steps] of the timed window (steps/timed == 1); ResultsError if empty."""
+        t = np.asarray(self.data("steps/timed")).reshape(-1) == 1
+        if not t.any():
+            raise ResultsError("%s: no timed steps (steps/timed is 0 everywhere: the run did not reach "
+                               "its timed window)" % self.path)
+        return t
+
+    def series_ms(self, name):
+        """Per-step series `name` ([ranks, steps] or [ranks, steps, buckets], seconds) in ms, float64."""
+        return np.asarray(self.data(name), dtype=float) * 1e3
+
+    def timed_mean_ms(self, name):
+        """Mean over the timed steps of series `name`, per rank, in ms ([ranks])."""
+        return self.series_ms(name)[:, self.timed()].mean(axis=1)
+
+    def images_per_second(self):
+        """Images per second over all ranks, computed here as steps/s x batch_size x
+        grad_accum_steps x world_size (summary/steps_per_second counts optimizer steps; each takes
+        grad_accum_steps micro-batches of batch_size images on every rank). float."""
+        return self.summary("steps_per_second") * self.batch_size * self.grad_accum_steps * self.world_size
+
+    # ---- evaluation ----
+    def eval_series(self):
+        """The --eval-every curve as a dict of 1-D arrays: step (int64, optimizer steps completed),
+        accuracy (float64 fraction), loss (float64 nats), samples (int64), time (float64 s; absent
+        in older files). ResultsError when the file has no evaluation."""
+        if not self.has("eval/step"):
+            raise ResultsError("%s: no evaluation recorded (no dataset 'eval/step': run vitddp with --eval-every N)"
+                               % self.path)
+        out = {"step": np.asarray(self.data("eval/step")).reshape(-1)}
+        if out["step"].size == 0:
+            raise ResultsError("%s: no evaluation recorded (eval/step is empty: run vitddp with --eval-every N)"
+                               % self.path)
+        for k, dt in (("accuracy", float), ("loss", float), ("samples", None), ("time", float)):
+            if k == "time" and not self.has("eval/time"):
+                continue
+            out[k] = np.asarray(self.data("eval/" + k), dtype=dt).reshape(-1)
+        return out
+
+
+def open_runs(paths):
+    """Opens every file of `paths` (all are checked before any work starts); list of Run."""
+    return [Run(p) for p in paths]
