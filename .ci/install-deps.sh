@@ -14,7 +14,7 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libhdf5-dev hdf5-tools zlib1g-dev \
   catch2 \
   dataset-fashion-mnist \
-  python3 python3-pip python3-h5py python3-numpy python3-matplotlib >/dev/null
+  python3 python3-pip python3-h5py python3-numpy python3-matplotlib python3-pytest >/dev/null
 # cuDNN's header-only C++ frontend (cudnn_frontend.h, MIT) comes in the PyPI wheel
 # nvidia-cudnn-frontend; only its include/ is used (CMakeLists.txt looks in /opt/cudnn-frontend).
 # --target keeps it out of Debian's externally managed Python; --no-deps skips its Python-only

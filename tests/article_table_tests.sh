@@ -6,8 +6,9 @@
 #   - VITDDP_ARTICLE_CPU=1 (CPU backend, vit_micro, 2 ranks) for fp32 + bf16 with --slurm-train:
 #     one .tar.gz in OUT and nothing else, every manifest line exit 0, an HDF5 file per vitddp row,
 #     slurm/train.sbatch run through the srun stand-in;
-#   - results/article_table.py on the tar: both precisions' tables, the targets, the plots
-#     (scaling per precision, timeline: PNG signatures); a missing input exits 2;
+#   - vitddp-report article on the tar: both precisions' tables, the targets, the plots
+#     (scaling per precision, timeline: PNG signatures); a missing input exits 2 (also through the
+#     old path results/article_table.py, which article_table.sh calls);
 #   - results/bench_torch_ddp.py: --help and the argument checks (exit 2), which need no torch.
 # Usage: article_table_tests.sh <vitddp binary> <mpirun> <python3 with h5py, numpy, matplotlib>
 set -u
@@ -17,6 +18,13 @@ PY=$3
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 SH=$REPO/results/commands/article_table.sh
 source "$(dirname "$0")/test_util.sh" ""  # "": no mpirun line (article_table.sh adds its own flags)
+# vitddp-report (vitddp_tools): from $VITDDP_TOOLS_BIN (CTest: the build tree's venv, fixture
+# vitddp_tools), else installed into a venv in the temporary folder.
+if [ -z "${VITDDP_TOOLS_BIN:-}" ]; then
+  bash "$(dirname "$0")/python/install_tools.sh" "$PY" "$REPO/results" "$TMP/venv" >/dev/null || { bad "install vitddp_tools"; finish; exit; }
+  VITDDP_TOOLS_BIN=$TMP/venv/bin
+fi
+VREPORT=$VITDDP_TOOLS_BIN/vitddp-report
 check() { if eval "$2"; then ok "$1"; else bad "$1"; return 1; fi; }
 
 # ---- the plan
@@ -66,8 +74,8 @@ check "slurm/train.sbatch ran through the srun stand-in (mpirun -np 2)" \
 
 # ---- the table and the plots
 mkdir -p "$TMP/p"
-md=$("$PY" "$REPO/results/article_table.py" "$TAR" -o "$TMP/p/table.md" 2>"$TMP/err"); rc=$?
-check "article_table.py on the tar: exit 0" '[ $rc -eq 0 ]' || cat "$TMP/err"
+md=$("$VREPORT" article "$TAR" -o "$TMP/p/table.md" 2>"$TMP/err"); rc=$?
+check "vitddp-report article on the tar: exit 0" '[ $rc -eq 0 ]' || cat "$TMP/err"
 check "table: fp32 and bf16 sections" 'grep -q "^## fp32" <<<"$md" && grep -q "^## bf16" <<<"$md"'
 check "table: the article's rows" '(for r in "no DDP (1 GPU)" "one 2000 MB bucket, bucket copy" "+ bf16 compression" "+ PowerSGD" "view, 25 MB buckets" "slurm/train.sbatch"; do grep -qF "$r" <<<"$md" || exit 1; done)'
 check "table: detail columns" 'grep -q "| configuration | ranks | steps/s per GPU | share of our 1-GPU figure | exposed comm median (ms)" <<<"$md"'
@@ -93,15 +101,17 @@ if "\tb25-ce\t" not in rows:
 PY
 }
 ce_row "copy-engine (CUDA IPC peer-to-peer copies; NCCL: none)"
-md=$("$PY" "$REPO/results/article_table.py" "$X" --no-plots 2>"$TMP/err"); rc=$?
+md=$("$VREPORT" article "$X" --no-plots 2>"$TMP/err"); rc=$?
 check "copy-engine row: labelled, its transport passes the interconnect check" \
   '[ $rc -eq 0 ] && grep -qF "all-reduce by the copy engines" <<<"$md" && grep -q "every run used the one asked for" <<<"$md"' || cat "$TMP/err"
 ce_row "none (CPU backend: MPI)"
-md=$("$PY" "$REPO/results/article_table.py" "$X" --no-plots 2>"$TMP/err")
+md=$("$VREPORT" article "$X" --no-plots 2>"$TMP/err")
 check "copy-engine row without the copy-engine transport: a mismatch" 'grep -q "MISMATCH in 1 run(s): cpu/fp32/b25-ce" <<<"$md"'
 
+"$VREPORT" article "$TMP/nothing" --no-plots >/dev/null 2>&1; rc=$?
+check "vitddp-report article: a missing input exits 2" '[ $rc -eq 2 ]'
 "$PY" "$REPO/results/article_table.py" "$TMP/nothing" --no-plots >/dev/null 2>&1; rc=$?
-check "article_table.py: a missing input exits 2" '[ $rc -eq 2 ]'
+check "results/article_table.py: a missing input exits 2" '[ $rc -eq 2 ]'
 
 # ---- the PyTorch twin's command line (no torch needed)
 "$PY" "$REPO/results/bench_torch_ddp.py" --help > "$TMP/help" 2>&1; rc=$?

@@ -166,8 +166,9 @@ def compare_text(paths, fmt):
         return buf.getvalue()
     lines = ["## Options that differ", ""]
     if diff:
-        lines += _md_table(["setting", *names], [[k] + ["-" if v is None else fmt_value(k, v) for v in vals]
-                                                for k, vals in diff.items()])
+        labels = dict(M.CONFIG_FIELDS)
+        lines += _md_table(["setting", *names], [[labels.get(k, k)] + ["-" if v is None else fmt_value(k, v) for v in vals]
+                                                 for k, vals in diff.items()])
     else:
         lines.append("None: the files share every option (repeats of one configuration).")
     lines += ["", "## Metrics (ratio to `%s`)" % names[0], ""]
