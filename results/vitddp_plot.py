@@ -8,7 +8,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vitddp_tools.plot import main  # noqa: E402
+try:
+    from vitddp_tools.plot import main  # noqa: E402
+except ImportError as e:  # numpy, h5py or matplotlib missing on this machine
+    sys.stderr.write("vitddp_plot.py: error: %s (install python3-h5py, python3-numpy, python3-matplotlib, or pip install ./results)" % e + "\n")
+    sys.exit(2)
 
 if __name__ == "__main__":
     sys.exit(main(prog="vitddp_plot.py"))

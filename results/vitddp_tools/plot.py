@@ -699,7 +699,9 @@ def cmd_busbw(a):
     fig, ax = plt.subplots(figsize=(9.0, 5.4))
     markers = "osD^vP*X"
     for i, (r, bw, pb, probe) in enumerate(data):
-        label = r.label if len(runs) > 1 else "buckets (median of %d timed steps)" % int(bw.timed.sum())
+        lane = "/".join(sorted(set(comm_name(r, k) for k in range(r.world_size))))
+        label = ("%s (%s, %d ranks)" % (r.label, lane, r.world_size) if len(runs) > 1
+                 else "buckets (median of %d timed steps)" % int(bw.timed.sum()))
         sel = bw.timed
         x_all, y_all = bw.nbytes[sel].reshape(-1), bw.busbw[sel].reshape(-1)
         ok = np.isfinite(y_all) & (x_all > 0)
@@ -725,9 +727,14 @@ def cmd_busbw(a):
     ax.set_ylim(bottom=0, top=ax.get_ylim()[1] * 1.1)
     ax.grid(True, which="major", color="#DDDDDD", linewidth=0.6)
     r0 = runs[0]
-    tr = sorted(set(comm_name(r0, k) for k in range(r0.world_size)))
-    ax.set_title("All-reduce bus bandwidth per bucket (%s, %d ranks)\n%s" % (
-        ", ".join(tr), r0.world_size, r0.config_text() if len(runs) == 1 else "%d files" % len(runs)))
+    if len(runs) == 1:
+        tr = "/".join(sorted(set(comm_name(r0, k) for k in range(r0.world_size))))
+        ax.set_title("All-reduce bus bandwidth per bucket (%s, %d ranks)\n%s" % (tr, r0.world_size, r0.config_text()))
+    else:
+        common = [v for v in (sorted({r.model for r in runs}), sorted({r.backend.upper() for r in runs}))
+                  if len(v) == 1]
+        ax.set_title("All-reduce bus bandwidth per bucket, %d files%s" % (
+            len(runs), (" (" + ", ".join(v[0] for v in common) + ")") if common else ""))
     ax.annotate("busbw = bytes / time x 2(n-1)/n (nccl-tests); time: buckets/allreduce_time, mean of the ranks "
                 "(a rank that arrives first also waits inside the call)",
                 xy=(0, 0), xycoords="axes fraction", xytext=(0, -0.16), textcoords="axes fraction",
