@@ -100,7 +100,7 @@ for sub in summary phases timeline sweep scaling eval busbw; do
   out=$("$VPLOT" $sub --help 2>&1); rc=$?
   if [ $rc -eq 0 ] && grep -q "usage: vitddp-plot $sub" <<<"$out"; then ok "$sub --help"; else bad "$sub --help rc=$rc"; fi
 done
-for sub in summary compare overlap speed power kernels losses article; do
+for sub in summary compare buckets overlap speed power kernels losses article; do
   out=$("$VREPORT" $sub --help 2>&1); rc=$?
   if [ $rc -eq 0 ] && grep -q "usage: vitddp-report $sub" <<<"$out"; then ok "vitddp-report $sub --help"; else bad "vitddp-report $sub --help rc=$rc: $out"; fi
 done

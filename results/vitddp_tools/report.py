@@ -2,6 +2,7 @@
 
     vitddp-report summary A.h5 [B.h5 ...] [--json | --csv] [-o FILE]
     vitddp-report compare A.h5 B.h5 ... [--format markdown|csv|json] [-o FILE]
+    vitddp-report buckets FILE.h5 [--per-step] [--format markdown|csv|json]
     vitddp-report overlap [--baseline ONE_GPU.h5] FILE.h5...
     vitddp-report speed OUTDIR                  (results/commands/bench_speed.sh's folder)
     vitddp-report power smi-*.csv               (nvidia-smi samples)
@@ -16,11 +17,12 @@ import argparse
 import os
 import sys
 
-from . import article, kernels, losses, overlap, power, speed
+from . import article, buckets, kernels, losses, overlap, power, speed
 from .reader import ResultsError
 from .runs_report import compare_text, collect, summary_text
 
 TABLES = {  # subcommand -> (module main, one-line help)
+    "buckets": (buckets.main, "algbw and busbw of each bucket's all-reduce (or --per-step) of one run"),
     "overlap": (overlap.main, "forward, backward, exposed and in-flight communication per run"),
     "speed": (speed.main, "vitddp against PyTorch from one bench_speed.sh folder"),
     "power": (power.main, "SM clocks, power and clock-event reasons from nvidia-smi samples"),
@@ -82,7 +84,7 @@ def main(argv=None):
     subs = {"summary": (cmd_summary, "metrics and configuration of each run"),
             "compare": (cmd_compare, "differing options and metrics side by side, ratios to the first")}
     if not argv or argv[0] in ("-h", "--help"):
-        sys.stdout.write(__doc__.split("\n\n")[0] + "\n\nsubcommands:\n" + "".join(
+        sys.stdout.write(__doc__ + "\nsubcommands:\n" + "".join(
             "  %-8s %s\n" % (k, h) for k, (_, h) in list(subs.items()) + list(TABLES.items())))
         return 0 if argv else 2
     sub, rest = argv[0], argv[1:]

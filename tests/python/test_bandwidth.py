@@ -92,3 +92,21 @@ def test_file_without_bucket_times(make_run):
     with Run(make_run("nobuckets.h5", with_bucket_times=False)) as run:
         with pytest.raises(ResultsError, match="missing dataset 'buckets/allreduce_time'"):
             BucketBandwidth(run)
+
+
+def test_buckets_report_by_hand(make_run, capsys):
+    import json
+    from vitddp_tools import report
+    path = four_rank_file(make_run)
+    assert report.main(["buckets", path, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["bucket"] for r in rows] == [0, 1]
+    assert [r["busbw_gbps"] for r in rows] == pytest.approx([45.0, 22.5])
+    assert [r["busbw_min_gbps"] for r in rows] == pytest.approx([30.0, 15.0])
+    assert [r["busbw_max_gbps"] for r in rows] == pytest.approx([60.0, 30.0])
+    assert [r["time_ms"] for r in rows] == pytest.approx([15.0, 7.5])  # medians of 10/20 and 5/10 ms
+    assert report.main(["buckets", path, "--per-step", "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "step,timed,bytes,time_ms,algbw_gbps,busbw_gbps"
+    step1 = lines[2].split(",")
+    assert step1[:2] == ["1", "1"] and float(step1[5]) == pytest.approx(50.0)
