@@ -19,6 +19,17 @@ def test_series_units_axes_and_timed_window(make_run):
         assert run.grad_accum_steps == 1 and run.allreduce == "mpi"
 
 
+def test_attributes_and_transports(make_run):
+    path = make_run("t.h5", backend="gpu", attrs={"nccl_transport": ["P2P [P2P/CUMEM]", "P2P [P2P/CUMEM]"]})
+    with Run(path) as run:
+        a = run.attrs()
+        assert a["world_size"] == 2 and a["model"] == "vit_micro" and a["option.compression"] == "none"
+        assert run.transports() == ["P2P [P2P/CUMEM]"] * 2
+        assert run.options()["bucket-cap-mb"] == "25" and run.allreduce == "nccl"
+    with Run(make_run("c.h5")) as run:
+        assert run.transports() == []
+
+
 def test_errors_name_the_file_and_the_dataset(make_run, tmp_path):
     with pytest.raises(ResultsError, match="nope.h5: no such file"):
         Run(str(tmp_path / "nope.h5"))
