@@ -95,6 +95,8 @@ def read(path):
             shown = [f"{k} {opt(k)}" for k, d in DEFAULTS.items() if opt(k, d) not in (d, "")]
             streams = opt("comm-streams", "auto")
             allreduce = opt("allreduce", "nccl") if int(a.get("ddp", 1)) else "none (--no-ddp)"
+            if text(a.get("backend", "gpu")) == "cpu" and int(a.get("ddp", 1)):
+                allreduce = "MPI (CPU backend)"
             if streams not in ("auto", "1", "0"):
                 allreduce += f" x{streams} streams"
             steps = int(timed.sum()) if timed is not None else 0
