@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The mechanics of results/commands/article_table.sh (issues 7 and 8: the article's table on 4 and
+# The mechanics of results/commands/interconnects.sh (the article's table on 4 and
 # 8 GPUs) without a GPU, as ctest article_table_cpu (label cli), in about 20 s on 2 cores:
 #   - --plan for NP=4 and NP=8: every row listed with an estimate, the recommended invocations
-#     (README-scaling.md) each within the 540 s budget, the 4-GPU set within 20 minutes;
+#     (results/h200x2/interconnects/README.md) each within the 540 s budget, the 4-GPU set within 20 minutes;
 #   - VITDDP_ARTICLE_CPU=1 (CPU backend, vit_micro, 2 ranks) for fp32 + bf16 with --slurm-train:
 #     one .tar.gz in OUT and nothing else, every manifest line exit 0, an HDF5 file per vitddp row,
 #     slurm/train.sbatch run through the srun stand-in;
@@ -15,8 +15,8 @@ BIN=$1
 export MPIRUN=$2
 PY=$3
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-SH=$REPO/results/commands/article_table.sh
-source "$(dirname "$0")/test_util.sh" ""  # "": no mpirun line (article_table.sh adds its own flags)
+SH=$REPO/results/commands/interconnects.sh
+source "$(dirname "$0")/test_util.sh" ""  # "": no mpirun line (interconnects.sh adds its own flags)
 check() { if eval "$2"; then ok "$1"; else bad "$1"; return 1; fi; }
 
 # ---- the plan

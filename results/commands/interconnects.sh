@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
-# Issues "[7 of 8] Scaling run on 4 GPUs" and "[8 of 8] The article's 8-GPU experiment": the
-# article's table (PyTorch DDP on ViT-L/32) on NP GPUs of one H200 machine, per interconnect and
-# precision, vitddp next to its PyTorch twin in the same job. The 2-GPU version is
-# device_issue3.sh; results/commands/README-scaling.md says how to run it when the machine is lent.
+# The article's table (PyTorch DDP on ViT-L/32, "Optimizing data transfer in distributed AI/ML
+# training workloads") on NP GPUs of one machine, per interconnect and precision, vitddp next to its
+# PyTorch twin (results/bench_torch_ddp.py) in the same job: no DDP, one 2000 MB bucket with bucket
+# copies (PyTorch's defaults), + gradient_as_bucket_view, + bf16 compression, + PowerSGD, and bucket
+# sizes 1-500 MB, over NVLink, through host memory (SHM) and over sockets (NET).
 #
-# Usage (from the repository root, binaries in carry/, $OUT set):
-#   bash results/commands/article_table.sh NP TRANSPORT... [options]
-#     NP          ranks = GPUs: 4 or 8 (2 works too)
+# Usage (from the repository root):
+#   bash results/commands/interconnects.sh NP TRANSPORT... [options]    run, into --out DIR (or $OUT)
+#   bash results/commands/interconnects.sh --readme DIR                 (re)write DIR/README.md
+#     NP          ranks = GPUs: 2, 4 or 8
 #     TRANSPORT   nvlink (NCCL's default: P2P over NVLink), shm (-x NCCL_P2P_DISABLE=1: through
 #                 host memory, the article's PCIe machine), net (+ -x NCCL_SHM_DISABLE=1: sockets)
+#   --out DIR     the folder for the tar [$OUT]
 #   --precisions "fp32 bf16"   vitddp --precision / PyTorch autocast, one part per transport and
 #                 precision [fp32]
 #   --no-torch    leave out the PyTorch rows (results/bench_torch_ddp.py)
 #   --slurm-train also run slurm/train.sbatch as it is, with mpirun standing in for srun (an srun
 #                 shim on PATH, SLURM_SUBMIT_DIR/JOB_ID/CPUS_PER_TASK/NTASKS set); with no
 #                 TRANSPORT only that
-#   --plan        print the plan with estimated times and exit (needs neither GPU nor $OUT)
-#   --budget S    skip the rows that would end after S seconds of this invocation [540], so the
-#                 tar is written inside the device tool's 600 s per command
-# Environment: VITDDP (carry/vitddp), PYTHON (python3), MPIRUN (mpirun), WARMUP/STEPS (10/20; net 3/5),
+#   --plan        print the plan with estimated times and exit (needs neither GPU nor --out)
+#   --budget S    skip the rows that would end after S seconds of this invocation [540]; the tar
+#                 is always written
+# Environment: VITDDP (build/vitddp), PYTHON (python3), MPIRUN (mpirun), WARMUP/STEPS (10/20; net 3/5),
 #   VITDDP_ARTICLE_CPU=1: test mode for a machine without GPU: --backend cpu --model vit_micro
 #   --data synthetic, 1 warm-up + 2 timed steps, NP=2, mpirun --oversubscribe, no PyTorch rows,
 #   no NCCL transport (one part per precision named "cpu"; --precision is not passed, the CPU
@@ -26,6 +29,7 @@
 #   (needs torch + torchvision on the CPU, e.g. Debian's python3-torch): the PyTorch rows with
 #   bench_torch_ddp.py --device cpu (gloo, vit_b_32 at 64x64, batch 2; ~30 s a row; the bf16 hook
 #   fails there: torch's bf16_compress_hook wants NCCL).
+#   As root, Open MPI's OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM) are set; otherwise nothing is.
 #
 # Rows of one part (transport T, precision P), in this order (the most wanted first, PyTorch's
 # twin right after the vitddp row it mirrors; key = file name):
@@ -46,19 +50,51 @@
 # bandwidth, hidden behind backward except with one bucket):
 #   NP=4: nvlink fp32 5.0 min, nvlink bf16 4.5, shm fp32 4.4, net fp32 4.7 -> 18.6 min
 #   NP=8: nvlink fp32 + --slurm-train 6.3 min, nvlink bf16 5.5, shm fp32 5.5, net fp32 5.8 -> 23.1 min
-# Writes $OUT/article-np<NP>-<transports>-<precisions>.tar.gz (split into .part-aa, -ab ... if
+# Writes DIR/article-np<NP>-<transports>-<precisions>.tar.gz (split into .part-aa, -ab ... if
 # over 15 MiB): article_table.log (one line per run), plan.txt, env.txt, manifest.tsv (one line per
 # run: transport, precision, impl, key, ranks, exit code, wall s, estimate s, file), table.md
 # (results/article_table.py) and runs/<T>-<P>-<key>.{h5,log} (vitddp) / torch-<T>-<P>-<key>.{json,log}.
+# --readme DIR tabulates DIR's article-*.tar.gz files, or the manifest.tsv and HDF5 files of its
+# h5.tar.xz, with results/article_table.py, and adds one row per results file
+# (results/tools/topic_readme.py).
 set -u -o pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 CPU=${VITDDP_ARTICLE_CPU:-0}
-VITDDP=${VITDDP:-carry/vitddp}
+VITDDP=${VITDDP:-build/vitddp}
 PY=${PYTHON:-python3}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
 
-usage() { sed -n '7,28p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+
+# ---- --readme DIR: the table of a folder's runs into DIR/README.md
+if [ "${1:-}" = --readme ]; then
+  [ $# -eq 2 ] && [ -d "$2" ] || { echo "interconnects.sh: usage: $0 --readme DIR (an existing folder)" >&2; exit 2; }
+  dir=$2; t=$(mktemp -d); inputs=()
+  for f in "$dir"/article-*.tar.gz "$dir"/article-*.part-aa; do [ -e "$f" ] && inputs+=("$f"); done
+  if [ -f "$dir/h5.tar.xz" ]; then  # unpacked under the folder's name, which the table quotes
+    mkdir -p "$t/$(basename "$dir")" && tar xJf "$dir/h5.tar.xz" -C "$t/$(basename "$dir")" && inputs+=("$t/$(basename "$dir")")
+  fi
+  [ ${#inputs[@]} -gt 0 ] || { echo "interconnects.sh: $dir: no article-*.tar.gz and no h5.tar.xz" >&2; exit 2; }
+  "$PY" "$REPO/results/article_table.py" "${inputs[@]}" --no-plots -o "$t/table.md" > /dev/null || exit $?
+  sed -i 's/^# The article/## The article/' "$t/table.md"
+  cat > "$t/about.md" <<'MD'
+The article's table ("Optimizing data transfer in distributed AI/ML training workloads": PyTorch
+DDP on ViT-L/32) re-created with vitddp: ViT-L/32, batch 32 per GPU, synthetic data, per
+interconnect: `nvlink` (NCCL's default, `P2P/CUMEM`), `shm` (`NCCL_P2P_DISABLE=1`: through host
+memory, `SHM/direct/direct`, the article's PCIe machine) and `net` (`+ NCCL_SHM_DISABLE=1`:
+`NET/Socket`); the transport each rank used is the file's `nccl_transport` attribute. Rows: no DDP,
+one 2000 MB bucket with bucket copies (PyTorch's defaults), + gradient_as_bucket_view, + bf16
+compression, + PowerSGD (rank 1, from step 2), and bucket sizes 1-500 MB with and without bf16.
+The table is `results/article_table.py`'s; below it one row per results file.
+MD
+  "$PY" "$REPO/results/tools/topic_readme.py" "$dir" --title "The article's table: interconnects x buckets x compression" \
+    --about "$t/about.md" --command "bash results/commands/interconnects.sh NP TRANSPORT... --out OUT" \
+    --rewrite "bash results/commands/interconnects.sh --readme DIR" --baseline noddp --include "$t/table.md"
+  rc=$?; rm -rf "$t"; [ $rc -eq 0 ] && echo "wrote $dir/README.md"; exit $rc
+fi
+
+usage() { sed -n '8,30p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 NP=""; TRANSPORTS=""; PRECISIONS="fp32"; TORCH=1; PLAN=0; SLURM=0; BUDGET=540
 while [ $# -gt 0 ]; do
   case $1 in
@@ -67,17 +103,18 @@ while [ $# -gt 0 ]; do
     --plan) PLAN=1 ;;
     --slurm-train) SLURM=1 ;;
     --budget) BUDGET=$2; shift ;;
+    --out) OUT=$2; shift ;;
     -h|--help) usage 0 ;;
     nvlink|shm|net) TRANSPORTS="$TRANSPORTS $1" ;;
     [0-9]*) [ -z "$NP" ] || usage; NP=$1 ;;
-    *) echo "article_table.sh: unknown argument '$1'" >&2; usage ;;
+    *) echo "interconnects.sh: unknown argument '$1'" >&2; usage ;;
   esac
   shift
 done
-[ -n "$NP" ] && [ "$NP" -ge 2 ] 2>/dev/null || { echo "article_table.sh: NP (>= 2) first" >&2; usage; }
-[ -n "$TRANSPORTS" ] || [ $SLURM = 1 ] || { echo "article_table.sh: no TRANSPORT" >&2; usage; }
+[ -n "$NP" ] && [ "$NP" -ge 2 ] 2>/dev/null || { echo "interconnects.sh: NP (>= 2) first" >&2; usage; }
+[ -n "$TRANSPORTS" ] || [ $SLURM = 1 ] || { echo "interconnects.sh: no TRANSPORT" >&2; usage; }
 for p in $PRECISIONS; do
-  case $p in fp32|tf32|bf16) ;; *) echo "article_table.sh: bad precision '$p'" >&2; exit 2 ;; esac
+  case $p in fp32|tf32|bf16) ;; *) echo "interconnects.sh: bad precision '$p'" >&2; exit 2 ;; esac
 done
 MPI_EXTRA=""
 if [ "$CPU" = 1 ]; then
@@ -165,7 +202,7 @@ SLURM_EST=$([ "$CPU" = 1 ] && echo 3 || echo $((8 + NP)))
 
 print_plan() {
   local sum=0 r t p impl key n est args
-  echo "article_table.sh $NP$TRANSPORTS --precisions \"$PRECISIONS\"$([ $TORCH = 0 ] && echo " --no-torch")$([ $SLURM = 1 ] && echo " --slurm-train"): $TAG, budget $BUDGET s$([ "$CPU" = 1 ] && echo ", CPU test mode")"
+  echo "interconnects.sh $NP$TRANSPORTS --precisions \"$PRECISIONS\"$([ $TORCH = 0 ] && echo " --no-torch")$([ $SLURM = 1 ] && echo " --slurm-train"): $TAG, budget $BUDGET s$([ "$CPU" = 1 ] && echo ", CPU test mode")"
   printf "%-7s %-5s %-6s %-15s %5s %6s %7s  %s\n" transport prec impl key ranks est_s cum_s "arguments"
   for r in "${ALL_ROWS[@]}"; do
     read -r t p impl key n est args <<<"$r"
@@ -181,8 +218,8 @@ print_plan() {
 }
 if [ $PLAN = 1 ]; then print_plan; exit 0; fi
 
-[ -n "${OUT:-}" ] || { echo "article_table.sh: set OUT (the folder for the tar)" >&2; exit 2; }
-[ -x "$VITDDP" ] || { echo "article_table.sh: no vitddp binary at $VITDDP (set VITDDP)" >&2; exit 2; }
+[ -n "${OUT:-}" ] || { echo "interconnects.sh: --out DIR (or OUT) names no folder for the tar" >&2; exit 2; }
+[ -x "$VITDDP" ] || { echo "interconnects.sh: no vitddp binary at $VITDDP (set VITDDP)" >&2; exit 2; }
 VITDDP=$(cd "$(dirname "$VITDDP")" && pwd)/$(basename "$VITDDP")
 D=$OUT/article-$TAG
 rm -rf "$D"; mkdir -p "$D/runs"
@@ -255,7 +292,7 @@ slurm_train() {
   ln -sf "$VITDDP" "$d/build/vitddp"
   cat > "$d/bin/srun" <<EOF
 #!/usr/bin/env bash
-# srun stand-in for article_table.sh: srun [options] CMD... -> mpirun -np \$SLURM_NTASKS CMD...
+# srun stand-in for interconnects.sh: srun [options] CMD... -> mpirun -np \$SLURM_NTASKS CMD...
 c=1; bind=""
 while [ \$# -gt 0 ]; do
   case \$1 in
@@ -309,7 +346,7 @@ fi
 [ -s "$D/table.err" ] || rm -f "$D/table.err"
 TAR=$OUT/article-$TAG.tar.gz
 tar -C "$OUT" -czf "$TAR" "article-$TAG" && rm -rf "$D"
-if [ "$(stat -c %s "$TAR")" -gt $((15 * 1024 * 1024)) ]; then  # the device tool returns files of <= 16 MiB
+if [ "$(stat -c %s "$TAR")" -gt $((15 * 1024 * 1024)) ]; then  # parts of at most 15 MiB, easy to move between machines
   split -b 15M "$TAR" "$TAR.part-" && rm -f "$TAR"
   echo "split: $(ls "$TAR".part-*) (cat them | tar -xz)"
 fi
