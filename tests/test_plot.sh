@@ -118,7 +118,7 @@ expect_plot_error "not an HDF5 file" "text.h5: cannot open as HDF5" sweep "$TMP/
 expect_plot_error "bad output extension" "must end in .png or .svg" phases "${FILES[2]}" -o "$TMP/x.pdf"
 expect_plot_error "step out of range" "--steps: step 7 is not in" timeline "${FILES[1]}" --steps 7 -o "$TMP/t.png"
 
-# ---- results/speed_table.py (bench_speed.sh's table): a CPU run standing in for the 1-GPU fp32 run
+# ---- results/speed_table.py (results/commands/speed.sh's table): a CPU run standing in for the 1-GPU fp32 run
 # and a PyTorch result of 6.005 steps/s; the ratio to it and to ANCHORS.md's fixed 12.01.
 SPEED=$(dirname "$PLOT")/speed_table.py
 mkdir -p "$TMP/bench"
