@@ -7,7 +7,7 @@ A folder stands for its `*.h5` files and the members of its `h5.tar.xz`. Per fil
 (model, ranks x option.batch-size, optimizer, option.lr, option.lr-schedule, option.seed), the
 optimizer steps run, the timed window (summary/timed_window, s), the last and the best top-1 of
 eval/accuracy (eval/step of the best) and the images evaluated each time (eval/samples); then one
-table per file of eval/step against eval/accuracy. Dataset names: results/SCHEMA.md.
+table per file of eval/step against eval/accuracy. Dataset names: docs/schema.md.
 Exit 0; 2 when no file with evaluations is found.
 """
 import glob

@@ -15,7 +15,7 @@ Reads every vitddp results file under DIR: plain `*.h5` files and the members of
              (option.comm-streams, when not `auto`/1), compression (option.compression)
   options    the options that differ from vitddp's defaults among bucket-cap-mb, nccl-max-ctas,
              gemm-sm-carveout, cuda-graph, attention, patch-embed, grad-as-bucket-view,
-             data, model, batch-size (results/SCHEMA.md names them `option.<name>`)
+             data, model, batch-size (docs/schema.md names them `option.<name>`)
   steps      timed steps (summary/timed_window, or the steps marked in steps/timed)
   steps/s    summary/steps_per_second (per GPU: every rank runs the same steps)
   share      steps/s over the baseline's steps/s, %: the baseline is, in the same folder and
