@@ -93,6 +93,8 @@ def read(path):
                     return float("nan")
                 return 1e3 * float(np.median(f[name][0][timed]))
             shown = [f"{k} {opt(k)}" for k, d in DEFAULTS.items() if opt(k, d) not in (d, "")]
+            # an IDX data folder by its own name only (where it lay on the measuring machine says nothing)
+            shown = [f"data idx:{os.path.basename(x[9:].rstrip('/'))}" if x.startswith("data idx:") else x for x in shown]
             streams = opt("comm-streams", "auto")
             allreduce = opt("allreduce", "nccl") if int(a.get("ddp", 1)) else "none (--no-ddp)"
             if text(a.get("backend", "gpu")) == "cpu" and int(a.get("ddp", 1)):
