@@ -11,11 +11,11 @@ Reads every vitddp results file under DIR: plain `*.h5` files and the members of
   run        the file name without `.h5`
   ranks      world_size (1 with --no-ddp: the 1-GPU figure)
   precision  attribute `precision`
-  all-reduce option.allreduce (`nccl` where the file predates the option), `xN` for N comm streams
-             (option.comm-streams, when not `auto`/1), compression (option.compression)
+  all-reduce option.allreduce (`nccl` where the file predates the option) and the comm streams
+             (option.comm-streams, when not `auto`); compression: option.compression
   options    the options that differ from vitddp's defaults among bucket-cap-mb, nccl-max-ctas,
              gemm-sm-carveout, cuda-graph, attention, patch-embed, grad-as-bucket-view,
-             data, model, batch-size (docs/schema.md names them `option.<name>`)
+             data, model, batch-size, direct-blocks (docs/schema.md names them `option.<name>`)
   steps      timed steps (summary/timed_window, or the steps marked in steps/timed)
   steps/s    summary/steps_per_second (per GPU: every rank runs the same steps)
   share      steps/s over the baseline's steps/s, %: the baseline is, in the same folder and
@@ -46,7 +46,7 @@ NOTES = "## Notes"
 DEFAULTS = {  # vitddp's defaults (vitddp --help); an option shown only when it differs
     "bucket-cap-mb": "25", "nccl-max-ctas": "0", "gemm-sm-carveout": "0", "cuda-graph": "on",
     "attention": "auto", "patch-embed": "auto", "grad-as-bucket-view": "on", "data": "synthetic",
-    "model": "vit_l_32", "batch-size": "32",
+    "model": "vit_l_32", "batch-size": "32", "direct-blocks": "0",
 }
 
 
@@ -99,8 +99,8 @@ def read(path):
             allreduce = opt("allreduce", "nccl") if int(a.get("ddp", 1)) else "none (--no-ddp)"
             if text(a.get("backend", "gpu")) == "cpu" and int(a.get("ddp", 1)):
                 allreduce = "MPI (CPU backend)"
-            if streams not in ("auto", "1", "0"):
-                allreduce += f" x{streams} streams"
+            if streams not in ("auto", "0") and int(a.get("ddp", 1)):
+                allreduce += f", {streams} comm stream{'s' if streams != '1' else ''}"
             steps = int(timed.sum()) if timed is not None else 0
             return {
                 "ranks": int(a.get("world_size", 1)), "precision": text(a.get("precision", "fp32")),
