@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the experiment scripts of results/commands/ (source it; it reads the script's "$@").
 #
 # Every script is used as

@@ -34,6 +34,7 @@ includes() {  # one power table per folder holding nvidia-smi samples
     for f in "$sub"/smi-*.csv.gz; do [ -f "$f" ] && gunzip -c "$f" > "$t/$(basename "${f%.gz}")"; done
     if ls "$t"/smi-*.csv >/dev/null 2>&1; then
       { echo; echo "### $(realpath --relative-to="$d" "$sub")/"; echo
+        # shellcheck disable=SC2046
         "$PY" "$REPO/results/power_table.py" $(find "$t" -name 'smi-*.csv' | sort); } >> "$out"
     fi
     rm -rf "$t"

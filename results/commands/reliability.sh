@@ -44,31 +44,31 @@ report() {  # report CASE RC T0 FILE LOG
 }
 echo "| case | exit | time to end | file: steps, stop_reason | message |"
 echo "| --- | --- | --- | --- | --- |"
-t=$(now); ${MPI[*]} -np 2 $B --batch-size 40000 --steps 2 --out $D/oom.h5 > $D/oom.log 2>&1; rc=$?
+t=$(now); "${MPI[@]}" -np 2 "$B" --batch-size 40000 --steps 2 --out $D/oom.h5 > $D/oom.log 2>&1; rc=$?
 report "batch that does not fit (--batch-size 40000)" $rc $t $D/oom.h5 $D/oom.log
-t=$(now); ${MPI[*]} -np 3 --oversubscribe $B --steps 2 --out $D/np3.h5 > $D/np3.log 2>&1; rc=$?
+t=$(now); "${MPI[@]}" -np 3 --oversubscribe "$B" --steps 2 --out $D/np3.h5 > $D/np3.log 2>&1; rc=$?
 report "3 ranks on a 2-GPU node" $rc $t $D/np3.h5 $D/np3.log
-t=$(now); ${MPI[*]} -np 2 bash -c "CUDA_VISIBLE_DEVICES=\$OMPI_COMM_WORLD_LOCAL_RANK exec $VITDDP --warmup-steps 2 --steps 5 --out $D/pertask.h5" > $D/pertask.log 2>&1; rc=$?
+t=$(now); "${MPI[@]}" -np 2 bash -c "CUDA_VISIBLE_DEVICES=\$OMPI_COMM_WORLD_LOCAL_RANK exec $VITDDP --warmup-steps 2 --steps 5 --out $D/pertask.h5" > $D/pertask.log 2>&1; rc=$?
 report "one GPU per task (CUDA_VISIBLE_DEVICES=local rank)" $rc $t $D/pertask.h5 $D/pertask.log
 grep -E "NCCL transport|steps/s" $D/pertask.log | sed 's/^/    /'
-t=$(now); ${MPI[*]} -np 2 bash -c "CUDA_VISIBLE_DEVICES=0 exec $VITDDP --steps 2 --out $D/same.h5" > $D/same.log 2>&1; rc=$?
+t=$(now); "${MPI[@]}" -np 2 bash -c "CUDA_VISIBLE_DEVICES=0 exec $VITDDP --steps 2 --out $D/same.h5" > $D/same.log 2>&1; rc=$?
 report "both tasks given GPU 0" $rc $t $D/same.h5 $D/same.log
-t=$(now); ${MPI[*]} -np 2 $B --warmup-steps 1 --steps 6 --debug-nan-at-step 3 --on-nonfinite skip --out $D/nan.h5 > $D/nan.log 2>&1; rc=$?
+t=$(now); "${MPI[@]}" -np 2 "$B" --warmup-steps 1 --steps 6 --debug-nan-at-step 3 --on-nonfinite skip --out $D/nan.h5 > $D/nan.log 2>&1; rc=$?
 report "NaN in rank 0's batch at step 4, --on-nonfinite skip" $rc $t $D/nan.h5 $D/nan.log
 "$PY" -c "import h5py; f=h5py.File('$D/nan.h5'); print('    training/nonfinite', f['training/nonfinite'][()].tolist(), 'loss r0', [round(x,3) for x in f['training/loss'][0]])"
-${MPI[*]} -np 2 $B --warmup-steps 1 --steps 100000 --progress-every 1000 --out $D/term.h5 > $D/term.log 2>&1 & pid=$!
+"${MPI[@]}" -np 2 "$B" --warmup-steps 1 --steps 100000 --progress-every 1000 --out $D/term.h5 > $D/term.log 2>&1 & pid=$!
 sleep 20; t=$(now); kill -TERM $pid; wait $pid; rc=$?
 report "SIGTERM to mpirun mid-run" $rc $t $D/term.h5 $D/term.log
-${MPI[*]} -np 2 $B --warmup-steps 1 --steps 100000 --progress-every 1000 --out $D/kill.h5 > $D/kill.log 2>&1 & pid=$!
+"${MPI[@]}" -np 2 "$B" --warmup-steps 1 --steps 100000 --progress-every 1000 --out $D/kill.h5 > $D/kill.log 2>&1 & pid=$!
 sleep 20; victim=$(pgrep -f "$VITDDP.*kill.h5" | tail -1); t=$(now); kill -KILL $victim; wait $pid; rc=$?
 report "SIGKILL of one rank mid-run" $rc $t $D/kill.h5 $D/kill.log
-${MPI[*]} -np 2 $B --warmup-steps 1 --steps 100000 --progress-every 1000 --step-timeout 10 --out $D/hang.h5 > $D/hang.log 2>&1 & pid=$!
+"${MPI[@]}" -np 2 "$B" --warmup-steps 1 --steps 100000 --progress-every 1000 --step-timeout 10 --out $D/hang.h5 > $D/hang.log 2>&1 & pid=$!
 sleep 20; victim=$(pgrep -f "$VITDDP.*hang.h5" | tail -1); t=$(now); kill -STOP $victim; wait $pid; rc=$?
 report "one rank stopped (SIGSTOP: a hang), --step-timeout 10" $rc $t $D/hang.h5 $D/hang.log
 kill -KILL $victim 2>/dev/null
 echo
 echo "== --no-overlap after its fix, NVLink, 25 MB buckets"
-${MPI[*]} -np 2 $B --warmup-steps 5 --steps 10 --bucket-cap-mb 25 --no-overlap --out $D/nvlink-b25-nooverlap.h5 > $D/nooverlap.log 2>&1
+"${MPI[@]}" -np 2 "$B" --warmup-steps 5 --steps 10 --bucket-cap-mb 25 --no-overlap --out $D/nvlink-b25-nooverlap.h5 > $D/nooverlap.log 2>&1
 grep -E "steps/s|transport" $D/nooverlap.log
   } > "$OUT/signals.log" 2>&1
   cat "$OUT/signals.log"
@@ -76,25 +76,25 @@ grep -E "steps/s|transport" $D/nooverlap.log
   D=$OUT/faults; mkdir -p "$D"
   {
 echo "== 1. a batch that does not fit: vit_h_14, batch 4096 (fp32), 2 ranks"
-t=$(now); timeout 120 ${MPI[*]} -np 2 $B --model vit_h_14 --batch-size 4096 --steps 2 --out $D/oom.h5 > $D/oom.log 2>&1; rc=$?
+t=$(now); timeout 120 "${MPI[@]}" -np 2 "$B" --model vit_h_14 --batch-size 4096 --steps 2 --out $D/oom.h5 > $D/oom.log 2>&1; rc=$?
 echo "exit $rc after $(since $t) s; file: $([ -e $D/oom.h5 ] && steps_of $D/oom.h5 || echo 'none (removed)')"
 grep -E "error" $D/oom.log | head -2
 echo "-- the same with bf16 and batch 1024"
-timeout 120 ${MPI[*]} -np 2 $B --model vit_h_14 --batch-size 1024 --precision bf16 --steps 2 --out $D/oom16.h5 > $D/oom16.log 2>&1; echo "exit $?"
+timeout 120 "${MPI[@]}" -np 2 "$B" --model vit_h_14 --batch-size 1024 --precision bf16 --steps 2 --out $D/oom16.h5 > $D/oom16.log 2>&1; echo "exit $?"
 grep -E "error" $D/oom16.log | head -1
 
 echo
 echo "== 2. estimate (--dry-run) against a real run: vit_l_32, batch 32, fp32, 2 ranks"
 $B --dry-run --model vit_l_32 --batch-size 32
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -l 1 > $D/smi.csv 2>&1 & smi=$!
-timeout 120 ${MPI[*]} -np 2 $B --model vit_l_32 --batch-size 32 --warmup-steps 5 --steps 10 --out $D/l32.h5 > $D/l32.log 2>&1; echo "run: exit $?"
+timeout 120 "${MPI[@]}" -np 2 "$B" --model vit_l_32 --batch-size 32 --warmup-steps 5 --steps 10 --out $D/l32.h5 > $D/l32.log 2>&1; echo "run: exit $?"
 kill $smi 2>/dev/null; wait $smi 2>/dev/null
 grep -E "device memory of rank 0|warning: the memory estimate" $D/l32.log
 echo "nvidia-smi, peak used_memory per process (MiB, CUDA context and NCCL included):"
 awk -F', ' '$2+0 > m[$1] {m[$1] = $2+0} END {for (p in m) print "  pid " p ": " m[p] " MiB"}' $D/smi.csv
 echo "-- bf16, momentum, --grad-as-bucket-view off, fp16 compression (reducer buffers)"
 $B --dry-run --model vit_l_32 --batch-size 32 --precision bf16 --momentum 0.9 --grad-as-bucket-view off --compression fp16 | grep -E "optimizer state|activations|reducer|persistent"
-timeout 120 ${MPI[*]} -np 2 $B --model vit_l_32 --batch-size 32 --precision bf16 --momentum 0.9 --grad-as-bucket-view off \
+timeout 120 "${MPI[@]}" -np 2 "$B" --model vit_l_32 --batch-size 32 --precision bf16 --momentum 0.9 --grad-as-bucket-view off \
   --compression fp16 --warmup-steps 2 --steps 3 --out $D/l32b.h5 > $D/l32b.log 2>&1; echo "run: exit $?"
 grep -E "device memory of rank 0|warning: the memory estimate" $D/l32b.log
 
@@ -106,7 +106,7 @@ fault() {  # fault NAME RANK MODE [MPIRUN-OPTIONS...]
   local name=$1 rank=$2 mode=$3; shift 3
   local log=$D/$name.log t0 tf rc
   t0=$(now)
-  timeout 90 ${MPI[*]} "$@" -np 2 $B --model vit_b_32 --batch-size 32 --warmup-steps 1 --steps 200 --progress-every 50 \
+  timeout 90 "${MPI[@]}" "$@" -np 2 "$B" --model vit_b_32 --batch-size 32 --warmup-steps 1 --steps 200 --progress-every 50 \
     --step-timeout 10 --debug-fail-at-step 5 --debug-fail-rank $rank --debug-fail-mode $mode --out $D/$name.h5 > $log 2>&1 &
   local pid=$!
   tf=""

@@ -103,7 +103,7 @@ case_() {  # case_ NAME ARGS...
   $MP2 "$VITDDP" $BASE --checkpoint-every 2 --checkpoint-path "$D/crash.h5" --debug-crash-in-checkpoint \
     --out "$D/crash-run.h5" > "$D/crash.log" 2>&1
   if [ ! -e "$D/crash.h5" ] && [ -f "$D/crash.h5.tmp" ]; then pass "killed writer: only crash.h5.tmp exists"
-  else fail "killed writer: $(ls $D | grep crash)"; fi
+  else fail "killed writer: $(cd "$D" && echo crash*)"; fi
   echo "== $failed failure(s)"
   [ $failed -eq 0 ] && echo "PASS (all)" || echo "FAIL ($failed)"
 } > "$OUT/resume.log" 2>&1

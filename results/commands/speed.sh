@@ -45,6 +45,7 @@ includes() {  # regenerate the speed and power tables from the folder's files
   echo "$d/speed_table.md"
   if ls "$t"/smi-*.csv >/dev/null 2>&1; then
     { echo "## Clocks and power while each run was busy (results/power_table.py)"; echo
+      # shellcheck disable=SC2046
       "$PY" "$REPO/results/power_table.py" $(find "$t" -name 'smi-*.csv' | sort); } > "$d/power_table.md"
     echo "$d/power_table.md"
   fi
