@@ -37,7 +37,6 @@ import argparse
 import glob
 import os
 import re
-import statistics
 import sys
 import tarfile
 import tempfile
