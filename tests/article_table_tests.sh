@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# The mechanics of results/commands/article_table.sh (issues 7 and 8: the article's table on 4 and
+# The mechanics of results/commands/interconnects.sh (the article's table on 4 and
 # 8 GPUs) without a GPU, as ctest article_table_cpu (label cli), in about 20 s on 2 cores:
 #   - --plan for NP=4 and NP=8: every row listed with an estimate, the recommended invocations
-#     (README-scaling.md) each within the 540 s budget, the 4-GPU set within 20 minutes;
+#     (results/h200x2/interconnects/README.md) each within the 540 s budget, the 4-GPU set within 20 minutes;
 #   - VITDDP_ARTICLE_CPU=1 (CPU backend, vit_micro, 2 ranks) for fp32 + bf16 with --slurm-train:
 #     one .tar.gz in OUT and nothing else, every manifest line exit 0, an HDF5 file per vitddp row,
 #     slurm/train.sbatch run through the srun stand-in;
 #   - vitddp-report article on the tar: both precisions' tables, the targets, the plots
 #     (scaling per precision, timeline: PNG signatures); a missing input exits 2 (also through the
-#     old path results/article_table.py, which article_table.sh calls);
+#     old path results/article_table.py, which interconnects.sh calls);
 #   - results/bench_torch_ddp.py: --help and the argument checks (exit 2), which need no torch.
 # Usage: article_table_tests.sh <vitddp binary> <mpirun> <python3 with h5py, numpy, matplotlib>
 set -u
@@ -16,8 +16,8 @@ BIN=$1
 export MPIRUN=$2
 PY=$3
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-SH=$REPO/results/commands/article_table.sh
-source "$(dirname "$0")/test_util.sh" ""  # "": no mpirun line (article_table.sh adds its own flags)
+SH=$REPO/results/commands/interconnects.sh
+source "$(dirname "$0")/test_util.sh" ""  # "": no mpirun line (interconnects.sh adds its own flags)
 # vitddp-report (vitddp_tools): from $VITDDP_TOOLS_BIN (CTest: the build tree's venv, fixture
 # vitddp_tools), else installed into a venv in the temporary folder.
 if [ -z "${VITDDP_TOOLS_BIN:-}" ]; then

@@ -172,7 +172,7 @@ if [ $rc -eq 0 ] && grep -q "usage: vitddp_plot.py busbw" <<<"$out"; then ok "re
 if [ "$("$PY" "$(dirname "$PLOT")/overlap_table.py" "${FILES[2]}")" = "$("$VREPORT" overlap "${FILES[2]}")" ]; then
   ok "results/overlap_table.py = vitddp-report overlap"; else bad "overlap_table.py differs from vitddp-report overlap"; fi
 
-# ---- vitddp-report speed (bench_speed.sh's table): a CPU run standing in for the 1-GPU fp32 run
+# ---- vitddp-report speed (results/commands/speed.sh's table): a CPU run standing in for the 1-GPU fp32 run
 # and a PyTorch result of 6.005 steps/s; the ratio to it and to ANCHORS.md's fixed 12.01.
 SPEED=$(dirname "$PLOT")/speed_table.py  # the old path, compared with vitddp-report speed below
 mkdir -p "$TMP/bench"

@@ -1,4 +1,4 @@
-// Diagnostic (issue "[4 of 8] Speed", session 7): bandwidth of peer-to-peer cudaMemcpyAsync over
+// Diagnostic: bandwidth of peer-to-peer cudaMemcpyAsync over
 // NVLink between GPU 0 and GPU 1 of one process, the way --allreduce copy-engine pushes its chunks:
 // a copy from a local buffer into the peer's, split into k equal pieces on k streams (k = 1, 2, 4,
 // 8), one direction or both at once. Prints GB/s per direction (bytes / time, median of 10 rounds).
