@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 2 (fidelity), in CI: a tiny ViT (vit_fmnist_cpu: 28x28, patch 7, 2 blocks of width 32)
+# Fidelity, in CI: a tiny ViT (vit_fmnist_cpu: 28x28, patch 7, 2 blocks of width 32)
 # trained on Fashion-MNIST by 2 ranks of the CPU backend with SGD + momentum reaches at least 70%
 # top-1 on the whole test split (10000 images, each counted once over the ranks) in a few
 # minutes. Recipe: batch 64 per rank (128 in all), lr 0.05, momentum 0.9, 400 steps (51200

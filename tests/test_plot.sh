@@ -173,7 +173,7 @@ if [ "$("$PY" "$(dirname "$PLOT")/overlap_table.py" "${FILES[2]}")" = "$("$VREPO
   ok "results/overlap_table.py = vitddp-report overlap"; else bad "overlap_table.py differs from vitddp-report overlap"; fi
 
 # ---- vitddp-report speed (results/commands/speed.sh's table): a CPU run standing in for the 1-GPU fp32 run
-# and a PyTorch result of 6.005 steps/s; the ratio to it and to ANCHORS.md's fixed 12.01.
+# and a PyTorch result of 6.005 steps/s; the ratio to it and to the fixed reference 12.01 of docs/benchmarks.md.
 SPEED=$(dirname "$PLOT")/speed_table.py  # the old path, compared with vitddp-report speed below
 mkdir -p "$TMP/bench"
 cp "${FILES[0]}" "$TMP/bench/vitddp-fp32-graph.h5"
@@ -183,9 +183,9 @@ sps=$("$PY" -c 'import sys, h5py; print(float(h5py.File(sys.argv[1], "r")["summa
 out=$("$VREPORT" speed "$TMP/bench" 2>"$TMP/err"); rc=$?
 want=$(awk -v s="$sps" 'BEGIN { printf "| %.2fx (>= 1.1x) | %.2fx (12.01) |", s / 6.005, s / 12.01 }')
 if [ $rc -eq 0 ] && grep "^| fp32 | vitddp, CUDA graph |" <<<"$out" | grep -qF "$want"; then
-  ok "speed_table: the ratio to the job's PyTorch and to ANCHORS.md's ($want)"
+  ok "speed_table: the ratio to the job's PyTorch and to the reference figure ($want)"
 else bad "speed_table: rc=$rc, want '$want' in: $(grep '^| fp32' <<<"$out") $(cat "$TMP/err")"; fi
-if grep "^| fp32 | PyTorch 2.x |" <<<"$out" | grep -qF "| 1 | 0.50x |"; then ok "speed_table: PyTorch's row against ANCHORS.md (0.50x)"
+if grep "^| fp32 | PyTorch 2.x |" <<<"$out" | grep -qF "| 1 | 0.50x |"; then ok "speed_table: PyTorch's row against the reference figure (0.50x)"
 else bad "speed_table: PyTorch row: $(grep '^| fp32 | PyTorch' <<<"$out")"; fi
 if grep -q "^| tf32 | vitddp, CUDA graph | n/a |" <<<"$out"; then ok "speed_table: missing files give n/a"
 else bad "speed_table: tf32 row: $(grep '^| tf32 | vitddp, CUDA' <<<"$out")"; fi

@@ -40,8 +40,7 @@ includes() {  # regenerate the speed and power tables from the folder's files
   cp "$d"/*.h5 "$t"/ 2>/dev/null
   [ -f "$d/smi.tar.xz" ] && tar xJf "$d/smi.tar.xz" -C "$t"
   cp "$d"/smi-*.csv "$t"/ 2>/dev/null
-  { echo "## Speed table (results/speed_table.py)"; echo; "$PY" "$REPO/results/speed_table.py" "$t"; } |
-    sed "s|ANCHORS.md's PyTorch|PyTorch's reference figure (docs/benchmarks.md)|g; s|ANCHORS.md|docs/benchmarks.md|g" > "$d/speed_table.md"
+  { echo "## Speed table (results/speed_table.py)"; echo; "$PY" "$REPO/results/speed_table.py" "$t"; } > "$d/speed_table.md"
   echo "$d/speed_table.md"
   if ls "$t"/smi-*.csv >/dev/null 2>&1; then
     { echo "## Clocks and power while each run was busy (results/power_table.py)"; echo
@@ -79,7 +78,7 @@ experiment() {
           "$VITDDP" --no-ddp --precision "$p" --cuda-graph off --data device --warmup-steps 3 --steps 1 \
           --cooldown-steps 0 --progress-every 100 --overwrite --out "$OUT/ncu-$p.h5" > "$OUT/ncu-$p.csv" 2>&1
       rm -f "$OUT/ncu-$p.h5"
-      "$PY" "$REPO/results/kernel_table.py" "$OUT/ncu-$p.csv" --floors "$p" | sed 's|ANCHORS.md|docs/benchmarks.md|g' > "$OUT/kernels-$p.md"
+      "$PY" "$REPO/results/kernel_table.py" "$OUT/ncu-$p.csv" --floors "$p" > "$OUT/kernels-$p.md"
       gzip -f "$OUT/ncu-$p.csv"
     done
   fi

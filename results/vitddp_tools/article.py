@@ -67,7 +67,7 @@ PRECISIONS = ["fp32", "tf32", "bf16"]
 
 
 def target_share(np_):
-    """Our per-GPU target over NVLink, % of the 1-GPU figure (ANCHORS.md, "[7 of 8]" and "[8 of 8]")."""
+    """Our per-GPU target over NVLink, % of the 1-GPU figure (docs/benchmarks.md)."""
     return {2: 95.0, 4: 93.0}.get(np_, 90.0)
 
 

@@ -6,7 +6,7 @@
 Reads ncu's --csv output (one row per kernel launch and metric), sums gpu__time_duration per
 kernel family (GEMMs by cuBLASLt, our attention/LayerNorm/GELU/loss/patch/optimizer kernels,
 NCCL), and prints a markdown table: family, launches, total ms, share of the step, and the floor
-from ../shared/docs/ANCHORS.md where one exists (GEMMs: 6.3 ms bf16, 13 ms tf32, 72 ms fp32 on one
+from docs/benchmarks.md where one exists (GEMMs: 6.3 ms bf16, 13 ms tf32, 72 ms fp32 on one
 H200; SGD update: 0.9 ms). ncu serialises kernels, so the sum is the step's kernel time without
 overlap or launch gaps: compare it with the step time in the results file to see the gaps.
 Exit 2 when the file has no kernel rows.
@@ -76,7 +76,7 @@ def main(argv=None, prog="vitddp-report kernels"):
         floors["GEMM (cuBLASLt)"] = GEMM_FLOOR_MS[a.floors]
         floors["SGD / AdamW update"] = 0.9
     print(f"Kernels of one step: {len(rows)} launches, {total:.2f} ms of kernel time (serialised by ncu)\n")
-    print("| family | launches | ms | share | floor (ANCHORS.md) |")
+    print("| family | launches | ms | share | floor (docs/benchmarks.md) |")
     print("| --- | --- | --- | --- | --- |")
     for k, (n, ms) in sorted(fam.items(), key=lambda kv: -kv[1][1]):
         fl = f"{floors[k]:.1f} ms" if k in floors else ""

@@ -4,7 +4,7 @@
     vitddp-report compare A.h5 B.h5 ... [--format markdown|csv|json] [-o FILE]
     vitddp-report buckets FILE.h5 [--per-step] [--format markdown|csv|json]
     vitddp-report overlap [--baseline ONE_GPU.h5] FILE.h5...
-    vitddp-report speed OUTDIR                  (results/commands/bench_speed.sh's folder)
+    vitddp-report speed OUTDIR                  (results/commands/speed.sh's folder)
     vitddp-report power smi-*.csv               (nvidia-smi samples)
     vitddp-report kernels ncu.csv [--floors P]  (Nsight Compute CSV)
     vitddp-report losses REF OTHER [REF OTHER ...]
@@ -24,7 +24,7 @@ from .runs_report import compare_text, collect, summary_text
 TABLES = {  # subcommand -> (module main, one-line help)
     "buckets": (buckets.main, "algbw and busbw of each bucket's all-reduce (or --per-step) of one run"),
     "overlap": (overlap.main, "forward, backward, exposed and in-flight communication per run"),
-    "speed": (speed.main, "vitddp against PyTorch from one bench_speed.sh folder"),
+    "speed": (speed.main, "vitddp against PyTorch from one results/commands/speed.sh folder"),
     "power": (power.main, "SM clocks, power and clock-event reasons from nvidia-smi samples"),
     "kernels": (kernels.main, "per-kernel-family time of one step from an Nsight Compute CSV"),
     "losses": (losses.main, "whether pairs of runs trained alike (training/loss)"),

@@ -1,5 +1,5 @@
 """`vitddp-report speed`: side-by-side speed table of vitddp and PyTorch from one benchmark job
-(results/commands/bench_speed.sh).
+(results/commands/speed.sh).
 
     vitddp-report speed OUTDIR > table.md
 
@@ -14,10 +14,10 @@ and prints: steps/s per GPU, images/s, TFLOP/s (3 x forward FLOPs x images/s), M
 measured matmul ceiling of one H200 in that precision (8192^3 torch.matmul in
 ../shared/docs/DEVICE.md: bf16 781, tf32 361, fp32 51 TFLOP/s), peak memory (nvidia-smi, whole
 process; PyTorch also max_memory_allocated), ratio to PyTorch in the same job and the target,
-and the ratio to ANCHORS.md's PyTorch figure (fixed: the same-job one moves with the host); then the 2-GPU
+and the ratio to the reference PyTorch figure of docs/benchmarks.md (fixed: the same-job one moves with the host); then the 2-GPU
 table: per-GPU steps/s, its share of our 1-GPU figure (GPU 0's; target 95%), its share of the
 slower GPU's 1-GPU figure (DDP runs at the pace of the slower rank; GPUs of one host differ by up
-to 2% under the power limit, results/2026-11-30-issue5-session9/README.md; n/a without GPU 1's
+to 2% under the power limit, results/h200x2/power/README.md; n/a without GPU 1's
 file) and the median exposed communication per step from timing/exposed_comm. Missing files give
 'n/a' cells.
 """
@@ -30,8 +30,8 @@ from .metrics import H200_CEILING_TFLOPS as CEILING_TFLOPS
 from .reader import ResultsError, Run
 
 TARGET = {"fp32": 1.1, "tf32": 2.5, "bf16": 5.0}
-# PyTorch 1 x H200, no DDP, batch on the GPU, from ../shared/docs/ANCHORS.md ("PyTorch on our H200
-# machines"). PyTorch's tf32/bf16 step is bound by the host's kernel launches, so the same-job
+# PyTorch 1 x H200, no DDP, batch on the GPU, as docs/benchmarks.md gives it
+# (eager PyTorch on the same machine type). PyTorch's tf32/bf16 step is bound by the host's kernel launches, so the same-job
 # figure moves with the host (14-25 steps/s between jobs); this fixed reference is printed beside it.
 ANCHOR_TORCH = {"fp32": 12.01, "tf32": 20.30, "bf16": 19.63}
 
@@ -77,11 +77,11 @@ def fmt(x, spec=".2f"):
 def main(argv=None, prog="vitddp-report speed"):
     """Prints the tables for the benchmark folder given in `argv`; returns 0."""
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    ap.add_argument("outdir", metavar="OUTDIR", help="folder of one bench_speed.sh job")
+    ap.add_argument("outdir", metavar="OUTDIR", help="folder written by results/commands/speed.sh")
     out = ap.parse_args(argv).outdir
     print("## 1 x H200, ViT-L/32, batch 32, data on the GPU\n")
     print("| precision | run | steps/s | images/s | TFLOP/s | MFU | peak GiB (nvidia-smi) | vs PyTorch (target) "
-          "| vs ANCHORS.md's PyTorch |")
+          "| vs reference PyTorch (docs/benchmarks.md) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     one_gpu = {}
     slower_gpu = {}

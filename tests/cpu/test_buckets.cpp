@@ -21,7 +21,7 @@ std::vector<std::string> names_of(const ParamLayout& L, const Bucket& b) {
 
 TEST_CASE("vit_l_32 parameter table matches torchvision", "[buckets]") {
   const ParamLayout L = make_param_layout(vit_config("vit_l_32"));
-  CHECK(L.parameter_count() == 306535400u);  // torchvision vit_l_32, ANCHORS.md
+  CHECK(L.parameter_count() == 306535400u);  // torchvision vit_l_32's parameter count
   CHECK(L.total == L.parameter_count());     // no padding for the real model
   CHECK(L.params.size() == 4 + 24 * 12 + 4);
   CHECK(L.params.front().name == "class_token");
