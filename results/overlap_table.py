@@ -7,7 +7,7 @@ time some bucket's communication is in flight (the union of the buckets' [allred
 allreduce_end] intervals; with one comm stream close to the busy time).
 
 Usage: overlap_table.py [--baseline ONE_GPU.h5] FILE.h5...   (prints a Markdown table)
-Column definitions: results/SCHEMA.md (timing/*, buckets/allreduce_time, buckets/compress_time).
+Column definitions: docs/schema.md (timing/*, buckets/allreduce_time, buckets/compress_time).
 """
 import argparse
 import os

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """vitddp_plot: the results table and plots of vitddp runs, from their HDF5 files.
 
-Reads the files vitddp writes (layout: results/SCHEMA.md) with h5py and draws with matplotlib
+Reads the files vitddp writes (layout: docs/schema.md) with h5py and draws with matplotlib
 (Agg backend, no display needed). Subcommands:
 
   summary FILE...                 results table in Markdown, one row per file

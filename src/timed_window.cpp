@@ -1,14 +1,16 @@
 #include "src/timed_window.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace vitddp {
 
-TimedWindow::TimedWindow(int warmup_steps, int timed_steps, int start_step)
+TimedWindow::TimedWindow(int warmup_steps, int timed_steps, int start_step, std::function<void(bool)> profiler)
     : warmup_(warmup_steps),
       end_(warmup_steps + timed_steps),
       begin_(std::max(warmup_steps, start_step)),
-      count_(std::max(0, end_ - begin_)) {}
+      count_(std::max(0, end_ - begin_)),
+      profiler_(std::move(profiler)) {}
 
 const char* TimedWindow::phase(int step) const {
   if (step < warmup_) return "warm-up";
@@ -16,16 +18,16 @@ const char* TimedWindow::phase(int step) const {
   return "cool-down";
 }
 
-void TimedWindow::before_step(int step, Engine& engine) {
+void TimedWindow::before_step(int step) {
   if (step != begin_ || count_ == 0) return;
-  engine.profiler(true);
+  if (profiler_) profiler_(true);
   start_ = Clock::now();
 }
 
-void TimedWindow::after_step(int step, const StepRecord& rec, Engine& engine) {
+void TimedWindow::after_step(int step, const StepRecord& rec) {
   if (step == end_ - 1 && count_ > 0) {
     seconds_ = std::chrono::duration<double>(Clock::now() - start_).count() - excluded_s_;
-    engine.profiler(false);
+    if (profiler_) profiler_(false);
   }
   if (!is_timed(step)) return;
   step_ms_.push_back(rec.step_ms);

@@ -1,6 +1,7 @@
 // The article's timing window over a run's steps: warm-up, timed steps, cool-down.
 #pragma once
 #include <chrono>
+#include <functional>
 #include <vector>
 
 #include "src/engine.h"
@@ -13,11 +14,12 @@ namespace vitddp {
 /// launched) to just after its last step finished (Engine::finish_step) on this rank, minus the
 /// work between steps inside it (checkpoints, evaluations: exclude()). The engine's profiler
 /// (cudaProfilerStart/Stop on the GPU backend) brackets exactly that range, so nsys'
-/// --capture-range=cudaProfilerApi records the timed steps only. A resumed run (first step
+/// --capture-range=cudaProfilerApi records the timed steps only: `profiler(true)` / `profiler(false)`
+/// (Engine::profiler) are called once each, at the window's start and end. A resumed run (first step
 /// `start_step`) times what is left of the window after it: steps [max(warmup, start), warmup + steps).
 class TimedWindow {
  public:
-  TimedWindow(int warmup_steps, int timed_steps, int start_step);
+  TimedWindow(int warmup_steps, int timed_steps, int start_step, std::function<void(bool)> profiler = {});
 
   /// True for a step (0-based) of the timed window [warmup, warmup + steps).
   bool is_timed(int step) const { return step >= warmup_ && step < end_; }
@@ -25,10 +27,10 @@ class TimedWindow {
   const char* phase(int step) const;
 
   /// Call before step `step` runs: at the window's first step, starts the profiler and the clock.
-  void before_step(int step, Engine& engine);
+  void before_step(int step);
   /// Call after step `step` finished with record `rec`: a timed step's device step time and its
   /// buckets are recorded; at the window's last step, the clock and the profiler stop.
-  void after_step(int step, const StepRecord& rec, Engine& engine);
+  void after_step(int step, const StepRecord& rec);
   /// `seconds` of work between steps after step `step` (checkpoint, evaluation): taken out of the
   /// window when it lies inside it (after a timed step other than the last).
   void exclude(int step, double seconds);
@@ -50,6 +52,7 @@ class TimedWindow {
  private:
   using Clock = std::chrono::steady_clock;
   int warmup_, end_, begin_, count_;
+  std::function<void(bool)> profiler_;
   Clock::time_point start_;
   double excluded_s_ = 0, seconds_ = 0;
   std::vector<double> step_ms_;

@@ -229,7 +229,7 @@ class Run {
         checkpointer_(o, w, layout, vitddp_git_commit()),
         evaluator_(in.eval_data ? std::make_unique<Evaluator>(in.eval_data, layout.cfg, o.batch_size, w, engine, results_)
                                 : nullptr),
-        window_(o.warmup_steps, o.steps, start_),
+        window_(o.warmup_steps, o.steps, start_, [&engine](bool on) { engine.profiler(on); }),
         micro_batches_(first_batch_),
         data_wait_next_ms_(feed_.stage_next(micro_batches_++)),  // the first batch, before the loop
         rows_(o, w, engine.buckets().size(), results_, window_),
@@ -246,12 +246,12 @@ class Run {
     try {
       for (int i = start_; i < total_; ++i) {
         if (i == o_.debug_nan_at_step && w_.rank == 0) engine_.poison_staged_batch();
-        window_.before_step(i, engine_);
+        window_.before_step(i);
         // The schedule advances with every step, skipped ones included (torch: scheduler.step()
         // runs even when GradScaler skips optimizer.step()).
         const StepContext ctx{i, window_.is_timed(i), schedule_.lr_at(i)};
         const StepRecord rec = run_step(i, ctx.lr);
-        window_.after_step(i, rec, engine_);
+        window_.after_step(i, rec);
         stop_.heartbeat(i);
         steps_done_ = i + 1;
         // One agreement per step: a signal or a non-finite step on any rank ends or marks the
