@@ -68,7 +68,8 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   f.set_attr("parameter_count", (int64_t)layout.parameter_count());
   f.set_attr("world_size", (int64_t)w.world_size);
   f.set_attr("batch_size", (int64_t)o.batch_size);
-  f.set_attr("global_batch_size", (int64_t)o.batch_size * w.world_size);
+  // Images per optimizer step over all ranks: every rank's K micro-batches (--grad-accum-steps K).
+  f.set_attr("global_batch_size", (int64_t)o.batch_size * o.grad_accum_steps * w.world_size);
   f.set_attr("backend", info.backend);
   f.set_attr("precision", o.precision);
   // What --attention / --patch-embed resolved to ("auto" is chosen by measurement, cuda/kernel_choice.h).
@@ -373,11 +374,12 @@ class Run {
 void write_timing_summary(ResultsFile& f, const Options& o, const World& w, const ParamLayout& layout, const Run& run) {
   const TimedWindow& win = run.window();
   const double sps = win.count() / win.seconds();
-  const double img_rank = sps * o.batch_size;
+  // A step of --grad-accum-steps K processes K micro-batches of --batch-size on each rank.
+  const double img_rank = sps * o.batch_size * o.grad_accum_steps;
   const double tflops = 3.0 * forward_flops_per_image(layout.cfg) * img_rank / 1e12;
   const double median_ms = win.median_step_ms();
   f.write_summary("steps_per_second", sps, "steps/s", "timed steps / host wall time of the timed window (rank 0)");
-  f.write_summary("images_per_second_per_rank", img_rank, "images/s", "steps_per_second x batch_size");
+  f.write_summary("images_per_second_per_rank", img_rank, "images/s", "steps_per_second x batch_size x grad_accum_steps");
   f.write_summary("images_per_second", img_rank * w.world_size, "images/s", "all ranks together");
   f.write_summary("tflops_per_rank", tflops, "TFLOP/s", "3 x forward FLOPs x images per second per rank");
   f.write_summary("median_step_time", median_ms / 1e3, "s", "median device step time of the timed window (rank 0)");
