@@ -221,7 +221,8 @@ class StepRows {
 /// results rows of one rank, and the step loop over steps [start, total).
 class Run {
  public:
-  Run(const Options& o, const World& w, const ParamLayout& layout, Engine& engine, RunInputs& in)
+  /// `buckets`: the number of gradient buckets (the per-bucket series' length).
+  Run(const Options& o, const World& w, const ParamLayout& layout, size_t buckets, Engine& engine, RunInputs& in)
       : o_(o), w_(w), engine_(engine), results_(in.results ? &*in.results : nullptr),
         start_(in.start_step()), total_(o.total_steps()), k_(o.grad_accum_steps),
         first_batch_((int64_t)start_ * k_),  // batches the completed steps consumed (every source: pure in the index)
@@ -233,7 +234,7 @@ class Run {
         window_(o.warmup_steps, o.steps, start_, [&engine](bool on) { engine.profiler(on); }),
         micro_batches_(first_batch_),
         data_wait_next_ms_(feed_.stage_next(micro_batches_++)),  // the first batch, before the loop
-        rows_(o, w, engine.buckets().size(), results_, window_),
+        rows_(o, w, buckets, results_, window_),
         stop_(w, o.step_timeout_s, [&engine]() { return engine.async_error(); }, o.on_nonfinite == "stop"),
         defer_rows_(o.backend == "gpu"),
         steps_done_(start_),
@@ -483,7 +484,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   ResultsFile* results = in.results ? &*in.results : nullptr;
   write_start(o, w, layout, buckets, *engine, results, cmd, start, resumed_updates);
 
-  Run run(o, w, layout, *engine, in);
+  Run run(o, w, layout, buckets.size(), *engine, in);
   const auto& eval_data = in.eval_data;
   if (const Evaluator* evaluator = run.evaluator(); evaluator && w.rank == 0)
     std::printf("[vitddp] evaluation every %d step(s) and after the last on the %s split: %lld images, %lld on rank 0\n",
