@@ -20,6 +20,20 @@ void ChromeTrace::add(int rank, Thread thread, const std::string& name, double s
   events_.push_back({rank, thread, name, start_ms * 1e3, duration_ms * 1e3});
 }
 
+void ChromeTrace::add_step(int rank, int step, const StepRecord& r) {
+  const double start = r.start_ms, input = r.input_wait_ms, fwd = r.forward_ms, bwd_end = r.backward_end_ms;
+  add(rank, Steps, "Batch " + std::to_string(step), start, r.step_ms);
+  add(rank, Compute, "input wait", start, input);
+  add(rank, Compute, "forward", start + input, fwd);
+  add(rank, Compute, "backward", start + input + fwd, bwd_end - input - fwd);
+  add(rank, Compute, "exposed comm", start + bwd_end, r.exposed_comm_ms);
+  add(rank, Compute, "optimizer step", start + bwd_end + r.exposed_comm_ms, r.optimizer_ms);
+  add(rank, HostData, "get batch (wait)", start - r.data_wait_ms, r.data_wait_ms);
+  const BucketTimes& t = r.buckets;
+  for (size_t b = 0; b < t.start_ms.size(); ++b)
+    add(rank, Comm, "all-reduce bucket " + std::to_string(b), start + t.start_ms[b], t.end_ms[b] - t.start_ms[b]);
+}
+
 void ChromeTrace::write(const std::string& path, int world_size) const {
   const std::string tmp = path + ".tmp";
   {

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "src/engine.h"
+
 namespace vitddp {
 
 /// Collects complete events ("ph":"X") on rank 0 and writes them at the end.
@@ -14,6 +16,13 @@ class ChromeTrace {
   enum Thread { Steps = 0, Compute = 1, Comm = 2, HostData = 3 };
   /// Adds one event; times in milliseconds from the run's origin on that rank (converted to us).
   void add(int rank, Thread thread, const std::string& name, double start_ms, double duration_ms);
+  /// Adds step `step` of rank `rank` from its record (as rank 0 rebuilt it, StepRow::unpack):
+  /// "Batch <step>" (step_ms) on the steps thread from the step start (start_ms); on the compute
+  /// stream "input wait", "forward", "backward" (to backward_end_ms), "exposed comm" and
+  /// "optimizer step" laid end to end; "get batch (wait)" (data_wait_ms) on the host-data thread,
+  /// ending at the step start; "all-reduce bucket <b>" (buckets.start_ms to end_ms) on the comm
+  /// stream for every bucket of r.buckets.
+  void add_step(int rank, int step, const StepRecord& r);
   /// Writes the JSON to `path` (through path + ".tmp" and rename, so a partial file never appears
   /// under the final name). Throws std::runtime_error naming the path on I/O failure.
   void write(const std::string& path, int world_size) const;

@@ -8,6 +8,7 @@
 
 #include "cuda/nvtx.h"
 #include "src/results_h5.h"
+#include "src/series.h"
 
 namespace vitddp {
 
@@ -99,21 +100,6 @@ std::shared_ptr<const IdxDataset> load_eval_data(const Options& o, std::shared_p
 
 namespace {
 
-/// The eval/* series of the results file: one value per evaluation ([1, evaluations]).
-struct EvalSeries {
-  const char* name;
-  const char* units;
-  const char* description;
-  H5Dtype dtype;
-};
-const EvalSeries kEvalSeries[] = {
-    {"eval/step", "1", "optimizer steps completed when the evaluation ran (1-based)", H5Dtype::i64},
-    {"eval/accuracy", "1", "top-1 accuracy over the whole evaluation split, fraction in [0, 1]", H5Dtype::f64},
-    {"eval/loss", "1", "mean cross-entropy over the whole evaluation split (nats)", H5Dtype::f64},
-    {"eval/samples", "1", "samples evaluated over all ranks (equals the split size)", H5Dtype::i64},
-    {"eval/time", "s", "host wall time of the evaluation pass (all batches and the MPI reduction), rank 0", H5Dtype::f64},
-};
-
 const IdxDataset& checked_split(const std::shared_ptr<const IdxDataset>& split) {
   if (!split) throw std::invalid_argument("Evaluator: no data set to evaluate");
   return *split;
@@ -134,7 +120,7 @@ Evaluator::Evaluator(std::shared_ptr<const IdxDataset> split, const ViTConfig& c
   images_ = static_cast<float*>(engine_.alloc_host(shape_.images_bytes()));
   labels_ = static_cast<int32_t*>(engine_.alloc_host(shape_.labels_bytes()));
   if (results_)
-    for (const auto& s : kEvalSeries) results_->create_series(s.name, s.units, s.description, 1, 0, s.dtype);
+    create_eval_series(*results_);
 }
 
 Evaluator::~Evaluator() {
@@ -161,11 +147,7 @@ EvalResult Evaluator::run(int step, double* seconds) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (seconds) *seconds = s;
   if (results_) {
-    results_->append_step("eval/step", std::vector<int64_t>{step});
-    results_->append_step("eval/accuracy", std::vector<double>{total.accuracy()});
-    results_->append_step("eval/loss", std::vector<double>{total.mean_loss()});
-    results_->append_step("eval/samples", std::vector<int64_t>{total.count});
-    results_->append_step("eval/time", std::vector<double>{s});
+    append_eval_series(*results_, EvalSample{step, total, s});
     results_->flush();
   }
   if (world_.rank == 0) {

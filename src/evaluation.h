@@ -69,7 +69,7 @@ std::shared_ptr<const IdxDataset> load_eval_data(const Options& opts, std::share
 /// training batches (IdxImageTransform with the default IdxOptions) into host buffers from
 /// Engine::alloc_host and given to Engine::evaluate. The ranks' results are summed with
 /// allreduce_eval. Rank 0 appends eval/step, eval/accuracy, eval/loss, eval/samples and
-/// eval/time (results/SCHEMA.md) to the results file, flushes it, and prints
+/// eval/time (docs/schema.md) to the results file, flushes it, and prints
 /// "[vitddp] eval after step S: top-1 87.12% (8712/10000), loss 0.3521, 1.2 s".
 class Evaluator {
  public:

@@ -1,5 +1,5 @@
 // The HDF5 results file of one run, written by rank 0 only (the other ranks send their rows to it
-// over MPI). Layout and conventions: results/SCHEMA.md. HDF5 C API, serial library; not
+// over MPI). Layout and conventions: docs/schema.md. HDF5 C API, serial library; not
 // thread-safe: use one ResultsFile from one thread.
 #pragma once
 #include <cstdint>

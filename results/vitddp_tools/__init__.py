@@ -1,4 +1,4 @@
-"""vitddp_tools: post-processing of vitddp's HDF5 results files (layout: results/SCHEMA.md).
+"""vitddp_tools: post-processing of vitddp's HDF5 results files (layout: docs/schema.md).
 
 Modules: reader (the one reader of results files), bandwidth (nccl-tests' algbw/busbw of the
 bucket all-reduces), metrics (run-level figures), plot (console script vitddp-plot), report

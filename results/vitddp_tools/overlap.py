@@ -9,7 +9,7 @@ stream close to the busy time).
 
     vitddp-report overlap [--baseline ONE_GPU.h5] FILE.h5...   (prints a Markdown table)
 
-Column definitions: results/SCHEMA.md (timing/*, buckets/allreduce_time, buckets/compress_time).
+Column definitions: docs/schema.md (timing/*, buckets/allreduce_time, buckets/compress_time).
 """
 import argparse
 import os

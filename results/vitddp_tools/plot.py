@@ -1,6 +1,6 @@
 """vitddp-plot: the results table and plots of vitddp runs, from their HDF5 files.
 
-Reads the files vitddp writes (layout: results/SCHEMA.md) through vitddp_tools.reader and draws
+Reads the files vitddp writes (layout: docs/schema.md) through vitddp_tools.reader and draws
 with matplotlib (Agg backend, no display needed). Subcommands:
 
   summary FILE...                 results table in Markdown, one row per file

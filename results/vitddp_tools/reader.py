@@ -1,4 +1,4 @@
-"""The one reader of vitddp results files (HDF5, layout: results/SCHEMA.md).
+"""The one reader of vitddp results files (HDF5, layout: docs/schema.md).
 
 Every command of vitddp_tools reads through `Run`: root attributes and options, per-step series
 ([ranks, steps] or [ranks, steps, buckets], numpy, with their units), the fixed bucket tables, the
@@ -141,7 +141,7 @@ class Run:
         return s
 
     def summary(self, name):
-        """The scalar /summary/<name> as float (units: results/SCHEMA.md, e.g. steps/s, s)."""
+        """The scalar /summary/<name> as float (units: docs/schema.md, e.g. steps/s, s)."""
         return float(self.data("summary/" + name))
 
     def summary_all(self):

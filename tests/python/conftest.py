@@ -1,4 +1,4 @@
-"""Small vitddp results files written with h5py following results/SCHEMA.md, for the tests of
+"""Small vitddp results files written with h5py following docs/schema.md, for the tests of
 vitddp_tools (pip install ./results). No GPU, no vitddp binary."""
 import h5py
 import numpy as np

@@ -1,0 +1,42 @@
+// The start-up checks of a training run: every input is read and checked on every rank, and the
+// results file created on rank 0, before any device work.
+#pragma once
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "model/param_layout.h"
+#include "mpi/world.h"
+#include "src/checkpointer.h"
+#include "src/data.h"
+#include "src/options.h"
+#include "src/results_h5.h"
+
+namespace vitddp {
+
+/// What the start-up checks read, for the run to use.
+struct RunInputs {
+  std::shared_ptr<const IdxDataset> dataset;    ///< --data idx:DIR training split; null for the other sources
+  std::shared_ptr<const IdxDataset> eval_data;  ///< the --eval-every split; null without --eval-every
+  std::vector<float> initial;                   ///< --init-from parameters (layout.total floats); empty without
+  std::optional<ResumePoint> resume;            ///< --resume's checkpoint
+  std::optional<ResultsFile> results;           ///< rank 0: the created --out file; empty on the other ranks
+  /// First step of this run (0-based): the checkpoint's step, else 0.
+  int start_step() const { return resume ? (int)resume->header.step : 0; }
+};
+
+/// Collective: the start-up checks, in order, each agreed on by every rank (agree_or_report):
+///  1. --data: the training split is read (load_training_data), its labels fit the model's
+///     classes, and it holds at least one batch per rank;
+///  2. --eval-split: the evaluation split (load_eval_data);
+///  3. --init-from is read and checked by name and shape; --save-weights' directory exists and
+///     its file does not (unless --overwrite); --trace's directory exists;
+///  4. --resume: the checkpoint is read and checked (read_resume_point); rank 0 checks
+///     --checkpoint-path (checkpoint_path_problem);
+///  5. rank 0 creates the results file --out (ResultsFile::create).
+/// Returns false on every rank at the first check that failed on some rank, after rank 0 printed
+/// one line "vitddp: error: ..." with the lowest failing rank's message: the caller returns exit
+/// code 2. Nothing that needs the device runs here.
+bool preflight(const Options& o, const World& w, const ParamLayout& layout, RunInputs* in);
+
+}  // namespace vitddp

@@ -1,0 +1,285 @@
+// The series table (src/series.h): docs/schema.md agrees with it; the gathered row, the file's
+// datasets and the progress line keep the layout and text they had before the table existed.
+#include <hdf5.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "src/series.h"
+#include "src/timed_window.h"
+#include "tests/catch.h"
+#include "tests/test_util.h"
+
+using namespace vitddp;
+
+namespace {
+
+/// One row of a series table in docs/schema.md: | `name` | dtype | units | shape | meaning |.
+struct DocRow {
+  std::string dtype, units, shape;
+};
+
+std::string trim(const std::string& s) {
+  const size_t a = s.find_first_not_of(' '), b = s.find_last_not_of(' ');
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+/// The rows of the series tables (header "| series | dtype | units | shape | meaning |") of the
+/// "### <heading>" section of docs/schema.md (up to the next heading).
+/// Fails the test on a malformed or repeated row.
+std::map<std::string, DocRow> doc_series(const std::string& heading) {
+  std::ifstream f(std::string(VITDDP_TEST_DATA) + "/../../docs/schema.md");
+  REQUIRE(f.good());
+  std::map<std::string, DocRow> rows;
+  std::string line;
+  bool in = false, found = false, table = false;
+  while (std::getline(f, line)) {
+    if (line.rfind("#", 0) == 0) {
+      in = line.rfind("### " + heading, 0) == 0;
+      found = found || in;
+      continue;
+    }
+    if (line.rfind("|", 0) != 0) table = false;
+    if (line.rfind("| series |", 0) == 0) table = true;  // a series table's header row
+    if (!in || !table || line.rfind("| `", 0) != 0) continue;
+    std::vector<std::string> cells;
+    std::stringstream ss(line.substr(1));
+    for (std::string c; std::getline(ss, c, '|');) cells.push_back(trim(c));
+    INFO(line);
+    REQUIRE(cells.size() >= 5);
+    REQUIRE(cells[0].size() > 2);
+    const std::string name = cells[0].substr(1, cells[0].size() - 2);  // without the backquotes
+    REQUIRE(rows.count(name) == 0);
+    rows[name] = DocRow{cells[1], cells[2], cells[3]};
+  }
+  REQUIRE(found);
+  return rows;
+}
+
+/// Every series of `table` is documented in section `heading` with its dtype, units and shape,
+/// and the section documents no other series.
+void check_section(const std::vector<SeriesDef>& table, const std::string& heading) {
+  const std::map<std::string, DocRow> doc = doc_series(heading);
+  std::set<std::string> names;
+  for (const SeriesDef& s : table) {
+    INFO("series " << s.name << " in docs/schema.md, section " << heading);
+    names.insert(s.name);
+    const auto it = doc.find(s.name);
+    REQUIRE(it != doc.end());
+    CHECK(it->second.dtype == dtype_name(s.dtype));
+    CHECK(it->second.units == s.units);
+    CHECK(it->second.shape == axes_shape(s.axes));
+  }
+  for (const auto& [name, row] : doc) {
+    INFO("docs/schema.md, section " << heading << ", lists " << name);
+    CHECK(names.count(name) == 1);
+  }
+}
+
+StepRecord sample_record(size_t buckets) {
+  StepRecord r;
+  r.data_wait_ms = 1.5;
+  r.input_wait_ms = 0.25;
+  r.forward_ms = 10.125;
+  r.backward_ms = 20.5;
+  r.exposed_comm_ms = 3.75;
+  r.optimizer_ms = 2.0;
+  r.step_ms = 36.625;
+  r.wall_ms = 40.0;
+  r.loss = 2.302585;
+  r.start_ms = 1000.0;
+  r.backward_end_ms = 30.875;
+  r.nonfinite = true;
+  r.buckets.resize(buckets);
+  for (size_t b = 0; b < buckets; ++b) {
+    r.buckets.start_ms[b] = 5.0 + b;
+    r.buckets.end_ms[b] = 7.5 + b;
+    r.buckets.bytes_sent[b] = 4096 * (b + 1);
+    r.buckets.compressed[b] = (uint8_t)(b % 2);
+    r.buckets.compress_ms[b] = 0.125 * b;
+    r.buckets.allreduce_ms[b] = 1.25 + b;
+    r.buckets.copy_ms[b] = 0.5 * b;
+  }
+  return r;
+}
+
+std::vector<double> read_f64(hid_t file, const char* name) {
+  hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
+  REQUIRE(d >= 0);
+  hid_t sp = H5Dget_space(d);
+  std::vector<double> v((size_t)H5Sget_simple_extent_npoints(sp));
+  REQUIRE(H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0);
+  hid_t t = H5Dget_type(d);
+  CHECK(H5Tget_class(t) == H5T_FLOAT);
+  H5Tclose(t);
+  H5Sclose(sp);
+  H5Dclose(d);
+  return v;
+}
+
+std::vector<int64_t> read_i64(hid_t file, const char* name) {
+  hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
+  REQUIRE(d >= 0);
+  hid_t sp = H5Dget_space(d);
+  std::vector<int64_t> v((size_t)H5Sget_simple_extent_npoints(sp));
+  REQUIRE(H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0);
+  hid_t t = H5Dget_type(d);
+  CHECK(H5Tget_class(t) == H5T_INTEGER);
+  H5Tclose(t);
+  H5Sclose(sp);
+  H5Dclose(d);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("docs/schema.md lists every per-step and evaluation series of the table as declared", "[series]") {
+  check_section(step_series(), "Per-step series");
+  check_section(eval_series(), "Evaluation series");
+}
+
+TEST_CASE("series table: names unique, accessors as the axes say", "[series]") {
+  std::set<std::string> names;
+  for (const auto* table : {&step_series(), &eval_series()})
+    for (const SeriesDef& s : *table) {
+      INFO(s.name);
+      CHECK(names.insert(s.name).second);
+      const bool per_rank = s.axes == SeriesAxes::RankStep || s.axes == SeriesAxes::RankStepBucket;
+      CHECK((s.get != nullptr) == per_rank);
+      CHECK((s.set != nullptr) == per_rank);
+      CHECK((s.step_value != nullptr) == (s.axes == SeriesAxes::Step));
+      CHECK((s.eval_value != nullptr) == (s.axes == SeriesAxes::Eval));
+      CHECK((s.progress != nullptr) == (s.progress_pos > 0));
+    }
+  CHECK(step_series().size() == 21);
+  CHECK(eval_series().size() == 5);
+}
+
+TEST_CASE("StepRow: the gathered row's layout, in seconds, and its inverse", "[series]") {
+  const size_t nb = 3;
+  const StepRecord r = sample_record(nb);
+  const StepRow row(nb);
+  REQUIRE(row.size() == 12 + 7 * nb);
+  const std::vector<double> v = row.pack(r);
+  REQUIRE(v.size() == row.size());
+  // The row of the trainer before the table: 11 float series, the non-finite flag, then the
+  // per-bucket arrays start, end, bytes, compressed, compress, all-reduce, copy.
+  const std::vector<double> scalars = {r.data_wait_ms / 1e3, r.input_wait_ms / 1e3, r.forward_ms / 1e3,
+                                       r.backward_ms / 1e3,  r.exposed_comm_ms / 1e3, r.optimizer_ms / 1e3,
+                                       r.step_ms / 1e3,      r.wall_ms / 1e3,         r.loss,
+                                       r.start_ms / 1e3,     r.backward_end_ms / 1e3, 1.0};
+  for (size_t i = 0; i < scalars.size(); ++i) CHECK(v[i] == scalars[i]);
+  for (size_t b = 0; b < nb; ++b) {
+    CHECK(v[12 + 0 * nb + b] == r.buckets.start_ms[b] * 1e-3);
+    CHECK(v[12 + 1 * nb + b] == r.buckets.end_ms[b] * 1e-3);
+    CHECK(v[12 + 2 * nb + b] == (double)r.buckets.bytes_sent[b]);
+    CHECK(v[12 + 3 * nb + b] == (double)r.buckets.compressed[b]);
+    CHECK(v[12 + 4 * nb + b] == r.buckets.compress_ms[b] * 1e-3);
+    CHECK(v[12 + 5 * nb + b] == r.buckets.allreduce_ms[b] * 1e-3);
+    CHECK(v[12 + 6 * nb + b] == r.buckets.copy_ms[b] * 1e-3);
+  }
+  const StepRecord u = row.unpack(v.data());
+  CHECK(u.forward_ms == Approx(r.forward_ms));
+  CHECK(u.start_ms == Approx(r.start_ms));
+  CHECK(u.backward_end_ms == Approx(r.backward_end_ms));
+  CHECK(u.loss == r.loss);
+  CHECK(u.nonfinite);
+  REQUIRE(u.buckets.start_ms.size() == nb);
+  CHECK(u.buckets.end_ms[2] == Approx(r.buckets.end_ms[2]));
+  CHECK(u.buckets.bytes_sent[1] == r.buckets.bytes_sent[1]);
+  CHECK(u.buckets.compressed[1] == 1);
+  // A record with fewer buckets than the run has: zeros for the missing ones.
+  const std::vector<double> short_row = row.pack(sample_record(1));
+  CHECK(short_row[12 + 1] == 0.0);
+  CHECK(short_row[12 + 2 * nb + 2] == 0.0);
+}
+
+TEST_CASE("append_step_series writes every rank's row into the right dataset and dtype", "[series]") {
+  vitddp_test::TempDir dir("vitddp_series_");
+  const std::string path = (dir.path / "s.h5").string();
+  const size_t nb = 2;
+  const StepRow row(nb);
+  StepRecord r0 = sample_record(nb), r1 = sample_record(nb);
+  r1.forward_ms = 99.0;
+  r1.nonfinite = false;
+  r1.buckets.bytes_sent[1] = 123456789012ull;
+  std::vector<double> rows = row.pack(r0);
+  const std::vector<double> p1 = row.pack(r1);
+  rows.insert(rows.end(), p1.begin(), p1.end());
+  {
+    ResultsFile f = ResultsFile::create(path, false);
+    create_step_series(f, 2, (int64_t)nb);
+    append_step_series(f, rows.data(), 2, nb, StepContext{0, true, 0.01});
+    append_step_series(f, rows.data(), 2, nb, StepContext{1, false, 0.02});
+    f.close();
+  }
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  REQUIRE(file >= 0);
+  // [ranks, steps]: rank 0's two steps, then rank 1's.
+  CHECK(read_f64(file, "timing/forward") == std::vector<double>{r0.forward_ms / 1e3, r0.forward_ms / 1e3, 0.099, 0.099});
+  CHECK(read_i64(file, "training/nonfinite") == std::vector<int64_t>{1, 1, 0, 0});
+  // [ranks, steps, buckets]
+  CHECK(read_i64(file, "buckets/bytes_sent") ==
+        std::vector<int64_t>{4096, 8192, 4096, 8192, 4096, 123456789012, 4096, 123456789012});
+  CHECK(read_f64(file, "buckets/allreduce_end")[3] == r0.buckets.end_ms[1] * 1e-3);
+  // [1, steps]
+  CHECK(read_i64(file, "steps/timed") == std::vector<int64_t>{1, 0});
+  CHECK(read_f64(file, "training/lr") == std::vector<double>{0.01, 0.02});
+  H5Fclose(file);
+}
+
+TEST_CASE("progress_line: the text of rank 0's progress line", "[series]") {
+  const StepRecord r = sample_record(1);
+  char expected[512];
+  std::snprintf(expected, sizeof(expected),
+                "[vitddp] step %d/%d (%s) loss %.4f lr %.3g | step %.1f ms: fwd %.1f, bwd %.1f, exposed comm %.1f, opt "
+                "%.1f, data wait %.1f",
+                3, 14, "timed", r.loss, 0.001, r.step_ms, r.forward_ms, r.backward_ms, r.exposed_comm_ms,
+                r.optimizer_ms, r.data_wait_ms);
+  CHECK(progress_line(r, StepContext{2, true, 0.001}, 14, "timed") == expected);
+  CHECK(progress_line(r, StepContext{2, true, 0.001}, 14, "timed") ==
+        "[vitddp] step 3/14 (timed) loss 2.3026 lr 0.001 | step 36.6 ms: fwd 10.1, bwd 20.5, exposed comm 3.8, opt 2.0, "
+        "data wait 1.5");
+}
+
+TEST_CASE("TimedWindow: phases, the resumed part of the window, excluded pauses, bucket counts", "[series]") {
+  TimedWindow w(10, 3, 0);  // the article's window: steps 10, 11, 12 timed
+  CHECK(std::string(w.phase(9)) == "warm-up");
+  CHECK(std::string(w.phase(10)) == "timed");
+  CHECK(std::string(w.phase(12)) == "timed");
+  CHECK(std::string(w.phase(13)) == "cool-down");
+  CHECK(!w.is_timed(9));
+  CHECK(w.is_timed(12));
+  CHECK(w.count() == 3);
+  CHECK(!w.complete(12));
+  CHECK(w.complete(13));
+  CHECK(TimedWindow(10, 3, 11).count() == 2);  // resumed inside the window
+  CHECK(TimedWindow(10, 3, 13).count() == 0);  // resumed past it
+  CHECK(!TimedWindow(10, 3, 13).complete(14));
+
+  std::vector<bool> profiler;
+  TimedWindow v(1, 3, 0, [&](bool on) { profiler.push_back(on); });  // steps 1, 2, 3 timed
+  StepRecord r = sample_record(2);  // bucket starts 5, 6 ms; backward ends at 30.875 ms
+  r.buckets.start_ms[1] = 31.0;     // this one started after backward compute: late
+  const std::vector<double> step_ms = {9.0, 4.0, 7.0, 1.0, 8.0};
+  for (int i = 0; i < 5; ++i) {
+    v.before_step(i);
+    CHECK(profiler.size() == (i == 0 ? 0u : i <= 3 ? 1u : 2u));
+    r.step_ms = step_ms[(size_t)i];
+    v.after_step(i, r);
+    CHECK(profiler.size() == (i >= 3 ? 2u : i >= 1 ? 1u : 0u));
+    if (i == 1) v.exclude(i, 1e6);  // a pause inside the window: taken out
+    if (i == 3) v.exclude(i, 1e6);  // after the last timed step: not inside
+  }
+  CHECK(profiler == std::vector<bool>{true, false});
+  CHECK(v.median_step_ms() == 4.0);  // of 4, 7, 1: not the warm-up 9 nor the cool-down 8
+  CHECK(v.buckets() == 6);
+  CHECK(v.late_buckets() == 3);
+  CHECK(v.seconds() < 0);  // elapsed (well under 1e6 s) minus the one excluded pause
+  CHECK(v.seconds() > -1e6);
+}
