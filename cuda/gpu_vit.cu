@@ -32,7 +32,7 @@
 
 #include "cuda/attention.h"
 #include "cuda/cast.h"
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "cuda/cudnn_attention.h"
 #include "cuda/cudnn_conv.h"
 #include "cuda/device_buffer.h"
