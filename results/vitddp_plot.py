@@ -34,7 +34,7 @@ except ImportError as _e:  # pragma: no cover - depends on the machine
 
 PROG = "vitddp_plot"
 
-# The article's NVTX colours (cuda/nvtx.h), so the plots read like the nsys timeline.
+# The article's NVTX colours (src/nvtx.h), so the plots read like the nsys timeline.
 COLORS = {
     "data_wait": "#D62728",     # "get batch" (red)
     "input_wait": "#BBBBBB",    # waiting for the host-to-device copy (grey)
