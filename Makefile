@@ -3,7 +3,9 @@
 #   make        build (build/vitddp and the test binaries)
 #   make test   run every test this machine can run (GPU tests only where a GPU is visible)
 #   make run    the main job: all local GPUs, ViT-L/32, batch 32 (CPU backend + vit_tiny without GPU)
+# The CPU backend alone: make test BUILD=build-cpu CMAKE_FLAGS=-DVITDDP_GPU=OFF
 BUILD ?= build
+CMAKE_FLAGS ?=
 export PATH := /usr/local/cuda/bin:$(PATH)
 NGPUS := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 MPIRUN := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --bind-to none -x NCCL_NVLS_ENABLE=0
@@ -15,7 +17,7 @@ all: $(BUILD)/build.ninja
 	cmake --build $(BUILD)
 
 $(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
 
 deps:
 	bash .ci/install-deps.sh

@@ -1,7 +1,7 @@
 #include <algorithm>
 
 #include "cuda/adamw.h"
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 
 namespace vitddp {
 namespace {

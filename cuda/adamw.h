@@ -17,7 +17,7 @@ namespace vitddp {
 /// kernel leaves everything unchanged (as sgd_step_gpu: a step with non-finite gradients is
 /// skipped without a host round trip); PyTorch does not count a skipped step, so the caller then
 /// passes the same `step` again next time. Throws std::invalid_argument as adamw_scalars (step < 1,
-/// bad hyper-parameters) and std::runtime_error on a launch failure (cuda/check.h).
+/// bad hyper-parameters) and std::runtime_error on a launch failure (cuda/check_cuda.h).
 void adamw_step_gpu(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, size_t n,
                     const AdamWConfig& cfg, int64_t step, cudaStream_t stream, const int* d_skip = nullptr);
 

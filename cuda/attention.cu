@@ -7,7 +7,7 @@
 
 #include "cuda/attention_mma.h"
 #include "cuda/block_reduce.cuh"
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "cuda/dtype.cuh"
 
 namespace vitddp {

@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "cuda/vec4.cuh"
 
 namespace vitddp {
@@ -422,7 +422,7 @@ void backward(const typename Op::E* qkv, const float* probs, const typename Op::
 
 }  // namespace
 
-bool attention_mma_shape(int T, int head_dim) { return T >= 1 && T <= kT && head_dim == kDh; }
+static_assert(kT == kMmaMaxSeqLen && kDh == kMmaHeadDim, "attention_mma_shape (model/kernel_choice.h) must describe these tiles");
 
 bool attention_mma_fits(int T, int head_dim, const void* qkv, const void* out_or_dout, const void* dqkv) {
   return attention_mma_shape(T, head_dim) && aligned16(qkv) && aligned16(out_or_dout) && aligned16(dqkv);

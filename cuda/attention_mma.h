@@ -9,10 +9,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-namespace vitddp {
+#include "model/kernel_choice.h"  // attention_mma_shape
 
-/// True when the tensor-core kernels take this shape: 1 <= T <= 64 and head_dim == 64 (no CUDA call).
-bool attention_mma_shape(int T, int head_dim);
+namespace vitddp {
 
 /// True when the tensor-core kernels take this shape and these pointers: 1 <= T <= 64,
 /// head_dim == 64, every pointer 16-byte aligned (rows are moved 16 bytes at a time; the row

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 
 namespace vitddp {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "cuda/vec4.cuh"
 
 namespace vitddp {

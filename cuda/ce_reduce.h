@@ -1,4 +1,4 @@
-// The one kernel of the copy-engine all-reduce (mpi/ce_allreduce.h): the owner of a chunk adds the
+// The one kernel of the copy-engine all-reduce (mpi/ce_allreduce_gpu.h): the owner of a chunk adds the
 // copies its peers put in its scratch buffer. Everything else that all-reduce does is copies.
 #pragma once
 #include <cuda_runtime.h>

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "cuda/block_reduce.cuh"
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "model/rng.h"
 
 namespace vitddp {

@@ -1,8 +1,8 @@
-// Kernels of the gradient compression comm hooks (mpi/comm_hooks.h, mpi/powersgd_nccl.h): 16-bit
+// Kernels of the gradient compression comm hooks (mpi/comm_hooks.h, mpi/powersgd_nccl_gpu.h): 16-bit
 // casts (fp16_compress_hook / bf16_compress_hook), PowerSGD's low-rank products, Gram-Schmidt
 // orthogonalisation, error feedback, gather/scatter of uncompressed tensors, random initial Qs.
 // All matrices are fp32 row-major; every function only enqueues work on `stream` (no host
-// synchronisation) and throws std::runtime_error on a launch failure (cuda/check.h).
+// synchronisation) and throws std::runtime_error on a launch failure (cuda/check_cuda.h).
 #pragma once
 #include <cuda_runtime.h>
 

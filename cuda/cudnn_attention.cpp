@@ -14,7 +14,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "cuda/check.h"
+#include "cuda/check_cudnn.h"
 #include "cuda/cudnn_version.h"
 #include "cuda/device_buffer.h"
 

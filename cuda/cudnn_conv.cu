@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "cuda/cast.h"
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
+#include "cuda/check_cudnn.h"
 #include "cuda/cudnn_version.h"
 #include "cuda/device_buffer.h"
 

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "cuda/patch_embed.h"
-#include "cuda/precision.h"
+#include "model/precision.h"
 
 namespace vitddp {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "cuda/check.h"
+#include "cuda/api_error.h"
 
 namespace vitddp {
 

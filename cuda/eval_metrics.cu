@@ -4,7 +4,7 @@
 #include <string>
 
 #include "cuda/block_reduce.cuh"
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 
 namespace vitddp {
 namespace {

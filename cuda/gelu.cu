@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "cuda/reduce.h"
 #include "cuda/vec4.cuh"
 

@@ -32,7 +32,7 @@
 
 #include "cuda/attention.h"
 #include "cuda/cast.h"
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "cuda/cudnn_attention.h"
 #include "cuda/cudnn_conv.h"
 #include "cuda/device_buffer.h"
@@ -329,13 +329,11 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
   if constexpr (!std::is_same_v<T, float>) dx16 = o.dx_op;
   T* const dxo = o.dx_op;  // the residual-stream gradient as a GEMM operand
 
-  // Registration indices, as in make_param_layout: 0 class_token, 1 conv_proj.weight,
-  // 2 conv_proj.bias, 3 pos_embedding, then 12 per block, then ln.weight, ln.bias, head.weight,
-  // head.bias. Groups are reported in gradient-ready order, each in reverse registration order.
-  const size_t P = L.params.size();
-  auto block_index = [](int l, int i) { return (size_t)(4 + 12 * l + i); };
-  auto ready = [&](std::vector<size_t> idx) {
-    if (on_ready) on_ready(idx);
+  // Finished gradients are reported by registration index (L.named, looked up by torchvision
+  // name): groups in gradient-ready order, each bias before its weight (model/grad_ready.h).
+  const ModelParams& mp = L.named;
+  auto ready = [&](const ParamRef& a, const ParamRef& b) {
+    if (on_ready) on_ready({a.index, b.index});
   };
   // nn.Linear weight and bias gradients (fp32): dW (+)= dY^T X, db (+)= colsum(dY); dY is [m, n].
   auto linear_grads = [&](const auto* dy, const auto* xin, float* dw, float* db, int m, int n,
@@ -355,7 +353,7 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
 
   // Head (fp32): dW = dlogits^T @ xf, db = colsum(dlogits), dxf = dlogits @ W.
   linear_grads(dlogits, xf, gr.head_w, gr.head_b, B, K, D);
-  ready({P - 1, P - 2});
+  ready(mp.head_b, mp.head_w);
   linear_backward_input(lt, dlogits, p.head_w, dxf, B, K, D);
 
   // Final LayerNorm: only the class-token rows of dx are non-zero.
@@ -365,16 +363,17 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
   layernorm_backward(dxf, D, x[c.layers], T_ * D, meanf, rstdf, p.ln_w, dx, T_ * D, false,
                      gr.ln_w, gr.ln_b, acc, B, D, scratch, st, dx16,
                      fuse && c.layers > 0 ? gr.blocks[c.layers - 1].fc2_b : nullptr);
-  ready({P - 3, P - 4});
+  ready(mp.ln_b, mp.ln_w);
 
   for (int l = c.layers - 1; l >= 0; --l) {
     const BlockTensors<const float>& w = p.blocks[l];
     const BlockTensors<float>& g = gr.blocks[l];
+    const BlockParams& bp = mp.blocks[l];
     BlockActs<T>& a = o.blocks[l];
     // dx = dL/dx[l+1]. MLP down-projection (mlp.3).
     if (fuse) weight_grad(dxo, a.g, g.fc2_w, N, D, M);  // fc2_b: by the LayerNorm backward above
     else linear_grads(dxo, a.g, g.fc2_w, g.fc2_b, N, D, M);
-    ready({block_index(l, 11), block_index(l, 10)});
+    ready(bp.fc2_b, bp.fc2_w);
     linear_backward_input(lt, dxo, W(w.fc2_w), o.dwide, N, D, M);
     // MLP up-projection (mlp.0).
     if (fuse) {
@@ -384,41 +383,41 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
       gelu_backward(o.dwide, a.u, o.dwide, (size_t)N * M, st);
       linear_grads(o.dwide, a.z, g.fc1_w, g.fc1_b, N, M, D);
     }
-    ready({block_index(l, 9), block_index(l, 8)});
+    ready(bp.fc1_b, bp.fc1_w);
     linear_backward_input(lt, o.dwide, W(w.fc1_w), o.dnarrow, N, M, D);
     // ln_2, plus the residual path: dx becomes dL/dxmid.
     layernorm_backward(o.dnarrow, D, a.xmid, D, a.mean2, a.rstd2, w.ln2_w, dx, D, true, g.ln2_w,
                        g.ln2_b, acc, N, D, scratch, st, dx16, fuse ? g.proj_b : nullptr);
-    ready({block_index(l, 7), block_index(l, 6)});
+    ready(bp.ln2_b, bp.ln2_w);
     // out_proj.
     if (fuse) weight_grad(dxo, a.attn, g.proj_w, N, D, D);  // proj_b: by ln_2's backward
     else linear_grads(dxo, a.attn, g.proj_w, g.proj_b, N, D, D);
-    ready({block_index(l, 5), block_index(l, 4)});
+    ready(bp.proj_b, bp.proj_w);
     linear_backward_input(lt, dxo, W(w.proj_w), o.dnarrow, N, D, D);
     // Attention core, then in_proj.
     attention_core_backward(a, o.dnarrow, o.dwide, B);
     linear_grads(o.dwide, a.y1, g.qkv_w, g.qkv_b, N, 3 * D, D);
-    ready({block_index(l, 3), block_index(l, 2)});
+    ready(bp.qkv_b, bp.qkv_w);
     linear_backward_input(lt, o.dwide, W(w.qkv_w), o.dnarrow, N, 3 * D, D);
     // ln_1, plus the residual path: dx becomes dL/dx[l].
     // dx becomes block l-1's output gradient: its column sums are block l-1's fc2 bias gradient.
     layernorm_backward(o.dnarrow, D, x[l], D, a.mean1, a.rstd1, w.ln1_w, dx, D, true, g.ln1_w,
                        g.ln1_b, acc, N, D, scratch, st, dx16,
                        fuse && l > 0 ? gr.blocks[l - 1].fc2_b : nullptr);
-    ready({block_index(l, 1), block_index(l, 0)});
+    ready(bp.ln1_b, bp.ln1_w);
   }
 
   // Token assembly: positional embedding and class token, then conv_proj.
   const PatchGeometry geo = geometry(B);
   assemble_tokens_backward(dx, o.demb, gr.class_token, gr.pos_embedding, acc, geo, st);
-  ready({3, 0});
+  ready(mp.pos, mp.cls);
   if (cudnn_conv) {
     cudnn_conv->backward_weight(o.demb, gr.conv_w, acc, B);
     column_sum(o.demb, B * Np, D, D, gr.conv_b, acc, scratch, st);
   } else {
     linear_grads(o.demb, o.patches, gr.conv_w, gr.conv_b, B * Np, D, PD);
   }
-  ready({2, 1});
+  ready(mp.conv_b, mp.conv_w);
 }
 
 GpuViT::GpuViT(const ParamLayout& layout, int max_batch, cudaStream_t stream,
@@ -427,8 +426,9 @@ GpuViT::GpuViT(const ParamLayout& layout, int max_batch, cudaStream_t stream,
   if (max_batch < 1) throw std::invalid_argument("GpuViT: max_batch must be >= 1");
   if (c.hidden % c.heads != 0 || c.image_size % c.patch_size != 0)
     throw std::invalid_argument("GpuViT: inconsistent config " + c.name);
-  if (layout.params.size() != 8 + 12 * (size_t)c.layers)
-    throw std::invalid_argument("GpuViT: parameter table does not match config " + c.name);
+  if (layout.named.blocks.size() != (size_t)c.layers)
+    throw std::invalid_argument("GpuViT: parameter table does not match config " + c.name +
+                                " (build it with make_param_layout)");
   if (c.seq_len() > 512 || c.head_dim() > 128 || c.hidden > 4096)
     throw std::invalid_argument("GpuViT: " + c.name +
                                 " exceeds the kernels' limits (T <= 512, head_dim <= 128, D <= 4096)");

@@ -138,9 +138,8 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
                                   "'s own layout without padding");
     size_t prev_end = 0;
     for (int m = L - 1; m >= 0; --m) {
-      size_t grad_end = 0;  // block m's parameters: registration indices 4 + 12m .. 4 + 12m + 11
-      for (size_t i = 4 + 12 * (size_t)m; i < 4 + 12 * (size_t)(m + 1); ++i)
-        grad_end = std::max(grad_end, (layout.params[i].offset + layout.params[i].numel) * f32);
+      size_t grad_end = 0;  // the end of block m's parameters (layout.named, found by name)
+      for (const ParamRef& r : layout.named.blocks[m].all()) grad_end = std::max(grad_end, (r.offset + r.numel) * f32);
       start[m] = (std::max(prev_end, grad_end) + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
       prev_end = start[m] + per_block;
     }

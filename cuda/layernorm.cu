@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include "cuda/block_reduce.cuh"
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "cuda/dtype.cuh"
 #include "cuda/layernorm_warp.cuh"
 #include "cuda/reduce.h"

@@ -9,7 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
+#include "cuda/check_cublaslt.h"
 #include "cuda/device_arena.h"
 
 namespace vitddp {

@@ -24,7 +24,7 @@ namespace vitddp {
 /// epilogue) builds a plan (descriptors + heuristic algorithm); later calls only set the bias
 /// pointer and enqueue. No host synchronisation (unless autotuning, see LtGemmOptions).
 ///
-/// Errors: cuBLASLt / CUDA failures throw std::runtime_error (cuda/check.h); bad sizes throw
+/// Errors: cuBLASLt / CUDA failures throw std::runtime_error (cuda/check_cublaslt.h, cuda/check_cuda.h); bad sizes throw
 /// std::invalid_argument naming the shape.
 struct LtGemmOptions {
   size_t workspace_bytes = size_t(32) << 20;     ///< device workspace for split-K etc.

@@ -3,7 +3,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "cuda/dtype.cuh"
 
 namespace vitddp {

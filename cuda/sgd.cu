@@ -1,5 +1,5 @@
 #include <algorithm>
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "cuda/sgd.h"
 
 namespace vitddp {

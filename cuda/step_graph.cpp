@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 
 namespace vitddp {
 

@@ -2,7 +2,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "cuda/synthetic_data.h"
 
 namespace vitddp {

@@ -158,11 +158,6 @@ void transpose_to_double(const S* src, int rows, int cols, double* dst) {
       dst[static_cast<size_t>(c) * rows + r] = static_cast<double>(src[static_cast<size_t>(r) * cols + c]);
 }
 
-/// Registration indices of one encoder block's parameters.
-struct BlockIndex {
-  size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
-};
-
 }  // namespace
 
 template <typename T>
@@ -172,10 +167,6 @@ struct CpuViT<T>::Impl {
   int batch = 0;              // batch of the last successful forward; 0 = none yet
   // Dimensions.
   int D, H, dh, M, K, S, NP, PD, P, G, C, IS;  // S = seq_len (tokens per image)
-
-  // Registration indices (for on_ready).
-  size_t i_class, i_conv_w, i_conv_b, i_pos, i_ln_w, i_ln_b, i_head_w, i_head_b;
-  std::vector<BlockIndex> bi;
 
   // Parameters as double (flat layout), and transposed linear weights ([in, out]).
   std::vector<double> pd;
@@ -217,29 +208,12 @@ struct CpuViT<T>::Impl {
     if (c.heads < 1 || c.hidden % c.heads != 0)
       throw std::invalid_argument("CpuViT: hidden " + std::to_string(c.hidden) +
                                   " is not a multiple of heads " + std::to_string(c.heads));
+    if (L.named.blocks.size() != static_cast<size_t>(c.layers))
+      throw std::invalid_argument("CpuViT: parameter table does not match config " + c.name +
+                                  " (build it with make_param_layout)");
     D = c.hidden; H = c.heads; dh = c.head_dim(); M = c.mlp_dim; K = c.num_classes;
     S = c.seq_len(); NP = c.num_patches(); PD = c.patch_dim(); P = c.patch_size; G = c.grid();
     C = c.channels; IS = c.image_size;
-
-    i_class = L.index_of("class_token");
-    i_conv_w = L.index_of("conv_proj.weight");
-    i_conv_b = L.index_of("conv_proj.bias");
-    i_pos = L.index_of("encoder.pos_embedding");
-    i_ln_w = L.index_of("encoder.ln.weight");
-    i_ln_b = L.index_of("encoder.ln.bias");
-    i_head_w = L.index_of("heads.head.weight");
-    i_head_b = L.index_of("heads.head.bias");
-    for (int l = 0; l < c.layers; ++l) {
-      const std::string b = "encoder.layers.encoder_layer_" + std::to_string(l) + ".";
-      bi.push_back({L.index_of(b + "ln_1.weight"), L.index_of(b + "ln_1.bias"),
-                    L.index_of(b + "self_attention.in_proj_weight"),
-                    L.index_of(b + "self_attention.in_proj_bias"),
-                    L.index_of(b + "self_attention.out_proj.weight"),
-                    L.index_of(b + "self_attention.out_proj.bias"), L.index_of(b + "ln_2.weight"),
-                    L.index_of(b + "ln_2.bias"), L.index_of(b + "mlp.0.weight"),
-                    L.index_of(b + "mlp.0.bias"), L.index_of(b + "mlp.3.weight"),
-                    L.index_of(b + "mlp.3.bias")});
-    }
 
     const size_t B = static_cast<size_t>(mb), R = B * S;
     pd.assign(L.total, 0.0);
@@ -451,6 +425,7 @@ struct CpuViT<T>::Impl {
     if (batch == 0) throw std::logic_error("CpuViT::backward called without a successful forward");
     const int B = batch, R = B * S;
     const ViTTensors<const T> w = bind_tensors<const T>(L, params);
+    const ModelParams& N = L.named;  // registration indices for on_ready
     std::fill(gacc.begin(), gacc.end(), 0.0);
 
     // Copies the finished gradients of `group` to `grads` and reports them.
@@ -473,14 +448,14 @@ struct CpuViT<T>::Impl {
         dlogits[static_cast<size_t>(b) * K + k] =
             (probs[static_cast<size_t>(b) * K + k] - (k == labels[b] ? 1.0 : 0.0)) / B;
     linear_bwd(x0.data(), dlogits.data(), B, D, K, w.head_w, g.head_w, g.head_b, dx0.data());
-    finish({i_head_b, i_head_w});
+    finish({N.head_b.index, N.head_w.index});
 
     // Final LayerNorm of token 0; the gradient of the residual stream starts here.
     std::fill(dh_.begin(), dh_.begin() + static_cast<size_t>(R) * D, 0.0);
     for (int b = 0; b < B; ++b)
       layernorm_row_bwd(dx0.data() + static_cast<size_t>(b) * D, xhat_f.data() + static_cast<size_t>(b) * D,
                         rstd_f[b], D, w.ln_w, g.ln_w, g.ln_b, dh_.data() + static_cast<size_t>(b) * S * D);
-    finish({i_ln_b, i_ln_w});
+    finish({N.ln_b.index, N.ln_w.index});
 
     // Encoder blocks, last first. dh_ holds dLoss/d(block output) on entry and
     // dLoss/d(block input) on exit (the residual paths pass it through unchanged).
@@ -488,31 +463,31 @@ struct CpuViT<T>::Impl {
       const BlockAct& a = act[l];
       const BlockTensors<const T>& bw = w.blocks[l];
       BlockTensors<double>& bg = g.blocks[l];
-      const BlockIndex& ix = bi[l];
+      const BlockParams& ix = N.blocks[l];
       // mlp.3: out = g W3^T + b3.
       linear_bwd(a.g.data(), dh_.data(), R, M, D, bw.fc2_w, bg.fc2_w, bg.fc2_b, dmlp.data());
-      finish({ix.fc2_b, ix.fc2_w});
+      finish({ix.fc2_b.index, ix.fc2_w.index});
       // GELU, then mlp.0: u = z W0^T + b0.
       for (size_t i = 0; i < static_cast<size_t>(R) * M; ++i) dmlp[i] *= gelu_grad(a.u[i]);
       linear_bwd(a.z.data(), dmlp.data(), R, D, M, bw.fc1_w, bg.fc1_w, bg.fc1_b, dtmp.data());
-      finish({ix.fc1_b, ix.fc1_w});
+      finish({ix.fc1_b.index, ix.fc1_w.index});
       // ln_2 (adds into the residual gradient).
       for (int r = 0; r < R; ++r)
         layernorm_row_bwd(dtmp.data() + static_cast<size_t>(r) * D, a.xhat2.data() + static_cast<size_t>(r) * D,
                           a.rstd2[r], D, bw.ln2_w, bg.ln2_w, bg.ln2_b, dh_.data() + static_cast<size_t>(r) * D);
-      finish({ix.ln2_b, ix.ln2_w});
+      finish({ix.ln2_b.index, ix.ln2_w.index});
       // out_proj.
       linear_bwd(a.o.data(), dh_.data(), R, D, D, bw.proj_w, bg.proj_w, bg.proj_b, dout.data());
-      finish({ix.proj_b, ix.proj_w});
+      finish({ix.proj_b.index, ix.proj_w.index});
       // Attention core, then in_proj.
       attention_bwd(a, B);
       linear_bwd(a.y1.data(), dqkv.data(), R, D, 3 * D, bw.qkv_w, bg.qkv_w, bg.qkv_b, dtmp.data());
-      finish({ix.qkv_b, ix.qkv_w});
+      finish({ix.qkv_b.index, ix.qkv_w.index});
       // ln_1.
       for (int r = 0; r < R; ++r)
         layernorm_row_bwd(dtmp.data() + static_cast<size_t>(r) * D, a.xhat1.data() + static_cast<size_t>(r) * D,
                           a.rstd1[r], D, bw.ln1_w, bg.ln1_w, bg.ln1_b, dh_.data() + static_cast<size_t>(r) * D);
-      finish({ix.ln1_b, ix.ln1_w});
+      finish({ix.ln1_b.index, ix.ln1_w.index});
     }
 
     // Embeddings: h0[b, t] = pos[t] + (t == 0 ? class_token : emb[b, t-1]).
@@ -521,11 +496,11 @@ struct CpuViT<T>::Impl {
       for (int i = 0; i < S * D; ++i) g.pos_embedding[i] += db[i];
       for (int d = 0; d < D; ++d) g.class_token[d] += db[d];
     }
-    finish({i_pos, i_class});
+    finish({N.pos.index, N.cls.index});
     for (int b = 0; b < B; ++b)
       linear_bwd(patches.data() + static_cast<size_t>(b) * NP * PD, dh_.data() + (static_cast<size_t>(b) * S + 1) * D,
                  NP, PD, D, w.conv_w, g.conv_w, g.conv_b, static_cast<double*>(nullptr));
-    finish({i_conv_b, i_conv_w});
+    finish({N.conv_b.index, N.conv_w.index});
   }
 };
 

@@ -1,6 +1,7 @@
 #include "model/param_layout.h"
 
 #include <stdexcept>
+#include <string>
 
 namespace vitddp {
 
@@ -46,7 +47,42 @@ ParamLayout make_param_layout(const ViTConfig& c) {
     off += (L.params[i].numel + 3) / 4 * 4;
   }
   L.total = off;
+  L.named = find_model_params(L);
   return L;
+}
+
+ModelParams find_model_params(const ParamLayout& L) {
+  auto ref = [&](const std::string& name) {
+    const size_t i = L.index_of(name);
+    return ParamRef{i, L.params[i].offset, L.params[i].numel};
+  };
+  ModelParams m;
+  m.cls = ref("class_token");
+  m.conv_w = ref("conv_proj.weight");
+  m.conv_b = ref("conv_proj.bias");
+  m.pos = ref("encoder.pos_embedding");
+  for (int l = 0; l < L.cfg.layers; ++l) {
+    const std::string b = "encoder.layers.encoder_layer_" + std::to_string(l) + ".";
+    BlockParams k;
+    k.ln1_w = ref(b + "ln_1.weight");
+    k.ln1_b = ref(b + "ln_1.bias");
+    k.qkv_w = ref(b + "self_attention.in_proj_weight");
+    k.qkv_b = ref(b + "self_attention.in_proj_bias");
+    k.proj_w = ref(b + "self_attention.out_proj.weight");
+    k.proj_b = ref(b + "self_attention.out_proj.bias");
+    k.ln2_w = ref(b + "ln_2.weight");
+    k.ln2_b = ref(b + "ln_2.bias");
+    k.fc1_w = ref(b + "mlp.0.weight");
+    k.fc1_b = ref(b + "mlp.0.bias");
+    k.fc2_w = ref(b + "mlp.3.weight");
+    k.fc2_b = ref(b + "mlp.3.bias");
+    m.blocks.push_back(k);
+  }
+  m.ln_w = ref("encoder.ln.weight");
+  m.ln_b = ref("encoder.ln.bias");
+  m.head_w = ref("heads.head.weight");
+  m.head_b = ref("heads.head.bias");
+  return m;
 }
 
 size_t ParamLayout::index_of(const std::string& name) const {
@@ -69,32 +105,32 @@ std::vector<size_t> ParamLayout::ready_order() const {
 
 template <typename T>
 ViTTensors<T> bind_tensors(const ParamLayout& L, T* base) {
-  size_t i = 0;
-  auto next = [&]() { return base + L.params[i++].offset; };
+  const ModelParams& n = L.named;
   ViTTensors<T> t;
-  t.class_token = next();
-  t.conv_w = next();
-  t.conv_b = next();
-  t.pos_embedding = next();
-  t.blocks.resize(L.cfg.layers);
-  for (auto& b : t.blocks) {
-    b.ln1_w = next();
-    b.ln1_b = next();
-    b.qkv_w = next();
-    b.qkv_b = next();
-    b.proj_w = next();
-    b.proj_b = next();
-    b.ln2_w = next();
-    b.ln2_b = next();
-    b.fc1_w = next();
-    b.fc1_b = next();
-    b.fc2_w = next();
-    b.fc2_b = next();
+  t.class_token = n.cls.in(base);
+  t.conv_w = n.conv_w.in(base);
+  t.conv_b = n.conv_b.in(base);
+  t.pos_embedding = n.pos.in(base);
+  for (const BlockParams& k : n.blocks) {
+    BlockTensors<T> b;
+    b.ln1_w = k.ln1_w.in(base);
+    b.ln1_b = k.ln1_b.in(base);
+    b.qkv_w = k.qkv_w.in(base);
+    b.qkv_b = k.qkv_b.in(base);
+    b.proj_w = k.proj_w.in(base);
+    b.proj_b = k.proj_b.in(base);
+    b.ln2_w = k.ln2_w.in(base);
+    b.ln2_b = k.ln2_b.in(base);
+    b.fc1_w = k.fc1_w.in(base);
+    b.fc1_b = k.fc1_b.in(base);
+    b.fc2_w = k.fc2_w.in(base);
+    b.fc2_b = k.fc2_b.in(base);
+    t.blocks.push_back(b);
   }
-  t.ln_w = next();
-  t.ln_b = next();
-  t.head_w = next();
-  t.head_b = next();
+  t.ln_w = n.ln_w.in(base);
+  t.ln_b = n.ln_b.in(base);
+  t.head_w = n.head_w.in(base);
+  t.head_b = n.head_b.in(base);
   return t;
 }
 

@@ -18,6 +18,47 @@ struct ParamInfo {
   size_t offset = 0;             ///< element offset into the flat buffer
 };
 
+/// One parameter tensor of a layout, found by its torchvision name: its registration index (into
+/// ParamLayout::params; the index GradReadyFn reports) and its slice [offset, offset+numel) of the
+/// flat buffer, in elements.
+struct ParamRef {
+  size_t index = 0;
+  size_t offset = 0;
+  size_t numel = 0;
+  /// The tensor inside a flat buffer of the layout (parameters, gradients or optimizer state).
+  template <typename T>
+  T* in(T* base) const {
+    return base + offset;
+  }
+};
+
+/// The 12 tensors of encoder block l ("encoder.layers.encoder_layer_l." + ln_1.weight, ln_1.bias,
+/// self_attention.in_proj_weight, self_attention.in_proj_bias, self_attention.out_proj.weight,
+/// self_attention.out_proj.bias, ln_2.weight, ln_2.bias, mlp.0.weight, mlp.0.bias, mlp.3.weight,
+/// mlp.3.bias).
+struct BlockParams {
+  ParamRef ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+  /// All 12, in registration order.
+  std::vector<ParamRef> all() const {
+    return {ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b};
+  }
+};
+
+/// Every tensor of a ViT by role: conv_proj.weight / .bias, class_token, encoder.pos_embedding,
+/// the blocks, encoder.ln.weight / .bias, heads.head.weight / .bias.
+struct ModelParams {
+  ParamRef conv_w, conv_b, cls, pos;
+  std::vector<BlockParams> blocks;  ///< [cfg.layers]
+  ParamRef ln_w, ln_b, head_w, head_b;
+};
+
+struct ParamLayout;
+
+/// Looks every tensor of `layout.cfg` up by its torchvision name (ParamLayout::index_of); throws
+/// std::out_of_range naming a missing one. make_param_layout stores the result in
+/// ParamLayout::named.
+ModelParams find_model_params(const ParamLayout& layout);
+
 /// All parameters of a ViT in torchvision's registration order (params[i] is the i-th entry of
 /// model.named_parameters()), laid out in one flat buffer in *gradient-ready* order: the last
 /// registered tensor (heads.head.bias) sits at offset 0, the first (class_token) at the end, so that
@@ -28,6 +69,7 @@ struct ParamLayout {
   ViTConfig cfg;
   std::vector<ParamInfo> params;  ///< registration order
   size_t total = 0;               ///< elements in the flat buffer, padding included
+  ModelParams named;              ///< every tensor by role (find_model_params), the models' view of params
 
   /// Index of a parameter by torchvision name; throws std::out_of_range naming it.
   size_t index_of(const std::string& name) const;
@@ -59,8 +101,8 @@ struct ViTTensors {
   T *ln_w, *ln_b, *head_w, *head_b;
 };
 
-/// Binds the named pointers of `layout` to the flat buffer `base` (host or device memory; no
-/// access is made). `base` must hold layout.total elements.
+/// Binds the named pointers of `layout` (layout.named's offsets) to the flat buffer `base` (host
+/// or device memory; no access is made). `base` must hold layout.total elements.
 template <typename T>
 ViTTensors<T> bind_tensors(const ParamLayout& layout, T* base);
 

@@ -1,8 +1,6 @@
 #include "mpi/comm_hooks.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
+#include <cstring>
 #include <stdexcept>
 
 #include "mpi/world.h"
@@ -46,30 +44,71 @@ std::vector<HookBucket> hook_buckets(const ParamLayout& layout, const std::vecto
 }
 
 // ---------------------------------------------------------------- 16-bit casts
-// CUDA's conversion functions are __host__ __device__: using them here makes the host path
-// bit-identical to the GPU kernels (cuda/compression.cu).
+// Bit for bit what CUDA's host paths of __float2half_rn, __half2float, __float2bfloat16_rn and
+// __bfloat162float compute (cuda_fp16.hpp, cuda_bf16.hpp; the GPU kernels of cuda/compression.cu
+// round the same way): IEEE 754 round to nearest even, NaN -> the canonical NaN 0x7fff, a binary16
+// NaN -> the float NaN 0x7fffffff. Written out so that the CPU backend needs no CUDA header; the
+// test "16-bit casts match CUDA's" (tests/cpu/test_half_casts_gpu.cpp) compares them with CUDA's.
+
+namespace {
+
+uint32_t float_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+float bits_float(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/// `value` >> `shift` rounded to nearest even on the bits shifted out (1 <= shift <= 31).
+uint32_t shift_round_even(uint32_t value, unsigned shift) {
+  const uint32_t kept = value >> shift;
+  const uint32_t rest = value & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1u);
+  return kept + ((rest > half || (rest == half && (kept & 1u))) ? 1u : 0u);
+}
+
+}  // namespace
 
 uint16_t float_to_fp16(float x) {
-  const __half_raw r = __float2half_rn(x);
-  return r.x;
+  const uint32_t u = float_bits(x) & 0x7fffffffu;
+  const uint32_t sign = (float_bits(x) >> 16) & 0x8000u;
+  if (u > 0x7f800000u) return 0x7fffu;                           // NaN
+  if (u >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 (rounds past 65504) or inf
+  if (u >= 0x38800000u)                                          // normal binary16 (>= 2^-14): rebias 127 -> 15
+    return static_cast<uint16_t>(sign | shift_round_even(u - 0x38000000u, 13));
+  if (u <= 0x33000000u) return static_cast<uint16_t>(sign);      // <= 2^-25: rounds to zero
+  // Subnormal binary16: units of 2^-24; the float is (1.m) 2^(e-127) = (m | 2^23) 2^(e-150).
+  const uint32_t e = u >> 23;
+  return static_cast<uint16_t>(sign | shift_round_even((u & 0x7fffffu) | 0x800000u, 126u - e));
 }
 
 float fp16_to_float(uint16_t h) {
-  __half_raw r;
-  r.x = h;
-  return __half2float(__half(r));
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1fu;
+  uint32_t m = h & 0x3ffu;
+  if (e == 0x1fu) return bits_float(m ? 0x7fffffffu : sign | 0x7f800000u);  // NaN (sign dropped) / inf
+  if (e != 0) return bits_float(sign | ((e + 112u) << 23) | (m << 13));
+  if (m == 0) return bits_float(sign);
+  uint32_t fe = 113u;  // subnormal: normalise m 2^-24
+  while (!(m & 0x400u)) {
+    m <<= 1;
+    --fe;
+  }
+  return bits_float(sign | (fe << 23) | ((m & 0x3ffu) << 13));
 }
 
 uint16_t float_to_bf16(float x) {
-  const __nv_bfloat16_raw r = __float2bfloat16_rn(x);
-  return r.x;
+  const uint32_t u = float_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;  // NaN
+  return static_cast<uint16_t>(shift_round_even(u, 16));  // a carry into the exponent is the right result (inf too)
 }
 
-float bf16_to_float(uint16_t h) {
-  __nv_bfloat16_raw r;
-  r.x = h;
-  return __bfloat162float(__nv_bfloat16(r));
-}
+float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
 
 void cast_to_16bit_host(Compression c, const float* x, size_t n, int world_size, uint16_t* out) {
   const float ws = static_cast<float>(world_size);

@@ -73,7 +73,7 @@ struct ReducerOptions {
   bool grad_as_bucket_view = true;
   Compression compression = Compression::None;
   PowerSgdOptions powersgd;         ///< used when compression == PowerSgd
-  /// GPU backend: who moves the bucket (mpi/ce_allreduce.h). Nccl: ncclAllReduce (SM-driven
+  /// GPU backend: who moves the bucket (mpi/ce_allreduce_gpu.h). Nccl: ncclAllReduce (SM-driven
   /// kernels); CopyEngine: peer-to-peer copies by the copy engines plus a short sum kernel, for
   /// ranks on one node (--allreduce copy-engine). Not with PowerSGD.
   AllReduceImpl allreduce = AllReduceImpl::Nccl;

@@ -3,7 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "cuda/nvtx.h"
+#include "src/nvtx.h"
 
 namespace vitddp {
 

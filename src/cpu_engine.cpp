@@ -7,9 +7,10 @@
 #include <fstream>
 #include <vector>
 
-#include "cuda/nvtx.h"
+#include "src/nvtx.h"
 #include "model/cpu_vit.h"
 #include "model/init.h"
+#include "mpi/reducer.h"
 #include "src/engine.h"
 #include "src/optimizer.h"
 #include "src/evaluation.h"

@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "cuda/synthetic_data.h"  // synthetic_pixel / synthetic_label: host-callable, no CUDA calls
+#include "model/synthetic_data.h"  // synthetic_pixel / synthetic_label: host-callable, no CUDA calls
 #include "model/rng.h"
 #include "model/vit_config.h"
 

@@ -157,7 +157,7 @@ class HostSource {
 /// labels), deterministic in (seed, rank, step) and independent of the worker count:
 ///   image value i of sample n:  synthetic_pixel(seed, rank, step, n * image_elems + i)
 ///   label of sample n:          synthetic_label(seed, rank, step, n, num_classes)
-/// (functions in cuda/synthetic_data.h, shared with the GPU generator).
+/// (functions in model/synthetic_data.h, shared with the GPU generator).
 class SyntheticSource final : public HostSource {
  public:
   /// `slots`: caller-owned buffers of `shape` (>= 2; kDefaultRingSlots recommended), alive as long

@@ -9,7 +9,7 @@
 
 #include "model/param_layout.h"
 #include "mpi/buckets.h"
-#include "mpi/reducer.h"
+#include "mpi/bucket_times.h"
 #include "mpi/world.h"
 #include "src/options.h"
 #include "src/train_state.h"
@@ -145,7 +145,19 @@ std::unique_ptr<Engine> make_gpu_engine(const Options& opts, const World& w, con
 std::unique_ptr<Engine> make_cpu_engine(const Options& opts, const World& w, const ParamLayout& layout,
                                         std::vector<Bucket> buckets, const std::vector<float>* initial_params = nullptr);
 
-/// Number of CUDA devices visible to this process (0 when no driver or device).
+/// Number of CUDA devices visible to this process (0 when no driver or device, and always 0 in
+/// a build without the GPU backend).
 int visible_cuda_devices();
+
+/// True when this binary has the GPU backend (CMake found the CUDA toolkit and VITDDP_GPU is ON);
+/// false in the CPU-only build, where make_gpu_engine and estimate_gpu_memory
+/// (src/memory_estimate.h) refuse with gpu_backend_missing's line (src/gpu_backend_off.cpp).
+bool gpu_backend_built();
+
+/// "<what>: this vitddp was built without the GPU backend (VITDDP_GPU=OFF)": the one line the
+/// CPU-only build answers GPU-only requests with, `what` naming the option (e.g. "--backend gpu").
+inline std::string gpu_backend_missing(const std::string& what) {
+  return what + ": this vitddp was built without the GPU backend (VITDDP_GPU=OFF)";
+}
 
 }  // namespace vitddp

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "cuda/nvtx.h"
+#include "src/nvtx.h"
 #include "src/results_h5.h"
 #include "src/series.h"
 

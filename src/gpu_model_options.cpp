@@ -1,7 +1,7 @@
 #include "src/gpu_model_options.h"
 
-#include "cuda/kernel_choice.h"
-#include "cuda/precision.h"
+#include "model/kernel_choice.h"
+#include "model/precision.h"
 
 namespace vitddp {
 

@@ -2,7 +2,7 @@
 // engine when it builds the model and by the memory estimate (src/memory_estimate.h) and the
 // results header, so they cannot disagree.
 #pragma once
-#include "cuda/gpu_vit.h"
+#include "model/gpu_vit_options.h"
 #include "model/param_layout.h"
 #include "src/options.h"
 
@@ -10,7 +10,7 @@ namespace vitddp {
 
 /// GpuViTOptions for `o` on `layout`:
 ///  - precision from --precision; attention / patch embedding from --attention / --patch-embed
-///    (auto resolved by cuda/kernel_choice.h, with the model's head dimension);
+///    (auto resolved by model/kernel_choice.h, with the model's head dimension);
 ///  - refresh_bf16_weights = false: the engine keeps the bf16 weight copy current itself (cast
 ///    once at set-up, then written by the optimizer's pass);
 ///  - overlay_gradients when there is no gradient accumulation and the layout has no padding: the

@@ -95,6 +95,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (o.dry_run && !gpu_backend_built()) return input_error(w, gpu_backend_missing("--dry-run"));
     if (o.dry_run) {  // the memory estimate needs no GPU and no other check
       if (w.rank == 0) std::printf("%s", memory_report(estimate_gpu_memory(o, w.world_size)).c_str());
       MPI_Finalize();
@@ -114,6 +115,7 @@ int main(int argc, char** argv) {
       if (o.backend == "cpu" && w.rank == 0)
         std::printf("[vitddp] no CUDA device visible: running the CPU backend (reference kernels, MPI all-reduce)\n");
     }
+    if (o.backend == "gpu" && !gpu_backend_built()) return input_error(w, gpu_backend_missing("--backend gpu"));
     if (o.backend == "cpu" && w.rank == 0) {
       // The reference kernels take minutes per step of a full-size ViT: say so before the watchdog does.
       const size_t params = make_param_layout(vit_config(o.model, o.num_classes)).total;

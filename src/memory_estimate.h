@@ -42,7 +42,9 @@ struct MemoryEstimate {
 /// --momentum, --no-ddp, --grad-as-bucket-view, --compression, --powersgd-*) with the parameter
 /// layout and buckets the run uses. Pure host arithmetic: no CUDA call. Throws
 /// std::invalid_argument for an unknown precision or compression name. `world_size`: ranks of
-/// the run (sizes the copy-engine all-reduce's scratch, --allreduce copy-engine).
+/// the run (sizes the copy-engine all-reduce's scratch, --allreduce copy-engine). Defined with the
+/// GPU backend (src/memory_estimate_gpu.cpp); in the CPU-only build (src/gpu_backend_off.cpp) both
+/// overloads throw std::invalid_argument(gpu_backend_missing("--dry-run")).
 MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, const std::vector<Bucket>& buckets,
                                    int world_size = 1);
 

@@ -6,8 +6,8 @@
 #include <functional>
 #include <sstream>
 
-#include "cuda/kernel_choice.h"
-#include "cuda/precision.h"
+#include "model/kernel_choice.h"
+#include "model/precision.h"
 #include "model/vit_config.h"
 
 namespace vitddp {

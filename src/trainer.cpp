@@ -6,8 +6,8 @@
 #include <optional>
 #include <utility>
 
-#include "cuda/kernel_choice.h"
-#include "cuda/nvtx.h"
+#include "model/kernel_choice.h"
+#include "src/nvtx.h"
 #include "model/param_layout.h"
 #include "mpi/buckets.h"
 #include "src/batch_feed.h"

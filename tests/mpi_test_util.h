@@ -1,15 +1,12 @@
 // Helpers shared by the tests run under `mpirun` (mpi_tests, gpu_mpi_tests): this process's rank
-// and the world size in MPI_COMM_WORLD, the World (with a selected GPU) of a gpu_mpi test, and the
-// host emulation of the 16-bit hooks' two-rank average.
+// and the world size in MPI_COMM_WORLD, and the host emulation of the 16-bit hooks' two-rank
+// average. No CUDA header (the GPU tests' World is tests/gpu_mpi/gpu_mpi_test_util.h).
 #pragma once
-#include <cuda_runtime.h>
 #include <mpi.h>
 
 #include <stdexcept>
 
-#include "cuda/check.h"
 #include "mpi/comm_hooks.h"
-#include "mpi/world.h"
 #include "tests/catch.h"
 
 namespace vitddp_test {
@@ -26,24 +23,6 @@ inline int world_size() {
   int s = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &s);
   return s;
-}
-
-/// The World of this process (rank and size in MPI_COMM_WORLD and in its shared-memory node),
-/// with the CUDA device select_device() picks for it made current. FAILs the test when no CUDA
-/// device is visible.
-inline vitddp::World test_world() {
-  vitddp::World w;
-  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &w.world_size);
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &local);
-  MPI_Comm_rank(local, &w.local_rank);
-  MPI_Comm_size(local, &w.local_size);
-  MPI_Comm_free(&local);
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) FAIL("no CUDA device: this test needs 2 GPUs");
-  CUDA_CHECK(cudaSetDevice(vitddp::select_device(w, n)));
-  return w;
 }
 
 /// The fp16/bf16 compression hook's average of two ranks' values `a` and `b` (PyTorch

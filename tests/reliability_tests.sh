@@ -110,10 +110,31 @@ out=$(timeout 60 $MPIRUN -np 2 "$BIN" $SMALL --debug-fail-at-step 1 --debug-fail
 if [ $rc -eq 2 ] && grep -q "nccl-abort: needs the GPU backend" <<<"$out"; then ok "nccl-abort on the CPU backend: refused, exit 2"
 else bad "nccl-abort cpu: rc=$rc out=$out"; fi
 
+if [ "${VITDDP_GPU_BUILT:-1}" = 1 ]; then
 # 12. --dry-run: the memory estimate without a GPU, exit 0, no results file.
 out=$(timeout 60 "$BIN" --dry-run --model vit_l_32 --batch-size 32 --out "$TMP/dry.h5" 2>&1); rc=$?
 if [ $rc -eq 0 ] && grep -q "parameters .* 1226141600 bytes" <<<"$out" && grep -q "^  peak" <<<"$out" && [ ! -e "$TMP/dry.h5" ]; then
   ok "--dry-run: $(grep '^  peak' <<<"$out" | tr -s ' ' | cut -c1-60)"
 else bad "dry-run: rc=$rc out=$out"; fi
+else
+# 12'. The CPU-only build (VITDDP_GPU_BUILT=0, set by tests/CMakeLists.txt): --dry-run and
+# --backend gpu are refused with one line and exit 2 before any work (no results file, no
+# training line); --backend auto runs the CPU backend.
+nogpu="this vitddp was built without the GPU backend (VITDDP_GPU=OFF)"
+out=$(timeout 60 "$BIN" --dry-run --model vit_l_32 --batch-size 32 --out "$TMP/dry.h5" 2>&1); rc=$?
+if [ $rc -eq 2 ] && [ "$out" = "vitddp: error: --dry-run: $nogpu" ] && [ ! -e "$TMP/dry.h5" ]; then
+  ok "--dry-run in the CPU-only build: refused, exit 2"
+else bad "dry-run cpu-only: rc=$rc out=$out"; fi
+out=$(timeout 60 $MPIRUN -np 2 "$BIN" ${SMALL/--backend cpu/--backend gpu} --steps 1 --out "$TMP/nogpu.h5" 2>&1); rc=$?
+if [ $rc -eq 2 ] && [ "$(grep -c "$nogpu" <<<"$out")" -eq 1 ] && grep -qx "vitddp: error: --backend gpu: $nogpu" <<<"$out" &&
+   ! grep -q '^\[vitddp\]' <<<"$out" && [ ! -e "$TMP/nogpu.h5" ]; then
+  ok "--backend gpu in the CPU-only build: one line, exit 2"
+else bad "backend gpu cpu-only: rc=$rc out=$out"; fi
+out=$(timeout 120 $MPIRUN -np 2 "$BIN" ${SMALL/--backend cpu/--backend auto} --warmup-steps 0 --steps 1 --out "$TMP/auto.h5" 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -q "no CUDA device visible: running the CPU backend" <<<"$out" && grep -q "backend cpu" <<<"$out" &&
+   [ "$(attr_of "$TMP/auto.h5" backend)" = '"cpu"' ]; then
+  ok "--backend auto in the CPU-only build: the CPU backend"
+else bad "backend auto cpu-only: rc=$rc out=$out"; fi
+fi
 
 finish

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "cuda/synthetic_data.h"
+#include "model/synthetic_data.h"
 #include "model/vit_config.h"
 #include "src/data.h"
 #include "tests/catch.h"

@@ -2,8 +2,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/attention_mma.h"
-#include "cuda/kernel_choice.h"
+#include "model/kernel_choice.h"
 #include "src/options.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"

@@ -15,7 +15,7 @@
 #include "cuda/layernorm.h"
 #include "cuda/lt_gemm.h"
 #include "cuda/patch_embed.h"
-#include "cuda/precision.h"
+#include "model/precision.h"
 #include "cuda/reduce.h"
 #include "tests/catch.h"
 #include "tests/gpu/attention_reference.h"

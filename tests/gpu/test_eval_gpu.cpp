@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "cuda/eval_metrics.h"
 #include "model/param_layout.h"
 #include "model/rng.h"

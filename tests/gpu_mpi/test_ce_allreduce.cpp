@@ -1,4 +1,4 @@
-// The copy-engine all-reduce (--allreduce copy-engine, mpi/ce_allreduce.h) on 2 GPUs
+// The copy-engine all-reduce (--allreduce copy-engine, mpi/ce_allreduce_gpu.h) on 2 GPUs
 // (`mpirun -np 2`): against a double-precision host reference of the average, bit-identical on
 // both ranks, for every compression it supports and both bucket modes, eagerly and replayed from
 // a CUDA graph with new gradients each replay (the flags must be cleared between steps).
@@ -13,17 +13,17 @@
 #include <random>
 #include <vector>
 
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "cuda/device_buffer.h"
 #include "cuda/step_graph.h"
 #include "model/fnv1a.h"
 #include "model/param_layout.h"
 #include "mpi/comm_hooks.h"
-#include "mpi/nccl_comm.h"
-#include "mpi/reducer.h"
+#include "mpi/nccl_comm_gpu.h"
+#include "mpi/reducer_gpu.h"
 #include "mpi/world.h"
 #include "tests/catch.h"
-#include "tests/mpi_test_util.h"
+#include "tests/gpu_mpi/gpu_mpi_test_util.h"
 
 using namespace vitddp;
 using vitddp_test::test_world;

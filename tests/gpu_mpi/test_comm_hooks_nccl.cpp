@@ -9,17 +9,17 @@
 #include <string>
 #include <vector>
 
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "cuda/device_buffer.h"
 #include "model/param_layout.h"
 #include "model/rng.h"
 #include "mpi/comm_hooks.h"
-#include "mpi/nccl_comm.h"
+#include "mpi/nccl_comm_gpu.h"
 #include "mpi/powersgd.h"
-#include "mpi/reducer.h"
+#include "mpi/reducer_gpu.h"
 #include "mpi/world.h"
 #include "tests/catch.h"
-#include "tests/mpi_test_util.h"
+#include "tests/gpu_mpi/gpu_mpi_test_util.h"
 #include "tests/test_util.h"
 
 using namespace vitddp;

@@ -7,16 +7,16 @@
 #include <memory>
 #include <vector>
 
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "cuda/device_buffer.h"
 #include "cuda/gpu_vit.h"
 #include "model/init.h"
 #include "model/rng.h"
-#include "mpi/nccl_comm.h"
-#include "mpi/reducer.h"
+#include "mpi/nccl_comm_gpu.h"
+#include "mpi/reducer_gpu.h"
 #include "mpi/world.h"
 #include "tests/catch.h"
-#include "tests/mpi_test_util.h"
+#include "tests/gpu_mpi/gpu_mpi_test_util.h"
 #include "tests/test_util.h"
 
 using namespace vitddp;

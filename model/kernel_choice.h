@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/precision.h"
+#include "model/precision.h"
 
 namespace vitddp {
 
@@ -48,6 +48,14 @@ std::string patch_embed_choice_error(const std::string& name, Precision p);
 /// vit_micro). With seq_len 0, auto never picks the tensor-core kernels (cudnn in bf16 where
 /// head_dim allows).
 AttentionImpl resolve_attention(const std::string& name, Precision p, int head_dim = 0, int seq_len = 0);
+
+/// The shapes of the tensor-core attention kernels (cuda/attention_mma.h): sequences up to
+/// kMmaMaxSeqLen tokens (one 64 x 64 tile) and head dimension kMmaHeadDim.
+constexpr int kMmaMaxSeqLen = 64;
+constexpr int kMmaHeadDim = 64;
+
+/// True when the tensor-core kernels take this shape: 1 <= T <= 64 and head_dim == 64 (no CUDA call).
+inline bool attention_mma_shape(int T, int head_dim) { return T >= 1 && T <= kMmaMaxSeqLen && head_dim == kMmaHeadDim; }
 
 /// True when cuDNN's fused attention runs head dimension `head_dim` (a multiple of 8, at most 256).
 bool cudnn_attention_supports(int head_dim);

@@ -1,6 +1,6 @@
-#include "mpi/nccl_comm.h"
+#include "mpi/nccl_comm_gpu.h"
 
-#include "cuda/check.h"
+#include "mpi/nccl_check_gpu.h"
 
 namespace vitddp {
 

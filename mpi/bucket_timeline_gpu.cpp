@@ -1,8 +1,8 @@
-#include "mpi/bucket_timeline.h"
+#include "mpi/bucket_timeline_gpu.h"
 
 #include <stdexcept>
 
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "cuda/step_graph.h"
 
 namespace vitddp {

@@ -1,4 +1,4 @@
-#include "mpi/ce_allreduce.h"
+#include "mpi/ce_allreduce_gpu.h"
 
 #include <cuda.h>
 
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "cuda/compression.h"
 #include "mpi/world.h"
 

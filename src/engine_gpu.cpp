@@ -1,6 +1,8 @@
 // The GPU backend: GpuViT on this rank's device, NCCL reducer on a comm stream, fused SGD or AdamW.
+#include <cublasLt.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include <cmath>
 #include <cstdio>
@@ -12,16 +14,17 @@
 #include <vector>
 
 #include "cuda/adamw.h"
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
 #include "cuda/gpu_vit.h"
-#include "cuda/nvtx.h"
+#include "src/nvtx.h"
 #include "cuda/cast.h"
 #include "cuda/sgd.h"
 #include "cuda/step_graph.h"
 #include "cuda/synthetic_data.h"
 #include "model/init.h"
-#include "mpi/nccl_comm.h"
+#include "mpi/nccl_comm_gpu.h"
 #include "mpi/nccl_transport.h"
+#include "mpi/reducer_gpu.h"
 #include "src/engine.h"
 #include "src/gpu_model_options.h"
 #include "src/memory_estimate.h"
@@ -581,6 +584,8 @@ std::unique_ptr<Engine> make_gpu_engine(const Options& o, const World& w, const 
                                         std::vector<Bucket> buckets, const std::vector<float>* initial_params) {
   return std::make_unique<GpuEngine>(o, w, layout, std::move(buckets), initial_params);
 }
+
+bool gpu_backend_built() { return true; }
 
 int visible_cuda_devices() {
   int n = 0;

@@ -8,7 +8,7 @@
 
 #include "cuda/compression.h"
 #include "cuda/device_buffer.h"
-#include "mpi/bucket_timeline.h"
+#include "mpi/bucket_timeline_gpu.h"
 #include "mpi/comm_hooks.h"
 #include "mpi/powersgd.h"
 

@@ -1,11 +1,12 @@
-#include "mpi/powersgd_nccl.h"
+#include "mpi/powersgd_nccl_gpu.h"
 
 #include <algorithm>
 #include <climits>
 #include <stdexcept>
 #include <string>
 
-#include "cuda/check.h"
+#include "cuda/check_cuda.h"
+#include "mpi/nccl_check_gpu.h"
 
 namespace vitddp {
 

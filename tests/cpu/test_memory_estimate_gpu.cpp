@@ -10,8 +10,8 @@
 #include "cuda/layernorm.h"
 #include "cuda/reduce.h"
 #include "mpi/comm_hooks.h"
-#include "mpi/powersgd_nccl.h"
-#include "mpi/reducer.h"
+#include "mpi/powersgd_nccl_gpu.h"
+#include "mpi/reducer_gpu.h"
 #include "src/memory_estimate.h"
 #include "tests/test_util.h"
 

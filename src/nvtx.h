@@ -1,7 +1,11 @@
 // NVTX ranges with the seed article's names and colours (header-only NVTX3: no library to link;
-// the ranges cost nothing unless a tool such as nsys injects itself).
+// the ranges cost nothing unless a tool such as nsys injects itself). NVTX3 ships with the CUDA
+// toolkit: builds with the GPU backend define VITDDP_NVTX=1 (CMakeLists.txt); the CPU-only build
+// (VITDDP_GPU=OFF) compiles NvtxRange to nothing.
 #pragma once
+#if VITDDP_NVTX
 #include <nvtx3/nvToolsExt.h>
+#endif
 
 #include <cstdint>
 #include <string>
@@ -18,9 +22,10 @@ enum class NvtxColor : uint32_t {
   Orange = 0xFFFF7F0E,  ///< "all-reduce bucket k"
 };
 
-/// Scoped push/pop range on the calling thread.
+/// Scoped push/pop range on the calling thread (nothing without VITDDP_NVTX).
 class NvtxRange {
  public:
+#if VITDDP_NVTX
   NvtxRange(const std::string& name, NvtxColor color) {
     nvtxEventAttributes_t a = {};
     a.version = NVTX_VERSION;
@@ -32,6 +37,9 @@ class NvtxRange {
     nvtxRangePushEx(&a);
   }
   ~NvtxRange() { nvtxRangePop(); }
+#else
+  NvtxRange(const std::string&, NvtxColor) {}
+#endif
   NvtxRange(const NvtxRange&) = delete;
   NvtxRange& operator=(const NvtxRange&) = delete;
 };

@@ -1,8 +1,6 @@
-#include "cuda/kernel_choice.h"
+#include "model/kernel_choice.h"
 
 #include <stdexcept>
-
-#include "cuda/attention_mma.h"
 
 namespace vitddp {
 
