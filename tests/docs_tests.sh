@@ -19,7 +19,7 @@
 #      either says --backend gpu (a machine without a GPU refuses it at once) or runs a small model
 #      on the CPU backend, so no documented command drives a CPU-only machine into the OOM killer;
 #   6. the README's results table equals results/commands/readme_table.py's output (--check), and
-#      the README has at most 300 lines.
+#      the README has at most 300 lines besides that table.
 # Usage: docs_tests.sh <vitddp> <mpirun> <python3 with h5py>
 set -u
 BIN=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -334,11 +334,13 @@ def check_cpu_safety():
 
 def check_readme_table_and_length():
     readme = os.path.join(REPO, "README.md")
-    n = sum(1 for _ in open(readme))
+    text = open(readme).read()
+    table = text[text.find("<!-- results-table:begin -->"):text.find("<!-- results-table:end -->")]
+    n = text.count("\n") - table.count("\n")
     if n <= 300:
-        ok(f"README.md: {n} lines (at most 300)")
+        ok(f"README.md: {n} lines besides the generated results table (at most 300)")
     else:
-        bad(f"README.md: {n} lines, more than 300")
+        bad(f"README.md: {n} lines besides the generated results table, more than 300")
     r = subprocess.run([sys.executable, os.path.join(REPO, "results", "commands", "readme_table.py"), "--check",
                         "README.md"], cwd=REPO, capture_output=True, text=True, timeout=300)
     if r.returncode == 0:
