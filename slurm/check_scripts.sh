@@ -6,9 +6,9 @@
 #     ntasks-per-node == gpus-per-node (one rank per GPU); a job array writes per-task logs (%a);
 #   - the job body: NCCL_NVLS_ENABLE=0 exported, srun with --mpi=pmix, cores handed to srun
 #     (SRUN_CPUS_PER_TASK or srun --cpus-per-task), --data-workers passed to vitddp;
-#   - every script finds the repository and the binary with the same block (so it runs from any
-#     directory: $VITDDP_REPO, the script's folder, scontrol's path of the job script, the submit
-#     directory) and starts "$VITDDP";
+#   - every script finds the binary with the same block (so it can be submitted from any directory:
+#     $VITDDP, the submit directory's build/vitddp, the repository's found through $VITDDP_REPO, the
+#     script's folder, scontrol's path of the job script or the submit directory) and starts "$VITDDP";
 #   - every vitddp option used (also in commented alternatives) exists in `vitddp --help`;
 #   - sweep.sbatch: the --array range covers exactly the CONFIGS table, results named
 #     results/runs/sweep-${SLURM_ARRAY_JOB_ID}-${SLURM_ARRAY_TASK_ID}.h5 (via TASK);
@@ -46,8 +46,10 @@ vitddp_options() {
     sed -E 's/.*(vitddp|"\$VITDDP")[[:space:]]//' | grep -oE '(^|[[:space:]])--[a-z][a-z0-9-]*' | tr -d ' ' | sort -u
 }
 
-# repo_block FILE: the script's repository-and-binary block (identical in every script).
-repo_block() { sed -n '/^# --- repository and binary/,/^# --- end of the repository and binary block/p' "$1"; }
+# repo_block FILE: the script's submit-directory-and-binary block (identical in every script);
+# outside_block FILE: the rest of the script.
+repo_block() { sed -n '/^# --- submit directory and binary/,/^# --- end of the submit directory and binary block/p' "$1"; }
+outside_block() { sed '/^# --- submit directory and binary/,/^# --- end of the submit directory and binary block/d' "$1"; }
 
 for f in "$DIR"/*.sbatch "$DIR"/*.sh; do
   [ -e "$f" ] || continue
@@ -102,14 +104,13 @@ for f in "$DIR"/*.sbatch; do
     if [ -z "$unknown" ]; then ok "$name: vitddp options exist in --help: $(echo $opts)"
     else bad "$name: options not in vitddp --help:$unknown"; fi
   fi
-  # Any directory: the shared block, then the job runs "$VITDDP" (no bare build/vitddp, no cd to
-  # the submit directory alone).
+  # Any directory: the shared block, then the job runs "$VITDDP" (no bare build/vitddp, no other cd).
   block=$(repo_block "$f")
-  if [ -n "$block" ] && [ "$block" = "$(repo_block "$DIR/train.sbatch")" ] && grep -q '^cd "$REPO"' <<<"$block"; then
-    ok "$name: finds the repository and the binary with the shared block"
-  else bad "$name: no repository-and-binary block, or it differs from train.sbatch's"; fi
-  if grep -vE '^[[:space:]]*#' "$f" | grep -qE '(^|[[:space:]])build/vitddp[[:space:]]|cd "\$\{SLURM_SUBMIT_DIR'; then
-    bad "$name: runs build/vitddp or cds to the submit directory outside the shared block"
+  if [ -n "$block" ] && [ "$block" = "$(repo_block "$DIR/train.sbatch")" ] && grep -q 'find_repo' <<<"$block"; then
+    ok "$name: finds the binary (submit directory, repository) with the shared block"
+  else bad "$name: no submit-directory-and-binary block, or it differs from train.sbatch's"; fi
+  if outside_block "$f" | grep -vE '^[[:space:]]*#' | grep -qE '(^|[[:space:]])(build/vitddp[[:space:]]|cd[[:space:]])'; then
+    bad "$name: runs build/vitddp or changes directory outside the shared block"
   else ok "$name: the binary is \$VITDDP"; fi
 done
 

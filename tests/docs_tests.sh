@@ -57,9 +57,18 @@ PLACEHOLDER = re.compile(r"[<>{}*$%]|\.\.\.|\b(FILE|PATH|DIR|MODEL|NAME|A|B)\b")
 OUTPUT_PREFIXES = ("results/runs/", "checkpoints/", "build/", "prof/", "ckpt/")
 # Options the documents name as examples of bad input.
 BAD_INPUT_EXAMPLES = {"--bogus"}
-# Documents that other branches write: while one is missing, links to it are reported as SKIP
-# (loudly); once it exists it is checked like the others.
-FROM_OTHER_BRANCHES = {"docs/schema.md", "docs/findings.md", "docs/benchmarks.md"}
+# Paths that other branches create (documents, the reorganised results/, the tools' package): while
+# one is missing, a path or link naming it (or something under it) is reported as SKIP, loudly;
+# once it exists it is checked like the others. Empty this list once every branch is merged.
+FROM_OTHER_BRANCHES = {"docs/schema.md", "docs/findings.md", "docs/benchmarks.md", "results/README.md",
+                       "results/h200x2", "results/commands/speed.sh", "results/commands/resume.sh",
+                       "results/commands/reliability.sh", "results/commands/interconnects.sh",
+                       "results/pyproject.toml"}
+
+
+def pending(rel):
+    """True when `rel` is missing only because another branch creates it."""
+    return any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in FROM_OTHER_BRANCHES)
 
 failures, passes = [], 0
 
@@ -141,6 +150,8 @@ def check_path(doc, token, where):
     pattern = os.path.join(REPO, token)
     if glob.glob(pattern) or os.path.exists(pattern):
         ok(f"{doc}: {where} {token} exists")
+    elif pending(token.rstrip("/")):
+        print(f"SKIP - {doc}: {where} {token}: made on another branch, not here yet")
     else:
         bad(f"{doc}: {where} {token} does not exist in the repository")
     return True
@@ -162,7 +173,7 @@ def check_paths(docs):
             full = os.path.normpath(os.path.join(REPO, os.path.dirname(doc), path)) if path else os.path.join(REPO, doc)
             if not os.path.exists(full):
                 rel = os.path.relpath(full, REPO)
-                if rel in FROM_OTHER_BRANCHES:
+                if pending(rel):
                     print(f"SKIP - {doc}: link ({target}): {rel} is written on another branch and not here yet")
                 else:
                     bad(f"{doc}: link ({target}) points to a missing {rel}")
@@ -341,6 +352,10 @@ def check_readme_table_and_length():
         ok(f"README.md: {n} lines besides the generated results table (at most 300)")
     else:
         bad(f"README.md: {n} lines besides the generated results table, more than 300")
+    source = re.search(r"^Source: `([^`]+)`", table, re.M)
+    if source and not os.path.exists(os.path.join(REPO, source.group(1))) and pending(source.group(1).rstrip("/")):
+        print(f"SKIP - README.md: results table: its source {source.group(1)} is made on another branch, not here yet")
+        return
     r = subprocess.run([sys.executable, os.path.join(REPO, "results", "commands", "readme_table.py"), "--check",
                         "README.md"], cwd=REPO, capture_output=True, text=True, timeout=300)
     if r.returncode == 0:

@@ -5,7 +5,7 @@
     python3 results/commands/readme_table.py [FOLDER] --update README.md # replace it in the README
     python3 results/commands/readme_table.py [FOLDER] --check README.md  # exit 1 if the README's differs
 
-FOLDER (default results/h200/speed; with --check/--update and no FOLDER, the folder named on the
+FOLDER (default results/h200x2/speed, the benchmark of results/commands/speed.sh; with --check/--update and no FOLDER, the folder named on the
 table's own "Source:" line, else that default) is searched recursively for:
   - vitddp results files (*.h5 whose root attribute `program` is "vitddp", with a
     `summary/steps_per_second` dataset; docs/schema.md), loose or inside tar archives (*.tar,
@@ -38,7 +38,7 @@ import tarfile
 BEGIN = "<!-- results-table:begin -->"
 END = "<!-- results-table:end -->"
 SOURCE_PREFIX = "Source: `"
-DEFAULT_FOLDER = "results/h200/speed"
+DEFAULT_FOLDER = "results/h200x2/speed"
 PRECISION_ORDER = {"fp32": 0, "tf32": 1, "bf16": 2}
 
 
@@ -202,9 +202,9 @@ def render(folder, runs, peers):
         lines.append("| " + " | ".join(cells) + " |")
     jobs = sorted({folder if r["job"] == "." else os.path.join(folder, r["job"]) for r in rows})
     lines.append("")
-    lines.append(f"{SOURCE_PREFIX}{folder}` ({len(runs)} vitddp runs, {len(peers)} peer results; "
-                 f"rows from {', '.join('`' + j + '`' for j in jobs)}). Regenerate with "
-                 f"`python3 results/commands/readme_table.py {folder} --update README.md`.")
+    rows_from = "" if jobs == [folder] else f"; rows from {', '.join('`' + j + '`' for j in jobs)}"
+    lines.append(f"{SOURCE_PREFIX}{folder}` ({len(runs)} vitddp runs, {len(peers)} peer results{rows_from}). "
+                 f"Regenerate with `python3 results/commands/readme_table.py {folder} --update README.md`.")
     return "\n".join(lines) + "\n"
 
 
