@@ -10,8 +10,9 @@ table's own "Source:" line, else that default) is searched recursively for:
   - vitddp results files (*.h5 whose root attribute `program` is "vitddp", with a
     `summary/steps_per_second` dataset; docs/schema.md), loose or inside tar archives (*.tar,
     *.tar.gz, *.tar.xz, as results folders keep them);
-  - peer results (*.json with the keys `model`, `precision` and `steps_per_s`, as
-    results/bench_torch_vit.py and results/bench_torch_ddp.py write them; optional keys:
+  - peer results (*.json holding an object, or a list of objects, with the keys `model`,
+    `precision` and `steps_per_s`, as results/bench_torch_vit.py and results/bench_torch_ddp.py
+    write them; optional keys:
     `framework`, `mode` or `variant` (the column label), `world_size` (default 1), `comm_hook`
     (default "none"), `batch_size`).
 
@@ -21,7 +22,8 @@ archive) a file lies in; a row takes the latest job that holds its configuration
 `start_time`), and the median steps/s per GPU of that job's runs of it (e.g. the same run on two
 GPUs of a host). "share of 1 GPU" is that figure over the 1-GPU row of the same model, precision
 and batch. Peers come from the row's own job when it has them, else from the latest job that does;
-"vs best peer" divides vitddp's figure by the fastest peer shown.
+the last column divides vitddp's figure by the peer's ("vs best peer": the fastest of the peers
+shown).
 
 The table lies in README.md between the lines `<!-- results-table:begin -->` and
 `<!-- results-table:end -->`. Exit status: 0; 1 when --check finds a difference (both tables are
@@ -80,12 +82,17 @@ def _run_from_h5(h5file, job, name):
         return None
 
 
-def _peer_from_json(path, job):
+def _peers_from_json(path, job):
+    """The peer results of one JSON file: an object, or a list of objects (several peers in one file)."""
     try:
         with open(path) as fh:
             d = json.load(fh)
     except (OSError, ValueError):
-        return None
+        return []
+    return [p for p in (_peer(x, job) for x in (d if isinstance(d, list) else [d])) if p]
+
+
+def _peer(d, job):
     if not isinstance(d, dict) or not all(k in d for k in ("model", "precision", "steps_per_s")):
         return None
     framework = {"pytorch": "PyTorch", "jax": "JAX"}.get(str(d.get("framework", "peer")).lower(),
@@ -130,9 +137,7 @@ def collect(folder):
                 except (OSError, tarfile.TarError) as e:
                     raise TableError(f"{path}: unreadable archive ({e})")
             elif fn.endswith(".json"):
-                p = _peer_from_json(path, os.path.relpath(root, folder))
-                if p:
-                    peers.append(p)
+                peers += _peers_from_json(path, os.path.relpath(root, folder))
     if not runs:
         raise TableError(f"{folder}: no completed vitddp GPU results files (*.h5, or inside *.tar.xz)")
     return runs, peers
@@ -189,7 +194,9 @@ def render(folder, runs, peers):
     """The Markdown block that goes between the markers (without them)."""
     rows, labels = build_rows(runs, peers)
     head = ["model", "precision", "GPUs", "--allreduce", "--compression", "vitddp steps/s per GPU",
-            "share of 1 GPU"] + [f"{l} steps/s per GPU" for l in labels] + (["vs best peer"] if labels else [])
+            "share of 1 GPU"] + [f"{l} steps/s per GPU" for l in labels]
+    if labels:
+        head.append(f"vs {labels[0]}" if len(labels) == 1 else "vs best peer")
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
     for r in rows:
         model, precision, gpus, allreduce, compression, batch = r["key"]
