@@ -9,9 +9,9 @@
 #      repository (dataset names such as timing/forward);
 #   2. options: every --option that belongs to vitddp (on a command line: after the vitddp
 #      binary; inline: unless it is a listed option of another tool) is in `vitddp --help`;
-#   3. vitddp-report / vitddp-plot subcommands named exist: each runs with --help from the
-#      package source in results/ (its pyproject.toml [project.scripts]); without that package
-#      the check is skipped with a SKIP line;
+#   3. vitddp-report / vitddp-plot subcommands named exist, with the options named after them: each
+#      runs with --help from the package source in results/ (its pyproject.toml
+#      [project.scripts]); without that package the check is skipped with a SKIP line;
 #   4. the README's commands that need no GPU run: every `build/vitddp` line with --help,
 #      --version, --dry-run or --backend cpu, in a scratch directory, exit 0 (a CPU run must write
 #      a results file with its summary); `make -n run NGPUS=0` runs the CPU backend with vit_tiny;
@@ -249,8 +249,9 @@ def check_subcommands(docs):
     for doc, text in docs:
         prose, code = split_blocks(text)
         for line in command_lines(code) + inline_spans(prose):
-            for tool, sub in re.findall(r"\b(vitddp-report|vitddp-plot)[ \t]+([a-z][a-z0-9_-]*)", line):
-                named.setdefault((tool, sub), doc)
+            for m in re.finditer(r"\b(vitddp-report|vitddp-plot)[ \t]+([a-z][a-z0-9_-]*)([^|;&]*)", line):
+                opts = named.setdefault((m.group(1), m.group(2)), (doc, set()))[1]
+                opts.update(o.split("=", 1)[0] for o in re.findall(r"(?<![\w-])--?[a-z][a-z0-9-]*", m.group(3)))
     if not named:
         return
     entry = package_entry_points()
@@ -258,7 +259,7 @@ def check_subcommands(docs):
         print("SKIP - results/pyproject.toml (the vitddp-report/vitddp-plot package) is not in this tree: "
               "not checked: " + ", ".join(f"{t} {s}" for t, s in sorted(named)))
         return
-    for (tool, sub), doc in sorted(named.items()):
+    for (tool, sub), (doc, opts) in sorted(named.items()):
         if tool not in entry:
             bad(f"{doc}: {tool}: no such console script in results/pyproject.toml")
             continue
@@ -268,6 +269,11 @@ def check_subcommands(docs):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         if r.returncode == 0:
             ok(f"{doc}: {tool} {sub} exists")
+            for o in sorted(opts):
+                if re.search(r"(^|[\s,\[])" + re.escape(o) + r"([\s,=\]]|$)", r.stdout, re.M):
+                    ok(f"{doc}: {tool} {sub} {o}")
+                else:
+                    bad(f"{doc}: {tool} {sub}: no option {o} in its --help")
         else:
             bad(f"{doc}: {tool} {sub}: exit {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
 
