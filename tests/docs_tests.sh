@@ -250,8 +250,9 @@ def check_subcommands(docs):
         prose, code = split_blocks(text)
         for line in command_lines(code) + inline_spans(prose):
             for m in re.finditer(r"\b(vitddp-report|vitddp-plot)[ \t]+([a-z][a-z0-9_-]*)([^|;&]*)", line):
-                opts = named.setdefault((m.group(1), m.group(2)), (doc, set()))[1]
-                opts.update(o.split("=", 1)[0] for o in re.findall(r"(?<![\w-])--?[a-z][a-z0-9-]*", m.group(3)))
+                opts = named.setdefault((m.group(1), m.group(2)), (doc, {}))[1]
+                for o in re.findall(r"(?<![\w-])--?[a-z][a-z0-9-]*", m.group(3)):
+                    opts.setdefault(o.split("=", 1)[0], doc)
     if not named:
         return
     entry = package_entry_points()
@@ -269,11 +270,11 @@ def check_subcommands(docs):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         if r.returncode == 0:
             ok(f"{doc}: {tool} {sub} exists")
-            for o in sorted(opts):
+            for o, odoc in sorted(opts.items()):
                 if re.search(r"(^|[\s,\[])" + re.escape(o) + r"([\s,=\]]|$)", r.stdout, re.M):
-                    ok(f"{doc}: {tool} {sub} {o}")
+                    ok(f"{odoc}: {tool} {sub} {o}")
                 else:
-                    bad(f"{doc}: {tool} {sub}: no option {o} in its --help")
+                    bad(f"{odoc}: {tool} {sub}: no option {o} in its --help")
         else:
             bad(f"{doc}: {tool} {sub}: exit {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
 
