@@ -6,18 +6,20 @@
 #     ntasks-per-node == gpus-per-node (one rank per GPU); a job array writes per-task logs (%a);
 #   - the job body: NCCL_NVLS_ENABLE=0 exported, srun with --mpi=pmix, cores handed to srun
 #     (SRUN_CPUS_PER_TASK or srun --cpus-per-task), --data-workers passed to vitddp;
-#   - every vitddp option used (also in commented alternatives) exists in `vitddp --help`, except
-#     the options being added (PENDING below), which are reported as notes;
+#   - every script finds the binary with the same block (so it can be submitted from any directory:
+#     $VITDDP, the submit directory's build/vitddp, the repository's found through $VITDDP_REPO, the
+#     script's folder, scontrol's path of the job script or the submit directory) and starts "$VITDDP";
+#   - every vitddp option used (also in commented alternatives) exists in `vitddp --help`;
 #   - sweep.sbatch: the --array range covers exactly the CONFIGS table, results named
 #     results/runs/sweep-${SLURM_ARRAY_JOB_ID}-${SLURM_ARRAY_TASK_ID}.h5 (via TASK);
 #   - multinode.sbatch: more than one node, and the mpirun-inside-the-allocation alternative;
-#   - long.sbatch: --requeue, checkpoints written, --resume only when its checkpoint exists
+#   - long.sbatch: --requeue, --signal=B:USR1@<seconds> with a USR1 trap that stops srun and runs
+#     scontrol requeue, checkpoints written to $CKPT (settable), --resume only when it exists
 #     (the requeue itself runs in tests/slurm_requeue_test.sh).
 # Usage: check_scripts.sh [vitddp binary]   (without it, the option check is skipped)
 set -u
 DIR=$(cd "$(dirname "$0")" && pwd)
 BIN=${1:-}
-PENDING=""  # options a script may use before vitddp has them (reported as notes); none now
 pass=0
 fail=0
 ok() { pass=$((pass + 1)); echo "ok   - $1"; }
@@ -33,16 +35,21 @@ sbatch_value() {
   sed -n -E "s/^#SBATCH[[:space:]]+--$2(=|[[:space:]]+)([^[:space:]]+).*/\2/p" "$1" | tail -1
 }
 
-# vitddp_options FILE: every --option on the vitddp command lines (continuations joined, comment
-# markers of commented-out alternatives removed), one per line.
+# vitddp_options FILE: every --option on the vitddp command lines ("$VITDDP" or .../vitddp;
+# continuations joined, comment markers of commented-out alternatives removed), one per line.
 vitddp_options() {
   sed -E 's/^#[[:space:]]?//' "$1" | grep -v '^SBATCH' | awk '
     { line = $0 }
     cont { buf = buf " " line } !cont { buf = line }
     { cont = (line ~ /\\$/); if (cont) next; print buf; buf = "" }' |
-    grep -E '(^|[[:space:]/])vitddp[[:space:]]' |
-    sed -E 's/.*vitddp[[:space:]]//' | grep -oE '(^|[[:space:]])--[a-z][a-z0-9-]*' | tr -d ' ' | sort -u
+    grep -E '((^|[[:space:]/])vitddp|"\$VITDDP")[[:space:]]' |
+    sed -E 's/.*(vitddp|"\$VITDDP")[[:space:]]//' | grep -oE '(^|[[:space:]])--[a-z][a-z0-9-]*' | tr -d ' ' | sort -u
 }
+
+# repo_block FILE: the script's submit-directory-and-binary block (identical in every script);
+# outside_block FILE: the rest of the script.
+repo_block() { sed -n '/^# --- submit directory and binary/,/^# --- end of the submit directory and binary block/p' "$1"; }
+outside_block() { sed '/^# --- submit directory and binary/,/^# --- end of the submit directory and binary block/d' "$1"; }
 
 for f in "$DIR"/*.sbatch "$DIR"/*.sh; do
   [ -e "$f" ] || continue
@@ -91,15 +98,20 @@ for f in "$DIR"/*.sbatch; do
   else bad "$name: vitddp without --data-workers"; fi
   if [ -n "$HELP" ]; then
     unknown=""
-    notes=""
     for o in $opts; do
-      if grep -qE -- "^[[:space:]]*$o([[:space:]]|$)" <<<"$HELP"; then continue; fi
-      if grep -qw -- "$o" <<<"$PENDING"; then notes="$notes $o"; else unknown="$unknown $o"; fi
+      grep -qE -- "^[[:space:]]*$o([[:space:]]|$)" <<<"$HELP" || unknown="$unknown $o"
     done
     if [ -z "$unknown" ]; then ok "$name: vitddp options exist in --help: $(echo $opts)"
     else bad "$name: options not in vitddp --help:$unknown"; fi
-    [ -z "$notes" ] || echo "note - $name: uses$notes, not in this vitddp --help yet (being added)"
   fi
+  # Any directory: the shared block, then the job runs "$VITDDP" (no bare build/vitddp, no other cd).
+  block=$(repo_block "$f")
+  if [ -n "$block" ] && [ "$block" = "$(repo_block "$DIR/train.sbatch")" ] && grep -q 'find_repo' <<<"$block"; then
+    ok "$name: finds the binary (submit directory, repository) with the shared block"
+  else bad "$name: no submit-directory-and-binary block, or it differs from train.sbatch's"; fi
+  if outside_block "$f" | grep -vE '^[[:space:]]*#' | grep -qE '(^|[[:space:]])(build/vitddp[[:space:]]|cd[[:space:]])'; then
+    bad "$name: runs build/vitddp or changes directory outside the shared block"
+  else ok "$name: the binary is \$VITDDP"; fi
 done
 
 # sweep.sbatch: array range == table, results named by array job id and task id.
@@ -133,6 +145,14 @@ L="$DIR/long.sbatch"
 if [ -f "$L" ]; then
   if grep -qE '^#SBATCH[[:space:]]+--requeue' "$L"; then ok "long.sbatch: --requeue"
   else bad "long.sbatch: no #SBATCH --requeue (a preempted job would not restart)"; fi
+  sig=$(sbatch_value "$L" signal)
+  if [[ "$sig" =~ ^B:USR1@[0-9]+$ ]] && grep -qE '^trap [a-z_]+ USR1$' "$L" &&
+     grep -qE '^[[:space:]]*kill -TERM "\$SRUN_PID"' "$L" && grep -qE '^[[:space:]]*scontrol requeue "\$JOB"' "$L" &&
+     grep -qE '[[:space:]]&$' "$L" && grep -qE 'wait "\$SRUN_PID"' "$L"; then
+    ok "long.sbatch: --signal=$sig, a USR1 trap stops srun (SIGTERM: vitddp checkpoints) and requeues"
+  else bad "long.sbatch: the time limit is not handled (--signal=B:USR1@N, trap ... USR1, srun in the background, kill -TERM, scontrol requeue)"; fi
+  if grep -qE '^CKPT="\$\{CKPT:-' "$L"; then ok "long.sbatch: the checkpoint path is settable (CKPT=...)"
+  else bad "long.sbatch: CKPT is not settable from the environment"; fi
   lopts=$(vitddp_options "$L")
   if grep -qx -- '--checkpoint-every' <<<"$lopts" && grep -qx -- '--checkpoint-path' <<<"$lopts"; then
     ok "long.sbatch: --checkpoint-every and --checkpoint-path"
