@@ -85,10 +85,22 @@ def _open_all(paths):
     return [Run(p) for p in paths]
 
 
+def _untar(path, tmp):
+    """The .h5 members of tar `path` unpacked under `tmp` (a folder of their own); list of paths."""
+    import tarfile
+    dest = os.path.join(tmp, "%d-%s" % (len(os.listdir(tmp)), os.path.basename(os.path.dirname(os.path.abspath(path)))))
+    os.makedirs(dest)
+    try:
+        with tarfile.open(path) as t:
+            t.extractall(dest, members=[m for m in t.getmembers() if m.name.endswith(".h5") and m.isfile()])
+    except (tarfile.TarError, OSError) as e:
+        raise ResultsError("--validate %s: cannot unpack (%s)" % (path, e))
+    return glob.glob(os.path.join(dest, "**", "*.h5"), recursive=True)
+
+
 def unpack(paths, tmp):
     """The .h5 files of `paths` (folders searched recursively, .tar/.tar.gz/.tar.xz archives unpacked
     into `tmp` first), sorted; ResultsError for a missing path or none found."""
-    import tarfile
     files = []
     for i, p in enumerate(paths):
         if not os.path.exists(p):
@@ -96,14 +108,10 @@ def unpack(paths, tmp):
         if os.path.isdir(p):
             found = glob.glob(os.path.join(p, "**", "*.h5"), recursive=True)
             for t in sorted(glob.glob(os.path.join(p, "**", "*.tar*"), recursive=True)):
-                found += unpack([t], tmp)
+                found += _untar(t, tmp)
             files += found
         elif ".tar" in os.path.basename(p):
-            dest = os.path.join(tmp, "%d-%s" % (len(os.listdir(tmp)), os.path.basename(p).split(".tar")[0]))
-            os.makedirs(dest)
-            with tarfile.open(p) as t:
-                t.extractall(dest, members=[m for m in t.getmembers() if m.name.endswith(".h5") and m.isfile()])
-            files += glob.glob(os.path.join(dest, "**", "*.h5"), recursive=True)
+            files += _untar(p, tmp)
         elif p.endswith(".h5"):
             files.append(p)
     if not files:
@@ -119,38 +127,51 @@ def _label(path, tmp):
     return "/".join(parts)[:-3]
 
 
-def _differences(run, ref):
-    """Options of `run` that differ from `ref`'s and that the model does not cover (sorted list of 'k=v')."""
-    a, b = run.options(), ref.options
-    return sorted("%s=%s" % (k, a.get(k)) for k in set(a) | set(b) if k not in MODELED and a.get(k) != b.get(k))
+def _differences(run, ref_options):
+    """Options of `run` that differ from `ref_options` ({name: str}) and that the model does not cover:
+    sorted list of 'name=value'. An option the reference's (older) build lacks counts as its default
+    there: a run's value 0, off, false, auto, none or empty is no difference."""
+    a, b = run.options(), ref_options
+    default = {"0", "off", "false", "auto", "none", ""}
+    return sorted("%s=%s" % (k, a[k]) for k in a if k not in MODELED
+                  and (a[k] != b[k] if k in b else a[k].lower() not in default))
 
 
 def validate(paths, tmp):
-    """Predicts every multi-rank run of `paths` from one reference per (transport, precision, model,
-    batch, all-reduce): the 25 MiB, no-compression, overlapped run with the fewest unmodelled option
-    differences; the link table fitted from that group's runs; the group's 1-GPU no-DDP run of the
-    same precision as baseline. Returns (rows list of dict, tables {group: LinkTable}, notes list)."""
-    runs = _open_all(unpack(paths, tmp))
-    groups, singles, notes = {}, {}, []
-    for r in runs:
-        key = (r.precision, r.model, r.batch_size)
-        if r.world_size == 1 and not r.ddp:
-            singles.setdefault(key, []).append(r)
-        elif r.world_size > 1 and r.ddp and r.has("buckets/allreduce_start"):
-            groups.setdefault((transport_of(r), r.allreduce) + key, []).append(r)
+    """Predicts every multi-rank NCCL run of `paths` from one reference per group (the --validate
+    argument it came from, transport, all-reduce, precision, model, batch): the 25 MiB,
+    no-compression, overlapped run with the fewest unmodelled option differences; the link table
+    fitted from the group's runs; the 1-GPU no-DDP run of the same argument and precision as
+    baseline. Returns (rows list of dict, tables {group: LinkTable}, notes list of str)."""
+    groups, singles, notes, runs = {}, {}, [], []
+    for origin, p in enumerate(paths):
+        for f in unpack([p], tmp):
+            r = Run(f)
+            runs.append(r)
+            key = (origin, r.precision, r.model, r.batch_size)
+            if r.world_size == 1 and not r.ddp:
+                singles.setdefault(key, []).append(r)
+            elif r.world_size == 1 or not r.ddp or not r.has("buckets/allreduce_start"):
+                continue
+            elif r.allreduce != "nccl":
+                notes.append("%s: --allreduce %s (several comm streams, sums on the compute stream): not this "
+                             "model; not predicted" % (_label(r.path, tmp), r.allreduce))
+            elif not np.asarray(r.data("buckets/bytes_sent")).any():
+                notes.append("%s: buckets/bytes_sent is 0 everywhere (the file records no communication: %.2f "
+                             "steps/s); not predicted" % (_label(r.path, tmp), r.summary("steps_per_second")))
+            else:
+                groups.setdefault((transport_of(r), r.allreduce) + key[1:] + (origin,), []).append(r)
     rows, tables = [], {}
     for gk, members in sorted(groups.items()):
         cands = [r for r in members if r.compression == "none" and r.overlap and r.bucket_cap_mb == 25]
         if not cands:
             notes.append("%s: no 25 MiB no-compression overlapped run to serve as reference; not predicted" % (gk,))
             continue
-        ref_run = min(cands, key=lambda r: (len(_differences(r, Reference.from_run(members[0]))), r.path))
+        others = [Reference.from_run(r).options for r in members]
+        ref_run = min(cands, key=lambda r: (sum(len(_differences(r, o)) for o in others), r.path))
         ref = Reference.from_run(ref_run)
-        ref_run_diffs = lambda r: _differences(r, ref)
-        ref_run = min(cands, key=lambda r: (len(ref_run_diffs(r)), r.path))
-        ref = Reference.from_run(ref_run)
-        base = singles.get(gk[2:], [])
-        base = min(base, key=lambda r: (len(_differences(r, ref)), r.path)) if base else None
+        base = singles.get((gk[-1],) + gk[2:-1], [])
+        base = min(base, key=lambda r: (len(_differences(r, ref.options)), r.path)) if base else None
         baseline = Baseline.from_run(base) if base else None
         name = "fitted from %d %s runs" % (len(members), gk[0])
         table = fit_link_table(members, name)
@@ -165,9 +186,7 @@ def validate(paths, tmp):
             t = r.timed()
             mexp = float(np.median(np.asarray(r.step_series("timing/exposed_comm"), dtype=float)[:, t].max(axis=0)))
             mbwd = float(np.median(np.asarray(r.step_series("timing/backward"), dtype=float)[:, t].max(axis=0)))
-            diffs = _differences(r, ref)
-            if r.allreduce != "nccl":
-                diffs.append("allreduce=%s" % r.allreduce)
+            diffs = _differences(r, ref.options)
             rows.append({"run": _label(r.path, tmp), "transport": gk[0], "precision": gk[2], "allreduce": gk[1],
                          "cap_mb": r.bucket_cap_mb, "compression": r.compression, "overlap": r.overlap,
                          "reference": r.path == ref.path, "baseline": _label(base.path, tmp) if base else "",
