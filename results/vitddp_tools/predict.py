@@ -95,36 +95,29 @@ def _untar(path, tmp):
             t.extractall(dest, members=[m for m in t.getmembers() if m.name.endswith(".h5") and m.isfile()])
     except (tarfile.TarError, OSError) as e:
         raise ResultsError("--validate %s: cannot unpack (%s)" % (path, e))
-    return glob.glob(os.path.join(dest, "**", "*.h5"), recursive=True)
+    return [(f, os.path.relpath(f, dest)[:-3]) for f in glob.glob(os.path.join(dest, "**", "*.h5"), recursive=True)]
 
 
 def unpack(paths, tmp):
     """The .h5 files of `paths` (folders searched recursively, .tar/.tar.gz/.tar.xz archives unpacked
-    into `tmp` first), sorted; ResultsError for a missing path or none found."""
+    into `tmp` first) as sorted (path, label) pairs, label = the path inside its folder or archive
+    without .h5; ResultsError for a missing path or none found."""
     files = []
     for i, p in enumerate(paths):
         if not os.path.exists(p):
             raise ResultsError("--validate %s: no such file or folder" % p)
         if os.path.isdir(p):
-            found = glob.glob(os.path.join(p, "**", "*.h5"), recursive=True)
+            found = [(f, os.path.relpath(f, p)[:-3]) for f in glob.glob(os.path.join(p, "**", "*.h5"), recursive=True)]
             for t in sorted(glob.glob(os.path.join(p, "**", "*.tar*"), recursive=True)):
                 found += _untar(t, tmp)
             files += found
         elif ".tar" in os.path.basename(p):
             files += _untar(p, tmp)
         elif p.endswith(".h5"):
-            files.append(p)
+            files.append((p, os.path.basename(p)[:-3]))
     if not files:
         raise ResultsError("--validate %s: no .h5 files" % " ".join(paths))
     return sorted(set(files))
-
-
-def _label(path, tmp):
-    rel = os.path.relpath(path, tmp) if path.startswith(tmp) else path
-    parts = rel.split(os.sep)
-    if path.startswith(tmp):
-        parts = parts[1:]
-    return "/".join(parts)[:-3]
 
 
 def _differences(run, ref_options):
@@ -145,8 +138,9 @@ def validate(paths, tmp):
     baseline. Returns (rows list of dict, tables {group: LinkTable}, notes list of str)."""
     groups, singles, notes, runs = {}, {}, [], []
     for origin, p in enumerate(paths):
-        for f in unpack([p], tmp):
+        for f, lab in unpack([p], tmp):
             r = Run(f)
+            r.label = lab
             runs.append(r)
             key = (origin, r.precision, r.model, r.batch_size)
             if r.world_size == 1 and not r.ddp:
@@ -155,10 +149,10 @@ def validate(paths, tmp):
                 continue
             elif r.allreduce != "nccl":
                 notes.append("%s: --allreduce %s (several comm streams, sums on the compute stream): not this "
-                             "model; not predicted" % (_label(r.path, tmp), r.allreduce))
+                             "model; not predicted" % (r.label, r.allreduce))
             elif not np.asarray(r.data("buckets/bytes_sent")).any():
                 notes.append("%s: buckets/bytes_sent is 0 everywhere (the file records no communication: %.2f "
-                             "steps/s); not predicted" % (_label(r.path, tmp), r.summary("steps_per_second")))
+                             "steps/s); not predicted" % (r.label, r.summary("steps_per_second")))
             else:
                 groups.setdefault((transport_of(r), r.allreduce) + key[1:] + (origin,), []).append(r)
     rows, tables = [], {}
@@ -187,13 +181,13 @@ def validate(paths, tmp):
             mexp = float(np.median(np.asarray(r.step_series("timing/exposed_comm"), dtype=float)[:, t].max(axis=0)))
             mbwd = float(np.median(np.asarray(r.step_series("timing/backward"), dtype=float)[:, t].max(axis=0)))
             diffs = _differences(r, ref.options)
-            rows.append({"run": _label(r.path, tmp), "transport": gk[0], "precision": gk[2], "allreduce": gk[1],
+            rows.append({"run": r.label, "transport": gk[0], "precision": gk[2], "allreduce": gk[1],
                          "cap_mb": r.bucket_cap_mb, "compression": r.compression, "overlap": r.overlap,
-                         "reference": r.path == ref.path, "baseline": _label(base.path, tmp) if base else "",
+                         "reference": r.path == ref.path, "baseline": base.label if base else "",
                          "measured": meas, "predicted": p.steps_per_second,
                          "error": p.steps_per_second / meas - 1.0, "backward_measured": mbwd,
                          "backward_predicted": p.backward, "exposed_measured": mexp, "exposed_predicted": p.exposed,
-                         "unmodelled": diffs, "reference_run": _label(ref.path, tmp)})
+                         "unmodelled": diffs, "reference_run": ref_run.label})
     for r in runs:
         r.close()
     return rows, tables, notes
