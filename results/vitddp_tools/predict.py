@@ -59,12 +59,14 @@ def fit_link_table(runs, name="fitted"):
             d = pts.setdefault((tr, "cast" if comp != "powersgd" else "powersgd", 0), ([], []))
             d[0].extend(nb)
             d[1].extend(_timed_min_median(run, "buckets/compress_time"))
-    if not pts:
-        raise ResultsError("--fit-link: no multi-rank DDP run with per-bucket times among %d files" % len(runs))
     rows = []
     for (tr, coll, n), (b, t) in sorted(pts.items()):
+        if not any(x > 0 and y > 0 for x, y in zip(b, t)):
+            continue  # e.g. a file that records no communication (bytes_sent 0)
         factor = bus_factor(n, coll) if coll == "allreduce" else 1.0
         rows += curve_rows(tr, coll, b, t, factor, name)
+    if not rows:
+        raise ResultsError("--fit-link: no multi-rank DDP run with per-bucket times among %d files" % len(runs))
     return LinkTable(rows, name)
 
 
@@ -261,7 +263,7 @@ def validation_plot(rows, path):
     ax.set_yscale("log")
     ax.set_xlabel("measured steps/s per GPU")
     ax.set_ylabel("predicted steps/s per GPU")
-    ax.set_title("vitddp-report predict: 2 x H200 runs from one reference per transport")
+    ax.set_title("predicted against measured, one reference run per group", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
