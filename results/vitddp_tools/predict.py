@@ -132,12 +132,13 @@ def _differences(run, ref_options):
                   and (a[k] != b[k] if k in b else a[k].lower() not in default))
 
 
-def validate(paths, tmp):
+def validate(paths, tmp, leave_one_out=False):
     """Predicts every multi-rank NCCL run of `paths` from one reference per group (the --validate
     argument it came from, transport, all-reduce, precision, model, batch): the 25 MiB,
     no-compression, overlapped run with the fewest unmodelled option differences; the link table
     fitted from the group's runs; the 1-GPU no-DDP run of the same argument and precision as
-    baseline. Returns (rows list of dict, tables {group: LinkTable}, notes list of str)."""
+    baseline; with `leave_one_out`, each run's link table is fitted without that run's own buckets.
+    Returns (rows list of dict, tables {group: LinkTable}, notes list of str)."""
     groups, singles, notes, runs = {}, {}, [], []
     for origin, p in enumerate(paths):
         for f, lab in unpack([p], tmp):
@@ -177,7 +178,10 @@ def validate(paths, tmp):
                           first_mb=float(r.option("first-bucket-mb", "1")), compression=r.compression,
                           overlap=r.overlap, powersgd_rank=int(r.option("powersgd-rank", "1")),
                           powersgd_rate=float(r.option("powersgd-min-compression-rate", "2")), precision=r.precision)
-            p = predict(ref, sc, table, baseline)
+            own = table
+            if leave_one_out and len(members) > 1:
+                own = fit_link_table([m for m in members if m is not r], name + " without this run")
+            p = predict(ref, sc, own, baseline)
             meas = r.summary("steps_per_second")
             t = r.timed()
             mexp = float(np.median(np.asarray(r.step_series("timing/exposed_comm"), dtype=float)[:, t].max(axis=0)))
@@ -198,15 +202,16 @@ def validate(paths, tmp):
 TARGETS = {"nvlink": 0.05, "shm": 0.05, "net": 0.10}
 
 
-def validation_text(rows, tables, notes, command):
+def validation_text(rows, tables, notes, command, leave_one_out=False):
     """The validation report (Markdown): one table per group, the targets, the fitted link tables."""
     out = ["# Predicted against measured steps/s per GPU", "",
            "Made by `%s`." % command, "",
            "Each run predicted from one reference run of its group (transport, all-reduce, precision) - marked "
            "**ref** - the link table fitted from the group's runs (below) and the group's 1-GPU no-DDP run as "
-           "baseline for backward's slowdown. Times: medians over the timed steps of the slowest rank (ms). "
+           "baseline for backward's slowdown%s. Times: medians over the timed steps of the slowest rank (ms). "
            "*unmodelled*: options that differ from the reference and that the model does not represent; those rows "
-           "do not count against the targets.", ""]
+           "do not count against the targets." % (
+               " (leave one out: each run's link table fitted without that run)" if leave_one_out else ""), ""]
     groups = []
     for r in rows:
         g = (r["transport"], r["allreduce"], r["precision"])
@@ -305,6 +310,8 @@ def parser(prog):
     ap.add_argument("--json", action="store_true", help="JSON instead of Markdown")
     ap.add_argument("--validate", nargs="+", metavar="DIR_OR_TAR", help="predict every multi-rank run found there "
                     "from one reference per transport and compare with its measured steps/s")
+    ap.add_argument("--leave-one-out", action="store_true", help="with --validate: fit each run's link table "
+                    "without that run")
     ap.add_argument("--plot", metavar="PNG", help="with --validate: predicted against measured")
     ap.add_argument("-o", "--output", metavar="FILE", help="also write the report to FILE")
     return ap
@@ -315,11 +322,11 @@ def main(argv=None, prog="vitddp-report predict"):
     a = parser(prog).parse_args(argv)
     if a.validate:
         with tempfile.TemporaryDirectory() as tmp:
-            rows, tables, notes = validate(a.validate, tmp)
+            rows, tables, notes = validate(a.validate, tmp, a.leave_one_out)
         if not rows:
             raise ResultsError("--validate: no group with a reference run")
-        cmd = "vitddp-report predict --validate %s" % " ".join(a.validate)
-        _write(validation_text(rows, tables, notes, cmd), a.output)
+        cmd = "vitddp-report predict --validate %s%s" % (" ".join(a.validate), " --leave-one-out" if a.leave_one_out else "")
+        _write(validation_text(rows, tables, notes, cmd, a.leave_one_out), a.output)
         if a.plot:
             validation_plot(rows, a.plot)
         return 0

@@ -8,6 +8,8 @@ R=${VITDDP_REPORT:-vitddp-report}
 OUT=results/h200x2/predictor
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
+$R predict --validate results/h200x2/interconnects results/h200x2/speed --leave-one-out \
+  -o $OUT/validation-leave-one-out.md --plot $OUT/validation-leave-one-out.png >/dev/null
 $R predict --validate results/h200x2/interconnects results/h200x2/speed \
   -o $OUT/validation.md --plot $OUT/validation.png >/dev/null
 tar xJf results/h200x2/interconnects/h5.tar.xz -C "$T" --wildcards '*.h5'
