@@ -73,11 +73,11 @@ def fit_link_table(runs, name="fitted"):
 def _scenario(a, ref):
     """The Scenario of the command line, defaulting every field to the reference's."""
     comp = a.compression or ref.compression
-    return Scenario(ranks=a.ranks or ref.ranks, transport=a.transport or ref.transport,
+    return Scenario(ranks=a.ranks if a.ranks is not None else ref.ranks, transport=a.transport or ref.transport,
                     cap_mb=a.bucket_cap_mb if a.bucket_cap_mb is not None else ref.cap_mb,
                     first_mb=a.first_bucket_mb if a.first_bucket_mb is not None else ref.first_mb,
                     compression=comp, mode=a.mode, overlap=not a.no_overlap,
-                    powersgd_rank=a.powersgd_rank or int(ref.options.get("powersgd-rank", "1")),
+                    powersgd_rank=a.powersgd_rank if a.powersgd_rank is not None else int(ref.options.get("powersgd-rank", "1")),
                     powersgd_rate=a.powersgd_rate if a.powersgd_rate is not None
                     else float(ref.options.get("powersgd-min-compression-rate", "2")),
                     precision=ref.precision)

@@ -149,8 +149,8 @@ class Scenario:
 
     def describe(self):
         """One line: ranks, transport, buckets, compression, mode."""
-        return "%d ranks, %s, %g MiB buckets (first %g MiB), compression %s, %s%s" % (
-            self.ranks, self.transport, self.cap_mb, self.first_mb, self.compression,
+        return "%d rank%s, %s, %g MiB buckets (first %g MiB), compression %s, %s%s" % (
+            self.ranks, "" if self.ranks == 1 else "s", self.transport, self.cap_mb, self.first_mb, self.compression,
             "DDP all-reduce" if self.mode == "ddp" else "ZeRO-1", "" if self.overlap else ", no overlap")
 
 
@@ -238,6 +238,8 @@ def predict(ref, sc, table, baseline=None, iterations=100):
     Baseline (see the module doc for the model). ResultsError for an impossible scenario."""
     if sc.ranks < 1:
         raise ResultsError("--ranks must be >= 1, got %d" % sc.ranks)
+    if sc.compression == "powersgd" and sc.powersgd_rank < 1:
+        raise ResultsError("--powersgd-rank must be >= 1, got %d" % sc.powersgd_rank)
     if sc.mode not in ("ddp", "zero1"):
         raise ResultsError("--mode must be ddp or zero1, got '%s'" % sc.mode)
     if sc.mode == "zero1" and sc.compression == "powersgd":

@@ -113,7 +113,7 @@ def assign_buckets(params, cap_mb, first_bucket_mb=1.0):
     `cap_mb` MiB and a first bucket of `first_bucket_mb` MiB: list of Bucket in launch order, exactly
     as mpi/buckets.cpp's assign_buckets (see the module doc). ResultsError for a limit <= 0."""
     if not cap_mb > 0 or not first_bucket_mb > 0:
-        raise ResultsError("bucket cap and first bucket must be positive MiB, got %r and %r" % (cap_mb, first_bucket_mb))
+        raise ResultsError("--bucket-cap-mb and --first-bucket-mb must be positive (MiB), got %g and %g" % (cap_mb, first_bucket_mb))
     first, cap = int(first_bucket_mb * MIB), int(cap_mb * MIB)
     out, cur, cur_bytes, offset, start = [], [], 0, 0, 0
     for p in ready_order(params):

@@ -145,6 +145,10 @@ def test_cli_json_and_errors(tmp_path, capsys):
     assert "no row for it" in capsys.readouterr().err
     assert report.main(["predict", ref_path, "--link-table", str(tmp_path / "none.csv")]) == 2
     assert "none.csv" in capsys.readouterr().err
+    assert report.main(["predict", ref_path, "--link-table", str(tab), "--ranks", "0"]) == 2
+    assert "--ranks must be >= 1" in capsys.readouterr().err
+    assert report.main(["predict", ref_path, "--baseline", ref_path]) == 2
+    assert "a 1-GPU run is needed" in capsys.readouterr().err
 
 
 def test_validate_a_folder(tmp_path, capsys):
