@@ -32,6 +32,7 @@ IDLE_GAP_S = 10e-6  # a bucket starting later than this after the previous one's
 
 
 def _med(a):
+    """Median of an array as float."""
     return float(np.median(np.asarray(a, dtype=float)))
 
 
