@@ -17,7 +17,7 @@ import argparse
 import os
 import sys
 
-from . import article, buckets, kernels, losses, overlap, power, speed
+from . import article, buckets, kernels, losses, overlap, power, predict, speed
 from .reader import ResultsError
 from .runs_report import compare_text, collect, summary_text
 
@@ -28,6 +28,7 @@ TABLES = {  # subcommand -> (module main, one-line help)
     "power": (power.main, "SM clocks, power and clock-event reasons from nvidia-smi samples"),
     "kernels": (kernels.main, "per-kernel-family time of one step from an Nsight Compute CSV"),
     "losses": (losses.main, "whether pairs of runs trained alike (training/loss)"),
+    "predict": (predict.main, "what-if step time, exposed comm and steps/s from one run and a link table"),
     "article": (article.main, "the article's table and plots from article_table.sh's folders or tars"),
 }
 

@@ -1,0 +1,365 @@
+"""vitddp-report predict: expected step time, exposed communication and steps/s per GPU of a what-if
+configuration (ranks, transport, bucket cap, compression, DDP or ZeRO-1) from one results file and a
+link table, and the validation of the model against measured runs.
+
+    vitddp-report predict REF.h5 [--baseline ONE_GPU.h5] [--link-table T.csv | --fit-link RUN.h5...]
+                          [--ranks N] [--transport T] [--bucket-cap-mb C] [--first-bucket-mb F]
+                          [--compression none|fp16|bf16|powersgd] [--mode ddp|zero1] [--json] [-o FILE]
+    vitddp-report predict --validate DIR_OR_TAR... [-o validation.md] [--plot validation.png]
+    vitddp-report predict --fit-link RUN.h5... --write-link-table T.csv
+
+The model: predict_core's module doc; the link-table file: predict_link's.
+"""
+import argparse
+import glob
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+from .bandwidth import bus_factor
+from .predict_core import Baseline, Reference, Scenario, predict, prediction_dict, prediction_text, transport_of
+from .predict_link import LinkTable, curve_rows, default_table, load_table
+from .reader import ResultsError, Run
+
+# options whose differences between a run and its reference the model covers (or that do not change
+# the device's work); any other difference is named in the validation's notes
+MODELED = frozenset({"bucket-cap-mb", "first-bucket-mb", "compression", "no-overlap", "powersgd-rank",
+           "powersgd-min-compression-rate", "powersgd-start-step", "out", "seed", "steps", "warmup-steps",
+           "cooldown-steps", "progress-every", "flush-every", "trace", "step-timeout", "data-workers", "overwrite",
+           "powersgd-no-warm-start", "powersgd-no-error-feedback"})
+
+
+def _timed_min_median(run, name):
+    """Per bucket: median over the timed steps of the minimum over ranks of series `name` (the rank
+    that reached the collective last waited least for its peer), float64 [buckets]."""
+    v = np.asarray(run.bucket_series(name), dtype=float)[:, run.timed()]
+    return np.median(v.min(axis=0), axis=0)
+
+
+def fit_link_table(runs, name="fitted"):
+    """A LinkTable fitted from multi-rank vitddp runs (list of Run), per transport (transport_of):
+    allreduce rows from the per-bucket (buckets/bytes_sent, buckets/allreduce_time) of the runs
+    with one call per bucket (compression none, fp16, bf16; predict_link.curve_rows); `cast` and
+    `powersgd` rows from buckets/compress_time against buckets/bytes of the runs with that
+    compression. Times: _timed_min_median. ResultsError when no run has bucket times."""
+    pts = {}
+    for run in runs:
+        if run.world_size < 2 or not run.ddp or not run.has("buckets/allreduce_time"):
+            continue
+        tr, comp = transport_of(run), run.compression
+        nb = np.asarray(run.data("buckets/bytes"), dtype=float)
+        sent = np.median(np.asarray(run.bucket_series("buckets/bytes_sent"), dtype=float)[0, run.timed()], axis=0)
+        if comp in ("none", "fp16", "bf16"):
+            d = pts.setdefault((tr, "allreduce", run.world_size), ([], []))
+            d[0].extend(sent)
+            d[1].extend(_timed_min_median(run, "buckets/allreduce_time"))
+        if comp in ("fp16", "bf16", "powersgd") and run.has("buckets/compress_time"):
+            d = pts.setdefault((tr, "cast" if comp != "powersgd" else "powersgd", 0), ([], []))
+            d[0].extend(nb)
+            d[1].extend(_timed_min_median(run, "buckets/compress_time"))
+    rows = []
+    for (tr, coll, n), (b, t) in sorted(pts.items()):
+        if not any(x > 0 and y > 0 for x, y in zip(b, t)):
+            continue  # e.g. a file that records no communication (bytes_sent 0)
+        factor = bus_factor(n, coll) if coll == "allreduce" else 1.0
+        rows += curve_rows(tr, coll, b, t, factor, name)
+    if not rows:
+        raise ResultsError("--fit-link: no multi-rank DDP run with per-bucket times among %d files" % len(runs))
+    return LinkTable(rows, name)
+
+
+def _scenario(a, ref):
+    """The Scenario of the command line, defaulting every field to the reference's."""
+    comp = a.compression or ref.compression
+    return Scenario(ranks=a.ranks if a.ranks is not None else ref.ranks, transport=a.transport or ref.transport,
+                    cap_mb=a.bucket_cap_mb if a.bucket_cap_mb is not None else ref.cap_mb,
+                    first_mb=a.first_bucket_mb if a.first_bucket_mb is not None else ref.first_mb,
+                    compression=comp, mode=a.mode, overlap=not a.no_overlap,
+                    powersgd_rank=a.powersgd_rank if a.powersgd_rank is not None else int(ref.options.get("powersgd-rank", "1")),
+                    powersgd_rate=a.powersgd_rate if a.powersgd_rate is not None
+                    else float(ref.options.get("powersgd-min-compression-rate", "2")),
+                    precision=ref.precision)
+
+
+def _open_all(paths):
+    """Run objects of every path (each checked before any work starts)."""
+    return [Run(p) for p in paths]
+
+
+def _untar(path, tmp):
+    """The .h5 members of tar `path` unpacked under `tmp` (a folder of their own); list of paths."""
+    import tarfile
+    dest = os.path.join(tmp, "%d-%s" % (len(os.listdir(tmp)), os.path.basename(os.path.dirname(os.path.abspath(path)))))
+    os.makedirs(dest)
+    try:
+        with tarfile.open(path) as t:
+            t.extractall(dest, members=[m for m in t.getmembers() if m.name.endswith(".h5") and m.isfile()])
+    except (tarfile.TarError, OSError) as e:
+        raise ResultsError("--validate %s: cannot unpack (%s)" % (path, e))
+    return [(f, os.path.relpath(f, dest)[:-3]) for f in glob.glob(os.path.join(dest, "**", "*.h5"), recursive=True)]
+
+
+def unpack(paths, tmp):
+    """The .h5 files of `paths` (folders searched recursively, .tar/.tar.gz/.tar.xz archives unpacked
+    into `tmp` first) as sorted (path, label) pairs, label = the path inside its folder or archive
+    without .h5; ResultsError for a missing path or none found."""
+    files = []
+    for i, p in enumerate(paths):
+        if not os.path.exists(p):
+            raise ResultsError("--validate %s: no such file or folder" % p)
+        if os.path.isdir(p):
+            found = [(f, os.path.relpath(f, p)[:-3]) for f in glob.glob(os.path.join(p, "**", "*.h5"), recursive=True)]
+            for t in sorted(glob.glob(os.path.join(p, "**", "*.tar*"), recursive=True)):
+                found += _untar(t, tmp)
+            files += found
+        elif ".tar" in os.path.basename(p):
+            files += _untar(p, tmp)
+        elif p.endswith(".h5"):
+            files.append((p, os.path.basename(p)[:-3]))
+    if not files:
+        raise ResultsError("--validate %s: no .h5 files" % " ".join(paths))
+    return sorted(set(files))
+
+
+def _differences(run, ref_options):
+    """Options of `run` that differ from `ref_options` ({name: str}) and that the model does not cover:
+    sorted list of 'name=value'. An option the reference's (older) build lacks counts as its default
+    there: a run's value 0, off, false, auto, none or empty is no difference."""
+    a, b = run.options(), ref_options
+    default = {"0", "off", "false", "auto", "none", ""}
+    return sorted("%s=%s" % (k, a[k]) for k in a if k not in MODELED
+                  and (a[k] != b[k] if k in b else a[k].lower() not in default))
+
+
+def validate(paths, tmp, leave_one_out=False):
+    """Predicts every multi-rank NCCL run of `paths` from one reference per group (the --validate
+    argument it came from, transport, all-reduce, precision, model, batch): the 25 MiB,
+    no-compression, overlapped run with the fewest unmodelled option differences; the link table
+    fitted from the group's runs; the 1-GPU no-DDP run of the same argument and precision as
+    baseline; with `leave_one_out`, each run's link table is fitted without that run's own buckets.
+    Returns (rows list of dict, tables {group: LinkTable}, notes list of str)."""
+    groups, singles, notes, runs = {}, {}, [], []
+    for origin, p in enumerate(paths):
+        for f, lab in unpack([p], tmp):
+            r = Run(f)
+            r.label = lab
+            runs.append(r)
+            key = (origin, r.precision, r.model, r.batch_size)
+            if r.world_size == 1 and not r.ddp:
+                singles.setdefault(key, []).append(r)
+            elif r.world_size == 1 or not r.ddp or not r.has("buckets/allreduce_start"):
+                continue
+            elif r.allreduce != "nccl":
+                notes.append("%s: --allreduce %s (several comm streams, sums on the compute stream): not this "
+                             "model; not predicted" % (r.label, r.allreduce))
+            elif not np.asarray(r.data("buckets/bytes_sent")).any():
+                notes.append("%s: buckets/bytes_sent is 0 everywhere (the file records no communication: %.2f "
+                             "steps/s); not predicted" % (r.label, r.summary("steps_per_second")))
+            else:
+                groups.setdefault((transport_of(r), r.allreduce) + key[1:] + (origin,), []).append(r)
+    rows, tables = [], {}
+    for gk, members in sorted(groups.items()):
+        cands = [r for r in members if r.compression == "none" and r.overlap and r.bucket_cap_mb == 25]
+        if not cands:
+            notes.append("%s: no 25 MiB no-compression overlapped run to serve as reference; not predicted" % (gk,))
+            continue
+        others = [r.options() for r in members]
+        ref_run = min(cands, key=lambda r: (sum(len(_differences(r, o)) for o in others), r.path))
+        ref = Reference.from_run(ref_run)
+        base = singles.get((gk[-1],) + gk[2:-1], [])
+        base = min(base, key=lambda r: (len(_differences(r, ref.options)), r.path)) if base else None
+        baseline = Baseline.from_run(base) if base else None
+        name = "fitted from %d %s runs" % (len(members), gk[0])
+        table = fit_link_table(members, name)
+        tables[gk] = table
+        for r in members:
+            sc = Scenario(ranks=r.world_size, transport=gk[0], cap_mb=r.bucket_cap_mb,
+                          first_mb=float(r.option("first-bucket-mb", "1")), compression=r.compression,
+                          overlap=r.overlap, powersgd_rank=int(r.option("powersgd-rank", "1")),
+                          powersgd_rate=float(r.option("powersgd-min-compression-rate", "2")), precision=r.precision)
+            own = table
+            if leave_one_out and len(members) > 1:
+                own = fit_link_table([m for m in members if m is not r], name + " without this run")
+            p = predict(ref, sc, own, baseline)
+            meas = r.summary("steps_per_second")
+            t = r.timed()
+            mexp = float(np.median(np.asarray(r.step_series("timing/exposed_comm"), dtype=float)[:, t].max(axis=0)))
+            mbwd = float(np.median(np.asarray(r.step_series("timing/backward"), dtype=float)[:, t].max(axis=0)))
+            diffs = _differences(r, ref.options)
+            rows.append({"run": r.label, "transport": gk[0], "precision": gk[2], "allreduce": gk[1],
+                         "cap_mb": r.bucket_cap_mb, "compression": r.compression, "overlap": r.overlap,
+                         "reference": r.path == ref.path, "baseline": base.label if base else "",
+                         "measured": meas, "predicted": p.steps_per_second,
+                         "error": p.steps_per_second / meas - 1.0, "backward_measured": mbwd,
+                         "backward_predicted": p.backward, "exposed_measured": mexp, "exposed_predicted": p.exposed,
+                         "unmodelled": diffs, "reference_run": ref_run.label})
+    for r in runs:
+        r.close()
+    return rows, tables, notes
+
+
+TARGETS = (("nvlink", 0.05), ("shm", 0.05), ("net", 0.10))  # |predicted / measured - 1| per transport
+
+
+def validation_text(rows, tables, notes, command, leave_one_out=False):
+    """The validation report (Markdown): one table per group, the targets, the fitted link tables."""
+    out = ["# Predicted against measured steps/s per GPU", "",
+           "Made by `%s`." % command, "",
+           "Each run predicted from one reference run of its group (transport, all-reduce, precision) - marked "
+           "**ref** - the link table fitted from the group's runs (below) and the group's 1-GPU no-DDP run as "
+           "baseline for backward's slowdown%s. Times: medians over the timed steps of the slowest rank (ms). "
+           "*unmodelled*: options that differ from the reference and that the model does not represent; those rows "
+           "do not count against the targets." % (
+               " (leave one out: each run's link table fitted without that run)" if leave_one_out else ""), ""]
+    groups = []
+    for r in rows:
+        g = (r["transport"], r["allreduce"], r["precision"])
+        if g not in groups:
+            groups.append(g)
+    for g in groups:
+        rs = [r for r in rows if (r["transport"], r["allreduce"], r["precision"]) == g]
+        out += ["## %s, %s, %s (reference %s, baseline %s)" % (g + (rs[0]["reference_run"], rs[0]["baseline"] or "none")), "",
+                "| run | cap MiB | compression | measured steps/s | predicted | error | backward ms meas / pred | "
+                "exposed ms meas / pred | unmodelled |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in sorted(rs, key=lambda r: r["run"]):
+            out.append("| %s%s | %g | %s%s | %.2f | %.2f | %+.1f%% | %.2f / %.2f | %.2f / %.2f | %s |" % (
+                r["run"], " **ref**" if r["reference"] else "", r["cap_mb"], r["compression"],
+                "" if r["overlap"] else ", no overlap", r["measured"], r["predicted"], 100 * r["error"],
+                1e3 * r["backward_measured"], 1e3 * r["backward_predicted"], 1e3 * r["exposed_measured"],
+                1e3 * r["exposed_predicted"], ", ".join(r["unmodelled"])))
+        out.append("")
+    out += ["## Targets", "", "| transport | target | modelled runs | within target | worst |",
+            "| --- | --- | --- | --- | --- |"]
+    for tr, tgt in TARGETS:
+        rs = [r for r in rows if r["transport"] == tr and not r["unmodelled"]]
+        if not rs:
+            continue
+        ok = sum(abs(r["error"]) <= tgt for r in rs)
+        worst = max(rs, key=lambda r: abs(r["error"]))
+        out.append("| %s | %.0f%% | %d | %d | %s %+.1f%% |" % (tr, 100 * tgt, len(rs), ok, worst["run"], 100 * worst["error"]))
+    out += ["", "## Fitted link tables", ""]
+    for g, t in tables.items():
+        out += ["%s (%s):" % (", ".join(str(x) for x in g[:3]), t.name), "", "```", t.to_csv().rstrip(), "```", ""]
+    if notes:
+        out += ["Notes:", ""] + ["- " + n for n in notes] + [""]
+    return "\n".join(out)
+
+
+def validation_plot(rows, path):
+    """Predicted against measured steps/s, one colour per transport, the +-5% / +-10% bands."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 6))
+    hi = max(max(r["measured"], r["predicted"]) for r in rows) * 1.1
+    x = np.array([0, hi])
+    ax.plot(x, x, "k-", lw=0.8, label="predicted = measured")
+    for f, ls in ((0.05, "--"), (0.10, ":")):
+        ax.plot(x, x * (1 + f), "k" + ls, lw=0.6, label="+-%d%%" % (100 * f))
+        ax.plot(x, x * (1 - f), "k" + ls, lw=0.6)
+    for tr, c in (("nvlink", "tab:green"), ("shm", "tab:blue"), ("net", "tab:red")):
+        for unm, marker in ((False, "o"), (True, "x")):
+            rs = [r for r in rows if r["transport"] == tr and bool(r["unmodelled"]) == unm]
+            if rs:
+                ax.scatter([r["measured"] for r in rs], [r["predicted"] for r in rs], c=c, marker=marker,
+                           label="%s%s" % (tr, " (unmodelled option)" if unm else ""))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured steps/s per GPU")
+    ax.set_ylabel("predicted steps/s per GPU")
+    ax.set_title("predicted against measured, one reference run per group", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _write(text, output):
+    sys.stdout.write(text)
+    if output:
+        d = os.path.dirname(os.path.abspath(output))
+        if not os.path.isdir(d):
+            raise ResultsError("-o %s: directory '%s' does not exist" % (output, d))
+        with open(output, "w") as f:
+            f.write(text)
+
+
+def parser(prog):
+    ap = argparse.ArgumentParser(prog=prog, description=(
+        "What-if prediction of a vitddp configuration from one results file: the comm stream in bucket order "
+        "(each collective at the later of its bucket's gradient-ready time and the previous one's end), "
+        "collective time alpha + bytes x factor / busbw from a link table, backward's slowdown measured against "
+        "a 1-GPU --baseline. Prints step time, exposed communication, steps/s per GPU, the dominant term and "
+        "every assumption."))
+    ap.add_argument("reference", nargs="?", metavar="REF.h5", help="reference results file (a DDP run of the model)")
+    ap.add_argument("--baseline", metavar="ONE_GPU.h5", help="1-GPU run without DDP: backward without traffic")
+    ap.add_argument("--link-table", metavar="CSV", help="link table (format: README); default: H200 figures of docs/benchmarks.md")
+    ap.add_argument("--fit-link", nargs="+", metavar="RUN.h5", help="fit the link table from these runs' buckets instead")
+    ap.add_argument("--write-link-table", metavar="CSV", help="write the link table used (default or fitted) to CSV")
+    ap.add_argument("--ranks", type=int, help="ranks N [the reference's]")
+    ap.add_argument("--transport", help="link-table transport, e.g. nvlink, shm, net [the reference's]")
+    ap.add_argument("--bucket-cap-mb", type=float, help="bucket cap, MiB [the reference's]")
+    ap.add_argument("--first-bucket-mb", type=float, help="first bucket, MiB [the reference's]")
+    ap.add_argument("--compression", choices=["none", "fp16", "bf16", "powersgd"], help="[the reference's]")
+    ap.add_argument("--powersgd-rank", type=int, help="PowerSGD rank [the reference's option]")
+    ap.add_argument("--powersgd-rate", type=float, help="PowerSGD min compression rate [the reference's option]")
+    ap.add_argument("--mode", choices=["ddp", "zero1"], default="ddp", help="ddp: all-reduce; zero1: reduce-scatter + "
+                    "parameter all-gather, optimizer on 1/N [ddp]")
+    ap.add_argument("--no-overlap", action="store_true", help="all buckets after backward")
+    ap.add_argument("--json", action="store_true", help="JSON instead of Markdown")
+    ap.add_argument("--validate", nargs="+", metavar="DIR_OR_TAR", help="predict every multi-rank run found there "
+                    "from one reference per transport and compare with its measured steps/s")
+    ap.add_argument("--leave-one-out", action="store_true", help="with --validate: fit each run's link table "
+                    "without that run")
+    ap.add_argument("--plot", metavar="PNG", help="with --validate: predicted against measured")
+    ap.add_argument("-o", "--output", metavar="FILE", help="also write the report to FILE")
+    return ap
+
+
+def main(argv=None, prog="vitddp-report predict"):
+    """Entry point of `vitddp-report predict`; returns the exit status (ResultsError propagates to report.py)."""
+    a = parser(prog).parse_args(argv)
+    if a.validate:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows, tables, notes = validate(a.validate, tmp, a.leave_one_out)
+        if not rows:
+            raise ResultsError("--validate: no group with a reference run")
+        cmd = "vitddp-report predict --validate %s%s" % (" ".join(a.validate), " --leave-one-out" if a.leave_one_out else "")
+        _write(validation_text(rows, tables, notes, cmd, a.leave_one_out), a.output)
+        if a.plot:
+            validation_plot(rows, a.plot)
+        return 0
+    table = None
+    if a.fit_link:
+        runs = _open_all(a.fit_link)
+        table = fit_link_table(runs, "fitted from %d runs" % len(runs))
+    elif a.link_table:
+        table = load_table(a.link_table)
+    else:
+        table = default_table()
+    if a.write_link_table:
+        with open(a.write_link_table, "w") as f:
+            f.write(table.to_csv())
+    if not a.reference:
+        if a.write_link_table:
+            return 0
+        raise ResultsError("predict: give a reference results file (or --validate DIR)")
+    with Run(a.reference) as run:
+        ref = Reference.from_run(run)
+    baseline = None
+    if a.baseline:
+        with Run(a.baseline) as b:
+            baseline = Baseline.from_run(b)
+    sc = _scenario(a, ref)
+    if sc.ranks > 1 and not table.has(sc.transport, "allreduce" if sc.mode == "ddp" else "reducescatter") \
+            and not table.has(sc.transport, "allreduce"):
+        raise ResultsError("--transport %s: the link table %s has no row for it" % (sc.transport, table.name))
+    p = predict(ref, sc, table, baseline)
+    if a.json:
+        import json
+        _write(json.dumps(prediction_dict(p), indent=1) + "\n", a.output)
+    else:
+        _write(prediction_text(p), a.output)
+    return 0

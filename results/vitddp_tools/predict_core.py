@@ -1,0 +1,350 @@
+"""The what-if model of `vitddp-report predict`: one reference run's phases and gradient-ready
+times, a scenario (ranks, transport, buckets, compression, DDP or ZeRO-1), and the comm-stream
+schedule that gives the step time.
+
+The model is vitddp's reducer (README.md, docs/findings.md): buckets in gradient-ready order on one
+comm stream, launched strictly in bucket order, each once its last gradient is ready. Bucket j's
+work starts at max(ready_j, end_{j-1}) and lasts its compression work plus its collective calls
+(predict_link: alpha + bytes x factor / busbw). Exposed communication = max(0, last end - backward).
+Step = input wait + forward + backward + exposed + optimizer (+ ZeRO-1's parameter all-gather) + the
+reference's host time per step outside the device step (1 / steps_per_second - median step time).
+
+Gradient-ready times come from the reference run: a bucket whose comm work started after the
+previous bucket's ended (the stream was idle) started when its last gradient was ready, so
+(cumulative bucket bytes, start - backward start) is a point of the ready curve; between points,
+and where the stream was never idle, the curve is linear in the cumulative gradient bytes, from
+(0, 0) to (all bytes, end of backward). The curve is kept as a fraction of backward.
+
+Backward's slowdown under concurrent traffic: with a 1-GPU baseline, backward = baseline backward +
+k x (comm-stream busy time inside backward), k = (reference backward - baseline backward) /
+(reference busy time inside backward), solved as a fixed point with the schedule; without one, the
+reference's backward as it is (factor 1.0).
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .predict_model import MIB, VIT_CONFIGS, assign_buckets, powersgd_bucket, vit_parameters
+from .reader import ResultsError
+
+IDLE_GAP_S = 10e-6  # a bucket starting later than this after the previous one's end found the stream idle
+# (back-to-back buckets start 2-4 us apart on H200: results/h200x2/interconnects/net)
+
+
+def _med(a):
+    """Median of an array as float."""
+    return float(np.median(np.asarray(a, dtype=float)))
+
+
+def transport_of(run):
+    """'nvlink', 'shm', 'net' (from nccl_transport's first word: P2P, SHM, NET), 'copy-engine',
+    or 'none' for one rank / no DDP."""
+    tr = run.transports()
+    first = (tr[0].split() or ["none"])[0].lower() if tr else "none"
+    return {"p2p": "nvlink", "shm": "shm", "net": "net", "copy-engine": "copy-engine"}.get(first, first)
+
+
+@dataclass
+class Reference:
+    """What a prediction takes from one results file (times in seconds, medians over the timed
+    steps of the slowest rank): forward (input wait + forward), backward, optimizer, host_gap,
+    ready_bytes / ready_frac (float64 [k] points of the gradient-ready curve: cumulative fp32 bytes
+    in gradient-ready order -> fraction of backward), busy_in_backward (comm-stream time inside
+    backward), and the configuration (model, ranks, batch, precision, transport, cap, compression)."""
+    path: str
+    model: str
+    num_classes: int
+    ranks: int
+    batch: int
+    precision: str
+    transport: str
+    cap_mb: float
+    first_mb: float
+    compression: str
+    overlap: bool
+    forward: float
+    backward: float
+    optimizer: float
+    host_gap: float
+    steps_per_second: float
+    ready_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ready_frac: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    idle_buckets: int = 0
+    num_buckets: int = 0
+    busy_in_backward: float = 0.0
+    options: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_run(cls, run):
+        """Reads `run` (reader.Run); ResultsError naming the file when it cannot serve (no DDP
+        buckets with times, gradient accumulation, an unknown model)."""
+        if run.model not in VIT_CONFIGS:
+            raise ResultsError("%s: model '%s' has no parameter table here (one of %s)" % (
+                run.path, run.model, ", ".join(VIT_CONFIGS)))
+        if run.grad_accum_steps != 1:
+            raise ResultsError("%s: --grad-accum-steps %d: the predictor models one micro-step per step" % (
+                run.path, run.grad_accum_steps))
+        t = run.timed()
+        g = lambda n: np.asarray(run.step_series(n), dtype=float)[:, t]
+        fwd = g("timing/input_wait") + g("timing/forward")
+        bwd = g("timing/backward")
+        step = g("timing/step_time").max(axis=0)
+        sps = run.summary("steps_per_second")
+        ncls = int(run.option("num-classes", "0") or 0)
+        ref = cls(path=run.path, model=run.model, num_classes=ncls, ranks=run.world_size, batch=run.batch_size,
+                  precision=run.precision, transport=transport_of(run), cap_mb=run.bucket_cap_mb,
+                  first_mb=float(run.option("first-bucket-mb", "1")), compression=run.compression,
+                  overlap=run.overlap if run.ddp else True, forward=_med(fwd.max(axis=0)),
+                  backward=_med(bwd.max(axis=0)), optimizer=_med(g("timing/optimizer").max(axis=0)),
+                  host_gap=max(0.0, 1.0 / sps - _med(step)), steps_per_second=sps, options=run.options())
+        ref._read_buckets(run, t, fwd, bwd)
+        return ref
+
+    def _read_buckets(self, run, t, fwd, bwd):
+        """The ready curve and the busy time inside backward from buckets/allreduce_start/_end."""
+        total = 4.0 * sum(p.numel + (-p.numel) % 4 for p in vit_parameters(self.model, self.num_classes))
+        xs, ys = [0.0], [0.0]
+        if run.ddp and run.has("buckets/allreduce_start") and run.has("buckets/bytes"):
+            start = np.asarray(run.bucket_series("buckets/allreduce_start"), dtype=float)[:, t] - fwd[:, :, None]
+            end = np.asarray(run.bucket_series("buckets/allreduce_end"), dtype=float)[:, t] - fwd[:, :, None]
+            cum = np.cumsum(np.asarray(run.data("buckets/bytes"), dtype=float))
+            self.num_buckets = cum.size
+            if cum.size and end.max() > 0:
+                prev_end = np.concatenate([np.full(end.shape[:2] + (1,), -np.inf), end[:, :, :-1]], axis=2)
+                idle = start > prev_end + IDLE_GAP_S
+                for j in range(cum.size - 1):  # the last bucket's ready time is the end of backward
+                    if idle[:, :, j].any() and self.overlap:
+                        xs.append(cum[j])
+                        ys.append(_med(start[:, :, j][idle[:, :, j]]) / self.backward)
+                        self.idle_buckets += 1
+                b = bwd[:, :, None]
+                busy = np.clip(np.minimum(end, b) - np.maximum(start, 0.0), 0.0, None).sum(axis=2)
+                self.busy_in_backward = _med(busy.max(axis=0))
+        xs.append(total)
+        ys.append(1.0)
+        ys = np.clip(np.maximum.accumulate(np.asarray(ys)), 0.0, 1.0)
+        self.ready_bytes, self.ready_frac = np.asarray(xs), ys
+
+    def ready_fraction(self, cum_bytes):
+        """Fraction of backward at which the gradients up to `cum_bytes` (fp32 bytes in ready order)
+        are ready: the ready curve interpolated linearly."""
+        return np.interp(cum_bytes, self.ready_bytes, self.ready_frac)
+
+
+@dataclass
+class Scenario:
+    """What to predict: ranks (>= 1), transport (a link-table name), cap_mb / first_mb (MiB),
+    compression (none, fp16, bf16, powersgd), mode ('ddp' all-reduce or 'zero1' reduce-scatter +
+    all-gather), overlap (buckets during backward), powersgd_rank / powersgd_rate, precision
+    (parameter dtype of ZeRO-1's all-gather: bf16 -> 2 bytes, else 4)."""
+    ranks: int
+    transport: str
+    cap_mb: float
+    first_mb: float = 1.0
+    compression: str = "none"
+    mode: str = "ddp"
+    overlap: bool = True
+    powersgd_rank: int = 1
+    powersgd_rate: float = 2.0
+    precision: str = "fp32"
+
+    def describe(self):
+        """One line: ranks, transport, buckets, compression, mode."""
+        return "%d rank%s, %s, %g MiB buckets (first %g MiB), compression %s, %s%s" % (
+            self.ranks, "" if self.ranks == 1 else "s", self.transport, self.cap_mb, self.first_mb, self.compression,
+            "DDP all-reduce" if self.mode == "ddp" else "ZeRO-1", "" if self.overlap else ", no overlap")
+
+
+@dataclass
+class Baseline:
+    """A 1-GPU run without DDP: its backward (s, median over the timed steps) and path."""
+    path: str
+    backward: float
+
+    @classmethod
+    def from_run(cls, run):
+        """ResultsError unless `run` has one rank."""
+        if run.world_size != 1:
+            raise ResultsError("--baseline %s: %d ranks (a 1-GPU run is needed)" % (run.path, run.world_size))
+        t = run.timed()
+        return cls(run.path, _med(np.asarray(run.step_series("timing/backward"), dtype=float)[0, t]))
+
+
+def bucket_work(bucket, sc, table):
+    """Seconds of one bucket's comm-stream work in scenario `sc`: (compression work, collective
+    calls). fp16/bf16: one call of numel x 2 bytes (+ the table's `cast` work when it has one);
+    powersgd: the uncompressed all-reduce, P and Q (predict_model.powersgd_bucket) + `powersgd` work;
+    ZeRO-1: a reduce-scatter of the (compressed) gradient instead of the all-reduce."""
+    coll = "allreduce" if sc.mode == "ddp" else "reducescatter"
+    work = 0.0
+    if sc.compression == "powersgd":
+        d = powersgd_bucket(bucket, sc.powersgd_rank, sc.powersgd_rate)
+        calls = [4 * n for n in (d["uncompressed"], d["p"], d["q"]) if n]
+        kind = "powersgd"
+    elif sc.compression in ("fp16", "bf16"):
+        calls, kind = [bucket.nbytes // 2], "cast"
+    elif sc.compression == "none":
+        calls, kind = [bucket.nbytes], None
+    else:
+        raise ResultsError("unknown compression '%s' (none, fp16, bf16 or powersgd)" % sc.compression)
+    if kind and table.has(sc.transport, kind):
+        work = table.time(sc.transport, kind, bucket.nbytes, sc.ranks)
+    comm = sum(table.time(sc.transport, coll, b, sc.ranks) for b in calls)
+    return work, comm
+
+
+def schedule(ready, durations):
+    """The comm stream: bucket j starts at max(ready[j], end[j-1]) and ends durations[j] later.
+    ready, durations: float [k] seconds. Returns (start, end) float64 [k]."""
+    start, end = np.zeros(len(ready)), np.zeros(len(ready))
+    t = -np.inf
+    for j, (r, d) in enumerate(zip(ready, durations)):
+        start[j] = max(r, t)
+        end[j] = t = start[j] + d
+    return start, end
+
+
+def busy_inside(start, end, backward):
+    """Seconds of [start_j, end_j] intervals inside [0, backward] (float)."""
+    return float(np.clip(np.minimum(end, backward) - np.maximum(start, 0.0), 0.0, None).sum())
+
+
+@dataclass
+class Prediction:
+    """A prediction (seconds unless said): forward, backward, exposed, optimizer, allgather (ZeRO-1),
+    host_gap, step, steps_per_second (per GPU), images_per_second (per GPU), comm_total (comm-stream
+    time), dominant ('compute', 'exposed comm' or 'optimizer'), buckets (count), start / end / ready
+    (float64 [k], from backward start), assumptions (list of str)."""
+    scenario: Scenario
+    forward: float
+    backward: float
+    exposed: float
+    optimizer: float
+    allgather: float
+    host_gap: float
+    step: float
+    steps_per_second: float
+    images_per_second: float
+    comm_total: float
+    dominant: str
+    buckets: int
+    start: np.ndarray
+    end: np.ndarray
+    ready: np.ndarray
+    assumptions: list
+
+
+def predict(ref, sc, table, baseline=None, iterations=100):
+    """The Prediction of scenario `sc` from Reference `ref`, LinkTable `table` and an optional
+    Baseline (see the module doc for the model). ResultsError for an impossible scenario."""
+    if sc.ranks < 1:
+        raise ResultsError("--ranks must be >= 1, got %d" % sc.ranks)
+    if sc.compression == "powersgd" and sc.powersgd_rank < 1:
+        raise ResultsError("--powersgd-rank must be >= 1, got %d" % sc.powersgd_rank)
+    if sc.mode not in ("ddp", "zero1"):
+        raise ResultsError("--mode must be ddp or zero1, got '%s'" % sc.mode)
+    if sc.mode == "zero1" and sc.compression == "powersgd":
+        raise ResultsError("--mode zero1 with --compression powersgd: PowerSGD needs an all-reduce")
+    notes = []
+    params = vit_parameters(ref.model, ref.num_classes)
+    buckets = assign_buckets(params, sc.cap_mb, sc.first_mb)
+    cum = 4.0 * np.array([b.end_elem for b in buckets], dtype=float)
+    frac = ref.ready_fraction(cum) if sc.overlap else np.ones(len(buckets))
+    frac[-1] = 1.0
+    work = [bucket_work(b, sc, table) for b in buckets] if sc.ranks > 1 else [(0.0, 0.0)] * len(buckets)
+    dur = np.array([w + c for w, c in work])
+    if baseline is not None:
+        k = (ref.backward - baseline.backward) / ref.busy_in_backward if ref.busy_in_backward > 0 else 0.0
+        if k < 0:
+            notes.append("reference backward %.2f ms < baseline %.2f ms: no slowdown (k = 0)" % (
+                ref.backward * 1e3, baseline.backward * 1e3))
+            k = 0.0
+        b0 = baseline.backward
+        notes.append("backward slowdown: reference %.2f ms / baseline %.2f ms = %.3f with %.2f ms of comm-stream "
+                     "work inside it; backward = %.2f ms + %.3f x (comm-stream time inside backward)" % (
+                         ref.backward * 1e3, baseline.backward * 1e3, ref.backward / baseline.backward,
+                         ref.busy_in_backward * 1e3, b0 * 1e3, k))
+    else:
+        k, b0 = 0.0, ref.backward
+        notes.append("backward slowdown factor 1.0 (no --baseline): backward = the reference's %.2f ms, whatever "
+                     "traffic runs beside it" % (ref.backward * 1e3))
+    bwd = b0
+    for _ in range(iterations):
+        start, end = schedule(frac * bwd, dur)
+        new = b0 + k * busy_inside(start, end, bwd)
+        if abs(new - bwd) < 1e-9:
+            break
+        bwd = new
+    start, end = schedule(frac * bwd, dur)
+    exposed = max(0.0, float(end[-1]) - bwd) if len(end) and sc.ranks > 1 else 0.0
+    opt = ref.optimizer / (sc.ranks if sc.mode == "zero1" else 1)
+    gather = 0.0
+    if sc.mode == "zero1" and sc.ranks > 1:
+        pbytes = 2 if sc.precision == "bf16" else 4
+        gather = sum(table.time(sc.transport, "allgather", b.numel * pbytes, sc.ranks) for b in buckets)
+        notes.append("ZeRO-1: reduce-scatter per bucket on the comm stream, optimizer on 1/%d of the parameters "
+                     "(%.2f ms), then an all-gather of the %s parameters per bucket (%d bytes each), not "
+                     "overlapped with the next forward" % (sc.ranks, opt * 1e3, "bf16" if pbytes == 2 else "fp32",
+                                                            pbytes))
+    step = ref.forward + bwd + exposed + opt + gather + ref.host_gap
+    terms = {"compute": ref.forward + bwd, "exposed comm": exposed + gather, "optimizer": opt}
+    notes += _assumptions(ref, sc, table, len(buckets))
+    return Prediction(sc, ref.forward, bwd, exposed, opt, gather, ref.host_gap, step, 1.0 / step,
+                      ref.batch / step, float(dur.sum()), max(terms, key=terms.get), len(buckets),
+                      start, end, frac * bwd, notes)
+
+
+def _assumptions(ref, sc, table, nbuckets):
+    """The assumptions every prediction prints (list of str)."""
+    out = [
+        "reference %s: %s, %d ranks, %s, %g MiB buckets, compression %s, batch %d per GPU, %s" % (
+            ref.path, ref.model, ref.ranks, ref.transport, ref.cap_mb, ref.compression, ref.batch, ref.precision),
+        "forward %.2f ms (input wait included), optimizer %.2f ms and host time outside the device step %.2f ms "
+        "are the reference's (the slowest rank's medians)" % (ref.forward * 1e3, ref.optimizer * 1e3, ref.host_gap * 1e3),
+        "buckets: %d (PyTorch DDP's rule over %s's parameters in reverse registration order, cap %g MiB, first "
+        "%g MiB, a tensor never split)" % (nbuckets, ref.model, sc.cap_mb, sc.first_mb),
+        "gradient-ready times: %d of the reference's %d buckets started on an idle comm stream and give the "
+        "ready curve; elsewhere it is linear in the gradient bytes up to the end of backward" % (
+            ref.idle_buckets, ref.num_buckets),
+        "one comm stream, buckets launched in order, each when its last gradient is ready; ranks in step "
+        "(no skew between ranks)",
+        "link table %s; alpha and busbw do not depend on the number of ranks (nccl-tests' busbw is meant to "
+        "stay flat; ring latency that grows with the ranks is not modelled)" % table.name,
+    ]
+    if sc.compression == "powersgd":
+        out.append("PowerSGD rank %d, min compression rate %g: bytes from its rule per tensor ((n+m) r x rate < n m) "
+                   "at every step (the steps before its start step are not modelled)" % (sc.powersgd_rank, sc.powersgd_rate))
+    for kind, comp in (("cast", ("fp16", "bf16")), ("powersgd", ("powersgd",))):
+        if sc.compression in comp and not table.has(sc.transport, kind):
+            out.append("the link table has no '%s' row: the compression's own work on the comm stream counts 0" % kind)
+    out += table.notes
+    return out
+
+
+def prediction_text(p):
+    """A Markdown report of Prediction `p`: the figures, then the assumptions."""
+    ms = lambda s: "%.2f" % (s * 1e3)
+    rows = [("step time (ms)", ms(p.step)), ("steps/s per GPU", "%.3f" % p.steps_per_second),
+            ("images/s per GPU", "%.1f" % p.images_per_second),
+            ("images/s, all %d GPUs" % p.scenario.ranks, "%.1f" % (p.images_per_second * p.scenario.ranks)),
+            ("forward (ms)", ms(p.forward)), ("backward (ms)", ms(p.backward)),
+            ("exposed communication (ms)", ms(p.exposed))]
+    if p.scenario.mode == "zero1":
+        rows.append(("ZeRO-1 parameter all-gather (ms)", ms(p.allgather)))
+    rows += [("optimizer (ms)", ms(p.optimizer)), ("host time outside the device step (ms)", ms(p.host_gap)),
+             ("comm-stream work per step (ms)", ms(p.comm_total)), ("buckets", str(p.buckets)),
+             ("dominant term", p.dominant)]
+    out = ["# Prediction: %s" % p.scenario.describe(), "", "| quantity | predicted |", "| --- | --- |"]
+    out += ["| %s | %s |" % r for r in rows]
+    out += ["", "Assumptions:", ""] + ["- " + a for a in p.assumptions]
+    return "\n".join(out) + "\n"
+
+
+def prediction_dict(p):
+    """Prediction `p` as a JSON-ready dict (seconds, steps/s, images/s)."""
+    sc = p.scenario
+    return {"scenario": dict(sc.__dict__), "step_time_s": p.step, "steps_per_second_per_gpu": p.steps_per_second,
+            "images_per_second_per_gpu": p.images_per_second, "forward_s": p.forward, "backward_s": p.backward,
+            "exposed_comm_s": p.exposed, "optimizer_s": p.optimizer, "allgather_s": p.allgather,
+            "host_gap_s": p.host_gap, "comm_stream_s": p.comm_total, "buckets": p.buckets, "dominant": p.dominant,
+            "assumptions": p.assumptions}

@@ -1,0 +1,163 @@
+"""vitddp-report predict: bucket assignment against torch's, PowerSGD's byte rule, link tables, the
+comm-stream schedule and a whole prediction on a hand-made results file, with hand-computed values."""
+import json
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+from vitddp_tools import report
+from vitddp_tools.predict_core import Baseline, Reference, Scenario, predict, schedule
+from vitddp_tools.predict_link import fit_alpha_beta, parse_table
+from vitddp_tools.predict_model import assign_buckets, powersgd_bucket, powersgd_compresses, vit_parameters
+from vitddp_tools.reader import ResultsError, Run
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "data")
+
+
+def test_vit_l_32_parameter_count():
+    assert sum(p.numel for p in vit_parameters("vit_l_32")) == 306_535_400  # torchvision's count
+
+
+def test_buckets_equal_torch_assignment():
+    """tests/data/ddp_buckets_vit_l_32.txt: torch's _compute_bucket_assignment_by_size per cap (MiB):
+    rows 'cap bucket tensors bytes', first bucket 1 MiB."""
+    want = {}
+    with open(os.path.join(DATA, "ddp_buckets_vit_l_32.txt")) as f:
+        for line in f:
+            if line.startswith("#"):
+                continue
+            cap, _, tensors, nbytes = line.split()
+            want.setdefault(float(cap), []).append((int(tensors), int(nbytes)))
+    assert set(want) == {1, 5, 25, 100, 500, 2000}
+    params = vit_parameters("vit_l_32")
+    for cap, rows in want.items():
+        got = [(len(b.params), b.nbytes) for b in assign_buckets(params, cap, 1.0)]
+        assert got == rows, cap
+
+
+def test_powersgd_rule_and_bytes():
+    assert powersgd_compresses(1024, 1024, 1, 2.0)          # (2048) x 1 x 2 < 1048576
+    assert not powersgd_compresses(1024, 1, 1, 2.0)         # a bias: (1025) x 1 x 2 >= 1024
+    assert not powersgd_compresses(4, 4, 4, 2.0)            # r = 4: (8) x 4 x 2 = 64 >= 16
+    assert powersgd_compresses(4, 4, 1, 1.0)                # 8 < 16
+    head = assign_buckets(vit_parameters("vit_l_32"), 25)[0]  # heads.head.bias [1000], heads.head.weight [1000, 1024]
+    d = powersgd_bucket(head, rank=1, min_compression_rate=2.0)
+    assert (d["uncompressed"], d["p"], d["q"], d["calls"]) == (1000, 1000, 1024, 3)
+    assert d["bytes"] == 4 * (1000 + 1000 + 1024) == 12096   # buckets/bytes_sent of the measured runs
+
+
+def test_schedule_by_hand():
+    start, end = schedule([0.0, 1.0, 5.0, 5.5], [2.0, 1.0, 1.0, 0.25])
+    # bucket 1 waits for bucket 0 (ends at 2), bucket 2 finds the stream idle, bucket 3 waits for 2
+    assert start.tolist() == [0.0, 2.0, 5.0, 6.0]
+    assert end.tolist() == [2.0, 3.0, 6.0, 6.25]
+
+
+def test_link_table_interpolation_and_errors():
+    t = parse_table("transport,collective,bytes,alpha_us,busbw_GBps\n# c\nx,allreduce,1000,10,1\n"
+                    "x,allreduce,4000,30,3\ny,allreduce,,0,2\n", "t.csv")
+    # 2000 bytes: halfway in log2 between 1000 and 4000 -> alpha 20 us, busbw 2 GB/s; 2 ranks: factor 1
+    assert t.time("x", "allreduce", 2000, 2) == pytest.approx(20e-6 + 2000 / 2e9)
+    assert t.time("x", "allreduce", 100, 2) == pytest.approx(10e-6 + 100 / 1e9)       # held below
+    assert t.time("y", "allreduce", 1e6, 4) == pytest.approx(1e6 * 1.5 / 2e9)          # 2(n-1)/n = 1.5
+    assert t.time("y", "reducescatter", 1e6, 4) == pytest.approx(1e6 * 0.75 / 2e9)     # all-reduce's rows
+    assert t.time("y", "allreduce", 1e6, 1) == 0.0
+    with pytest.raises(ResultsError, match="no row for transport 'z'"):
+        t.time("z", "allreduce", 1, 2)
+    with pytest.raises(ResultsError, match="data row 1"):
+        parse_table("transport,collective,alpha_us,busbw_GBps\nx,allreduce,1,-2\n", "bad.csv")
+
+
+def test_fit_alpha_beta_recovers_the_line():
+    b = np.array([1e6, 4e6, 16e6, 64e6])
+    alpha, bw = fit_alpha_beta(b, 25e-6 + b / 50e9)
+    assert alpha == pytest.approx(25e-6, rel=1e-6) and bw == pytest.approx(50.0, rel=1e-6)
+
+
+MICRO_BYTES = 4 * (1701 + 3)  # vit_micro: 1701 parameters, heads.head.bias (5) padded to 8
+
+
+def write_micro_run(path, world_size=2, backward=0.05, start=0.01, end=0.05, sps=None):
+    """A vit_micro results file (docs/schema.md) with one 25 MiB bucket: input wait 0.001 s, forward
+    0.019 s, `backward`, optimizer 0.01 s, the bucket's comm work from `start` to `end` after backward
+    starts, exposed 0; steps/s such that the host adds 1 ms to each step."""
+    R, S = world_size, 4
+    step = 0.001 + 0.019 + backward + 0.01
+    with h5py.File(path, "w") as f:
+        for k, v in {"model": "vit_micro", "world_size": R, "batch_size": 8, "backend": "gpu", "precision": "fp32",
+                     "compression": "none", "ddp": int(R > 1), "overlap": 1, "num_buckets": 1,
+                     "nccl_transport": np.array(["P2P [P2P/CUMEM]"] * R, dtype=h5py.string_dtype())}.items():
+            f.attrs[k] = v
+        for k, v in {"bucket-cap-mb": "25", "first-bucket-mb": "1", "grad-accum-steps": "1",
+                     "compression": "none", "num-classes": "0"}.items():
+            f.attrs["option." + k] = v
+        full = lambda v: np.full((R, S), v)
+        for name, v in (("input_wait", 0.001), ("forward", 0.019), ("backward", backward), ("optimizer", 0.01),
+                        ("exposed_comm", 0.0), ("step_time", step)):
+            f["timing/" + name] = full(v)
+        f["steps/timed"] = np.array([[0, 1, 1, 0]], dtype=np.int64)
+        f["buckets/bytes"] = np.array([MICRO_BYTES], dtype=np.int64)
+        f["buckets/allreduce_start"] = np.full((R, S, 1), 0.02 + start)
+        f["buckets/allreduce_end"] = np.full((R, S, 1), 0.02 + end)
+        f["buckets/allreduce_time"] = np.full((R, S, 1), end - start)
+        f["buckets/bytes_sent"] = np.full((R, S, 1), MICRO_BYTES if R > 1 else 0, dtype=np.int64)
+        f["summary/steps_per_second"] = float(sps or 1.0 / (step + 0.001))
+    return str(path)
+
+
+def test_prediction_on_a_hand_made_run(tmp_path):
+    ref_path = write_micro_run(tmp_path / "ref.h5")
+    base_path = write_micro_run(tmp_path / "one.h5", world_size=1, backward=0.04)
+    table = parse_table("transport,collective,alpha_us,busbw_GBps\nnvlink,allreduce,100,0.001\n", "t")
+    with Run(ref_path) as r:
+        ref = Reference.from_run(r)
+    with Run(base_path) as r:
+        base = Baseline.from_run(r)
+    assert ref.transport == "nvlink" and ref.forward == pytest.approx(0.02) and ref.host_gap == pytest.approx(0.001)
+    assert ref.busy_in_backward == pytest.approx(0.04)  # comm work from 0.01 to 0.05 inside a 0.05 s backward
+    comm = 100e-6 + MICRO_BYTES * 1.0 / 1e6             # alpha + bytes x 2(n-1)/n / busbw, 2 ranks
+    # no baseline: backward stays the reference's; the one bucket is ready at its end
+    p = predict(ref, Scenario(ranks=2, transport="nvlink", cap_mb=25), table)
+    assert p.buckets == 1 and p.backward == pytest.approx(0.05) and p.exposed == pytest.approx(comm)
+    assert p.step == pytest.approx(0.02 + 0.05 + comm + 0.01 + 0.001)
+    assert p.dominant == "compute"
+    assert any("factor 1.0" in a for a in p.assumptions)
+    # baseline: k = (0.05 - 0.04) / 0.04; the prediction's comm runs after backward -> backward 0.04
+    p = predict(ref, Scenario(ranks=2, transport="nvlink", cap_mb=25), table, base)
+    assert p.backward == pytest.approx(0.04) and p.exposed == pytest.approx(comm)
+    # 4 ranks: factor 1.5; ZeRO-1: reduce-scatter (factor 0.75) + fp32 all-gather, optimizer / 4
+    p = predict(ref, Scenario(ranks=4, transport="nvlink", cap_mb=25, mode="zero1"), table, base)
+    rs = 100e-6 + MICRO_BYTES * 0.75 / 1e6
+    assert p.exposed == pytest.approx(rs) and p.allgather == pytest.approx(rs) and p.optimizer == pytest.approx(0.0025)
+    assert p.step == pytest.approx(0.02 + 0.04 + 2 * rs + 0.0025 + 0.001)
+
+
+def test_cli_json_and_errors(tmp_path, capsys):
+    ref_path = write_micro_run(tmp_path / "ref.h5")
+    tab = tmp_path / "t.csv"
+    tab.write_text("transport,collective,alpha_us,busbw_GBps\nnvlink,allreduce,0,0.001\n")
+    assert report.main(["predict", ref_path, "--link-table", str(tab), "--compression", "bf16", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["exposed_comm_s"] == pytest.approx(MICRO_BYTES / 2 / 1e6)  # bf16: half the bytes
+    assert report.main(["predict", ref_path, "--link-table", str(tab), "--transport", "shm"]) == 2
+    assert "no row for it" in capsys.readouterr().err
+    assert report.main(["predict", ref_path, "--link-table", str(tmp_path / "none.csv")]) == 2
+    assert "none.csv" in capsys.readouterr().err
+    assert report.main(["predict", ref_path, "--link-table", str(tab), "--ranks", "0"]) == 2
+    assert "--ranks must be >= 1" in capsys.readouterr().err
+    assert report.main(["predict", ref_path, "--baseline", ref_path]) == 2
+    assert "a 1-GPU run is needed" in capsys.readouterr().err
+
+
+def test_validate_a_folder(tmp_path, capsys):
+    d = tmp_path / "runs"
+    d.mkdir()
+    write_micro_run(d / "b25.h5")
+    write_micro_run(d / "slow.h5", sps=5.0)
+    write_micro_run(d / "one.h5", world_size=1, backward=0.04)
+    out = tmp_path / "v.md"
+    assert report.main(["predict", "--validate", str(d), "-o", str(out), "--plot", str(tmp_path / "v.png")]) == 0
+    text = out.read_text()
+    assert "b25 **ref**" in text and "| slow |" in text and os.path.getsize(tmp_path / "v.png") > 0
