@@ -4,7 +4,8 @@ jax_vit.py) and their table (peers_table.py). Pure Python: no torch, no jax, no 
 Sizes are torchvision's (torchvision.models.vision_transformer: vit_b_32, vit_b_16, vit_l_32,
 vit_l_16, vit_h_14, 224x224 RGB images, 1000 classes) and the same as vitddp's
 model/vit_config.cpp; `tiny` is a small test size for CPU runs (32x32 images, patch 8, 2 blocks of
-width 64, 2 heads, MLP 128, 10 classes).
+width 64, 2 heads, MLP 128, 10 classes) and `vit_tiny` vitddp's test size of that name (the same
+with 4 blocks and 4 heads), so that a CPU dry run of bench_peers.sh runs vitddp and the peers.
 """
 import json
 import os
@@ -47,6 +48,7 @@ SIZES = {s.name: s for s in [
     ViTSize("vit_l_16", 224, 16, 24, 16, 1024, 4096, 1000),
     ViTSize("vit_h_14", 224, 14, 32, 16, 1280, 5120, 1000),
     ViTSize("tiny", 32, 8, 2, 2, 64, 128, 10),
+    ViTSize("vit_tiny", 32, 8, 4, 4, 64, 128, 10),
 ]}
 
 MODEL_NAMES = list(SIZES)
