@@ -200,7 +200,8 @@ def import_jax(device, precision):
     if device == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
     import jax
-    jax.config.update("jax_default_matmul_precision", "tensorfloat32" if precision == "tf32" else "float32")
+    if precision != "bf16":  # bf16's matmuls take bf16 operands: no fp32 precision to choose
+        jax.config.update("jax_default_matmul_precision", "tensorfloat32" if precision == "tf32" else "float32")
     if device == "cpu":
         return jax, jax.devices("cpu")[0]
     try:
