@@ -97,7 +97,8 @@ def parse_args(argv):
 
 def init_params(jax, size, seed):
     """Random parameters for the benchmark (values do not change the speed): weights N(0, 0.02^2),
-    biases 0, LayerNorm scales 1, offsets 0, class token 0."""
+    biases 0, LayerNorm scales 1, offsets 0, class token 0, and the head 0 as torchvision
+    initializes it (so the first loss is ln(classes), as the PyTorch peers')."""
     jnp = jax.numpy
     keys = iter(jax.random.split(jax.random.PRNGKey(seed), 4 + 4 * size.layers))
     D, M, T = size.hidden, size.mlp_dim, size.seq_len
@@ -115,7 +116,7 @@ def init_params(jax, size, seed):
                    ln2_w=o(D), ln2_b=z(D), up_w=w(D, M), up_b=z(M), down_w=w(M, D), down_b=z(D))
               for _ in range(size.layers)]
     return dict(patch_w=w(size.patch_dim, D), patch_b=z(D), cls=z(D), pos=w(T, D), layers=layers,
-                ln_w=o(D), ln_b=z(D), head_w=w(D, size.num_classes), head_b=z(size.num_classes))
+                ln_w=o(D), ln_b=z(D), head_w=jnp.zeros((D, size.num_classes), jnp.float32), head_b=z(size.num_classes))
 
 
 def params_from_torch(named, size):

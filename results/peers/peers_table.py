@@ -25,7 +25,9 @@ file); median step ms: CUDA events (vitddp, torch) or per-step block_until_ready
 alloc/reserved GiB: the peer's own allocator peaks (torch.cuda.max_memory_allocated/_reserved, XLA's
 peak_bytes_in_use/pool), the largest over rounds; smi GiB: nvidia-smi's peak memory.used (all
 processes on the GPU); compile s: first step (torch) or jit compile (jax), the largest over rounds
-(cold caches); rounds: every round's steps/s. The last line of a section: vitddp's steps/s over the
+(cold caches); loss first -> last: the best round's first and last training loss (vitddp:
+rank 0's training/loss; a peer whose loss does not move did not train); rounds: every round's
+steps/s. The last line of a section: vitddp's steps/s over the
 best peer's (> 1: vitddp is faster).
 """
 import argparse
@@ -76,7 +78,9 @@ def read_vitddp(path):
         return {"tool": "vitddp", "mode": mode, "model": attr("model"), "batch_size": int(a["batch_size"]),
                 "precision": attr("precision"), "steps_per_s": float(f["summary/steps_per_second"][()]),
                 "median_step_ms": float(f["summary/median_step_time"][()]) * 1e3 if "summary/median_step_time" in f else None,
-                "alloc": None, "reserved": None, "compile_s": None, "device_name": device, "file": path}
+                "alloc": None, "reserved": None, "compile_s": None, "device_name": device, "file": path,
+                "loss": (float(f["training/loss"][0, 0]), float(f["training/loss"][0, -1]))
+                if "training/loss" in f and f["training/loss"].shape[1] else None}
 
 
 def read_peer(path, r):
@@ -93,7 +97,8 @@ def read_peer(path, r):
             "precision": r["precision"], "steps_per_s": float(r["steps_per_s"]),
             "median_step_ms": r.get("median_step_ms"), "alloc": gib(r.get("peak_mem_allocated_bytes")),
             "reserved": gib(r.get("peak_mem_reserved_bytes")), "compile_s": r.get("compile_s"),
-            "device_name": r.get("device_name"), "file": path}
+            "device_name": r.get("device_name"), "file": path,
+            "loss": (r["loss_first"], r["loss_last"]) if r.get("loss_first") is not None else None}
 
 
 def load(dirs):
@@ -171,8 +176,8 @@ def render(rows, incomplete=(), ceilings=None, failed=()):
         group = best_of_rounds([r for r in rows if (r["model"], r["batch_size"], r["precision"]) == (model, batch, prec)])
         if group:
             lines.append("| tool | mode | steps/s | images/s | TFLOP/s | MFU | median step ms | alloc GiB | "
-                         "reserved GiB | smi GiB | compile s | rounds (steps/s) |")
-            lines.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+                         "reserved GiB | smi GiB | compile s | loss first -> last | rounds (steps/s) |")
+            lines.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
         for r in group:
             ips = r["steps_per_s"] * batch
             tflops = vit_shapes.train_tflops(size, ips) if size else None
@@ -181,6 +186,7 @@ def render(rows, incomplete=(), ceilings=None, failed=()):
                 r["tool"], r["mode"], fmt(r["steps_per_s"], ".2f"), fmt(ips, ".1f"), fmt(tflops, ".1f"),
                 "-" if mfu is None else f"{100 * mfu:.1f}%", fmt(r["median_step_ms"], ".2f"), fmt(r["alloc"], ".2f"),
                 fmt(r["reserved"], ".2f"), fmt(r["smi"], ".2f"), fmt(r["compile_s"], ".1f"),
+                "-" if r.get("loss") is None else f"{r['loss'][0]:.4f} -> {r['loss'][1]:.4f}",
                 " / ".join(f"{v:.2f}" for v in r["rounds"])]) + " |")
         ours = [r for r in group if r["tool"] == "vitddp"]
         peers = [r for r in group if r["tool"] != "vitddp"]

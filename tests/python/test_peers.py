@@ -74,7 +74,8 @@ def test_weighted_ceiling_is_flops_over_time():
 def peer_json(path, tool, mode, sps, **kw):
     r = {"kind": "peer", "tool": tool, "mode": mode, "model": "vit_l_32", "batch_size": 32, "precision": "bf16",
          "steps_per_s": sps, "median_step_ms": 1000.0 / sps, "peak_mem_allocated_bytes": 3 * 1024 ** 3,
-         "peak_mem_reserved_bytes": 4 * 1024 ** 3, "compile_s": 1.5, "device_name": "NVIDIA H200"}
+         "peak_mem_reserved_bytes": 4 * 1024 ** 3, "compile_s": 1.5, "device_name": "NVIDIA H200",
+         "loss_first": math.log(1000), "loss_last": 6.5}
     r.update(kw)
     with open(path, "w") as f:
         json.dump(r, f)
@@ -128,10 +129,11 @@ def test_table_values(bench_folder, capsys):
     assert ours[2:6] == ["110.00", "3520.0", f"{tflops:.1f}", f"{100 * tflops / 600.0:.1f}%"]
     assert ours[6] == "100.00"  # median_step_time 0.1 s
     assert ours[9] == "4.00"  # 4096 MiB, the larger nvidia-smi peak of the two rounds
-    assert ours[11] == "100.00 / 110.00"
+    assert ours[11] == "2.3000 -> 2.3000"  # conftest's training/loss
+    assert ours[12] == "100.00 / 110.00"
     eager = rows["torch eager"]
     assert eager[2] == "85.00" and eager[7:9] == ["3.00", "4.00"] and eager[10] == "2.5" and eager[9] == "-"
-    assert eager[11] == "80.00 / 85.00"
+    assert eager[11] == "6.9078 -> 6.5000" and eager[12] == "80.00 / 85.00"
     assert rows["jax jit, cudnn attention"][2] == "90.00"
     assert f"vitddp / best peer (torch cudagraph): {110.0 / 95.0:.2f}x steps/s." in text
     assert "Failed runs: torch compile-max-autotune round 1 (exit 124, timed out)." in text
@@ -212,7 +214,8 @@ def test_jax_peer_on_cpu(tmp_path, precision):
              "--warmup-steps", "1", "--steps", "3", "--json", str(out))
     r = json.loads(out.read_text())
     assert (r["tool"], r["attention"], r["model"], r["parameter_count"]) == ("jax", "xla", "tiny", 81226)
-    assert math.isfinite(r["loss_first"]) and math.isfinite(r["loss_last"])
+    assert r["loss_first"] == pytest.approx(math.log(10), abs=1e-5)  # zero head, as torchvision's
+    assert math.isfinite(r["loss_last"]) and r["loss_last"] != r["loss_first"]
     assert r["tflops"] == pytest.approx(3 * TINY_FLOPS * r["images_per_s"] / 1e12)
 
 
