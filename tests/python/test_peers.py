@@ -2,6 +2,7 @@
 results/commands/bench_peers.sh's settings checks. The FLOP formula, GEMM-ceiling weighting, the
 table and the script's checks need neither torch nor jax; the peers' CPU runs are skipped where
 torch (or jax) cannot be imported."""
+import importlib.util
 import json
 import math
 import os
@@ -47,8 +48,9 @@ def test_forward_flops_equal_a_sum_over_the_gemms(name):
         gemms += [(T, s.hidden // s.heads, T)] * s.heads * 2  # per head: q k^T and p v
     gemms.append((1, D, s.num_classes))
     assert vit_shapes.forward_flops_per_image(s) == sum(2 * m * k * n for m, k, n in gemms)
-    sys.path.insert(0, os.path.join(ROOT, "results"))
-    import bench_torch_vit
+    spec = importlib.util.spec_from_file_location("bench_torch_vit", os.path.join(ROOT, "results", "bench_torch_vit.py"))
+    bench_torch_vit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_torch_vit)
     model = SimpleNamespace(image_size=s.image_size, patch_size=s.patch_size, hidden_dim=D, mlp_dim=s.mlp_dim,
                             num_classes=s.num_classes, encoder=SimpleNamespace(layers=[None] * s.layers))
     assert bench_torch_vit.forward_flops_per_image(model) == vit_shapes.forward_flops_per_image(s)
@@ -178,7 +180,7 @@ def test_bench_peers_rejects_bad_settings(tmp_path, env, message):
 
 def run_peer(script, *args):
     p = subprocess.run([sys.executable, os.path.join(PEERS, script), *args], capture_output=True, text=True,
-                       timeout=600, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+                       timeout=600, env=dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1"))
     assert p.returncode == 0, p.stdout + p.stderr
     return p
 
