@@ -102,8 +102,8 @@ def read_peer(path, r):
 
 
 def load(dirs):
-    """Returns (rows, incomplete vitddp files, ceilings {(model, batch): {precision: TFLOP/s}},
-    failed runs from runs.tsv)."""
+    """Returns (rows, incomplete vitddp files, ceilings {(model, batch): {precision: the
+    "ceilings" entry of --gemm-ceilings' JSON}}, failed runs from runs.tsv)."""
     rows, incomplete, ceilings, failed = [], [], {}, []
     for d in dirs:
         for path in sorted(glob.glob(os.path.join(d, "*.h5"))):
@@ -121,7 +121,7 @@ def load(dirs):
             if r.get("kind") == "peer":
                 rows.append(read_peer(path, r))
             elif r.get("kind") == "gemm_ceilings":
-                ceilings[(r["model"], int(r["batch_size"]))] = {p: c["train_tflops"] for p, c in r["ceilings"].items()}
+                ceilings[(r["model"], int(r["batch_size"]))] = r["ceilings"]
         tsv = os.path.join(d, "runs.tsv")
         if os.path.exists(tsv):
             with open(tsv) as f:
@@ -169,10 +169,17 @@ def render(rows, incomplete=(), ceilings=None, failed=()):
         size = vit_shapes.SIZES.get(model)
         lines.append(f"## {model}, batch {batch}, {prec}")
         lines.append("")
-        ceiling = ceilings.get((model, batch), {}).get(prec)
+        probe = ceilings.get((model, batch), {}).get(prec)
+        ceiling = probe["train_tflops"] if probe else None
         if ceiling:
             lines += [f"GEMM ceiling ({prec}, FLOP-weighted over the linear layers' training GEMMs at M = "
                       f"{batch} x {size.seq_len if size else '?'} rows): {ceiling:.1f} TFLOP/s.", ""]
+            per = {}
+            for g in probe.get("gemms", []):
+                per.setdefault(g["linear"], []).append(f"{g['tflops']:.0f}")
+            if per:
+                lines += ["TFLOP/s of each linear layer's forward / data-gradient / weight-gradient GEMM: " +
+                          ", ".join(f"{k} {' / '.join(v)}" for k, v in per.items()) + ".", ""]
         group = best_of_rounds([r for r in rows if (r["model"], r["batch_size"], r["precision"]) == (model, batch, prec)])
         if group:
             lines.append("| tool | mode | steps/s | images/s | TFLOP/s | MFU | median step ms | alloc GiB | "

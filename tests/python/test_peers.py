@@ -99,7 +99,8 @@ def bench_folder(tmp_path, make_run):
     peer_json(tmp_path / "jax-vit_l_32-b32-bf16-r1.json", "jax", "jit", 90.0, attention="cudnn")
     with open(tmp_path / "gemm-vit_l_32-b32.json", "w") as f:
         json.dump({"kind": "gemm_ceilings", "model": "vit_l_32", "batch_size": 32,
-                   "ceilings": {"bf16": {"train_tflops": 600.0, "forward_tflops": 650.0, "gemms": []}}}, f)
+                   "ceilings": {"bf16": {"train_tflops": 600.0, "forward_tflops": 650.0, "gemms": [
+                       {"linear": "qkv", "pass": p, "tflops": t} for p, t in (("fwd", 640.4), ("dgrad", 610.0), ("wgrad", 550.0))]}}}, f)
     with open(tmp_path / "other.json", "w") as f:
         json.dump({"kind": "check"}, f)
     (tmp_path / "runs.tsv").write_text(
@@ -124,6 +125,7 @@ def test_table_values(bench_folder, capsys):
     assert "## vit_l_32, batch 32, bf16" in text
     assert "Device: NVIDIA H200." in text
     assert "GEMM ceiling (bf16, FLOP-weighted over the linear layers' training GEMMs at M = 32 x 50 rows): 600.0 TFLOP/s." in text
+    assert "forward / data-gradient / weight-gradient GEMM: qkv 640 / 610 / 550." in text
     rows = table_rows(text)
     assert list(rows) == ["vitddp cuda graph on, custom attention", "torch cudagraph", "jax jit, cudnn attention", "torch eager"]
     ours = rows["vitddp cuda graph on, custom attention"]
