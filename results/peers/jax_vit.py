@@ -100,7 +100,7 @@ def init_params(jax, size, seed):
     biases 0, LayerNorm scales 1, offsets 0, class token 0, and the head 0 as torchvision
     initializes it (so the first loss is ln(classes), as the PyTorch peers')."""
     jnp = jax.numpy
-    keys = iter(jax.random.split(jax.random.PRNGKey(seed), 4 + 4 * size.layers))
+    keys = iter(jax.random.split(jax.random.key(seed), 4 + 4 * size.layers))
     D, M, T = size.hidden, size.mlp_dim, size.seq_len
 
     def w(*shape):
@@ -248,7 +248,7 @@ def compile_step(jax, a, size, dev, params, images, labels):
 def benchmark(jax, a, size, dev):
     jnp = jax.numpy
     params = jax.device_put(init_params(jax, size, a.seed), dev)
-    k1, k2 = jax.random.split(jax.random.PRNGKey(a.seed + 1))
+    k1, k2 = jax.random.split(jax.random.key(a.seed + 1))
     images = jax.device_put(jax.random.normal(k1, (a.batch_size, 3, size.image_size, size.image_size), jnp.float32), dev)
     labels = jax.device_put(jax.random.randint(k2, (a.batch_size,), 0, size.num_classes, jnp.int32), dev)
     compiled, impl, fallback, compile_s = compile_step(jax, a, size, dev, params, images, labels)
