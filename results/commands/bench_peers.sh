@@ -67,7 +67,7 @@ for mode in $MODES; do
     *) bad "MODES: unknown mode '$mode' (eager cudagraph compile-reduce-overhead compile-max-autotune jax jax-xla none)";; esac
 done
 for v in ROUNDS STEPS TIMEOUT_S TIMEOUT_AUTOTUNE_S; do is_count "${!v}" || bad "$v: '${!v}' is not a positive integer"; done
-[[ $WARMUP =~ ^[0-9]+$ ]] && [ "$WARMUP" -ge 1 ] || bad "WARMUP: '$WARMUP' must be an integer >= 1 (the CUDA-graph peer warms up before capturing)"
+[[ $WARMUP =~ ^[0-9]+$ ]] && [ "$WARMUP" -ge 2 ] || bad "WARMUP: '$WARMUP' must be an integer >= 2 (the CUDA-graph peer warms up before capturing)"
 case $DEVICE in cuda|cpu) ;; *) bad "DEVICE: '$DEVICE' is not cuda or cpu";; esac
 [ "$DEVICE" = cpu ] && GEMM=0
 case $OPTIMIZER_STEP in eager|compiled) ;; *) bad "OPTIMIZER_STEP: '$OPTIMIZER_STEP' is not eager or compiled";; esac

@@ -20,7 +20,9 @@ Modes:
                            torch.cuda.graph after warm-up steps on a side stream, then replayed:
                            PyTorch's "CUDA Graphs" notes, "Whole-network capture" example (grads set
                            to None before capture, so backward allocates them from the graph's
-                           pool; autocast with cache_enabled=False, as those notes require).
+                           pool; autocast with cache_enabled=False, as those notes require). Of the
+                           --warmup-steps, all but the last run eager on a side stream before the
+                           capture, the last is the graph's first replay.
   compile-reduce-overhead  torch.compile(mode="reduce-overhead") of forward + loss (inductor
   compile-max-autotune     kernels, CUDA graphs via cudagraph trees; max-autotune also autotunes
                            GEMM and conv templates); backward is the compiled backward graph
@@ -84,8 +86,8 @@ def parse_args(argv):
         ap.error("--batch-size must be >= 1")
     if a.steps < 1 or a.warmup_steps < 0:
         ap.error("--steps must be >= 1 and --warmup-steps >= 0")
-    if a.mode == "cudagraph" and a.warmup_steps < 1:
-        ap.error("--warmup-steps must be >= 1 with --mode cudagraph (warm-up runs before the capture)")
+    if a.mode == "cudagraph" and a.warmup_steps < 2:
+        ap.error("--warmup-steps must be >= 2 with --mode cudagraph (eager steps before the capture, one replay after)")
     if a.mode == "cudagraph" and a.device != "cuda":
         ap.error("--mode cudagraph needs --device cuda")
     if not a.lr > 0:
@@ -230,7 +232,7 @@ def train(torch, a, size, dev):
             t0 = time.perf_counter()
             loss_first = float(step().detach())
             first_step_s = time.perf_counter() - t0
-            for _ in range(a.warmup_steps - 1):
+            for _ in range(a.warmup_steps - 2):
                 step()
         torch.cuda.current_stream().wait_stream(side)
         sync()
@@ -247,6 +249,7 @@ def train(torch, a, size, dev):
         def step():  # noqa: F811 - the replayed graph is the step from here on
             graph.replay()
             return static_loss
+        step()  # the last warm-up step: the graph's first launch (its upload)
     else:
         capture_s = None
         loss_first = None

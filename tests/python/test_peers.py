@@ -166,6 +166,7 @@ def test_table_bad_input(tmp_path, capsys):
     ({"PRECISIONS": "fp16"}, "PRECISIONS: unknown precision 'fp16'"),
     ({"BATCHES": "0"}, "BATCHES: '0' is not a positive integer"),
     ({"ROUNDS": "two"}, "ROUNDS: 'two' is not a positive integer"),
+    ({"WARMUP": "1"}, "WARMUP: '1' must be an integer >= 2"),
     ({"VITDDP": "/nonexistent/vitddp"}, "VITDDP: '/nonexistent/vitddp' is not an executable"),
 ])
 def test_bench_peers_rejects_bad_settings(tmp_path, env, message):
