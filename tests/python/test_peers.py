@@ -204,6 +204,24 @@ def test_torch_peer_eager_on_cpu(tmp_path, precision):
     assert r["tflops"] == pytest.approx(3 * TINY_FLOPS * r["images_per_s"] / 1e12)
 
 
+def test_gemm_ceilings_on_cpu(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "gemm.json"
+    run_peer("torch_peers.py", "--gemm-ceilings", "--model", "tiny", "--batch-size", "2", "--device", "cpu",
+             "--gemm-iters", "2", "--gemm-repeats", "1", "--json", str(out))
+    r = json.loads(out.read_text())
+    assert (r["kind"], r["model"], r["batch_size"]) == ("gemm_ceilings", "tiny", 2)
+    assert sorted(r["ceilings"]) == ["bf16", "fp32", "tf32"]
+    for c in r["ceilings"].values():
+        gemms = c["gemms"]
+        assert [(g["linear"], g["pass"]) for g in gemms] == [
+            (n, p) for n in ("qkv", "out_proj", "mlp_up", "mlp_down") for p in ("fwd", "dgrad", "wgrad")]
+        assert all(g["flops"] == 2 * g["m"] * g["k"] * g["n"] for g in gemms)
+        assert {(g["m"], g["k"], g["n"]) for g in gemms if g["linear"] == "qkv"} == {(34, 64, 192), (34, 192, 64), (192, 34, 64)}
+        assert c["train_tflops"] == pytest.approx(sum(g["flops"] for g in gemms) / sum(g["ms"] / 1e3 for g in gemms) / 1e12)
+        assert min(g["tflops"] for g in gemms) <= c["train_tflops"] <= max(g["tflops"] for g in gemms)
+
+
 def test_torch_peer_rejects_cudagraph_on_cpu():
     pytest.importorskip("torch")
     p = subprocess.run([sys.executable, os.path.join(PEERS, "torch_peers.py"), "--mode", "cudagraph", "--device", "cpu"],
