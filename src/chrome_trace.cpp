@@ -69,21 +69,29 @@ std::vector<double> TraceClock::offsets_ms(const World& w) const {
 }
 
 void ChromeTrace::add(int rank, Thread thread, const std::string& name, double start_ms, double duration_ms) {
-  events_.push_back({rank, thread, name, ms_to_ns(start_ms), std::max<int64_t>(0, ms_to_ns(duration_ms))});
+  add_span(rank, thread, name, start_ms, start_ms + duration_ms);
+}
+
+void ChromeTrace::add_span(int rank, Thread thread, const std::string& name, double begin_ms, double end_ms) {
+  const int64_t begin = ms_to_ns(begin_ms);
+  events_.push_back({rank, thread, name, begin, std::max<int64_t>(0, ms_to_ns(end_ms) - begin)});
 }
 
 void ChromeTrace::add_step(int rank, int step, const StepRecord& r) {
-  const double start = r.start_ms, input = r.input_wait_ms, fwd = r.forward_ms, bwd_end = r.backward_end_ms;
+  const double start = r.start_ms;
   add(rank, Steps, "Batch " + std::to_string(step), start, r.step_ms);
-  add(rank, Compute, "input wait", start, input);
-  add(rank, Compute, "forward", start + input, fwd);
-  add(rank, Compute, "backward", start + input + fwd, bwd_end - input - fwd);
-  add(rank, Compute, "exposed comm", start + bwd_end, r.exposed_comm_ms);
-  add(rank, Compute, "optimizer step", start + bwd_end + r.exposed_comm_ms, r.optimizer_ms);
-  add(rank, HostData, "get batch (wait)", start - r.data_wait_ms, r.data_wait_ms);
+  // The compute stream's phases end to end: each ends where the next begins, to the nanosecond.
+  const double input_end = start + r.input_wait_ms, fwd_end = input_end + r.forward_ms,
+               bwd_end = start + r.backward_end_ms, exposed_end = bwd_end + r.exposed_comm_ms;
+  add_span(rank, Compute, "input wait", start, input_end);
+  add_span(rank, Compute, "forward", input_end, fwd_end);
+  add_span(rank, Compute, "backward", fwd_end, bwd_end);
+  add_span(rank, Compute, "exposed comm", bwd_end, exposed_end);
+  add_span(rank, Compute, "optimizer step", exposed_end, exposed_end + r.optimizer_ms);
+  add_span(rank, HostData, "get batch (wait)", start - r.data_wait_ms, start);
   const BucketTimes& t = r.buckets;
   for (size_t b = 0; b < t.start_ms.size(); ++b)
-    add(rank, Comm, "all-reduce bucket " + std::to_string(b), start + t.start_ms[b], t.end_ms[b] - t.start_ms[b]);
+    add_span(rank, Comm, "all-reduce bucket " + std::to_string(b), start + t.start_ms[b], start + t.end_ms[b]);
 }
 
 void ChromeTrace::write(const std::string& path, int world_size, const std::vector<double>& offsets_ms) const {
@@ -97,12 +105,13 @@ void ChromeTrace::write(const std::string& path, int world_size, const std::vect
   }
   for (int64_t& t : ts) t -= earliest;
 
-  // Lanes: per (rank, stream), events in start order (the longer first on a tie), each on the
-  // first lane whose last event has ended.
+  // Lanes: per (rank, stream), events in start order (the shorter first on a tie: a zero-length
+  // "input wait" before the "forward" that starts with it), each on the first lane whose last
+  // event has ended.
   std::vector<size_t> order(events_.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return ts[a] != ts[b] ? ts[a] < ts[b] : events_[a].dur_ns > events_[b].dur_ns;
+    return ts[a] != ts[b] ? ts[a] < ts[b] : events_[a].dur_ns < events_[b].dur_ns;
   });
   std::map<std::pair<int, int>, std::vector<int64_t>> lane_end;  // (rank, stream) -> end of each lane
   std::vector<int> tid(events_.size());

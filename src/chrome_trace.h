@@ -45,8 +45,8 @@ class TraceClock {
 /// Streams per rank: "steps" (Batch i), "compute stream", "comm stream", "host data". Perfetto
 /// draws complete events of one track only when they nest, so write() spreads each stream's
 /// events over lanes: an event goes to the first lane of its stream whose last event ended at or
-/// before its start (greedy interval colouring in start order: as few lanes as events in flight
-/// at once). Lane k of stream s is track (tid) 1000 s + k, named "<stream>" (k = 0) or
+/// before its start (greedy interval colouring in start order, the shorter first on a tie: as
+/// few lanes as events in flight at once). Lane k of stream s is track (tid) 1000 s + k, named "<stream>" (k = 0) or
 /// "<stream> lane <k+1>"; so the events of one track never overlap. Times are written in
 /// microseconds with 3 decimals (whole ns), so the written values keep that property exactly.
 class ChromeTrace {
@@ -55,6 +55,9 @@ class ChromeTrace {
   /// Adds one event; times in milliseconds from the start of the run's first step on that rank
   /// (StepRecord::start_ms' origin). A negative duration is written as 0.
   void add(int rank, Thread thread, const std::string& name, double start_ms, double duration_ms);
+  /// The same from `begin_ms` to `end_ms` (each rounded to whole ns, so that spans laid end to end
+  /// share their boundary exactly); an end before the begin gives duration 0.
+  void add_span(int rank, Thread thread, const std::string& name, double begin_ms, double end_ms);
   /// Adds step `step` (0-based, as the results file) of rank `rank` from its record (as rank 0
   /// rebuilt it, StepRow::unpack): "Batch <step>" (step_ms) on the steps stream from the step
   /// start (start_ms); on the compute stream "input wait", "forward", "backward" (to
