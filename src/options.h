@@ -68,7 +68,7 @@ struct Options {
   std::string out;                  ///< results file; empty: vitddp-<model>-<time>.h5
   bool overwrite = false;
   std::string trace;                ///< Chrome trace-event JSON written by rank 0; empty: none
-  int progress_every = 1;           ///< print a line every N steps (rank 0)
+  int progress_every = 0;           ///< print a line every N steps (rank 0); 0: auto, about every 5 s
   int flush_every = 1;              ///< flush the results file every N steps
   std::string on_nonfinite = "stop";  ///< stop | skip: what a step with NaN/Inf loss or gradients does
   double step_timeout_s = 300;      ///< watchdog: a step not finished after this many seconds ends the job

@@ -45,8 +45,11 @@ std::vector<float> checked_weights_and_outputs(const Options& o, const ParamLayo
     if (std::filesystem::exists(o.save_weights) && !o.overwrite)
       throw std::runtime_error("--save-weights: '" + o.save_weights + "' exists (use --overwrite to replace it)");
   }
-  if (!o.trace.empty())
+  if (!o.trace.empty()) {
     if (const std::string e = output_directory_problem("--trace", o.trace); !e.empty()) throw std::runtime_error(e);
+    if (std::filesystem::exists(o.trace) && !o.overwrite)
+      throw std::runtime_error("--trace: '" + o.trace + "' exists (use --overwrite to replace it)");
+  }
   return initial;
 }
 
