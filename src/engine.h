@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "model/param_layout.h"
-#include "mpi/buckets.h"
-#include "mpi/reducer.h"
-#include "mpi/world.h"
+#include "mpi/buckets/buckets.h"
+#include "mpi/buckets/bucket_times.h"
+#include "mpi/world/world.h"
 #include "src/options.h"
 #include "src/train_state.h"
 

@@ -14,7 +14,7 @@
 #include "cuda/kernel_choice.h"
 #include "cuda/nvtx.h"
 #include "model/param_layout.h"
-#include "mpi/buckets.h"
+#include "mpi/buckets/buckets.h"
 #include "src/batch_feed.h"
 #include "src/checkpointer.h"
 #include "src/build_info.h"

@@ -1,4 +1,4 @@
-#include "mpi/nccl_comm.h"
+#include "mpi/world/nccl_comm_gpu.h"
 
 #include "cuda/check.h"
 
