@@ -133,3 +133,40 @@ TEST_CASE("2 GPUs with batch b equal 1 GPU with batch 2b", "[gpu][mpi][reducer]"
   if (w.rank == 0) std::printf("data-parallel equivalence on 2 GPUs: worst norm-relative error %.3g\n", worst);
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
+
+TEST_CASE("GPU transport registry: every name constructs and averages, an unknown one is refused", "[gpu][mpi][reducer]") {
+  const World w = test_world();
+  REQUIRE(w.world_size == 2);
+  const ParamLayout L = make_param_layout(vit_config("vit_micro"));
+  const auto buckets = assign_buckets(L, 1024, 4096);
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  NcclComm comm(w);
+  DeviceBuffer<float> grads(L.total, "grads");
+  for (const GpuTransportEntry& e : gpu_transport_registry()) {
+    INFO(e.name);
+    ReducerOptions ro;
+    ro.allreduce = e.name;
+    const std::vector<float> mine(L.total, (float)(w.rank + 1));
+    CUDA_CHECK(cudaMemcpy(grads.get(), mine.data(), L.total * 4, cudaMemcpyHostToDevice));
+    GpuReducer reducer(L, buckets, grads.get(), comm.get(), stream, ro);
+    CHECK(reducer.copy_engine_in_use() == (ro.allreduce == "copy-engine"));
+    CHECK(reducer.device_bytes() == GpuReducer::planned_device_bytes(L, buckets, ro, 2));
+    reducer.prepare_for_backward();
+    reducer.finalize();  // every bucket launches here
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const auto got = to_host(grads);
+    size_t wrong = 0;
+    for (float g : got) wrong += g != 1.5f;
+    CHECK(wrong == 0u);
+  }
+  ReducerOptions bad;
+  bad.allreduce = "gloo";
+  try {
+    GpuReducer reducer(L, buckets, grads.get(), comm.get(), stream, bad);
+    FAIL("no exception");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()) == "unknown all-reduce transport 'gloo' (choose one of: nccl, copy-engine)");
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}

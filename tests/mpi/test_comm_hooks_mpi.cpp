@@ -13,6 +13,7 @@
 #include "mpi/hooks/half_host.h"
 #include "mpi/hooks/powersgd_host.h"
 #include "mpi/reducer/cpu_reducer.h"
+#include "mpi/transports/host_transport.h"
 #include "mpi/transports/mpi_transport.h"
 #include "tests/catch.h"
 #include "tests/mpi_test_util.h"
@@ -257,4 +258,22 @@ TEST_CASE("MPI 16-bit sum ops add in fp32 and round", "[mpi][comm_hooks]") {
   CHECK(fp16_to_float(h[2]) == -7.5f);
   CHECK(fp16_to_float(h[3]) == 0.375f);
   CHECK_THROWS_AS(ops.op(DType::F32), std::invalid_argument);
+}
+
+TEST_CASE("host transport registry: every name constructs and sums", "[mpi][comm_hooks]") {
+  REQUIRE(world_size() == 2);
+  for (const HostTransportEntry& e : host_transport_registry()) {
+    INFO(e.name);
+    const std::unique_ptr<HostTransport> t = make_host_transport(e.name);
+    CHECK(std::string(t->name()) == e.name);
+    CHECK(t->world_size() == 2);
+    // fp32: rank r holds r + 1 and r + 0.25; the sums are 3 and 1.5.
+    std::vector<float> x = {(float)(world_rank() + 1), (float)world_rank() + 0.25f};
+    t->start_sum(x.data(), x.size(), DType::F32)->wait();
+    CHECK(x == std::vector<float>{3.0f, 1.5f});
+    // bf16 bits, blocking: 1 + 2 = 3 exactly.
+    uint16_t h = float_to_bf16((float)(world_rank() + 1));
+    t->sum(&h, 1, DType::BF16);
+    CHECK(bf16_to_float(h) == 3.0f);
+  }
 }
