@@ -1,4 +1,4 @@
-// The copy-engine all-reduce (--allreduce copy-engine, mpi/ce_allreduce.h) on 2 GPUs
+// The copy-engine all-reduce (--allreduce copy-engine, mpi/transports/copy_engine_allreduce_gpu.h) on 2 GPUs
 // (`mpirun -np 2`): against a double-precision host reference of the average, bit-identical on
 // both ranks, for every compression it supports and both bucket modes, eagerly and replayed from
 // a CUDA graph with new gradients each replay (the flags must be cleared between steps).
