@@ -3,6 +3,7 @@
 
 namespace vitddp {
 
+/// The registry's factory (mpi/hooks/registry.cpp).
 std::unique_ptr<CommHook> make_bf16_compress_hook(const HookArgs&) { return make_compress_16bit_hook(DType::BF16); }
 
 }  // namespace vitddp

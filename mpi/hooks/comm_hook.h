@@ -205,12 +205,6 @@ std::vector<std::string> compression_names();
 /// one of: none, fp16, bf16, powersgd)" for any other name.
 std::unique_ptr<CommHook> make_comm_hook(const std::string& name, const HookArgs& args);
 
-// The factories of the registered hooks (one file each).
-std::unique_ptr<CommHook> make_allreduce_hook(const HookArgs& args);
-std::unique_ptr<CommHook> make_fp16_compress_hook(const HookArgs& args);
-std::unique_ptr<CommHook> make_bf16_compress_hook(const HookArgs& args);
-std::unique_ptr<CommHook> make_powersgd_hook(const HookArgs& args);
-
 /// "a, b, c" of `names` (the choices in an error message).
 std::string join_names(const std::vector<std::string>& names);
 

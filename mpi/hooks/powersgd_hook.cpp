@@ -37,6 +37,7 @@ class PowerSgdHook final : public CommHook {
 
 }  // namespace
 
+/// The registry's factory (mpi/hooks/registry.cpp).
 std::unique_ptr<CommHook> make_powersgd_hook(const HookArgs& a) { return std::make_unique<PowerSgdHook>(a); }
 
 }  // namespace vitddp

@@ -1,18 +1,26 @@
-// The comm hooks by --compression value. A new hook is one file under mpi/hooks/ with its
-// factory, plus one line here.
+// The comm hooks by --compression value. A new hook is one file under mpi/hooks/ defining its
+// factory `std::unique_ptr<CommHook> make_..._hook(const HookArgs&)`, plus one line in the list.
 #include <stdexcept>
 
 #include "mpi/hooks/comm_hook.h"
 
+// X(--compression value, factory), in --help order.
+#define VITDDP_COMM_HOOKS(X)                 \
+  X("none", make_allreduce_hook)             \
+  X("fp16", make_fp16_compress_hook)         \
+  X("bf16", make_bf16_compress_hook)         \
+  X("powersgd", make_powersgd_hook)
+
 namespace vitddp {
 
+#define VITDDP_DECLARE_HOOK(name, factory) std::unique_ptr<CommHook> factory(const HookArgs& args);
+VITDDP_COMM_HOOKS(VITDDP_DECLARE_HOOK)
+#undef VITDDP_DECLARE_HOOK
+
 const std::vector<CommHookEntry>& comm_hook_registry() {
-  static const std::vector<CommHookEntry> entries = {
-      {"none", &make_allreduce_hook},
-      {"fp16", &make_fp16_compress_hook},
-      {"bf16", &make_bf16_compress_hook},
-      {"powersgd", &make_powersgd_hook},
-  };
+#define VITDDP_HOOK_ENTRY(name, factory) {name, &factory},
+  static const std::vector<CommHookEntry> entries = {VITDDP_COMM_HOOKS(VITDDP_HOOK_ENTRY)};
+#undef VITDDP_HOOK_ENTRY
   return entries;
 }
 

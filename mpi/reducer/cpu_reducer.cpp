@@ -68,7 +68,11 @@ class CpuReducer::HostBucket final : public GradBucket {
   };
   void do_cast_to_16bit(const float* x, size_t n, float divisor, DType t, uint16_t* out) override {
     require_16bit(t, "cast_to_16bit");
-    for (size_t i = 0; i < n; ++i) out[i] = t == DType::F16 ? float_to_fp16(x[i] / divisor) : float_to_bf16(x[i] / divisor);
+    if (t == DType::F16) {
+      for (size_t i = 0; i < n; ++i) out[i] = float_to_fp16(x[i] / divisor);
+    } else {
+      for (size_t i = 0; i < n; ++i) out[i] = float_to_bf16(x[i] / divisor);
+    }
   }
   void do_cast_from_16bit(const uint16_t* h, size_t n, DType t, float* x) override { cast_from_16bit_host(t, h, n, x); }
   int record_mark() override {

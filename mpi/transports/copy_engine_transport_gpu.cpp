@@ -45,6 +45,7 @@ class CopyEngineTransport final : public GpuTransport {
 
 bool uses_copy_engine(const ReducerOptions& o, int world_size) { return o.allreduce == "copy-engine" && world_size > 1; }
 
+// The registry's plan and factory (mpi/transports/gpu_registry_gpu.cpp).
 GpuTransportPlan plan_copy_engine_transport(const ReducerOptions& o, int world_size,
                                             const std::vector<size_t>& bucket_bytes) {
   GpuTransportPlan p;
@@ -57,7 +58,7 @@ GpuTransportPlan plan_copy_engine_transport(const ReducerOptions& o, int world_s
 }
 
 std::unique_ptr<GpuTransport> make_copy_engine_transport(const GpuTransportArgs& a) {
-  if (a.world_size == 1) return make_nccl_transport(a);  // nothing to move
+  if (a.world_size == 1) return gpu_transport("nccl").make(a);  // nothing to move
   return std::make_unique<CopyEngineTransport>(a);
 }
 

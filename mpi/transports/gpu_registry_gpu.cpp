@@ -1,16 +1,28 @@
 // The GPU backend's transports by --allreduce value. A new one is one file under
-// mpi/transports/ with its plan and factory, plus one line here.
+// mpi/transports/ (named *_gpu.cpp) defining its plan `GpuTransportPlan plan_..._transport(const
+// ReducerOptions&, int, const std::vector<size_t>&)` and factory `std::unique_ptr<GpuTransport>
+// make_..._transport(const GpuTransportArgs&)`, plus one line in the list.
 #include <stdexcept>
 
 #include "mpi/transports/gpu_transport_gpu.h"
 
+// X(--allreduce value, plan, factory), in --help order.
+#define VITDDP_GPU_TRANSPORTS(X)                                             \
+  X("nccl", plan_nccl_transport, make_nccl_transport)                        \
+  X("copy-engine", plan_copy_engine_transport, make_copy_engine_transport)
+
 namespace vitddp {
 
+#define VITDDP_DECLARE_TRANSPORT(name, plan, factory)                                                     \
+  GpuTransportPlan plan(const ReducerOptions& options, int world_size, const std::vector<size_t>& bucket_bytes); \
+  std::unique_ptr<GpuTransport> factory(const GpuTransportArgs& args);
+VITDDP_GPU_TRANSPORTS(VITDDP_DECLARE_TRANSPORT)
+#undef VITDDP_DECLARE_TRANSPORT
+
 const std::vector<GpuTransportEntry>& gpu_transport_registry() {
-  static const std::vector<GpuTransportEntry> entries = {
-      {"nccl", &plan_nccl_transport, &make_nccl_transport},
-      {"copy-engine", &plan_copy_engine_transport, &make_copy_engine_transport},
-  };
+#define VITDDP_TRANSPORT_ENTRY(name, plan, factory) {name, &plan, &factory},
+  static const std::vector<GpuTransportEntry> entries = {VITDDP_GPU_TRANSPORTS(VITDDP_TRANSPORT_ENTRY)};
+#undef VITDDP_TRANSPORT_ENTRY
   return entries;
 }
 

@@ -86,13 +86,6 @@ const std::vector<GpuTransportEntry>& gpu_transport_registry();
 /// 'x' (choose one of: nccl, copy-engine)" for any other name.
 const GpuTransportEntry& gpu_transport(const std::string& name);
 
-// The registered transports (one file each).
-GpuTransportPlan plan_nccl_transport(const ReducerOptions& options, int world_size, const std::vector<size_t>& bucket_bytes);
-std::unique_ptr<GpuTransport> make_nccl_transport(const GpuTransportArgs& args);
-GpuTransportPlan plan_copy_engine_transport(const ReducerOptions& options, int world_size,
-                                            const std::vector<size_t>& bucket_bytes);
-std::unique_ptr<GpuTransport> make_copy_engine_transport(const GpuTransportArgs& args);
-
 /// Whether a GPU reducer with these options on `world_size` ranks all-reduces by the copy engines:
 /// --allreduce copy-engine and more than one rank (one rank has nothing to move; its reducer
 /// allocates no copy-engine scratch and uses NCCL).

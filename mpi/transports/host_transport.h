@@ -47,7 +47,4 @@ const std::vector<HostTransportEntry>& host_transport_registry();
 /// (choose one of: mpi)" for any other name; what the factory throws otherwise.
 std::unique_ptr<HostTransport> make_host_transport(const std::string& name);
 
-/// MPI over MPI_COMM_WORLD (mpi/transports/mpi_transport.cpp).
-std::unique_ptr<HostTransport> make_mpi_transport();
-
 }  // namespace vitddp

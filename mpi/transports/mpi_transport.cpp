@@ -81,6 +81,7 @@ MPI_Op Mpi16BitSumOps::op(DType t) const {
 
 MPI_Datatype mpi_datatype(DType t) { return t == DType::F32 ? MPI_FLOAT : MPI_UINT16_T; }
 
+/// The registry's factory (mpi/transports/host_registry.cpp).
 std::unique_ptr<HostTransport> make_mpi_transport() { return std::make_unique<MpiTransport>(); }
 
 }  // namespace vitddp

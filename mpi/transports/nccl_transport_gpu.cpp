@@ -29,6 +29,7 @@ class NcclTransport final : public GpuTransport {
 
 }  // namespace
 
+// The registry's plan and factory (mpi/transports/gpu_registry_gpu.cpp).
 GpuTransportPlan plan_nccl_transport(const ReducerOptions&, int, const std::vector<size_t>&) { return {}; }
 
 std::unique_ptr<GpuTransport> make_nccl_transport(const GpuTransportArgs& a) {
