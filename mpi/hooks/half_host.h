@@ -1,6 +1,8 @@
 // 16-bit floats on the host (CUDA-free): the conversions of CUDA's __float2half_rn /
 // __half2float / __float2bfloat16_rn / __bfloat162float, bit for bit, and the host casts of the
 // fp16/bf16 compression hooks (the CPU backend; the oracle of the GPU kernels' tests).
+// Tested against _Float16 and a double-precision bf16 rounding (tests/cpu/test_half_casts.cpp)
+// and bit for bit against CUDA's host conversions (tests/cpu/test_half_casts_gpu.cpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
