@@ -445,10 +445,10 @@ ReducerOptions reducer_options(const Options& o) {
   ReducerOptions r;
   r.overlap = o.overlap;
   r.grad_as_bucket_view = o.grad_as_bucket_view;
-  r.compression = parse_compression(o.compression);
-  r.allreduce = o.allreduce == "copy-engine" ? AllReduceImpl::CopyEngine : AllReduceImpl::Nccl;
+  r.compression = o.compression;
+  r.allreduce = o.allreduce;
   if (o.comm_streams != "auto") r.comm_streams = (int)parse_int("--comm-streams", o.comm_streams, 1, 4);
-  else r.comm_streams = r.allreduce == AllReduceImpl::CopyEngine && o.precision == "bf16" && o.compression == "none" ? 2 : 1;
+  else r.comm_streams = r.allreduce == "copy-engine" && o.precision == "bf16" && o.compression == "none" ? 2 : 1;
   r.powersgd.rank = o.powersgd_rank;
   r.powersgd.start_iter = o.powersgd_start_step;
   r.powersgd.min_compression_rate = o.powersgd_min_compression_rate;

@@ -3,7 +3,7 @@
 #include <functional>
 #include <string>
 
-#include "mpi/world.h"
+#include "mpi/world/world.h"
 #include "src/run_guard.h"
 
 namespace vitddp {

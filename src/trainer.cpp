@@ -11,7 +11,7 @@
 #include "model/kernel_choice.h"
 #include "src/nvtx.h"
 #include "model/param_layout.h"
-#include "mpi/buckets.h"
+#include "mpi/buckets/buckets.h"
 #include "src/batch_feed.h"
 #include "src/build_info.h"
 #include "src/checkpointer.h"
@@ -75,7 +75,7 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   f.set_attr("global_batch_size", (int64_t)o.batch_size * o.grad_accum_steps * w.world_size);
   f.set_attr("backend", info.backend);
   f.set_attr("precision", o.precision);
-  // What --attention / --patch-embed resolved to ("auto" is chosen by measurement, cuda/kernel_choice.h).
+  // What --attention / --patch-embed resolved to ("auto" is chosen by measurement, model/kernel_choice.h).
   const bool gpu = info.backend == "gpu";
   const GpuViTOptions mo = gpu ? gpu_model_options(o, layout) : GpuViTOptions();
   f.set_attr("attention", gpu ? attention_impl_name(mo.attention) : "cpu reference");

@@ -1,11 +1,19 @@
-// Per-bucket communication timings of one step, as both reducers report them (mpi/reducer.h,
-// mpi/reducer_gpu.h) and the results file stores them (results/SCHEMA.md). No library header.
+// What one step's communication of each bucket cost (CUDA-free): the per-bucket columns of the
+// results file (results/SCHEMA.md, buckets/*), filled by GpuReducer and CpuReducer.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 namespace vitddp {
+
+/// What one bucket's communication did in one step.
+struct BucketCommReport {
+  uint64_t bytes_sent = 0;   ///< sum over this rank's all-reduce calls of their payload bytes
+  bool compressed = false;   ///< the payload was compressed (see BucketTimes::compressed)
+  double compress_ms = 0;    ///< compression + decompression work
+  double allreduce_ms = 0;   ///< inside the all-reduce calls
+};
 
 /// Per-step record of every bucket's communication, one entry per bucket (index = bucket index).
 /// Times are milliseconds; start/end are relative to the step's start (GPU: the step-start CUDA
@@ -24,23 +32,15 @@ struct BucketTimes {
   /// comm stream, summed; CPU: host time). Copy-engine fp16/bf16: the peers' chunks' casts only;
   /// the own chunk's casts are fused into the sum and count in allreduce_ms.
   std::vector<double> compress_ms;
-  /// Inside the all-reduce calls (GPU: CUDA events around the NCCL calls, summed; CPU: from
-  /// MPI_Iallreduce to the return of its MPI_Wait, or the blocking calls of PowerSGD).
+  /// Inside the all-reduce calls (GPU: CUDA events around the NCCL / copy-engine calls, summed;
+  /// CPU: from MPI_Iallreduce to the return of its MPI_Wait, or the blocking calls of PowerSGD).
   std::vector<double> allreduce_ms;
   /// grad_as_bucket_view=false only (else 0): gradients -> bucket buffer before the all-reduce
   /// plus bucket buffer -> gradients in finalize() (GPU: device-to-device copies on the compute stream).
   std::vector<double> copy_ms;
 
-  /// Sizes every vector to `n` entries of zero.
-  void resize(size_t n) {
-    start_ms.assign(n, 0.0);
-    end_ms.assign(n, 0.0);
-    bytes_sent.assign(n, 0);
-    compressed.assign(n, 0);
-    compress_ms.assign(n, 0.0);
-    allreduce_ms.assign(n, 0.0);
-    copy_ms.assign(n, 0.0);
-  }
+  /// Sizes every vector to `buckets` entries of zero.
+  void resize(size_t buckets);
 };
 
 }  // namespace vitddp

@@ -1,4 +1,4 @@
-#include "mpi/ce_allreduce_gpu.h"
+#include "mpi/transports/copy_engine_allreduce_gpu.h"
 
 #include <cuda.h>
 
@@ -9,7 +9,7 @@
 
 #include "cuda/check_cuda.h"
 #include "cuda/compression.h"
-#include "mpi/world.h"
+#include "mpi/world/world.h"
 
 namespace vitddp {
 
@@ -261,9 +261,9 @@ void CopyEngineAllReduce::gather(size_t bucket, const uint8_t* mine, size_t byte
   wait_flags(1, bucket, s);
 }
 
-void CopyEngineAllReduce::all_reduce(size_t bucket, void* data, size_t count, CeDtype t, float scale,
+void CopyEngineAllReduce::all_reduce(size_t bucket, void* data, size_t count, DType t, float scale,
                                      cudaStream_t s) {
-  const size_t es = ce_dtype_bytes(t);
+  const size_t es = dtype_bytes(t);
   check_payload(bucket, data, count * es, es);  // before anything is enqueued: a throw raises no flag
   const Chunks c = chunks(count);
   auto* bytes = static_cast<uint8_t*>(data);
@@ -277,17 +277,16 @@ void CopyEngineAllReduce::all_reduce(size_t bucket, void* data, size_t count, Ce
   gather(bucket, mine, c.length(rank_) * es, s);
 }
 
-void CopyEngineAllReduce::all_reduce_16bit(size_t bucket, float* x, uint16_t* staging, size_t count, CeDtype t,
+void CopyEngineAllReduce::all_reduce_16bit(size_t bucket, float* x, uint16_t* staging, size_t count, DType t,
                                            float divisor, cudaStream_t s, const std::function<void()>& mark) {
-  if (t == CeDtype::F32) throw std::invalid_argument("CopyEngineAllReduce::all_reduce_16bit: fp16 or bf16 payload only");
+  if (t == DType::F32) throw std::invalid_argument("CopyEngineAllReduce::all_reduce_16bit: fp16 or bf16 payload only");
   check_payload(bucket, x, count * sizeof(float), sizeof(float), false);
   check_payload(bucket, staging, count * sizeof(uint16_t), sizeof(uint16_t));
-  const bool bf16 = t == CeDtype::Bf16;
   const Chunks c = chunks(count);
   const size_t own = c.begin(rank_), own_len = c.length(rank_), after = own + own_len;
   // 1. Only the peers' chunks are cast (the elements before and after this rank's chunk).
-  cast_to_16bit(x, own, divisor, bf16, staging, s);
-  cast_to_16bit(x + after, count - after, divisor, bf16, staging + after, s);
+  cast_to_16bit(x, own, divisor, t, staging, s);
+  cast_to_16bit(x + after, count - after, divisor, t, staging + after, s);
   if (mark) mark();
   // 2. Reduce-scatter of the 16-bit payload.
   auto* payload = reinterpret_cast<uint8_t*>(staging);
@@ -298,8 +297,8 @@ void CopyEngineAllReduce::all_reduce_16bit(size_t bucket, float* x, uint16_t* st
   // 4. All-gather of the 16-bit results; only the peers' chunks are cast back.
   gather(bucket, payload + own * sizeof(uint16_t), own_len * sizeof(uint16_t), s);
   if (mark) mark();
-  cast_from_16bit(staging, own, bf16, x, s);
-  cast_from_16bit(staging + after, count - after, bf16, x + after, s);
+  cast_from_16bit(staging, own, t, x, s);
+  cast_from_16bit(staging + after, count - after, t, x + after, s);
 }
 
 }  // namespace vitddp

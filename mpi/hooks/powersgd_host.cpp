@@ -1,4 +1,4 @@
-#include "mpi/powersgd.h"
+#include "mpi/hooks/powersgd_host.h"
 
 #include <algorithm>
 #include <chrono>

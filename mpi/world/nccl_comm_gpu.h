@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "mpi/world.h"
+#include "mpi/world/world.h"
 
 namespace vitddp {
 

@@ -1,4 +1,4 @@
-#include "mpi/powersgd_nccl_gpu.h"
+#include "mpi/hooks/powersgd_gpu.h"
 
 #include <algorithm>
 #include <climits>
@@ -6,7 +6,6 @@
 #include <string>
 
 #include "cuda/check_cuda.h"
-#include "mpi/nccl_check_gpu.h"
 
 namespace vitddp {
 
@@ -21,10 +20,10 @@ DeviceBuffer<T> upload(const std::vector<T>& v, const std::string& what) {
 
 }  // namespace
 
-PowerSgdNccl::PowerSgdNccl(std::vector<HookBucket> buckets, const PowerSgdOptions& options, ncclComm_t comm,
-                           int world_size, cudaStream_t stream)
-    : opts_(options), comm_(comm), world_size_(world_size), stream_(stream) {
-  if (world_size < 1) throw std::invalid_argument("PowerSgdNccl: world size must be >= 1");
+PowerSgdGpu::PowerSgdGpu(std::vector<HookBucket> buckets, const PowerSgdOptions& options, int world_size,
+                         cudaStream_t stream)
+    : opts_(options), world_size_(world_size), stream_(stream) {
+  if (world_size < 1) throw std::invalid_argument("PowerSgdGpu: world size must be >= 1");
   if (opts_.start_iter < 0) throw std::invalid_argument("PowerSGD: start iteration must be >= 0");
   size_t max_numel = 0, max_u = 0, max_scratch = 0;
   state_.resize(buckets.size());
@@ -68,10 +67,10 @@ PowerSgdNccl::PowerSgdNccl(std::vector<HookBucket> buckets, const PowerSgdOption
   // not wait for.
   CUDA_CHECK(cudaDeviceSynchronize());
   if (device_bytes() != planned_device_bytes(buckets, opts_))
-    throw std::logic_error("PowerSgdNccl: planned_device_bytes disagrees with the allocation (update both)");
+    throw std::logic_error("PowerSgdGpu: planned_device_bytes disagrees with the allocation (update both)");
 }
 
-size_t PowerSgdNccl::planned_device_bytes(const std::vector<HookBucket>& buckets, const PowerSgdOptions& options) {
+size_t PowerSgdGpu::planned_device_bytes(const std::vector<HookBucket>& buckets, const PowerSgdOptions& options) {
   size_t n = 0, max_numel = 0, max_u = 0, max_scratch = 0;
   for (const HookBucket& b : buckets) {
     const PowerSgdBucketPlan pl = make_powersgd_plan(b, options.rank, options.min_compression_rate);
@@ -90,7 +89,7 @@ size_t PowerSgdNccl::planned_device_bytes(const std::vector<HookBucket>& buckets
   return n + ((options.error_feedback ? max_numel : 0) + max_u + max_scratch) * sizeof(float);
 }
 
-size_t PowerSgdNccl::device_bytes() const {
+size_t PowerSgdGpu::device_bytes() const {
   size_t n = (copy_.size() + u_.size() + mtp_scratch_.size()) * sizeof(float);
   for (const auto& st : state_)
     n += (st.error.size() + st.p.size() + st.q.size()) * sizeof(float) +
@@ -99,7 +98,7 @@ size_t PowerSgdNccl::device_bytes() const {
   return n;
 }
 
-void PowerSgdNccl::init_q(size_t b) {
+void PowerSgdGpu::init_q(size_t b) {
   const PowerSgdBucketPlan& pl = plans_[b];
   BucketState& st = state_[b];
   if (pl.q_numel == 0) return;
@@ -117,8 +116,10 @@ void PowerSgdNccl::init_q(size_t b) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void PowerSgdNccl::run_bucket(size_t b, float* d, BucketTimeline& tl) {
-  if (!compressing()) throw std::logic_error("PowerSgdNccl::run_bucket before the start iteration");
+void PowerSgdGpu::run_bucket(GradBucket& gb) {
+  if (!compressing()) throw std::logic_error("PowerSgdGpu::run_bucket before the start iteration");
+  const size_t b = gb.index();
+  float* d = gb.buffer();
   const PowerSgdBucketPlan& pl = plans_.at(b);
   BucketState& st = state_[b];
   const int nc = static_cast<int>(pl.compressed_count);
@@ -126,10 +127,12 @@ void PowerSgdNccl::run_bucket(size_t b, float* d, BucketTimeline& tl) {
   const float ws = static_cast<float>(world_size_);
   float* p = st.p.get();
   float* q = st.q.get();
-  tl.set_compressed(nc > 0);
+  gb.set_compressed(nc > 0);
+  // The kernels below go to stream_ directly; every all_reduce follows a fresh mark, so it times
+  // from there (GradBucket::all_reduce).
 
   // Compression: error feedback, gather of the uncompressed tensors, Q, P = M Q.
-  const int e0 = tl.mark(stream_);
+  const int e0 = gb.mark();
   if (opts_.error_feedback) add_error_and_copy(d, st.error.get(), copy_.get(), pl.numel, stream_);
   copy_segments(d, u_.get(), st.gather.get(), nu, st.max_segment, 1.0f, stream_);
   if (!opts_.warm_start || !st.q_ready) {
@@ -139,40 +142,34 @@ void PowerSgdNccl::run_bucket(size_t b, float* d, BucketTimeline& tl) {
   orthogonalize_columns(q, st.q_refs.get(), nc, (float)opts_.orthogonalization_epsilon, stream_);
   for (const auto& t : pl.tensors)
     if (t.compressed) matmul_mq(d + t.offset, q + t.q_offset, p + t.p_offset, (int)t.rows, (int)t.cols, (int)t.rank, stream_);
-  const int e1 = tl.mark(stream_);
-  tl.compress(e0, e1);
+  gb.compress(e0, gb.mark());
 
   // All-reduce the uncompressed tensors and the Ps (SUM; Ps are orthogonalised, not divided).
-  if (pl.uncompressed_numel > 0)
-    NCCL_CHECK(ncclAllReduce(u_.get(), u_.get(), pl.uncompressed_numel, ncclFloat32, ncclSum, comm_, stream_));
-  if (pl.p_numel > 0) NCCL_CHECK(ncclAllReduce(p, p, pl.p_numel, ncclFloat32, ncclSum, comm_, stream_));
-  const int e2 = tl.mark(stream_);
-  tl.allreduce(e1, e2, 4ull * (pl.uncompressed_numel + pl.p_numel));
+  if (pl.uncompressed_numel > 0) gb.all_reduce(u_.get(), pl.uncompressed_numel, DType::F32, ReduceOp::Sum);
+  if (pl.p_numel > 0) gb.all_reduce(p, pl.p_numel, DType::F32, ReduceOp::Sum);
 
   // Uncompressed tensors back (divided by the world size); orthogonalise P; Q = M^T P.
+  const int e2 = gb.last_mark();  // the end of the last all-reduce (or of the compression)
   copy_segments(u_.get(), d, st.scatter.get(), nu, st.max_segment, ws, stream_);
   orthogonalize_columns(p, st.p_refs.get(), nc, (float)opts_.orthogonalization_epsilon, stream_);
   for (const auto& t : pl.tensors)
     if (t.compressed)
       matmul_mtp(d + t.offset, p + t.p_offset, q + t.q_offset, (int)t.rows, (int)t.cols, (int)t.rank,
                  mtp_scratch_.get(), stream_);
-  const int e3 = tl.mark(stream_);
-  tl.compress(e2, e3);
+  gb.compress(e2, gb.mark());
 
-  if (pl.q_numel > 0) NCCL_CHECK(ncclAllReduce(q, q, pl.q_numel, ncclFloat32, ncclSum, comm_, stream_));
-  const int e4 = tl.mark(stream_);
-  tl.allreduce(e3, e4, 4ull * pl.q_numel);
+  if (pl.q_numel > 0) gb.all_reduce(q, pl.q_numel, DType::F32, ReduceOp::Sum);
 
   // Decompression: Q /= world size, M = P Q^T, error = copy - new bucket.
+  const int e4 = gb.last_mark();
   divide(q, pl.q_numel, ws, stream_);
   for (const auto& t : pl.tensors)
     if (t.compressed) matmul_pqt(p + t.p_offset, q + t.q_offset, d + t.offset, (int)t.rows, (int)t.cols, (int)t.rank, stream_);
   if (opts_.error_feedback) subtract(copy_.get(), d, st.error.get(), pl.numel, stream_);
-  const int e5 = tl.mark(stream_);
-  tl.compress(e4, e5);
+  gb.compress(e4, gb.mark());
 }
 
-std::vector<float> PowerSgdNccl::error_to_host(size_t b) const {
+std::vector<float> PowerSgdGpu::error_to_host(size_t b) const {
   const BucketState& st = state_.at(b);
   std::vector<float> h(st.error.size());
   CUDA_CHECK(cudaStreamSynchronize(stream_));

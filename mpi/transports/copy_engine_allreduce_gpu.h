@@ -15,6 +15,7 @@
 
 #include "cuda/ce_reduce.h"
 #include "cuda/device_buffer.h"
+#include "model/dtype.h"
 
 namespace vitddp {
 
@@ -66,14 +67,14 @@ class CopyEngineAllReduce {
   /// std::invalid_argument when `data` is not aligned to its element size, does not lie within
   /// one registered region, or count x element size exceeds bucket_bytes[bucket]; throws
   /// std::runtime_error when a stream memory operation fails.
-  void all_reduce(size_t bucket, void* data, size_t count, CeDtype t, float scale, cudaStream_t stream);
+  void all_reduce(size_t bucket, void* data, size_t count, DType t, float scale, cudaStream_t stream);
   /// The fp16/bf16 compression hooks' all-reduce (PyTorch fp16_compress_hook / bf16_compress_hook)
   /// of the fp32 bucket `x` (`count` elements), in place, with its casts fused: the result is
   /// bit-identical to cast_to_16bit(x, divisor) into `staging`, all_reduce() of the 16-bit staging
   /// with scale 1, and cast_from_16bit back into x, but only the peers' chunks are cast to 16 bits
   /// and back; this rank's chunk is cast, summed and decompressed in one pass
   /// (ce_sum_chunk_16bit). For 2 ranks that saves 3 of the 19 bytes per element of HBM traffic
-  /// (the kernels' share from 15 to 12). `staging`: `count` 16-bit elements (`t`: F16 or Bf16),
+  /// (the kernels' share from 15 to 12). `staging`: `count` 16-bit elements (`t`: F16 or BF16),
   /// the payload, overwritten; inside one registered region, at the same offset on every rank.
   /// `x`: count fp32, 4-byte aligned, count x 4 at most bucket_bytes[bucket]; peers never access
   /// it, so it need not be registered. Enqueues on `stream` only. `mark` (optional) is called
@@ -81,7 +82,7 @@ class CopyEngineAllReduce {
   /// compression and all-reduce can be timed apart). Throws std::invalid_argument (before
   /// enqueuing anything) for a bad staging buffer as all_reduce() does for its data, an oversized
   /// or misaligned x, or t == F32; std::runtime_error when a stream memory operation fails.
-  void all_reduce_16bit(size_t bucket, float* x, uint16_t* staging, size_t count, CeDtype t, float divisor,
+  void all_reduce_16bit(size_t bucket, float* x, uint16_t* staging, size_t count, DType t, float divisor,
                         cudaStream_t stream, const std::function<void()>& mark = {});
   int world_size() const { return n_; }
 

@@ -1,4 +1,4 @@
-#include "mpi/world.h"
+#include "mpi/world/world.h"
 
 #include <unistd.h>
 

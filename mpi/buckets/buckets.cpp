@@ -1,4 +1,4 @@
-#include "mpi/buckets.h"
+#include "mpi/buckets/buckets.h"
 
 #include "model/fnv1a.h"
 

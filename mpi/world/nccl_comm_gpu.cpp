@@ -1,6 +1,6 @@
-#include "mpi/nccl_comm_gpu.h"
+#include "mpi/world/nccl_comm_gpu.h"
 
-#include "mpi/nccl_check_gpu.h"
+#include "mpi/world/nccl_check_gpu.h"
 
 namespace vitddp {
 

@@ -1,14 +1,16 @@
 // PowerSGD gradient compression (Vogels, Karimireddy, Jaggi 2019), with the semantics of PyTorch's
 // torch/distributed/algorithms/ddp_comm_hooks/powerSGD_hook.py (powerSGD_hook + PowerSGDState):
 // the per-bucket plan (which tensors are low-rank approximated) shared by both backends, and the
-// host implementation used by the CPU backend and as the oracle of the GPU tests.
+// host implementation used by the CPU backend (behind mpi/hooks/powersgd_hook.cpp) and as the
+// oracle of the GPU tests.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <vector>
 
-#include "mpi/comm_hooks.h"
+#include "mpi/buckets/bucket_times.h"
+#include "mpi/reducer/reducer_options.h"
 
 namespace vitddp {
 

@@ -1,4 +1,4 @@
-#include "mpi/nccl_transport.h"
+#include "mpi/world/nccl_log.h"
 
 #include <unistd.h>
 

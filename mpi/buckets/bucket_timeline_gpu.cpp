@@ -1,6 +1,7 @@
-#include "mpi/bucket_timeline_gpu.h"
+#include "mpi/buckets/bucket_timeline_gpu.h"
 
 #include <stdexcept>
+#include <string>
 
 #include "cuda/check_cuda.h"
 #include "cuda/step_graph.h"
@@ -8,7 +9,7 @@
 namespace vitddp {
 
 namespace {
-double elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
+double elapsed(cudaEvent_t a, cudaEvent_t b) {
   float ms = 0;
   CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
   return ms;
@@ -24,14 +25,6 @@ BucketTimeline::~BucketTimeline() {
     if (e) cudaEventDestroy(e);
 }
 
-void BucketTimeline::reset() {
-  used_ = 0;
-  compress_.clear();
-  allreduce_.clear();
-  bytes_ = 0;
-  compressed_ = false;
-}
-
 int BucketTimeline::mark(cudaStream_t stream) {
   if (used_ >= static_cast<int>(events_.size()))
     throw std::logic_error("BucketTimeline: more than " + std::to_string(events_.size()) + " events in one step");
@@ -39,23 +32,16 @@ int BucketTimeline::mark(cudaStream_t stream) {
   return used_++;
 }
 
+double BucketTimeline::elapsed_ms(int a, int b) const { return elapsed(events_.at(a), events_.at(b)); }
+
 double BucketTimeline::start_ms(cudaEvent_t ref) const {
   if (used_ == 0) return 0;
-  return elapsed_ms(ref, events_[0]);
+  return elapsed(ref, events_[0]);
 }
 
 double BucketTimeline::end_ms(cudaEvent_t ref) const {
   if (used_ == 0) return 0;
-  return elapsed_ms(ref, events_[used_ - 1]);
-}
-
-BucketCommReport BucketTimeline::report() const {
-  BucketCommReport r;
-  r.bytes_sent = bytes_;
-  r.compressed = compressed_;
-  for (const auto& [a, b] : compress_) r.compress_ms += elapsed_ms(events_[a], events_[b]);
-  for (const auto& [a, b] : allreduce_) r.allreduce_ms += elapsed_ms(events_[a], events_[b]);
-  return r;
+  return elapsed(ref, events_[used_ - 1]);
 }
 
 }  // namespace vitddp
