@@ -155,7 +155,7 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   f.set_attr("batch_size", (int64_t)o.batch_size);
   f.set_attr("global_batch_size", (int64_t)o.batch_size * w.world_size);
   f.set_attr("backend", info.backend);
-  f.set_attr("precision", o.precision);
+  f.set_attr("precision", to_string(o.precision));
   // What --attention / --patch-embed resolved to ("auto" is chosen by measurement, cuda/kernel_choice.h).
   const bool gpu = info.backend == "gpu";
   const GpuViTOptions mo = gpu ? gpu_model_options(o, layout) : GpuViTOptions();
@@ -164,8 +164,8 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   f.set_attr("ddp", (int64_t)o.ddp);
   f.set_attr("overlap", (int64_t)o.overlap);
   f.set_attr("gradient_as_bucket_view", (int64_t)(o.grad_as_bucket_view ? 1 : 0));
-  f.set_attr("compression", o.compression);
-  f.set_attr("optimizer", o.optimizer);
+  f.set_attr("compression", to_string(o.compression));
+  f.set_attr("optimizer", to_string(o.optimizer));
   f.set_attr("num_buckets", (int64_t)buckets.size());
   f.set_attr("forward_flops_per_image", forward_flops_per_image(layout.cfg));
   f.set_attr("versions", info.versions + ", MPI: " + mpi_library_version());
@@ -336,13 +336,13 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
 
   if (w.rank == 0)
     std::printf("[vitddp] %s (%zu parameters), %d rank(s), backend %s, batch %d per rank, %zu bucket(s)%s\n",
-                layout.cfg.name.c_str(), layout.parameter_count(), w.world_size, o.backend.c_str(), o.batch_size,
+                layout.cfg.name.c_str(), layout.parameter_count(), w.world_size, to_string(o.backend).c_str(), o.batch_size,
                 buckets.size(), o.ddp ? "" : " (no DDP)");
   std::unique_ptr<Engine> engine;
   int64_t resumed_updates = 0;  // optimizer updates the checkpoint had applied
   try {
     const std::vector<float>* init = resume ? &resume->state.params : initial.empty() ? nullptr : &initial;
-    engine = o.backend == "gpu" ? make_gpu_engine(o, w, layout, buckets, init) : make_cpu_engine(o, w, layout, buckets, init);
+    engine = o.backend == Backend::Gpu ? make_gpu_engine(o, w, layout, buckets, init) : make_cpu_engine(o, w, layout, buckets, init);
     std::vector<float>().swap(initial);  // the engine holds its own copy now
     if (resume) {
       engine->load_train_state(resume->state);
@@ -387,7 +387,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
     evaluator = std::make_unique<Evaluator>(eval_data, layout.cfg, o.batch_size, w, *engine, results ? &*results : nullptr);
     if (w.rank == 0)
       std::printf("[vitddp] evaluation every %d step(s) and after the last on the %s split: %lld images, %lld on rank 0\n",
-                  o.eval_every, o.eval_split.c_str(), (long long)eval_data->count, (long long)evaluator->shard().size());
+                  o.eval_every, to_string(o.eval_split).c_str(), (long long)eval_data->count, (long long)evaluator->shard().size());
   }
   double eval_in_window_s = 0;  // evaluation time inside the timed window, taken out of it
   const size_t nb = buckets.size();
@@ -507,7 +507,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
                         rec.exposed_comm_ms, rec.optimizer_ms, rec.data_wait_ms);
           std::fflush(stdout);
         };
-        const bool after_step = o.backend != "gpu" || i + 1 == total || any[0] || any[1] ||
+        const bool after_step = o.backend != Backend::Gpu || i + 1 == total || any[0] || any[1] ||
                                 checkpointer.due(i + 1, i + 1 == total, any[0] != 0) ||
                                 (evaluator && eval_due(o.eval_every, i + 1, total));
         if (after_step) write_row();
@@ -515,7 +515,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
       }
       // Checkpoint after this step: every --checkpoint-every steps, at the end, on a signal stop;
       // never after a step that stops the run as non-finite.
-      const bool nonfinite_stop = any[1] && o.on_nonfinite == "stop";
+      const bool nonfinite_stop = any[1] && o.on_nonfinite == NonfinitePolicy::Stop;
       if (!nonfinite_stop && checkpointer.due(i + 1, i + 1 == total, any[0] != 0)) {
         const auto c0 = Clock::now();
         const std::string err = checkpointer.write(*engine, i + 1, first_batch + (int64_t)(i + 1 - start) * k);
@@ -537,8 +537,8 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
       if (any[1]) {
         if (w.rank == 0)
           std::fprintf(stderr, "[vitddp] step %d: non-finite loss or gradients (NaN/Inf); the update was not applied%s\n",
-                       i + 1, o.on_nonfinite == "stop" ? ": stopping (--on-nonfinite stop)" : ", going on (--on-nonfinite skip)");
-        if (o.on_nonfinite == "stop") {
+                       i + 1, o.on_nonfinite == NonfinitePolicy::Stop ? ": stopping (--on-nonfinite stop)" : ", going on (--on-nonfinite skip)");
+        if (o.on_nonfinite == NonfinitePolicy::Stop) {
           stop_reason = "non-finite loss or gradients at step " + std::to_string(i + 1);
           exit_code = 4;
           break;

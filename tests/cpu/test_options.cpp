@@ -31,7 +31,8 @@ TEST_CASE("values are parsed in both spellings", "[options]") {
   CHECK(o.batch_size == 8);
   CHECK(o.bucket_cap_mb == 100.0);
   CHECK_FALSE(o.overlap);
-  CHECK(o.data == "idx:/tmp");
+  CHECK(o.data.kind == DataSpec::Kind::idx);
+  CHECK(o.data.dir == "/tmp");
   CHECK(o.lr == 0.5);
 }
 
@@ -48,7 +49,7 @@ TEST_CASE("bad options give one line naming the option and the reason", "[option
   CHECK(option_error({"--model", "resnet50"}).rfind("--model: unknown value 'resnet50'", 0) == 0);
   CHECK(option_error({"--backend", "tpu"}).rfind("--backend: unknown value 'tpu'", 0) == 0);
   CHECK(option_error({"--data", "imagenet"}).rfind("--data: unknown source 'imagenet'", 0) == 0);
-  CHECK(option_error({"--frobnicate"}) == "--frobnicate: unknown option");
+  CHECK(option_error({"--frobnicate"}) == "unknown option '--frobnicate'");
   CHECK(option_error({"--steps"}) == "--steps: missing value N");
   CHECK(option_error({"--no-ddp=1"}) == "--no-ddp: takes no value");
   CHECK(option_error({"--steps", "0"}).rfind("--steps: must be in [1,", 0) == 0);
@@ -68,15 +69,18 @@ TEST_CASE("--comm-streams: auto = 2 for the copy engine in bf16 without compress
           "[options]") {
   using namespace vitddp;
   auto streams = [](std::vector<std::string> a) { return reducer_options(parse_args(a)).comm_streams; };
-  CHECK(parse_args({}).comm_streams == "auto");
+  CHECK_FALSE(parse_args({}).comm_streams.has_value());
   CHECK(streams({}) == 1);  // NCCL
   CHECK(streams({"--allreduce", "copy-engine", "--precision", "bf16"}) == 2);
   CHECK(streams({"--allreduce", "copy-engine", "--precision", "bf16", "--compression", "bf16"}) == 1);
   CHECK(streams({"--allreduce", "copy-engine", "--precision", "tf32"}) == 1);
   CHECK(streams({"--allreduce", "copy-engine"}) == 1);  // fp32
   CHECK(streams({"--allreduce", "copy-engine", "--comm-streams", "3"}) == 3);
-  CHECK(streams({"--comm-streams", "1"}) == 1);
-  CHECK(option_error({"--comm-streams", "2"}).rfind("--comm-streams: 2: more than one comm stream needs --allreduce copy-engine", 0) == 0);
+  CHECK(streams({"--allreduce", "copy-engine", "--comm-streams", "1"}) == 1);
+  CHECK(streams({"--allreduce", "copy-engine", "--comm-streams", "auto", "--precision", "bf16"}) == 2);
+  // With NCCL the option has no effect, whatever its value (also 1 and auto).
+  for (const char* n : {"1", "2", "auto"})
+    CHECK(option_error({"--comm-streams", n}).rfind("--comm-streams: has no effect with --allreduce nccl", 0) == 0);
   CHECK(option_error({"--allreduce", "copy-engine", "--comm-streams", "5"}) ==
         "--comm-streams: expected auto or an integer in [1, 4], got '5'");
   CHECK(option_error({"--allreduce", "copy-engine", "--comm-streams", "two"}) ==
@@ -84,9 +88,9 @@ TEST_CASE("--comm-streams: auto = 2 for the copy engine in bf16 without compress
 }
 
 TEST_CASE("--allreduce: nccl by default, copy-engine accepted, not with PowerSGD", "[options]") {
-  CHECK(parse_args({}).allreduce == "nccl");
+  CHECK(parse_args({}).allreduce == AllReduceImpl::Nccl);
   const Options o = parse_args({"--allreduce", "copy-engine", "--compression", "bf16"});
-  CHECK(o.allreduce == "copy-engine");
+  CHECK(o.allreduce == AllReduceImpl::CopyEngine);
   CHECK(reducer_options(o).allreduce == AllReduceImpl::CopyEngine);
   CHECK(reducer_options(parse_args({})).allreduce == AllReduceImpl::Nccl);
   CHECK(option_error({"--allreduce", "mpi"}) == "--allreduce: unknown value 'mpi' (choose one of: nccl, copy-engine)");
@@ -104,19 +108,19 @@ TEST_CASE("help lists every option", "[options]") {
 }
 
 TEST_CASE("--precision: fp32 by default, tf32 and bf16 accepted, anything else named", "[options]") {
-  CHECK(parse_args({}).precision == "fp32");
-  CHECK(parse_args({"--precision", "tf32"}).precision == "tf32");
-  CHECK(parse_args({"--precision=bf16"}).precision == "bf16");
+  CHECK(parse_args({}).precision == Precision::fp32);
+  CHECK(parse_args({"--precision", "tf32"}).precision == Precision::tf32);
+  CHECK(parse_args({"--precision=bf16"}).precision == Precision::bf16);
   CHECK(option_error({"--precision", "fp16"}) == "--precision: unknown value 'fp16' (choose one of: fp32, tf32, bf16)");
 }
 
 TEST_CASE("--attention and --patch-embed: auto by default; cuDNN attention only in bf16", "[options]") {
-  CHECK(parse_args({}).attention == "auto");
-  CHECK(parse_args({}).patch_embed == "auto");
-  CHECK(parse_args({"--attention", "custom"}).attention == "custom");
-  CHECK(parse_args({"--attention", "cudnn", "--precision", "bf16"}).attention == "cudnn");
-  CHECK(parse_args({"--patch-embed", "cudnn"}).patch_embed == "cudnn");
-  CHECK(parse_args({"--patch-embed=gemm", "--precision", "tf32"}).patch_embed == "gemm");
+  CHECK(parse_args({}).attention == AttentionChoice::Auto);
+  CHECK(parse_args({}).patch_embed == PatchEmbedChoice::Auto);
+  CHECK(parse_args({"--attention", "custom"}).attention == AttentionChoice::Custom);
+  CHECK(parse_args({"--attention", "cudnn", "--precision", "bf16"}).attention == AttentionChoice::Cudnn);
+  CHECK(parse_args({"--patch-embed", "cudnn"}).patch_embed == PatchEmbedChoice::Cudnn);
+  CHECK(parse_args({"--patch-embed=gemm", "--precision", "tf32"}).patch_embed == PatchEmbedChoice::Gemm);
   CHECK(option_error({"--attention", "flash"}) == "--attention: unknown value 'flash' (choose one of: auto, cudnn, custom)");
   CHECK(option_error({"--patch-embed", "fft"}) == "--patch-embed: unknown value 'fft' (choose one of: auto, cudnn, gemm)");
   for (const char* p : {"fp32", "tf32"}) {

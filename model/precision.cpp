@@ -1,4 +1,4 @@
-#include "cuda/precision.h"
+#include "model/precision.h"
 
 #include <stdexcept>
 

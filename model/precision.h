@@ -1,0 +1,30 @@
+// Run-time numeric precision of the GPU model: strict fp32, TF32 GEMMs, or bf16 mixed precision
+// (a plain enum with its names, CUDA-free, so that option parsing and CPU-only code can use it).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace vitddp {
+
+/// How GpuViT computes (the master weights, the optimizer and the gradient buffer are fp32 in
+/// every mode, so the all-reduce moves the same fp32 bytes as PyTorch DDP):
+///  - fp32: strict fp32 everywhere (cuBLASLt CUBLAS_COMPUTE_32F_PEDANTIC, fp32 operands).
+///  - tf32: as fp32, but the GEMMs use CUBLAS_COMPUTE_32F_FAST_TF32 (operands rounded to TF32,
+///          fp32 accumulation), like torch.backends.cuda.matmul.allow_tf32 = True, and the
+///          attention core for T <= 64, head_dim 64 runs on TF32 tensor cores (cuda/attention_mma.h).
+///  - bf16: mixed precision as torch.autocast(dtype=bfloat16): GEMM and attention operands in
+///          bf16 with fp32 accumulation; LayerNorm, softmax and loss statistics, the residual
+///          stream and every parameter gradient in fp32.
+enum class Precision { fp32, tf32, bf16 };
+
+/// "fp32", "tf32" or "bf16".
+const char* precision_name(Precision p);
+
+/// The accepted names, in the order of the enum ({"fp32", "tf32", "bf16"}).
+std::vector<std::string> precision_names();
+
+/// Parses "fp32" | "tf32" | "bf16" (exact, lower case). Throws std::invalid_argument naming the
+/// value and the choices otherwise.
+Precision parse_precision(const std::string& name);
+
+}  // namespace vitddp
