@@ -354,15 +354,16 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return d[a.size()][b.size()];
 }
 
-/// The option name nearest to the unknown `name` (without "--"): the closest within 3 edits (and
-/// fewer edits than `name` has letters), else the first option that `name` is a prefix of; ""
-/// when none is near.
+/// The option name nearest to the unknown `name` (without "--"): the closest within 3 edits (at
+/// most one edit per 3 letters of `name`, so that short names do not match everything), else the
+/// first option that `name` is a prefix of; "" when none is near.
 std::string nearest_option(const std::string& name) {
   std::string best;
-  size_t best_d = 4;
+  const size_t limit = std::min<size_t>(3, std::max<size_t>(1, name.size() / 3));
+  size_t best_d = limit + 1;
   for (const auto& s : table()) {
     const size_t d = edit_distance(name, s.name);
-    if (d < best_d && d < name.size()) {
+    if (d < best_d) {
       best_d = d;
       best = s.name;
     }
@@ -453,8 +454,6 @@ const std::vector<EffectRule>& effect_rules() {
        because("needs the GPU backend"), true},
       {"init", [](const Options& o) { return o.init_from.empty(); },
        because("has no effect with --init-from (the parameters come from that file)")},
-      {"init", [](const Options& o) { return o.resume.empty(); },
-       because("has no effect with --resume (the parameters come from the checkpoint)")},
       {"bucket-cap-mb", ddp, no_ddp},
       {"first-bucket-mb", ddp, no_ddp},
       {"no-overlap", ddp, no_ddp},

@@ -99,13 +99,13 @@ std::string command_line_mismatch(const std::vector<std::string>& args, const Wo
   std::map<std::string, std::vector<int>> where;  // option -> the ranks where it differs
   for (int r = 1; r < w.world_size; ++r)
     for (const auto& name : decode(gathered.substr(offsets[r], counts[r]))) where[name].push_back(r);
-  std::string line = "ranks were started with different command lines:";
+  std::string line = "ranks were started with different options:";
   bool first = true;
   for (const auto& [name, ranks] : where) {
     line += std::string(first ? " " : "; ") + name + " differs on " + rank_list(ranks);
     first = false;
   }
-  return line + " (every rank must get rank 0's options)";
+  return line + " (every rank must get the same command line)";
 }
 
 std::string first_rank_error(const std::string& error, const World& w) {

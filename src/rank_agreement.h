@@ -13,8 +13,8 @@ namespace vitddp {
 /// arguments `args` (argv[1..]) with rank 0's, as options: name -> values, so the order of
 /// different options does not matter. Returns "" on every rank when they agree; otherwise a
 /// non-empty string on every rank, on rank 0 the one line naming the options that differ and the
-/// ranks where they do, e.g. "ranks were started with different command lines: --dry-run differs
-/// on rank 1 (every rank must get rank 0's options)".
+/// ranks where they do, e.g. "ranks were started with different options: --dry-run differs
+/// on rank 1 (every rank must get the same command line)".
 std::string command_line_mismatch(const std::vector<std::string>& args, const World& w);
 
 /// Collective over MPI_COMM_WORLD. "" on every rank when `error` is empty on every rank; otherwise,
