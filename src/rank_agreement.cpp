@@ -9,7 +9,8 @@
 namespace vitddp {
 namespace {
 
-/// Options name -> the values after it, in order ("--name=v" counts as "--name v").
+/// Option name -> one entry per occurrence: the values after it, '\0'-separated ("--name=v" counts
+/// as "--name v"); "" collects the arguments before the first option.
 std::map<std::string, std::vector<std::string>> as_options(const std::vector<std::string>& args) {
   std::map<std::string, std::vector<std::string>> m;
   std::string current;
@@ -17,10 +18,12 @@ std::map<std::string, std::vector<std::string>> as_options(const std::vector<std
     if (a.rfind("--", 0) == 0) {
       const size_t eq = a.find('=');
       current = a.substr(0, eq);
-      auto& values = m[current];
-      values.push_back(eq == std::string::npos ? "" : a.substr(eq + 1));  // one entry per occurrence
+      m[current].push_back(eq == std::string::npos ? "" : a.substr(eq + 1));
     } else {
-      m[current].push_back(a);
+      auto& occurrences = m[current];
+      if (occurrences.empty()) occurrences.emplace_back();
+      std::string& values = occurrences.back();
+      values = values.empty() ? a : values + '\0' + a;
     }
   }
   return m;

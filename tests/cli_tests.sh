@@ -40,6 +40,10 @@ expect_error "copy-engine all-reduce on the CPU backend" "--allreduce copy-engin
 expect_error "CUDA graph switch on the CPU backend" "--cuda-graph off: needs the GPU backend" --cuda-graph off --model vit_micro
 expect_error "attention choice on the CPU backend" "--attention custom: needs the GPU backend" --attention custom --model vit_micro
 
+# --backend auto (no GPU here: the CPU backend): the GPU-only rules apply once it is resolved.
+EXPECT_ARGS="--model vit_micro" expect_error "bf16 with --backend auto on a machine without GPU" \
+  "--precision bf16: needs the GPU backend" --precision bf16
+
 # --help: exit 0, every option listed, the sections in order.
 out=$("$BIN" --help 2>&1); rc=$?
 if [ $rc -eq 0 ] && grep -q -- "--bucket-cap-mb" <<<"$out" && grep -q -- "--no-overlap" <<<"$out"; then ok "--help"; else bad "--help rc=$rc"; fi

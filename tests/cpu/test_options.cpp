@@ -7,6 +7,7 @@
 #include "cuda/attention_mma.h"
 #include "cuda/kernel_choice.h"
 #include "src/options.h"
+#include "src/rank_agreement.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
 
@@ -357,4 +358,14 @@ TEST_CASE("--help: sections in order, one to three lines per option, defaults, n
   }
   CHECK(h.find("--batch-size B              images per rank per micro-step [32]") != std::string::npos);
   CHECK(h.find("Examples:") != std::string::npos);
+}
+
+TEST_CASE("differing_options: the options two command lines disagree on, order aside", "[options]") {
+  using V = std::vector<std::string>;
+  CHECK(differing_options({"--steps", "3", "--out", "a.h5"}, {"--out=a.h5", "--steps", "3"}).empty());
+  CHECK(differing_options({"--steps", "3"}, {"--steps", "3", "--dry-run"}) == V{"--dry-run"});
+  CHECK(differing_options({"--steps", "3", "--lr", "0.1"}, {"--steps", "4", "--lr", "0.1"}) == V{"--steps"});
+  CHECK(differing_options({"--steps", "3"}, {"--steps", "3", "--steps", "3"}) == V{"--steps"});  // given twice on one
+  CHECK(differing_options({"--version"}, {}) == V{"--version"});
+  CHECK(differing_options({"stray"}, {}) == V{""});  // an argument before any option
 }
