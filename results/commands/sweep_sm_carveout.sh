@@ -21,9 +21,10 @@ tf32:none:1:0:0 tf32:none:2:0:0 tf32:none:2:16:16 tf32:none:2:8:8"}
     IFS=: read -r p c n k v x <<< "$s"
     extra=${x//,/ }
     name="$p-$c-np$n-ctas$k-carve$v${x:+-${x//[-,]/}}"
-    ddp=""; [ "$n" = 1 ] && ddp="--no-ddp"
-    timeout 90 mpirun --bind-to none -x NCCL_NVLS_ENABLE=0 -np "$n" "$VITDDP" $ddp --precision "$p" \
-      --compression "$c" --nccl-max-ctas "$k" --gemm-sm-carveout "$v" $extra $COMMON \
+    # 1 rank: --no-ddp, without the reducer's options (vitddp refuses options that have no effect).
+    comm="--compression $c --nccl-max-ctas $k"; [ "$n" = 1 ] && comm="--no-ddp"
+    timeout 90 mpirun --bind-to none -x NCCL_NVLS_ENABLE=0 -np "$n" "$VITDDP" $comm --precision "$p" \
+      --gemm-sm-carveout "$v" $extra $COMMON \
       --out "$OUT/carve-$name.h5" 2>&1 | grep -E "timed window|rror" | sed "s/^/$name: /"
   done
   for p in bf16 tf32 fp32; do
