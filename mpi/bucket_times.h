@@ -1,5 +1,5 @@
 // Per-bucket communication timings of one step, as both reducers report them (mpi/reducer.h,
-// mpi/reducer_gpu.h) and the results file stores them (results/SCHEMA.md). No library header.
+// mpi/reducer_gpu.h) and the results file stores them (docs/schema.md). No library header.
 #pragma once
 #include <cstddef>
 #include <cstdint>
