@@ -8,7 +8,7 @@
 namespace vitddp {
 
 std::shared_ptr<const IdxDataset> load_training_data(const Options& o) {
-  const DataSpec spec = parse_data_option(o.data);
+  const DataSpec& spec = o.data;
   if (spec.kind != DataSpec::Kind::idx) return nullptr;
   return std::make_shared<const IdxDataset>(read_idx_dataset(spec.dir, "train"));
 }
@@ -16,7 +16,7 @@ std::shared_ptr<const IdxDataset> load_training_data(const Options& o) {
 BatchFeed::BatchFeed(const Options& o, const World& w, const ViTConfig& cfg, Engine& engine,
                      std::shared_ptr<const IdxDataset> data, int64_t first_batch)
     : opts_(o), world_(w), engine_(engine), shape_(batch_shape(cfg, o.batch_size)) {
-  const DataSpec spec = parse_data_option(o.data);
+  const DataSpec& spec = o.data;
   if (spec.kind == DataSpec::Kind::device) return;
   std::vector<Batch> slots;
   for (int s = 0; s < kDefaultRingSlots; ++s) {

@@ -191,7 +191,7 @@ std::string checkpoint_mismatch(const CheckpointHeader& h, const Options& o, int
     if (theirs != ours)
       return "--" + name + ": the checkpoint was written with '" + theirs + "', this run has '" + ours + "'";
   }
-  if (o.lr_schedule == "cosine" && h.lr_decay_steps != lr_decay_steps(o))
+  if (o.lr_schedule == LrScheduleKind::WarmupCosine && h.lr_decay_steps != lr_decay_steps(o))
     return "--lr-decay-steps: the checkpoint's cosine schedule decays over " + std::to_string(h.lr_decay_steps) +
            " steps, this run's over " + std::to_string(lr_decay_steps(o)) + " (give --lr-decay-steps " +
            std::to_string(h.lr_decay_steps) + " to continue it)";

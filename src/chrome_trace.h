@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "mpi/world.h"
+#include "mpi/world/world.h"
 #include "src/engine.h"
 
 namespace vitddp {

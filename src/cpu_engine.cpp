@@ -40,7 +40,7 @@ class CpuEngine final : public Engine {
         params_(layout.total), grads_(layout.total, 0.0f), spec_(optimizer_spec(o)), lr_(o.lr) {
     for (const auto& name : optimizer_state_names(spec_)) state_.emplace_back(name, std::vector<float>(layout.total, 0.0f));
     if (initial_params) params_ = *initial_params;
-    else init_params(layout, parse_init_scheme(o.init), o.seed, params_.data());
+    else init_params(layout, o.init, o.seed, params_.data());
     const auto& c = layout.cfg;
     images_.resize((size_t)o.batch_size * c.channels * c.image_size * c.image_size);
     labels_.resize(o.batch_size);

@@ -18,20 +18,13 @@
 #include <thread>
 #include <vector>
 
+#include "src/option_enums.h"
+
 namespace vitddp {
 
 struct ViTConfig;
 
-/// Value of the --data option, parsed.
-struct DataSpec {
-  enum class Kind {
-    synthetic,  ///< host worker threads generate random batches (SyntheticSource)
-    device,     ///< the GPU generates random batches in device memory (DeviceSyntheticSource)
-    idx,        ///< MNIST-format files in `dir` (IdxSource)
-  };
-  Kind kind = Kind::synthetic;
-  std::string dir;  ///< the IDX directory; empty unless kind == idx
-};
+// DataSpec, the parsed value of --data, is defined in src/option_enums.h.
 
 /// Parses "synthetic", "device" or "idx:DIR" (DIR non-empty; its existence is checked later by
 /// IdxSource). Throws std::invalid_argument whose message starts with "--data" and gives the

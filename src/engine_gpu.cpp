@@ -401,7 +401,7 @@ class GpuEngine final : public Engine {
       CUDA_CHECK(cudaMemcpy(params_.get(), initial_params_->data(), n * sizeof(float), cudaMemcpyHostToDevice));
     } else {
       std::vector<float> host(n);
-      init_params(layout, parse_init_scheme(o.init), o.seed, host.data());
+      init_params(layout, o.init, o.seed, host.data());
       CUDA_CHECK(cudaMemcpy(params_.get(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     }
 
@@ -507,7 +507,7 @@ class GpuEngine final : public Engine {
   /// CUDA graphs replay the step from the second step on, unless --cuda-graph off or PowerSGD
   /// (whose host-side state - start step, per-step iteration count - changes between steps).
   bool use_graph() const {
-    return opts_.cuda_graph && steps_enqueued_ >= 1 && opts_.compression != "powersgd";
+    return opts_.cuda_graph && steps_enqueued_ >= 1 && opts_.compression != Compression::PowerSgd;
   }
 
   /// Identifies a captured graph: the input slot (device pointers), micro-step index and count

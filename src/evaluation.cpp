@@ -76,23 +76,23 @@ std::string idx_split_prefix(const std::string& eval_split) {
 std::shared_ptr<const IdxDataset> load_eval_data(const Options& o, std::shared_ptr<const IdxDataset> training,
                                                  int num_classes) {
   if (o.eval_every <= 0) return nullptr;
-  const DataSpec spec = parse_data_option(o.data);
+  const DataSpec& spec = o.data;
   if (spec.kind != DataSpec::Kind::idx)
-    throw std::invalid_argument("--eval-every: --eval-split " + o.eval_split + " needs --data idx:DIR");
-  const std::string prefix = idx_split_prefix(o.eval_split);
+    throw std::invalid_argument("--eval-every: --eval-split " + to_string(o.eval_split) + " needs --data idx:DIR");
+  const std::string prefix = idx_split_prefix(to_string(o.eval_split));
   std::shared_ptr<const IdxDataset> split;
-  if (o.eval_split == "train" && training) {
+  if (o.eval_split == EvalSplit::Train && training) {
     split = std::move(training);
   } else {
     try {
       split = std::make_shared<const IdxDataset>(read_idx_dataset(spec.dir, prefix));
     } catch (const std::exception& e) {
-      throw std::runtime_error("--eval-split " + o.eval_split + ": " + e.what());
+      throw std::runtime_error("--eval-split " + to_string(o.eval_split) + ": " + e.what());
     }
   }
   for (uint8_t label : split->labels)
     if (label >= num_classes)
-      throw std::runtime_error("--eval-split " + o.eval_split + ": label " + std::to_string(label) +
+      throw std::runtime_error("--eval-split " + to_string(o.eval_split) + ": label " + std::to_string(label) +
                                " does not fit the model's " + std::to_string(num_classes) +
                                " classes (set --num-classes)");
   return split;

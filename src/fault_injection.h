@@ -9,13 +9,7 @@
 
 namespace vitddp {
 
-/// How the chosen rank fails.
-enum class FailMode {
-  Throw,     ///< throws std::runtime_error: main's error path prints it and MPI_Aborts every rank
-  Exit,      ///< std::_Exit(1) at once (a crash without MPI_Finalize): mpirun ends the others
-  NcclAbort  ///< ncclCommAbort with the step's all-reduces in flight, then carries on (GPU only):
-             ///< the peers, stuck in their all-reduce, are ended by their watchdog (RunGuard)
-};
+// FailMode (--debug-fail-mode) is defined in src/option_enums.h.
 
 /// The --debug-fail-* options of a run.
 class FaultInjection {
@@ -24,9 +18,9 @@ class FaultInjection {
   explicit FaultInjection(const Options& o);
 
   /// "" or the one-line reason why these options cannot work in this job: the rank is not below
-  /// `world_size`, or nccl-abort without the GPU backend or without DDP. `backend` is resolved
-  /// ("gpu" or "cpu").
-  static std::string check(const Options& o, int world_size, const std::string& backend);
+  /// `world_size`. (The rules between options, e.g. nccl-abort needs the GPU backend, are
+  /// validate_options' in src/options.h.)
+  static std::string check(const Options& o, int world_size);
 
   /// True on rank `rank` in step `step` (0-based) when the fault is due there.
   bool due(int step, int rank) const { return step_ >= 0 && step == step_ && rank == rank_; }

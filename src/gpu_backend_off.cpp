@@ -7,6 +7,7 @@
 
 #include "src/engine.h"
 #include "src/memory_estimate.h"
+#include "src/versions.h"
 
 namespace vitddp {
 
@@ -25,5 +26,8 @@ MemoryEstimate estimate_gpu_memory(const Options&, const ParamLayout&, const std
 }
 
 MemoryEstimate estimate_gpu_memory(const Options&, int) { throw std::invalid_argument(gpu_backend_missing("--dry-run")); }
+
+// No GPU library is linked: --version lists MPI and HDF5 only.
+std::vector<std::pair<std::string, std::string>> gpu_library_versions() { return {}; }
 
 }  // namespace vitddp

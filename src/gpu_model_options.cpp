@@ -6,10 +6,10 @@
 namespace vitddp {
 
 GpuViTOptions gpu_model_options(const Options& o, const ParamLayout& layout) {
-  GpuViTOptions mo = GpuViTOptions::for_precision(parse_precision(o.precision));
+  GpuViTOptions mo = GpuViTOptions::for_precision(o.precision);
   mo.refresh_bf16_weights = false;
-  mo.attention = resolve_attention(o.attention, mo.precision, layout.cfg.head_dim(), layout.cfg.seq_len());
-  mo.patch_embed = resolve_patch_embed(o.patch_embed, mo.precision);
+  mo.attention = resolve_attention(to_string(o.attention), mo.precision, layout.cfg.head_dim(), layout.cfg.seq_len());
+  mo.patch_embed = resolve_patch_embed(to_string(o.patch_embed), mo.precision);
   mo.backward_sm_carveout = o.gemm_sm_carveout;
   mo.overlay_gradients = o.grad_accum_steps == 1 && layout.total == layout.parameter_count();
   if (o.checkpoint_every > 0 || !o.resume.empty()) {

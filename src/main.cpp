@@ -18,8 +18,10 @@
 #include "src/fault_injection.h"
 #include "src/memory_estimate.h"
 #include "src/options.h"
+#include "src/rank_agreement.h"
 #include "src/run_guard.h"
 #include "src/trainer.h"
+#include "src/versions.h"
 
 namespace {
 
@@ -79,6 +81,14 @@ int main(int argc, char** argv) {
   }
   std::string cmd;
   for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
+  // Before any rank acts on its command line (--help, --version, --dry-run and parse errors exit
+  // early): ranks started with different ones (MPMD, a wrapper on one node) stop together.
+  try {
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    if (const std::string m = command_line_mismatch(args, w); !m.empty()) return input_error(w, m);
+  } catch (const std::exception& e) {
+    abort_all(w, e.what(), 1);
+  }
 
   Options o;
   std::string err;
@@ -87,9 +97,9 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     err = e.what();
   }
-  if (!all_ranks_ok(err.empty())) return input_error(w, err.empty() ? "another rank rejected its options" : err + " (see --help)");
+  if (const std::string e = lowest_rank_error(err); !e.empty()) return input_error(w, e + " (see --help)");
   if (o.help || o.version) {
-    if (w.rank == 0) std::printf("%s", o.help ? help_text().c_str() : (std::string("vitddp ") + vitddp_git_commit() + "\n").c_str());
+    if (w.rank == 0) std::printf("%s", o.help ? help_text().c_str() : version_text().c_str());
     MPI_Finalize();
     return 0;
   }
@@ -110,13 +120,19 @@ int main(int argc, char** argv) {
     if (!o.ddp && w.world_size > 1)
       err = "--no-ddp: trains one replica without communication; run it with 1 rank (got " +
             std::to_string(w.world_size) + ")";
-    if (o.backend == "auto") {
-      o.backend = visible_cuda_devices() > 0 ? "gpu" : "cpu";
-      if (o.backend == "cpu" && w.rank == 0)
+    if (o.backend == Backend::Auto) {
+      o.backend = visible_cuda_devices() > 0 ? Backend::Gpu : Backend::Cpu;
+      if (o.backend == Backend::Cpu && w.rank == 0)
         std::printf("[vitddp] no CUDA device visible: running the CPU backend (reference kernels, MPI all-reduce)\n");
+      // The backend-dependent rules, now for the resolved backend (src/options.h).
+      try {
+        validate_options(o);
+      } catch (const OptionError& e) {
+        err = e.what();
+      }
     }
-    if (o.backend == "gpu" && !gpu_backend_built()) return input_error(w, gpu_backend_missing("--backend gpu"));
-    if (o.backend == "cpu" && w.rank == 0) {
+    if (o.backend == Backend::Gpu && !gpu_backend_built()) return input_error(w, gpu_backend_missing("--backend gpu"));
+    if (o.backend == Backend::Cpu && w.rank == 0) {
       // The reference kernels take minutes per step of a full-size ViT: say so before the watchdog does.
       const size_t params = make_param_layout(vit_config(o.model, o.num_classes)).total;
       if (params > 20'000'000)
@@ -125,28 +141,18 @@ int main(int argc, char** argv) {
                     "about 12 GB, measured); to try the CPU backend use a small model (--model vit_tiny or vit_micro)\n",
                     o.model.c_str(), params / 1e6, o.step_timeout_s);
     }
-    if (o.data.rfind("idx:", 0) == 0) {
+    if (o.data.kind == DataSpec::Kind::idx) {
       struct stat st;
-      if (stat(o.data.c_str() + 4, &st) != 0 || !S_ISDIR(st.st_mode))
-        err = "--data: directory '" + o.data.substr(4) + "' does not exist";
+      if (stat(o.data.dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        err = "--data: directory '" + o.data.dir + "' does not exist";
     }
-    if (o.data == "device" && o.backend != "gpu") err = "--data device: needs the GPU backend";
-    if (o.patch_embed == "cudnn" && o.backend != "gpu") err = "--patch-embed cudnn: needs the GPU backend";
-    if (o.allreduce == "copy-engine" && o.backend != "gpu") err = "--allreduce copy-engine: needs the GPU backend";
-    if (o.allreduce == "copy-engine" && o.ddp && w.local_size != w.world_size)
+    if (o.allreduce == AllReduceImpl::CopyEngine && o.ddp && w.local_size != w.world_size)
       err = "--allreduce copy-engine: needs every rank on one node (this node has " + std::to_string(w.local_size) +
             " of " + std::to_string(w.world_size) + " ranks); use --allreduce nccl across nodes";
-    if (o.gemm_sm_carveout > 0 && o.backend != "gpu") err = "--gemm-sm-carveout: needs the GPU backend (cuBLASLt)";
-    if (o.nccl_max_ctas > 0 && o.backend != "gpu") err = "--nccl-max-ctas: needs the GPU backend (NCCL)";
-    if (!o.cuda_graph && o.backend != "gpu") err = "--cuda-graph off: needs the GPU backend (the CPU backend has no CUDA graph)";
-    if (o.attention != "auto" && o.backend != "gpu")
-      err = "--attention " + o.attention + ": needs the GPU backend (the CPU backend has one attention implementation)";
-    if (o.precision != "fp32" && o.backend != "gpu")
-      err = "--precision " + o.precision + ": needs the GPU backend (the CPU backend computes in fp32 only)";
-    if (const std::string f = FaultInjection::check(o, w.world_size, o.backend); !f.empty()) err = f;
-    if (!all_ranks_ok(err.empty())) return input_error(w, err.empty() ? "another rank rejected the configuration" : err);
+    if (const std::string f = FaultInjection::check(o, w.world_size); !f.empty()) err = f;
+    if (const std::string e = lowest_rank_error(err); !e.empty()) return input_error(w, e);
     // All ranks must run the same backend (a mixed job would deadlock in the all-reduce).
-    if (!all_ranks_equal(o.backend == "gpu" ? 1 : 0)) return input_error(w, "--backend auto: some ranks see a GPU and others do not; choose --backend");
+    if (!all_ranks_equal(o.backend == Backend::Gpu ? 1 : 0)) return input_error(w, "--backend auto: some ranks see a GPU and others do not; choose --backend");
     if (o.out.empty()) o.out = default_out(o, w);
     o.out = broadcast(o.out, w);
     if (o.checkpoint_every > 0 && o.checkpoint_path.empty()) o.checkpoint_path = default_checkpoint_path(o.out);

@@ -18,7 +18,7 @@ namespace vitddp {
 
 MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, const std::vector<Bucket>& buckets,
                                    int world_size) {
-  const Precision p = parse_precision(o.precision);
+  const Precision p = o.precision;
   const ViTConfig& c = layout.cfg;
   const size_t n = layout.total, f32 = sizeof(float);
   MemoryEstimate e;
@@ -54,7 +54,7 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
   std::string reducer = "none";
   if (o.ddp) {
     reducer = o.grad_as_bucket_view ? "" : "bucket buffer (--grad-as-bucket-view off)";
-    if (o.compression != "none") reducer += std::string(reducer.empty() ? "" : ", ") + o.compression + " buffers";
+    if (o.compression != Compression::None) reducer += std::string(reducer.empty() ? "" : ", ") + to_string(o.compression) + " buffers";
     if (uses_copy_engine(reducer_options(o), world_size))
       reducer += std::string(reducer.empty() ? "" : ", ") + "copy-engine scratch and flags";
     if (reducer.empty()) reducer = "no buffers (in-place all-reduce of the gradients)";

@@ -12,7 +12,7 @@ OptimizerKind parse_optimizer(const std::string& name) {
 
 OptimizerSpec optimizer_spec(const Options& o) {
   OptimizerSpec s;
-  s.kind = parse_optimizer(o.optimizer);
+  s.kind = o.optimizer;
   s.sgd = SgdConfig{o.lr, o.momentum, o.weight_decay};
   s.adamw.lr = o.lr;
   s.adamw.beta1 = o.adam_beta1;
@@ -32,7 +32,7 @@ int64_t lr_decay_steps(const Options& o) { return o.lr_decay_steps > 0 ? o.lr_de
 
 LrSchedule lr_schedule(const Options& o) {
   LrSchedule s;
-  s.kind = parse_lr_schedule(o.lr_schedule);
+  s.kind = o.lr_schedule;
   s.base_lr = o.lr;
   s.warmup_steps = o.lr_warmup_steps;
   s.total_steps = lr_decay_steps(o);

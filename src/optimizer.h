@@ -14,10 +14,7 @@
 
 namespace vitddp {
 
-enum class OptimizerKind {
-  Sgd,    ///< torch.optim.SGD (momentum, L2 weight decay), model/sgd.h
-  AdamW,  ///< torch.optim.AdamW (decoupled weight decay), model/adamw.h
-};
+// OptimizerKind (--optimizer) is defined in src/option_enums.h.
 
 /// --optimizer's value: "sgd" or "adamw"; throws std::invalid_argument naming the value otherwise.
 OptimizerKind parse_optimizer(const std::string& name);

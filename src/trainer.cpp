@@ -74,7 +74,7 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   // Images per optimizer step over all ranks: every rank's K micro-batches (--grad-accum-steps K).
   f.set_attr("global_batch_size", (int64_t)o.batch_size * o.grad_accum_steps * w.world_size);
   f.set_attr("backend", info.backend);
-  f.set_attr("precision", o.precision);
+  f.set_attr("precision", to_string(o.precision));
   // What --attention / --patch-embed resolved to ("auto" is chosen by measurement, model/kernel_choice.h).
   const bool gpu = info.backend == "gpu";
   const GpuViTOptions mo = gpu ? gpu_model_options(o, layout) : GpuViTOptions();
@@ -83,8 +83,8 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   f.set_attr("ddp", (int64_t)o.ddp);
   f.set_attr("overlap", (int64_t)o.overlap);
   f.set_attr("gradient_as_bucket_view", (int64_t)(o.grad_as_bucket_view ? 1 : 0));
-  f.set_attr("compression", o.compression);
-  f.set_attr("optimizer", o.optimizer);
+  f.set_attr("compression", to_string(o.compression));
+  f.set_attr("optimizer", to_string(o.optimizer));
   f.set_attr("num_buckets", (int64_t)buckets.size());
   f.set_attr("forward_flops_per_image", forward_flops_per_image(layout.cfg));
   f.set_attr("versions", info.versions + ", MPI: " + mpi_library_version());
@@ -153,7 +153,7 @@ std::unique_ptr<Engine> start_engine(const Options& o, const World& w, const Par
   std::unique_ptr<Engine> engine;
   try {
     const std::vector<float>* init = in.resume ? &in.resume->state.params : in.initial.empty() ? nullptr : &in.initial;
-    engine = o.backend == "gpu" ? make_gpu_engine(o, w, layout, buckets, init) : make_cpu_engine(o, w, layout, buckets, init);
+    engine = o.backend == Backend::Gpu ? make_gpu_engine(o, w, layout, buckets, init) : make_cpu_engine(o, w, layout, buckets, init);
     std::vector<float>().swap(in.initial);  // the engine holds its own copy now
     if (in.resume) {
       engine->load_train_state(in.resume->state);
@@ -286,8 +286,8 @@ class Run {
         micro_batches_(first_batch_),
         data_wait_next_ms_(feed_.stage_next(micro_batches_++)),  // the first batch, before the loop
         rows_(o, w, buckets, results_, window_, start_),
-        stop_(w, o.step_timeout_s, [&engine]() { return engine.async_error(); }, o.on_nonfinite == "stop"),
-        defer_rows_(o.backend == "gpu"),
+        stop_(w, o.step_timeout_s, [&engine]() { return engine.async_error(); }, o.on_nonfinite == NonfinitePolicy::Stop),
+        defer_rows_(o.backend == Backend::Gpu),
         steps_done_(start_),
         fault_(o) {}
 
@@ -564,7 +564,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   const int start = in.start_step();  // first step of this run (0-based)
   if (w.rank == 0)
     std::printf("[vitddp] %s (%zu parameters), %d rank(s), backend %s, batch %d per rank, %zu bucket(s)%s\n",
-                layout.cfg.name.c_str(), layout.parameter_count(), w.world_size, o.backend.c_str(), o.batch_size,
+                layout.cfg.name.c_str(), layout.parameter_count(), w.world_size, to_string(o.backend).c_str(), o.batch_size,
                 buckets.size(), o.ddp ? "" : " (no DDP)");
   int64_t resumed_updates = 0;  // optimizer updates the checkpoint had applied
   const std::unique_ptr<Engine> engine = start_engine(o, w, layout, buckets, in, &resumed_updates);
@@ -576,7 +576,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   const auto& eval_data = in.eval_data;
   if (const Evaluator* evaluator = run.evaluator(); evaluator && w.rank == 0)
     std::printf("[vitddp] evaluation every %d step(s) and after the last on the %s split: %lld images, %lld on rank 0\n",
-                  o.eval_every, o.eval_split.c_str(), (long long)eval_data->count, (long long)evaluator->shard().size());
+                  o.eval_every, to_string(o.eval_split).c_str(), (long long)eval_data->count, (long long)evaluator->shard().size());
   const ErrorMark error_mark(in.results, run.steps_done());
   run.train();
   return finish_run(o, w, layout, *engine, run, results);

@@ -11,7 +11,11 @@ source "$(dirname "$0")/test_util.sh" "$2"
 expect_error "zero batch" "--batch-size: must be in [1, 65536], got '0'" --batch-size 0
 expect_error "negative steps" "--steps: must be in [1," --steps -1
 expect_error "unknown model" "--model: unknown value 'vit_x'" --model vit_x
-expect_error "unknown option" "--bogus: unknown option" --bogus
+expect_error "unknown option" "unknown option '--bogus'" --bogus
+expect_error "unknown option, nearest suggested" "unknown option '--batch-sise' (did you mean --batch-size?)" --batch-sise 4
+expect_error "repeated option" "--steps: given twice" --steps 2 --steps 3
+expect_error "an option where a value belongs" "--out: expects a value, got the option '--overwrite'" --out --overwrite
+expect_error "option without effect" "--powersgd-rank: has no effect without --compression powersgd" --powersgd-rank 2
 expect_error "bad bucket size" "--bucket-cap-mb: must be in (0" --bucket-cap-mb 0
 expect_error "missing data dir" "--data: directory '$TMP/nope' does not exist" --data idx:$TMP/nope
 expect_error "no-ddp with 2 ranks" "--no-ddp: trains one replica" --no-ddp --model vit_micro
@@ -22,9 +26,9 @@ expect_error "missing --save-weights dir" "--save-weights: directory '$TMP/nope'
 expect_error "unknown precision" "--precision: unknown value 'fp16'" --precision fp16
 expect_error "bf16 on the CPU backend" "--precision bf16: needs the GPU backend" --precision bf16 --model vit_micro
 expect_error "unknown optimizer" "--optimizer: unknown value 'adam' (choose one of: sgd, adamw)" --optimizer adam
-expect_error "momentum with AdamW" "--momentum: SGD only" --optimizer adamw --momentum 0.9
+expect_error "momentum with AdamW" "--momentum: has no effect with --optimizer adamw" --optimizer adamw --momentum 0.9
 expect_error "AdamW beta2 of 1" "--adam-beta2: must be in [0," --optimizer adamw --adam-beta2 1
-expect_error "min-lr without cosine" "--min-lr: needs --lr-schedule cosine" --min-lr 0.0001
+expect_error "min-lr without cosine" "--min-lr: has no effect with --lr-schedule constant" --min-lr 0.0001
 expect_error "checkpoint over the results file" "is also the --out file" --model vit_micro --out "$TMP/same.h5" --checkpoint-every 2 --checkpoint-path "$TMP/same.h5"
 expect_error "cuDNN patch embedding in bf16" "--patch-embed cudnn: not with --precision bf16" --patch-embed cudnn --precision bf16
 expect_error "warm-up longer than the cosine" "--lr-warmup-steps: must be less than the cosine schedule's length 14" --lr-schedule cosine --lr-warmup-steps 20
@@ -36,9 +40,51 @@ expect_error "copy-engine all-reduce on the CPU backend" "--allreduce copy-engin
 expect_error "CUDA graph switch on the CPU backend" "--cuda-graph off: needs the GPU backend" --cuda-graph off --model vit_micro
 expect_error "attention choice on the CPU backend" "--attention custom: needs the GPU backend" --attention custom --model vit_micro
 
-# --help: exit 0, every option listed.
+# --backend auto (no GPU here: the CPU backend): the GPU-only rules apply once it is resolved.
+EXPECT_ARGS="--model vit_micro" expect_error "bf16 with --backend auto on a machine without GPU" \
+  "--precision bf16: needs the GPU backend" --precision bf16
+
+# --help: exit 0, every option listed, the sections in order.
 out=$("$BIN" --help 2>&1); rc=$?
 if [ $rc -eq 0 ] && grep -q -- "--bucket-cap-mb" <<<"$out" && grep -q -- "--no-overlap" <<<"$out"; then ok "--help"; else bad "--help rc=$rc"; fi
+sections=$(grep -E '^[A-Z][A-Za-z ()]+ \(default in brackets\):$' <<<"$out" | sed 's/ (default in brackets)://' | tr '\n' '|')
+if [ "$sections" = "Model and data|DDP and communication|Precision and speed|Optimizer and schedule|Outputs|Reliability|Debug (testing only)|" ]
+then ok "--help sections in order"; else bad "--help sections: $sections"; fi
+
+# --version: vitddp's commit, then the libraries' versions, on 2 ranks printed once. The CPU-only
+# build (VITDDP_GPU_BUILT=0, set by tests/CMakeLists.txt) links no GPU library and lists none.
+out=$(timeout 60 $MPIRUN -np 2 "$BIN" --version 2>&1); rc=$?
+gpu_libs=0
+for lib in "CUDA runtime [0-9]" "CUDA driver " "cuBLASLt [0-9]" "cuDNN [0-9]" "NCCL [0-9]"; do
+  if grep -q "^  $lib" <<<"$out"; then gpu_libs=$((gpu_libs + 1)); fi
+done
+if [ "${VITDDP_GPU_BUILT:-1}" = 1 ]; then want_gpu_libs=5; else want_gpu_libs=0; fi
+if [ $rc -eq 0 ] && [ "$(grep -c '^vitddp ' <<<"$out")" = 1 ] && [ $gpu_libs -eq $want_gpu_libs ] \
+   && grep -q "^  MPI ." <<<"$out" && grep -q "^  HDF5 [0-9]" <<<"$out"; then ok "--version on 2 ranks: $(echo $out | cut -c1-150)"
+else bad "--version rc=$rc (GPU libraries listed: $gpu_libs, wanted $want_gpu_libs): $out"; fi
+# A negative value is a value, not an option (the CPU-only build refuses --dry-run itself, after parsing).
+out=$(timeout 60 $MPIRUN -np 2 "$BIN" --model vit_micro --debug-nan-at-step -1 --dry-run 2>&1); rc=$?
+if [ "${VITDDP_GPU_BUILT:-1}" = 1 ]; then
+  if [ $rc -eq 0 ] && grep -q "peak" <<<"$out"; then ok "--debug-nan-at-step -1 parses (--dry-run on 2 ranks)"; else bad "negative value rc=$rc: $out"; fi
+elif [ $rc -eq 2 ] && grep -qxF "vitddp: error: --dry-run: this vitddp was built without the GPU backend (VITDDP_GPU=OFF)" <<<"$out" \
+     && [ "$(grep -c 'vitddp: error' <<<"$out")" = 1 ]; then
+  ok "--debug-nan-at-step -1 parses (--dry-run on 2 ranks, refused by the CPU-only build)"
+else bad "negative value (CPU-only build) rc=$rc: $out"; fi
+
+# Ranks started with different command lines (MPMD): exit 2 on every rank, one line naming the
+# option and the rank, never a hang (also where one rank alone would exit early).
+mpmd() {  # mpmd NAME WANT ARGS_OF_RANK_1...: rank 0 gets --backend cpu --model vit_micro only
+  local name=$1 want=$2 out rc
+  shift 2
+  out=$(timeout 60 $MPIRUN -np 1 "$BIN" --backend cpu --model vit_micro : -np 1 "$BIN" --backend cpu --model vit_micro "$@" 2>&1); rc=$?
+  if [ $rc -eq 2 ] && grep -qF -- "$want" <<<"$out" && [ "$(grep -c 'vitddp: error' <<<"$out")" = 1 ]; then ok "MPMD $name: exit 2, $(grep -F -- "$want" <<<"$out" | cut -c1-150)"
+  else bad "MPMD $name: rc=$rc, wanted exit 2 and '$want', got: $out"; fi
+}
+mpmd "--dry-run on rank 1 only" "ranks were started with different options: --dry-run differs on rank 1" --dry-run
+mpmd "--version on rank 1 only" "--version differs on rank 1" --version
+mpmd "--help on rank 1 only" "--help differs on rank 1" --help
+mpmd "a bad value on rank 1 only" "--batch-size differs on rank 1" --batch-size 0
+mpmd "another value on rank 1" "--steps differs on rank 1" --steps 7
 
 # A real CPU run on 2 ranks: exit 0, progress lines, summary, datasets in the file.
 out=$(timeout 300 $MPIRUN -np 2 "$BIN" --backend cpu --model vit_micro --batch-size 4 --warmup-steps 1 --steps 3 \

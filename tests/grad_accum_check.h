@@ -27,7 +27,7 @@ using EngineFactory = std::unique_ptr<vitddp::Engine> (*)(const vitddp::Options&
 inline void check_grad_accum(vitddp::Options base, EngineFactory make_engine, double param_tol) {
   using namespace vitddp;
   Options o = base;
-  o.init = "random";
+  o.init = InitScheme::Random;
   o.ddp = false;
   o.lr = 0.5;
   o.momentum = 0.9;

@@ -100,7 +100,7 @@ inline vitddp::Options engine_test_options(const std::string& model, int batch, 
   vitddp::Options o;
   o.model = model;
   o.batch_size = batch;
-  o.init = "random";
+  o.init = vitddp::InitScheme::Random;
   o.ddp = false;
   o.data_workers = 1;
   o.warmup_steps = 0;

@@ -1,5 +1,5 @@
 // What one step's communication of each bucket cost (CUDA-free): the per-bucket columns of the
-// results file (results/SCHEMA.md, buckets/*), filled by GpuReducer and CpuReducer.
+// results file (docs/schema.md, buckets/*), filled by GpuReducer and CpuReducer.
 #pragma once
 #include <cstddef>
 #include <cstdint>

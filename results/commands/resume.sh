@@ -95,7 +95,10 @@ case_() {  # case_ NAME ARGS...
   case_ adamw-bf16 --precision bf16 --optimizer adamw --lr 1e-3 --grad-accum-steps 2
   case_ sgd-fp16-compression --compression fp16 --lr 0.05 --momentum 0.9
   if [ -d "$FMNIST" ]; then
-    case_ adamw-fmnist --model vit_tiny --data idx:$FMNIST --optimizer adamw --lr 1e-3
+    base=$BASE  # the Fashion-MNIST case runs the small model (vitddp refuses a repeated --model)
+    BASE=${BASE/"--model $MODEL"/--model vit_tiny}
+    case_ adamw-fmnist --data idx:$FMNIST --optimizer adamw --lr 1e-3
+    BASE=$base
   else
     echo "skip: $FMNIST not installed on this machine"
   fi

@@ -123,7 +123,11 @@ TEST_CASE("checkpoint: resume checks name the option that differs", "[checkpoint
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = {"--model", "vit_micro", "--batch-size", "4", "--optimizer", "adamw",
                                      "--lr-schedule", "cosine", "--steps", "6", "--warmup-steps", "1", "--cooldown-steps", "1"};
-    args.insert(args.end(), extra.begin(), extra.end());
+    for (size_t i = 0; i + 1 < extra.size(); i += 2) {  // each "--name value" replaces or extends the base
+      const auto at = std::find(args.begin(), args.end(), extra[i]);
+      if (at != args.end()) *(at + 1) = extra[i + 1];
+      else args.insert(args.end(), {extra[i], extra[i + 1]});
+    }
     return checkpoint_mismatch(h, parse_args(args), 2);
   };
   CHECK(with({"--batch-size", "8"}) == "--batch-size: the checkpoint was written with '4', this run has '8'");

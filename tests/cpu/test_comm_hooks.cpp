@@ -347,7 +347,7 @@ TEST_CASE("PowerSGD without warm start draws new Qs every step", "[powersgd]") {
 
 TEST_CASE("compression options and their defaults", "[options][comm_hooks]") {
   const Options d = parse_args({});
-  CHECK(d.compression == "none");
+  CHECK(d.compression == Compression::None);
   CHECK(d.grad_as_bucket_view);
   CHECK(d.powersgd_rank == 1);
   CHECK(d.powersgd_start_step == 1000);

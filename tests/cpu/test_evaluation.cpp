@@ -61,9 +61,9 @@ Options cpu_options(const std::string& model, int batch) {
   Options o;
   o.model = model;
   o.batch_size = batch;
-  o.backend = "cpu";
+  o.backend = Backend::Cpu;
   o.ddp = false;
-  o.init = "random";
+  o.init = InitScheme::Random;
   return o;
 }
 
@@ -247,10 +247,10 @@ TEST_CASE("Evaluator over 3 simulated ranks sums to one rank over the whole spli
 
 TEST_CASE("--eval-every and --eval-split: parsing and the idx-only rule", "[eval][options]") {
   CHECK(vitddp_test::parse_args({}).eval_every == 0);
-  CHECK(vitddp_test::parse_args({}).eval_split == "test");
+  CHECK(vitddp_test::parse_args({}).eval_split == EvalSplit::Test);
   const Options o = vitddp_test::parse_args({"--data", "idx:/x", "--eval-every", "50", "--eval-split", "train"});
   CHECK(o.eval_every == 50);
-  CHECK(o.eval_split == "train");
+  CHECK(o.eval_split == EvalSplit::Train);
   CHECK(option_error({"--eval-every", "-1"}).find("--eval-every: must be in [0") == 0);
   CHECK(option_error({"--eval-split", "val"}).find("--eval-split: unknown value 'val'") == 0);
   for (const char* data : {"synthetic", "device"}) {
@@ -260,22 +260,23 @@ TEST_CASE("--eval-every and --eval-split: parsing and the idx-only rule", "[eval
     CHECK(e.find("idx:DIR") != std::string::npos);
   }
   CHECK(option_error({"--eval-every", "10"}).find("--eval-every:") == 0);  // default --data synthetic
-  CHECK(option_error({"--data", "synthetic", "--eval-split", "train"}).empty());  // unused without --eval-every
+  CHECK(option_error({"--data", "synthetic", "--eval-split", "train"}) ==
+        "--eval-split: has no effect without --eval-every N (N > 0)");  // the no-effect rule
 }
 
 TEST_CASE("load_eval_data reads the t10k split, or reuses the training split", "[eval]") {
   vitddp_test::TempDir none("vitddp_eval_");
   Options o;
-  o.data = "idx:" + none.str();
+  o.data = DataSpec{DataSpec::Kind::idx, none.str()};
   CHECK(load_eval_data(o, nullptr, 10) == nullptr);  // --eval-every 0
   o.eval_every = 5;
   const std::string msg = message_of([&] { load_eval_data(o, nullptr, 10); });
   CHECK(msg.find("--eval-split test: ") == 0);
   CHECK(msg.find("t10k-images-idx3-ubyte") != std::string::npos);
   const auto train = tiny_dataset(5, 28, 28, 10);
-  o.eval_split = "train";
+  o.eval_split = EvalSplit::Train;
   CHECK(load_eval_data(o, train, 10) == train);
   CHECK(message_of([&] { load_eval_data(o, train, 3); }).find("--eval-split train: label") == 0);
-  o.data = "synthetic";
+  o.data = DataSpec{};
   CHECK_THROWS_AS(load_eval_data(o, nullptr, 10), std::invalid_argument);
 }

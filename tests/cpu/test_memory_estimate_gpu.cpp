@@ -93,13 +93,14 @@ TEST_CASE("memory estimate: momentum, bf16, reducer buffers", "[memory]") {
   CHECK(e.bytes_of("activations") ==
         plan_gpu_vit_arena(layout.cfg, n, 8, Precision::bf16, true, AttentionImpl::custom).total_bytes);
   Options oc = o;
-  oc.attention = "cudnn";
+  oc.attention = AttentionChoice::Cudnn;
   const MemoryEstimate ec = estimate_gpu_memory(oc, layout, buckets);
   CHECK(ec.bytes_of("activations") ==
         plan_gpu_vit_arena(layout.cfg, n, 8, Precision::bf16, true, AttentionImpl::cudnn).total_bytes);
   CHECK(ec.bytes_of("activations") < e.bytes_of("activations"));
 
-  const Options nd = parse_args({"--model", "vit_b_32", "--no-ddp", "--grad-as-bucket-view", "off"});
+  Options nd = parse_args({"--model", "vit_b_32", "--no-ddp"});
+  nd.grad_as_bucket_view = false;  // (refused on the command line with --no-ddp: no effect)
   CHECK(estimate_gpu_memory(nd, layout, buckets).bytes_of("reducer") == 0);  // no reducer at all
 
   Options ps = parse_args({"--model", "vit_b_32", "--compression", "powersgd"});

@@ -1,9 +1,13 @@
 // Option parsing: defaults as the article, every bad value names its option.
+#include <map>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
 #include "model/kernel_choice.h"
+#include "mpi/hooks/comm_hook.h"
 #include "src/options.h"
+#include "src/rank_agreement.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
 
@@ -30,7 +34,8 @@ TEST_CASE("values are parsed in both spellings", "[options]") {
   CHECK(o.batch_size == 8);
   CHECK(o.bucket_cap_mb == 100.0);
   CHECK_FALSE(o.overlap);
-  CHECK(o.data == "idx:/tmp");
+  CHECK(o.data.kind == DataSpec::Kind::idx);
+  CHECK(o.data.dir == "/tmp");
   CHECK(o.lr == 0.5);
 }
 
@@ -47,7 +52,7 @@ TEST_CASE("bad options give one line naming the option and the reason", "[option
   CHECK(option_error({"--model", "resnet50"}).rfind("--model: unknown value 'resnet50'", 0) == 0);
   CHECK(option_error({"--backend", "tpu"}).rfind("--backend: unknown value 'tpu'", 0) == 0);
   CHECK(option_error({"--data", "imagenet"}).rfind("--data: unknown source 'imagenet'", 0) == 0);
-  CHECK(option_error({"--frobnicate"}) == "--frobnicate: unknown option");
+  CHECK(option_error({"--frobnicate"}) == "unknown option '--frobnicate'");
   CHECK(option_error({"--steps"}) == "--steps: missing value N");
   CHECK(option_error({"--no-ddp=1"}) == "--no-ddp: takes no value");
   CHECK(option_error({"--steps", "0"}).rfind("--steps: must be in [1,", 0) == 0);
@@ -67,15 +72,18 @@ TEST_CASE("--comm-streams: auto = 2 for the copy engine in bf16 without compress
           "[options]") {
   using namespace vitddp;
   auto streams = [](std::vector<std::string> a) { return reducer_options(parse_args(a)).comm_streams; };
-  CHECK(parse_args({}).comm_streams == "auto");
+  CHECK_FALSE(parse_args({}).comm_streams.has_value());
   CHECK(streams({}) == 1);  // NCCL
   CHECK(streams({"--allreduce", "copy-engine", "--precision", "bf16"}) == 2);
   CHECK(streams({"--allreduce", "copy-engine", "--precision", "bf16", "--compression", "bf16"}) == 1);
   CHECK(streams({"--allreduce", "copy-engine", "--precision", "tf32"}) == 1);
   CHECK(streams({"--allreduce", "copy-engine"}) == 1);  // fp32
   CHECK(streams({"--allreduce", "copy-engine", "--comm-streams", "3"}) == 3);
-  CHECK(streams({"--comm-streams", "1"}) == 1);
-  CHECK(option_error({"--comm-streams", "2"}).rfind("--comm-streams: 2: more than one comm stream needs --allreduce copy-engine", 0) == 0);
+  CHECK(streams({"--allreduce", "copy-engine", "--comm-streams", "1"}) == 1);
+  CHECK(streams({"--allreduce", "copy-engine", "--comm-streams", "auto", "--precision", "bf16"}) == 2);
+  // With NCCL the option has no effect, whatever its value (also 1 and auto).
+  for (const char* n : {"1", "2", "auto"})
+    CHECK(option_error({"--comm-streams", n}).rfind("--comm-streams: has no effect with --allreduce nccl", 0) == 0);
   CHECK(option_error({"--allreduce", "copy-engine", "--comm-streams", "5"}) ==
         "--comm-streams: expected auto or an integer in [1, 4], got '5'");
   CHECK(option_error({"--allreduce", "copy-engine", "--comm-streams", "two"}) ==
@@ -83,9 +91,9 @@ TEST_CASE("--comm-streams: auto = 2 for the copy engine in bf16 without compress
 }
 
 TEST_CASE("--allreduce: nccl by default, copy-engine accepted, not with PowerSGD", "[options]") {
-  CHECK(parse_args({}).allreduce == "nccl");
+  CHECK(parse_args({}).allreduce == AllReduceImpl::Nccl);
   const Options o = parse_args({"--allreduce", "copy-engine", "--compression", "bf16"});
-  CHECK(o.allreduce == "copy-engine");
+  CHECK(o.allreduce == AllReduceImpl::CopyEngine);
   CHECK(reducer_options(o).allreduce == "copy-engine");
   CHECK(reducer_options(parse_args({})).allreduce == "nccl");
   CHECK(option_error({"--allreduce", "mpi"}) == "--allreduce: unknown value 'mpi' (choose one of: nccl, copy-engine)");
@@ -103,19 +111,19 @@ TEST_CASE("help lists every option", "[options]") {
 }
 
 TEST_CASE("--precision: fp32 by default, tf32 and bf16 accepted, anything else named", "[options]") {
-  CHECK(parse_args({}).precision == "fp32");
-  CHECK(parse_args({"--precision", "tf32"}).precision == "tf32");
-  CHECK(parse_args({"--precision=bf16"}).precision == "bf16");
+  CHECK(parse_args({}).precision == Precision::fp32);
+  CHECK(parse_args({"--precision", "tf32"}).precision == Precision::tf32);
+  CHECK(parse_args({"--precision=bf16"}).precision == Precision::bf16);
   CHECK(option_error({"--precision", "fp16"}) == "--precision: unknown value 'fp16' (choose one of: fp32, tf32, bf16)");
 }
 
 TEST_CASE("--attention and --patch-embed: auto by default; cuDNN attention only in bf16", "[options]") {
-  CHECK(parse_args({}).attention == "auto");
-  CHECK(parse_args({}).patch_embed == "auto");
-  CHECK(parse_args({"--attention", "custom"}).attention == "custom");
-  CHECK(parse_args({"--attention", "cudnn", "--precision", "bf16"}).attention == "cudnn");
-  CHECK(parse_args({"--patch-embed", "cudnn"}).patch_embed == "cudnn");
-  CHECK(parse_args({"--patch-embed=gemm", "--precision", "tf32"}).patch_embed == "gemm");
+  CHECK(parse_args({}).attention == AttentionChoice::Auto);
+  CHECK(parse_args({}).patch_embed == PatchEmbedChoice::Auto);
+  CHECK(parse_args({"--attention", "custom"}).attention == AttentionChoice::Custom);
+  CHECK(parse_args({"--attention", "cudnn", "--precision", "bf16"}).attention == AttentionChoice::Cudnn);
+  CHECK(parse_args({"--patch-embed", "cudnn"}).patch_embed == PatchEmbedChoice::Cudnn);
+  CHECK(parse_args({"--patch-embed=gemm", "--precision", "tf32"}).patch_embed == PatchEmbedChoice::Gemm);
   CHECK(option_error({"--attention", "flash"}) == "--attention: unknown value 'flash' (choose one of: auto, cudnn, custom)");
   CHECK(option_error({"--patch-embed", "fft"}) == "--patch-embed: unknown value 'fft' (choose one of: auto, cudnn, gemm)");
   for (const char* p : {"fp32", "tf32"}) {
@@ -156,4 +164,211 @@ TEST_CASE("kernel choice: names map to implementations; auto never picks cuDNN a
   CHECK_THROWS_AS(resolve_patch_embed("fft", Precision::bf16), std::invalid_argument);
   CHECK(std::string(attention_impl_name(AttentionImpl::cudnn)) == "cudnn");
   CHECK(std::string(patch_embed_impl_name(PatchEmbedImpl::gemm)) == "gemm");
+}
+
+// ------------------------------------------------------------------ typed values, parsing rules
+
+TEST_CASE("to_string gives the command-line names; option_values holds them as before", "[options]") {
+  // --compression's values are exactly the comm hooks the reducer's registry holds, in its order.
+  std::vector<std::string> hooks;
+  for (const Compression c : {Compression::None, Compression::Fp16, Compression::Bf16, Compression::PowerSgd})
+    hooks.push_back(to_string(c));
+  CHECK(hooks == compression_names());
+  for (const Precision p : {Precision::fp32, Precision::tf32, Precision::bf16}) CHECK(to_string(p) == precision_name(p));
+  for (const LrScheduleKind k : {LrScheduleKind::Constant, LrScheduleKind::WarmupCosine}) CHECK(to_string(k) == lr_schedule_name(k));
+  CHECK(to_string(AllReduceImpl::CopyEngine) == "copy-engine");
+  CHECK(to_string(FailMode::NcclAbort) == "nccl-abort");
+  CHECK(to_string(DataSpec{DataSpec::Kind::idx, "/d"}) == "idx:/d");
+  // The results file's option.* attributes of a default run, as the string options wrote them.
+  std::map<std::string, std::string> v;
+  for (const auto& [k, x] : option_values(Options{})) v[k] = x;
+  CHECK(v["backend"] == "auto");
+  CHECK(v["data"] == "synthetic");
+  CHECK(v["eval-split"] == "test");
+  CHECK(v["allreduce"] == "nccl");
+  CHECK(v["comm-streams"] == "auto");
+  CHECK(v["compression"] == "none");
+  CHECK(v["precision"] == "fp32");
+  CHECK(v["attention"] == "auto");
+  CHECK(v["patch-embed"] == "auto");
+  CHECK(v["optimizer"] == "sgd");
+  CHECK(v["lr-schedule"] == "constant");
+  CHECK(v["init"] == "torchvision");
+  CHECK(v["on-nonfinite"] == "stop");
+  CHECK(v["debug-fail-mode"] == "throw");
+  CHECK(v["cuda-graph"] == "on");
+  CHECK(v["no-ddp"] == "false");
+  CHECK(option_values(Options{}).size() == 62);
+  std::map<std::string, std::string> g;
+  for (const auto& [k, x] : option_values(parse_args({"--data", "idx:/x", "--eval-every", "2", "--eval-split", "train",
+                                                      "--allreduce", "copy-engine", "--comm-streams", "3", "--init", "random",
+                                                      "--on-nonfinite", "skip", "--lr-schedule", "cosine"})))
+    g[k] = x;
+  CHECK(g["data"] == "idx:/x");
+  CHECK(g["eval-split"] == "train");
+  CHECK(g["allreduce"] == "copy-engine");
+  CHECK(g["comm-streams"] == "3");
+  CHECK(g["init"] == "random");
+  CHECK(g["on-nonfinite"] == "skip");
+  CHECK(g["lr-schedule"] == "cosine");
+}
+
+TEST_CASE("parsing: repeats, an option as a value, negative numbers, suggestions", "[options]") {
+  CHECK(option_error({"--steps", "2", "--steps", "3"}) == "--steps: given twice");
+  CHECK(option_error({"--no-ddp", "--no-ddp"}) == "--no-ddp: given twice");
+  CHECK(option_error({"--out=a.h5", "--out", "b.h5"}) == "--out: given twice");
+  CHECK(option_error({"--out", "--overwrite"}) == "--out: expects a value, got the option '--overwrite'");
+  CHECK(parse_args({"--debug-fail-at-step", "-1"}).debug_fail_at_step == -1);
+  CHECK(parse_args({"--debug-nan-at-step", "-1"}).debug_nan_at_step == -1);
+  CHECK(option_error({"--batch-sise", "4"}) == "unknown option '--batch-sise' (did you mean --batch-size?)");
+  CHECK(option_error({"--stesp", "4"}) == "unknown option '--stesp' (did you mean --steps?)");  // transposition: 1 edit
+  CHECK(option_error({"--checkpoint"}) == "unknown option '--checkpoint' (did you mean --checkpoint-every?)");  // prefix
+  CHECK(option_error({"--bogus"}) == "unknown option '--bogus'");
+  CHECK(parse_args({"--help", "--momentum", "0.9", "--optimizer", "adamw"}).help);  // --help: no validation
+}
+
+TEST_CASE("the explicit backend: cpu refuses GPU-only options, auto defers them to main", "[options]") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> gpu_only = {
+      {{"--precision", "bf16"}, "--precision bf16: needs the GPU backend"},
+      {{"--precision", "tf32"}, "--precision tf32: needs the GPU backend"},
+      {{"--attention", "auto"}, "--attention auto: needs the GPU backend"},
+      {{"--patch-embed", "gemm"}, "--patch-embed gemm: needs the GPU backend"},
+      {{"--cuda-graph", "on"}, "--cuda-graph on: needs the GPU backend"},
+      {{"--gemm-sm-carveout", "0"}, "--gemm-sm-carveout: needs the GPU backend (cuBLASLt)"},
+      {{"--nccl-max-ctas", "4"}, "--nccl-max-ctas: needs the GPU backend (NCCL)"},
+      {{"--allreduce", "copy-engine"}, "--allreduce copy-engine: needs the GPU backend"},
+      {{"--allreduce", "nccl"}, "--allreduce nccl: needs the GPU backend"},
+      {{"--data", "device"}, "--data device: needs the GPU backend"},
+  };
+  for (const auto& [args, want] : gpu_only) {
+    INFO(want);
+    std::vector<std::string> cpu = {"--backend", "cpu"}, gpu = {"--backend", "gpu"};
+    cpu.insert(cpu.end(), args.begin(), args.end());
+    gpu.insert(gpu.end(), args.begin(), args.end());
+    CHECK(option_error(cpu).rfind(want, 0) == 0);
+    CHECK(option_error(gpu).empty());
+    CHECK(option_error(args).empty());  // --backend auto: checked again once resolved
+    Options resolved = parse_args(args);
+    resolved.backend = Backend::Cpu;
+    CHECK_THROWS_WITH(validate_options(resolved), Catch::StartsWith(want));
+  }
+  CHECK(option_error({"--backend", "cpu", "--precision", "fp32"}).empty());  // the CPU backend's own precision
+}
+
+TEST_CASE("no-effect rule: one row per option, explicit defaults count as given", "[options]") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--eval-split", "test"}, "--eval-split: has no effect without --eval-every N (N > 0)"},
+      {{"--data", "device", "--data-workers", "2"}, "--data-workers: has no effect with --data device"},
+      {{"--init", "random", "--init-from", "w.h5"}, "--init: has no effect with --init-from"},
+      {{"--no-ddp", "--bucket-cap-mb", "25"}, "--bucket-cap-mb: has no effect with --no-ddp"},
+      {{"--no-ddp", "--first-bucket-mb", "1"}, "--first-bucket-mb: has no effect with --no-ddp"},
+      {{"--no-ddp", "--no-overlap"}, "--no-overlap: has no effect with --no-ddp"},
+      {{"--no-ddp", "--grad-as-bucket-view", "on"}, "--grad-as-bucket-view: has no effect with --no-ddp"},
+      {{"--no-ddp", "--compression", "none"}, "--compression: has no effect with --no-ddp"},
+      {{"--no-ddp", "--allreduce", "nccl"}, "--allreduce: has no effect with --no-ddp"},
+      {{"--no-ddp", "--nccl-max-ctas", "0"}, "--nccl-max-ctas: has no effect with --no-ddp"},
+      {{"--no-ddp", "--comm-streams", "auto"}, "--comm-streams: has no effect with --no-ddp"},
+      {{"--powersgd-rank", "1"}, "--powersgd-rank: has no effect without --compression powersgd"},
+      {{"--powersgd-start-step", "10"}, "--powersgd-start-step: has no effect without --compression powersgd"},
+      {{"--powersgd-min-compression-rate", "2"}, "--powersgd-min-compression-rate: has no effect without --compression powersgd"},
+      {{"--powersgd-no-error-feedback"}, "--powersgd-no-error-feedback: has no effect without --compression powersgd"},
+      {{"--compression", "bf16", "--powersgd-no-warm-start"}, "--powersgd-no-warm-start: has no effect without --compression powersgd"},
+      {{"--no-ddp", "--compression", "powersgd", "--powersgd-rank", "2"}, "--compression: has no effect with --no-ddp"},
+      {{"--comm-streams", "1"}, "--comm-streams: has no effect with --allreduce nccl"},
+      {{"--optimizer", "adamw", "--momentum", "0"}, "--momentum: has no effect with --optimizer adamw"},
+      {{"--adam-beta1", "0.9"}, "--adam-beta1: has no effect with --optimizer sgd (AdamW only)"},
+      {{"--adam-beta2", "0.99"}, "--adam-beta2: has no effect with --optimizer sgd (AdamW only)"},
+      {{"--adam-eps", "1e-6"}, "--adam-eps: has no effect with --optimizer sgd (AdamW only)"},
+      {{"--min-lr", "0"}, "--min-lr: has no effect with --lr-schedule constant (cosine only)"},
+      {{"--lr-decay-steps", "0"}, "--lr-decay-steps: has no effect with --lr-schedule constant (cosine only)"},
+      {{"--checkpoint-path", "c.h5"}, "--checkpoint-path: has no effect without --checkpoint-every N (N > 0)"},
+      {{"--checkpoint-every", "0", "--checkpoint-path", "c.h5"}, "--checkpoint-path: has no effect without --checkpoint-every"},
+      {{"--debug-crash-in-checkpoint"}, "--debug-crash-in-checkpoint: has no effect without --checkpoint-every N (N > 0)"},
+      {{"--debug-fail-rank", "1"}, "--debug-fail-rank: has no effect without --debug-fail-at-step N (N >= 0)"},
+      {{"--debug-fail-at-step", "-1", "--debug-fail-mode", "exit"}, "--debug-fail-mode: has no effect without --debug-fail-at-step"},
+  };
+  for (const auto& [args, want] : cases) {
+    INFO(want);
+    CHECK(option_error(args).rfind(want, 0) == 0);
+  }
+  // ... and the same options where they have an effect.
+  for (const std::vector<std::string>& fine :
+       {std::vector<std::string>{"--eval-every", "5", "--data", "idx:/x", "--eval-split", "train"},
+        {"--data-workers", "2"},
+        {"--compression", "powersgd", "--powersgd-rank", "2", "--powersgd-start-step", "0", "--powersgd-no-warm-start"},
+        {"--allreduce", "copy-engine", "--comm-streams", "2"},
+        {"--optimizer", "adamw", "--adam-beta1", "0.8", "--adam-eps", "1e-6"},
+        {"--momentum", "0.9"},
+        {"--lr-schedule", "cosine", "--min-lr", "0", "--lr-decay-steps", "10"},
+        {"--checkpoint-every", "2", "--checkpoint-path", "c.h5", "--debug-crash-in-checkpoint"},
+        {"--debug-fail-at-step", "1", "--debug-fail-rank", "1", "--debug-fail-mode", "exit"},
+        {"--init", "random", "--resume", "c.h5"},  // a resumed run repeats the original command line
+        {"--no-ddp", "--data-workers", "1"}}) {
+    INFO(fine.front());
+    CHECK(option_error(fine).empty());
+  }
+}
+
+TEST_CASE("combination rules: each names the option and the reason", "[options]") {
+  CHECK(option_error({"--bucket-cap-mb", "2", "--first-bucket-mb", "3"}) == "--first-bucket-mb: must not exceed --bucket-cap-mb (3 > 2)");
+  CHECK(option_error({"--compression", "powersgd", "--checkpoint-every", "2"}).rfind("--compression: powersgd: checkpoints do not hold PowerSGD's state", 0) == 0);
+  CHECK(option_error({"--compression", "powersgd", "--resume", "c.h5"}).rfind("--compression: powersgd:", 0) == 0);
+  CHECK(option_error({"--resume", "c.h5", "--init-from", "w.h5"}) == "--init-from: cannot be combined with --resume (the checkpoint holds the parameters)");
+  CHECK(option_error({"--eval-every", "3"}).rfind("--eval-every: --data synthetic has no --eval-split test to evaluate", 0) == 0);
+  CHECK(option_error({"--lr-schedule", "cosine", "--lr", "0.1", "--min-lr", "0.2"}) == "--min-lr: must not exceed --lr (0.2 > 0.1)");
+  CHECK(option_error({"--lr-schedule", "cosine", "--lr-warmup-steps", "14"})
+            .rfind("--lr-warmup-steps: must be less than the cosine schedule's length 14 (the run's total steps", 0) == 0);
+  CHECK(option_error({"--patch-embed", "cudnn", "--precision", "bf16"}).rfind("--patch-embed cudnn: not with --precision bf16", 0) == 0);
+  CHECK(option_error({"--debug-fail-at-step", "1", "--debug-fail-mode", "nccl-abort", "--no-ddp"}) ==
+        "--debug-fail-mode nccl-abort: needs the GPU backend with DDP (an NCCL communicator)");
+  CHECK(option_error({"--debug-fail-at-step", "1", "--debug-fail-mode", "nccl-abort", "--allreduce", "copy-engine"}).rfind(
+            "--debug-fail-mode nccl-abort: with --allreduce copy-engine the gradients do not go through NCCL", 0) == 0);
+}
+
+TEST_CASE("--help: sections in order, one to three lines per option, defaults, no history", "[options]") {
+  const std::string h = help_text();
+  size_t at = 0;
+  for (const char* s : {"Model and data", "DDP and communication", "Precision and speed", "Optimizer and schedule",
+                        "Outputs", "Reliability", "Debug"}) {
+    const size_t p = h.find(std::string("\n") + s + " ");
+    INFO(s);
+    CHECK(p != std::string::npos);
+    CHECK(p > at);
+    at = p;
+  }
+  for (const char* no : {"results/20", "session", "job d", "job a", "issue", "measured on"}) {
+    INFO(no);
+    CHECK(h.find(no) == std::string::npos);
+  }
+  // Each option's entry: its line and at most two continuation lines.
+  std::istringstream lines(h);
+  std::string line, current;
+  std::map<std::string, int> count;
+  while (std::getline(lines, line)) {
+    if (line.rfind("  --", 0) == 0) {
+      current = line.substr(2, line.find(' ', 2) - 2);
+      count[current] = 1;
+    } else if (!current.empty() && line.rfind(std::string(30, ' '), 0) == 0) {
+      ++count[current];
+    } else {
+      current.clear();
+    }
+  }
+  CHECK(count.size() == 64);
+  for (const auto& [name, n] : count) {
+    INFO(name);
+    CHECK(n <= 3);
+  }
+  CHECK(h.find("--batch-size B              images per rank per micro-step [32]") != std::string::npos);
+  CHECK(h.find("Examples:") != std::string::npos);
+}
+
+TEST_CASE("differing_options: the options two command lines disagree on, order aside", "[options]") {
+  using V = std::vector<std::string>;
+  CHECK(differing_options({"--steps", "3", "--out", "a.h5"}, {"--out=a.h5", "--steps", "3"}).empty());
+  CHECK(differing_options({"--steps", "3"}, {"--steps", "3", "--dry-run"}) == V{"--dry-run"});
+  CHECK(differing_options({"--steps", "3", "--lr", "0.1"}, {"--steps", "4", "--lr", "0.1"}) == V{"--steps"});
+  CHECK(differing_options({"--steps", "3"}, {"--steps", "3", "--steps", "3"}) == V{"--steps"});  // given twice on one
+  CHECK(differing_options({"--version"}, {}) == V{"--version"});
+  CHECK(differing_options({"stray"}, {}) == V{""});  // an argument before any option
 }

@@ -18,7 +18,7 @@ Options graph_options(const std::string& precision, bool graph) {
   Options o = vitddp_test::engine_test_options("vit_tiny", 4, 5);
   o.lr = 0.05;
   o.momentum = 0.9;
-  o.precision = precision;
+  o.precision = parse_precision(precision);
   o.cuda_graph = graph;
   o.checkpoint_every = 5;
   return o;

@@ -66,7 +66,7 @@ TEST_CASE("GpuEngine::evaluate equals CpuEngine::evaluate and leaves the paramet
   o.model = "vit_fmnist_cpu";
   o.batch_size = 16;
   o.ddp = false;
-  o.init = "random";
+  o.init = InitScheme::Random;
   o.eval_every = 1;  // eval buffers allocated with the rest
   const ParamLayout L = make_param_layout(vit_config(o.model));
   const World w;

@@ -17,11 +17,11 @@ namespace {
 /// Options of a small run without DDP: vit_tiny, batch 4, random init, 8 steps in all.
 Options small(const std::string& optimizer) {
   Options o = vitddp_test::engine_test_options("vit_tiny", 4, 8);
-  o.optimizer = optimizer;
+  o.optimizer = optimizer == "sgd" ? OptimizerKind::Sgd : OptimizerKind::AdamW;
   o.lr = optimizer == "sgd" ? 0.05 : 3e-3;
   o.momentum = optimizer == "sgd" ? 0.9 : 0.0;
   o.weight_decay = 0.01;
-  o.lr_schedule = "cosine";
+  o.lr_schedule = LrScheduleKind::WarmupCosine;
   o.lr_warmup_steps = 2;
   o.checkpoint_every = 4;  // checkpointed runs: deterministic GEMM algorithm choice (no autotuning)
   return o;
