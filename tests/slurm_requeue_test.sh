@@ -11,7 +11,7 @@
 #     steps 5..8 is bit-identical to an uninterrupted run's.
 #  B. The time limit: SIGUSR1 to the batch shell (what --signal=B:USR1@120 sends) while vitddp
 #     runs, with VITDDP and CKPT from the environment: vitddp stops after a step with a checkpoint
-#     of it (stop_reason "signal 15 after step N"), the script runs `scontrol requeue <job>` and
+#     of it (stop_reason "signal 15 after step N", N the 0-based index of the last step done), the script runs `scontrol requeue <job>` and
 #     exits 0.
 #  C. A resubmitted job (another job id) given CKPT=<that checkpoint> resumes from it at step N
 #     and completes the run.
@@ -99,8 +99,8 @@ res_b="$D/results/runs/long-4343-start0.h5"
 stop_b=$(h5 "$res_b" 'f.attrs["stop_reason"]')
 n_b=$(h5 "$res_b" 'int(f.attrs["steps_completed"])')
 if [ $rc -eq 0 ] && grep -q "time limit near" "$TMP/B0.log" && grep -qx "requeue 4343" "$TMP/scontrol.log" &&
-   [ "$stop_b" = "signal 15 after step $n_b" ] && [ "$(ckpt_step "$CKPT_B")" = "$n_b" ]; then
-  ok "B: SIGUSR1 -> vitddp stops after step $n_b with its checkpoint, scontrol requeue 4343, exit 0"
+   [ "$stop_b" = "signal 15 after step $((n_b - 1))" ] && [ "$(ckpt_step "$CKPT_B")" = "$n_b" ]; then
+  ok "B: SIGUSR1 -> vitddp stops after step $((n_b - 1)) (0-based; $n_b steps done) with its checkpoint, scontrol requeue 4343, exit 0"
 else bad "B: rc=$rc, stop_reason '$stop_b', steps '$n_b', checkpoint '$(ckpt_step "$CKPT_B")', scontrol: $(cat "$TMP/scontrol.log"): $(tail -5 "$TMP/B0.log")"; fi
 
 # C. a new job given CKPT= continues that run (to 10 steps past the checkpoint)
