@@ -1,7 +1,11 @@
 #include "src/chrome_trace.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
+#include <cstring>
 #include <stdexcept>
 
 namespace vitddp {
@@ -34,38 +38,60 @@ void ChromeTrace::add_step(int rank, int step, const StepRecord& r) {
     add(rank, Comm, "all-reduce bucket " + std::to_string(b), start + t.start_ms[b], t.end_ms[b] - t.start_ms[b]);
 }
 
-void ChromeTrace::write(const std::string& path, int world_size) const {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    if (!f) throw std::runtime_error("--trace: cannot write '" + tmp + "'");
-    f << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-    const char* threads[] = {"steps", "compute stream", "comm stream", "host data"};
-    bool first = true;
-    auto sep = [&]() {
-      if (!first) f << ",\n";
-      first = false;
-    };
-    for (int r = 0; r < world_size; ++r) {
+std::string ChromeTrace::json(int world_size) const {
+  std::string f = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  const char* threads[] = {"steps", "compute stream", "comm stream", "host data"};
+  bool first = true;
+  auto sep = [&]() {
+    if (!first) f += ",\n";
+    first = false;
+  };
+  for (int r = 0; r < world_size; ++r) {
+    const std::string pid = std::to_string(r);
+    sep();
+    f += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"args\":{\"name\":\"rank " + pid + "\"}}";
+    for (int t = 0; t < 4; ++t) {
       sep();
-      f << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << r << ",\"args\":{\"name\":\"rank " << r << "\"}}";
-      for (int t = 0; t < 4; ++t) {
-        sep();
-        f << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << r << ",\"tid\":" << t << ",\"args\":{\"name\":\""
-          << threads[t] << "\"}}";
-      }
+      f += "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"tid\":" + std::to_string(t) +
+           ",\"args\":{\"name\":\"" + threads[t] + "\"}}";
     }
-    char num[64];
-    for (const auto& e : events_) {
-      sep();
-      std::snprintf(num, sizeof(num), "\"ts\":%.3f,\"dur\":%.3f", e.ts_us, e.dur_us);
-      f << "{\"name\":\"" << escape(e.name) << "\",\"ph\":\"X\",\"pid\":" << e.rank << ",\"tid\":" << e.thread << ","
-        << num << "}";
-    }
-    f << "\n]}\n";
-    if (!f) throw std::runtime_error("--trace: write to '" + tmp + "' failed");
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("--trace: cannot rename '" + tmp + "' to '" + path + "'");
+  char num[64];
+  for (const auto& e : events_) {
+    sep();
+    std::snprintf(num, sizeof(num), "\"ts\":%.3f,\"dur\":%.3f", e.ts_us, e.dur_us);
+    f += "{\"name\":\"" + escape(e.name) + "\",\"ph\":\"X\",\"pid\":" + std::to_string(e.rank) +
+         ",\"tid\":" + std::to_string(static_cast<int>(e.thread)) + "," + num + "}";
+  }
+  f += "\n]}\n";
+  return f;
+}
+
+void ChromeTrace::write(const std::string& path, int world_size) const {
+  const std::string text = json(world_size);
+  const std::string tmp = path + ".tmp";
+  // POSIX calls, so that every failure has its errno; the .tmp is removed on any of them.
+  auto fail = [&tmp](const std::string& what, int fd) {
+    const int e = errno;
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("--trace: " + what + " '" + tmp + "': " + std::strerror(e));
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot create", -1);
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("cannot write", fd);
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("cannot write", fd);
+  if (::close(fd) != 0) fail("cannot write", -1);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("--trace: cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(e));
+  }
 }
 
 }  // namespace vitddp

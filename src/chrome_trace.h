@@ -23,8 +23,14 @@ class ChromeTrace {
   /// ending at the step start; "all-reduce bucket <b>" (buckets.start_ms to end_ms) on the comm
   /// stream for every bucket of r.buckets.
   void add_step(int rank, int step, const StepRecord& r);
-  /// Writes the JSON to `path` (through path + ".tmp" and rename, so a partial file never appears
-  /// under the final name). Throws std::runtime_error naming the path on I/O failure.
+  /// The trace as JSON text: metadata events naming each of `world_size` ranks and its threads,
+  /// then every event.
+  std::string json(int world_size) const;
+  /// Writes json() to `path` + ".tmp" (write(2), fsync(2)), then renames it to `path`, so a
+  /// partial file never appears under the final name. On any failure the .tmp is removed and
+  /// std::runtime_error thrown, one line naming the file and the reason (strerror), e.g.
+  /// "--trace: cannot write 'run.json.tmp': No space left on device". The start-up checks
+  /// (output_paths_problem) decide whether `path` may be replaced.
   void write(const std::string& path, int world_size) const;
   size_t size() const { return events_.size(); }
 
