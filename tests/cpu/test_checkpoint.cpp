@@ -12,6 +12,7 @@
 #include "model/param_layout.h"
 #include "model/vit_config.h"
 #include "src/checkpoint.h"
+#include "src/checkpointer.h"
 #include "src/data.h"
 #include "src/engine.h"
 #include "src/optimizer.h"
@@ -260,4 +261,21 @@ TEST_CASE("CPU engine restored from a checkpoint continues bit for bit (SGD mome
     for (int i = 0; i < 4; ++i) CHECK(rest[i] == all[4 + i]);  // bitwise
     CHECK(second->parameters() == whole->parameters());
   }
+}
+
+TEST_CASE("checkpoint_files: every --checkpoint-every-th step after the start and the last, once per name", "[checkpoint]") {
+  Options o;
+  o.warmup_steps = 1;
+  o.steps = 6;
+  o.cooldown_steps = 0;  // 7 steps in all
+  CHECK(checkpoint_files(o, 0).empty());  // no --checkpoint-every
+  o.checkpoint_every = 3;
+  o.checkpoint_path = "c-{step}.h5";
+  CHECK(checkpoint_files(o, 0) == std::vector<std::string>{"c-3.h5", "c-6.h5", "c-7.h5"});
+  CHECK(checkpoint_files(o, 3) == std::vector<std::string>{"c-6.h5", "c-7.h5"});
+  CHECK(checkpoint_files(o, 6) == std::vector<std::string>{"c-7.h5"});
+  o.steps = 5;  // 6 steps: the last is a multiple
+  CHECK(checkpoint_files(o, 0) == std::vector<std::string>{"c-3.h5", "c-6.h5"});
+  o.checkpoint_path = "c.h5";
+  CHECK(checkpoint_files(o, 0) == std::vector<std::string>{"c.h5"});
 }
