@@ -108,6 +108,7 @@ full_disk() {
   local out rc
   out=$(timeout 120 $MPIRUN -np 2 -x LD_PRELOAD="$SHIM" -x VITDDP_FAIL_WRITE_PATTERN="$pattern" \
         -x VITDDP_FAIL_WRITE_AFTER="$bytes" "$BIN" "$@" 2>&1); rc=$?
+  FD_OUT=$out
   if [ $rc -ne 0 ] && [ $rc -ne 139 ] && [ $rc -ne 124 ] && grep -qF -- "$want" <<<"$out" && ! grep -q "HDF5-DIAG\|#000:\|Segmentation" <<<"$out" \
      && [ -z "$(ls "$TMP" | grep '\.tmp$')" ]; then ok "full disk: $name (exit $rc): $(grep -F -- "$want" <<<"$out" | head -1 | cut -c1-140)"
   else bad "full disk: $name: rc=$rc, wanted '$want'; tmp: $(ls "$TMP" | grep '\.tmp$'); $out"; fi
@@ -117,12 +118,14 @@ full_disk "checkpoint" "*/d1.ckpt.h5.tmp" 20000 \
   $RUN4 --checkpoint-every 2 --out "$TMP/d1.h5"
 got=$(h5_rows "$TMP/d1.h5")
 [ "$got" = "2 checkpoint failed after step 2" ] && ok "results after a failed checkpoint: $got" || bad "results after a failed checkpoint: $got"
-full_disk "--save-weights" "*/d2w.h5.tmp" 20000 "error: '$TMP/d2w.h5.tmp': No space left on device" \
+full_disk "--save-weights" "*/d2w.h5.tmp" 20000 "[vitddp] error: --save-weights: '$TMP/d2w.h5.tmp': No space left on device" \
   $RUN4 --out "$TMP/d2.h5" --save-weights "$TMP/d2w.h5"
+grep -q MPI_ABORT <<<"$FD_OUT" && bad "--save-weights on a full disk: MPI_Abort instead of exit 1 on every rank" || ok "--save-weights on a full disk: every rank returns 1"
 got=$(h5_rows "$TMP/d2.h5")
 [[ "$got" == "4 error on rank 0 after step 4"* ]] && [ ! -e "$TMP/d2w.h5" ] && ok "results after failed weights: $got" || bad "results after failed weights: $got"
-full_disk "--trace" "*/d3.json.tmp" 1000 "error: --trace: cannot write '$TMP/d3.json.tmp': No space left on device" \
+full_disk "--trace" "*/d3.json.tmp" 1000 "[vitddp] error: --trace: cannot write '$TMP/d3.json.tmp': No space left on device" \
   $RUN4 --out "$TMP/d3.h5" --trace "$TMP/d3.json"
+grep -q MPI_ABORT <<<"$FD_OUT" && bad "--trace on a full disk: MPI_Abort instead of exit 1 on every rank" || ok "--trace on a full disk: every rank returns 1"
 got=$(h5_rows "$TMP/d3.h5")
 [[ "$got" == "4 "* ]] && [ ! -e "$TMP/d3.json" ] && ok "results after a failed trace: $got" || bad "results after a failed trace: $got"
 full_disk "the results file" "*/d4.h5" 150000 "error: '$TMP/d4.h5': No space left on device" \
