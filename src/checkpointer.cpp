@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <regex>
 #include <utility>
 #include <vector>
 #include <stdexcept>
@@ -57,6 +58,29 @@ std::vector<std::string> checkpoint_files(const Options& o, int64_t first_step) 
   if (files.empty() || per_step) files.push_back(checkpoint_file(pattern, total));
   if (files.size() > 1 && files.back() == files[files.size() - 2]) files.pop_back();
   return files;
+}
+
+int64_t checkpoint_step_of(const std::string& pattern, const std::string& path) {
+  const std::string key = "{step}";
+  if (pattern.find(key) == std::string::npos || output_directory(pattern).string().find(key) != std::string::npos)
+    return -1;
+  // The resolved pattern as a regular expression: every {step} a run of digits (the same number).
+  const std::string resolved = resolved_path(pattern).string();
+  std::string re;
+  for (size_t i = 0; i < resolved.size();) {
+    if (resolved.compare(i, key.size(), key) == 0) {
+      re += "([0-9]+)";
+      i += key.size();
+      continue;
+    }
+    if (std::string("\\^$.|?*+()[]{}").find(resolved[i]) != std::string::npos) re += '\\';
+    re += resolved[i++];
+  }
+  std::smatch m;
+  const std::string target = resolved_path(path).string();
+  if (!std::regex_match(target, m, std::regex(re)) || m[1].length() > 18) return -1;
+  const int64_t step = std::stoll(m[1].str());
+  return checkpoint_file(resolved, step) == target ? step : -1;
 }
 
 Checkpointer::Checkpointer(const Options& o, const World& w, const ParamLayout& layout, std::string git_commit)

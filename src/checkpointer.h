@@ -33,6 +33,12 @@ ResumePoint read_resume_point(const Options& o, const World& w, const ParamLayou
 /// in advance.) The start-up checks (output_paths_problem) check each.
 std::vector<std::string> checkpoint_files(const Options& o, int64_t first_step);
 
+/// The step s at which checkpoint_file(`pattern`, s) is the file `path` names (both resolved with
+/// resolved_path: symbolic links followed), or -1 when there is none or `pattern` has no {step}
+/// in its file name. E.g. ("ck-{step}.h5", "./ck-7.h5") -> 7. The start-up checks use it for the
+/// checkpoint a signal stop writes at a step not known in advance.
+int64_t checkpoint_step_of(const std::string& pattern, const std::string& path);
+
 /// When and where a run writes checkpoints (--checkpoint-every, --checkpoint-path), and writing
 /// them. One per run, on every rank.
 class Checkpointer {

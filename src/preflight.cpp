@@ -1,5 +1,6 @@
 #include "src/preflight.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -42,9 +43,22 @@ std::vector<float> checked_weights(const Options& o, const ParamLayout& layout) 
 
 }  // namespace
 
-std::vector<OutputFile> run_outputs(const Options& o, int64_t first_step) {
+std::vector<OutputFile> run_outputs(const Options& o, int64_t first_step, const std::vector<InputFile>& inputs) {
   std::vector<OutputFile> out = {{"--out", o.out}, {"--save-weights", o.save_weights}, {"--trace", o.trace}};
-  for (const std::string& f : checkpoint_files(o, first_step)) out.push_back({"--checkpoint-path", f, true});
+  const std::vector<std::string> planned = checkpoint_files(o, first_step);
+  for (const std::string& f : planned) out.push_back({"--checkpoint-path", f, true});
+  if (planned.empty()) return out;
+  // A signal stop writes a checkpoint at any step of the run: the file of that step, where another
+  // output or an input has the pattern's form.
+  std::vector<std::string> others = {o.out, o.save_weights, o.trace};
+  for (const InputFile& in : inputs) others.push_back(in.path);
+  for (const std::string& other : others) {
+    if (other.empty()) continue;
+    const int64_t s = checkpoint_step_of(o.checkpoint_path, other);
+    const std::string f = checkpoint_file(o.checkpoint_path, s);
+    if (s > first_step && s <= o.total_steps() && std::find(planned.begin(), planned.end(), f) == planned.end())
+      out.push_back({"--checkpoint-path", f, true});
+  }
   return out;
 }
 
@@ -69,7 +83,8 @@ bool preflight(const Options& o, const World& w, const ParamLayout& layout, RunI
     if (!o.resume.empty()) in->resume.emplace(read_resume_point(o, w, layout));
   });
   if (!agree_or_report(w, resume_error)) return false;
-  const std::string outputs_error = output_paths_problem(run_outputs(o, in->start_step()), run_inputs(o, *in), o.overwrite);
+  const std::vector<InputFile> inputs = run_inputs(o, *in);
+  const std::string outputs_error = output_paths_problem(run_outputs(o, in->start_step(), inputs), inputs, o.overwrite);
   if (!agree_or_report(w, outputs_error)) return false;
   const std::string file_error = error_of([&] {
     if (w.rank == 0) in->results.emplace(ResultsFile::create(o.out, o.overwrite));

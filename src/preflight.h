@@ -41,9 +41,10 @@ struct RunInputs {
 bool preflight(const Options& o, const World& w, const ParamLayout& layout, RunInputs* in);
 
 /// Every file a run with options `o` writes, first step `first_step`, for output_paths_problem:
-/// --out, --save-weights, --trace, then each of checkpoint_files (which may be the --resume file).
-/// Add a new output here.
-std::vector<OutputFile> run_outputs(const Options& o, int64_t first_step);
+/// --out, --save-weights, --trace, then each of checkpoint_files (which may be the --resume file),
+/// then the checkpoint a signal stop could write over another output or one of `inputs` (a path
+/// of the pattern's form with a step of this run: checkpoint_step_of). Add a new output here.
+std::vector<OutputFile> run_outputs(const Options& o, int64_t first_step, const std::vector<InputFile>& inputs);
 
 /// Every file the run reads: --init-from, --resume, and the image and label files of the --data
 /// idx:DIR splits read into `in` (training, evaluation). Add a new input here.

@@ -90,6 +90,13 @@ expect_line "--trace through a symbolic link to the results file" \
 expect_line "a checkpoint of the {step} pattern over the --init-from file" \
   "vitddp: error: --checkpoint-path: '$TMP/c-4.h5' is the --init-from file, an input of this run: it is never overwritten, not even with --overwrite" \
   $RUN4 --out "$TMP/r.h5" --init-from "$TMP/c-4.h5" --checkpoint-every 2 --checkpoint-path "$TMP/c-{step}.h5" --overwrite
+cp "$TMP/c-2.h5" "$TMP/c-3.h5"
+expect_line "the checkpoint a signal stop could write over the --init-from file" \
+  "vitddp: error: --checkpoint-path: '$TMP/c-3.h5' is the --init-from file, an input of this run: it is never overwritten, not even with --overwrite" \
+  $RUN4 --out "$TMP/r.h5" --init-from "$TMP/c-3.h5" --checkpoint-every 2 --checkpoint-path "$TMP/c-{step}.h5" --overwrite
+expect_line "the checkpoint a signal stop could write over the trace" \
+  "vitddp: error: --checkpoint-path: '$TMP/c-3.h5' is also the --trace file; give each output its own path" \
+  $RUN4 --out "$TMP/r.h5" --trace "$TMP/c-3.h5" --checkpoint-every 2 --checkpoint-path "$TMP/c-{step}.h5" --overwrite
 make_idx "$TMP/idx" 16 0 1 2 3 4 0 1 2 3 4 0 1 2 3 4 0
 expect_line "--out over a data file" \
   "vitddp: error: --out: '$TMP/idx/train-labels-idx1-ubyte' is the --data file, an input of this run: it is never overwritten, not even with --overwrite" \

@@ -279,3 +279,19 @@ TEST_CASE("checkpoint_files: every --checkpoint-every-th step after the start an
   o.checkpoint_path = "c.h5";
   CHECK(checkpoint_files(o, 0) == std::vector<std::string>{"c.h5"});
 }
+
+TEST_CASE("checkpoint_step_of: the step whose checkpoint file a path names, through links and spellings", "[checkpoint]") {
+  vitddp_test::TempDir dir("vitddp_ckstep_");
+  const std::string pattern = dir.file("ck-{step}.h5");
+  CHECK(checkpoint_step_of(pattern, dir.file("ck-7.h5")) == 7);
+  CHECK(checkpoint_step_of(pattern, dir.file("./ck-12.h5")) == 12);
+  CHECK(checkpoint_step_of(pattern, dir.file("ck-07.h5")) == -1);  // checkpoint_file never pads
+  CHECK(checkpoint_step_of(pattern, dir.file("ck-x.h5")) == -1);
+  CHECK(checkpoint_step_of(pattern, dir.file("other-7.h5")) == -1);
+  CHECK(checkpoint_step_of(dir.file("ck.h5"), dir.file("ck.h5")) == -1);  // no {step}
+  std::ofstream(dir.file("ck-3.h5")) << "x";
+  std::filesystem::create_symlink(dir.file("ck-3.h5"), dir.file("alias.h5"));
+  CHECK(checkpoint_step_of(pattern, dir.file("alias.h5")) == 3);
+  CHECK(checkpoint_step_of(dir.file("a.b+{step}.h5"), dir.file("a.b+5.h5")) == 5);  // regex characters are literal
+  CHECK(checkpoint_step_of(dir.file("a.b+{step}.h5"), dir.file("aXb+5.h5")) == -1);
+}
