@@ -261,7 +261,7 @@ const std::vector<Spec>& table() {
          o.trace = v;
        },
        [](const Options& o) { return o.trace; }},
-      {"overwrite", nullptr, "allow replacing an existing results file",
+      {"overwrite", nullptr, "allow replacing existing outputs (--out, --trace, --save-weights, checkpoints); never an input",
        [](Options& o, const std::string&) { o.overwrite = true; },
        [](const Options& o) { return o.overwrite ? std::string("true") : std::string("false"); }},
       {"progress-every", "N", "rank 0 prints a progress line every N steps",
