@@ -1,5 +1,5 @@
 // The common error path of the library check macros (cuda/check_cuda.h, cuda/check_cublaslt.h,
-// cuda/check_cudnn.h, mpi/nccl_check_gpu.h): failures throw std::runtime_error whose message
+// cuda/check_cudnn.h, mpi/world/nccl_check_gpu.h): failures throw std::runtime_error whose message
 // names the library, the call, the file and line, and the rank (read from the MPI launcher's
 // environment, so no global state is needed). main() turns the exception into MPI_Abort.
 // Includes no library header.

@@ -158,25 +158,24 @@ void launch(void* chunk, const void* scratch, size_t n, int slots, size_t stride
 
 }  // namespace
 
-size_t ce_dtype_bytes(CeDtype t) { return t == CeDtype::F32 ? 4 : 2; }
 
-void ce_sum_chunk(void* chunk, const void* scratch, size_t n, int slots, size_t slot_stride, float scale, CeDtype t,
+void ce_sum_chunk(void* chunk, const void* scratch, size_t n, int slots, size_t slot_stride, float scale, DType t,
                   cudaStream_t stream, int* nonfinite) {
   if (n == 0) return;
   switch (t) {
-    case CeDtype::F32: return launch<float>(chunk, scratch, n, slots, slot_stride, scale, stream, nonfinite);
-    case CeDtype::F16: return launch<__half>(chunk, scratch, n, slots, slot_stride, scale, stream, nonfinite);
-    case CeDtype::Bf16: return launch<__nv_bfloat16>(chunk, scratch, n, slots, slot_stride, scale, stream, nonfinite);
+    case DType::F32: return launch<float>(chunk, scratch, n, slots, slot_stride, scale, stream, nonfinite);
+    case DType::F16: return launch<__half>(chunk, scratch, n, slots, slot_stride, scale, stream, nonfinite);
+    case DType::BF16: return launch<__nv_bfloat16>(chunk, scratch, n, slots, slot_stride, scale, stream, nonfinite);
   }
 }
 
 void ce_sum_chunk_16bit(float* x, uint16_t* out16, const uint16_t* scratch, size_t n, int slots, size_t slot_stride,
-                        float divisor, CeDtype t, cudaStream_t stream, int* nonfinite) {
-  if (t == CeDtype::F32) throw std::invalid_argument("ce_sum_chunk_16bit: the payload type must be fp16 or bf16");
+                        float divisor, DType t, cudaStream_t stream, int* nonfinite) {
+  if (t == DType::F32) throw std::invalid_argument("ce_sum_chunk_16bit: the payload type must be fp16 or bf16");
   if (n == 0) return;
   const bool vec = aligned16(x) && aligned16(out16) && aligned16(scratch) && slot_stride % 8 == 0;
   const unsigned blocks = short_blocks(n, 8);
-  if (t == CeDtype::F16)
+  if (t == DType::F16)
     sum_chunk_16bit_kernel<__half><<<blocks, 256, 0, stream>>>(x, reinterpret_cast<__half*>(out16),
                                                                reinterpret_cast<const __half*>(scratch), n, slots,
                                                                slot_stride, divisor, vec, nonfinite);

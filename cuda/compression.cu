@@ -213,14 +213,18 @@ void check_matrix(const char* fn, int n, int m, int r) {
 
 }  // namespace
 
-void cast_to_16bit(const float* x, size_t n, float divisor, bool bf16, uint16_t* out, cudaStream_t stream) {
+void cast_to_16bit(const float* x, size_t n, float divisor, DType t, uint16_t* out, cudaStream_t stream) {
+  require_16bit(t, "cast_to_16bit");
+  const bool bf16 = t == DType::BF16;
   if (n == 0) return;
   const bool vec = aligned(x, 16) && aligned(out, 8);
   to16_kernel<<<grid_for(vec ? n / 4 + 1 : n), kThreads, 0, stream>>>(x, n, divisor, bf16, out, vec);
   CUDA_CHECK_LAUNCH();
 }
 
-void cast_from_16bit(const uint16_t* h, size_t n, bool bf16, float* x, cudaStream_t stream) {
+void cast_from_16bit(const uint16_t* h, size_t n, DType t, float* x, cudaStream_t stream) {
+  require_16bit(t, "cast_from_16bit");
+  const bool bf16 = t == DType::BF16;
   if (n == 0) return;
   const bool vec = aligned(x, 16) && aligned(h, 8);
   from16_kernel<<<grid_for(vec ? n / 4 + 1 : n), kThreads, 0, stream>>>(h, n, bf16, x, vec);

@@ -1,4 +1,4 @@
-// Kernels of the gradient compression comm hooks (mpi/comm_hooks.h, mpi/powersgd_nccl_gpu.h): 16-bit
+// Kernels of the gradient compression comm hooks (mpi/hooks/: compress_16bit_hook, powersgd_gpu): 16-bit
 // casts (fp16_compress_hook / bf16_compress_hook), PowerSGD's low-rank products, Gram-Schmidt
 // orthogonalisation, error feedback, gather/scatter of uncompressed tensors, random initial Qs.
 // All matrices are fp32 row-major; every function only enqueues work on `stream` (no host
@@ -9,13 +9,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "model/dtype.h"
+
 namespace vitddp {
 
-/// out[i] = 16-bit(x[i] / divisor) for i < n: IEEE binary16 (__float2half_rn) or bfloat16
-/// (__float2bfloat16_rn) bits, the division done in fp32 before the single rounding.
-void cast_to_16bit(const float* x, size_t n, float divisor, bool bf16, uint16_t* out, cudaStream_t stream);
-/// x[i] = float(h[i]) for i < n (exact).
-void cast_from_16bit(const uint16_t* h, size_t n, bool bf16, float* x, cudaStream_t stream);
+/// out[i] = t(x[i] / divisor) for i < n: IEEE binary16 (__float2half_rn, t = F16) or bfloat16
+/// (__float2bfloat16_rn, t = BF16) bits, the division done in fp32 before the single rounding.
+/// Throws std::invalid_argument for t = F32.
+void cast_to_16bit(const float* x, size_t n, float divisor, DType t, uint16_t* out, cudaStream_t stream);
+/// x[i] = float(h[i]) for i < n (exact); h holds bits of t (F16 or BF16, else std::invalid_argument).
+void cast_from_16bit(const uint16_t* h, size_t n, DType t, float* x, cudaStream_t stream);
 
 /// Error feedback, start: x[i] += err[i] (skipped when err is null), then copy[i] = x[i].
 void add_error_and_copy(float* x, const float* err, float* copy, size_t n, cudaStream_t stream);

@@ -81,7 +81,7 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
                K = cfg.num_classes, Np = cfg.num_patches(), PD = cfg.patch_dim();
   const size_t N = B * T, f32 = 4, bf16 = 2;
   const bool half = precision == Precision::bf16;
-  const size_t op = half ? bf16 : f32;  // GEMM-operand element size
+  const size_t op = dtype_bytes(operand_dtype(precision));  // GEMM-operand element size
   const int L = cfg.layers;
 
   // Buffers outside the encoder blocks.
@@ -180,7 +180,7 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
 size_t gpu_vit_autotune_scratch_bytes(const ViTConfig& cfg, int max_batch, Precision precision) {
   const size_t B = max_batch, T = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim, K = cfg.num_classes,
                Np = cfg.num_patches(), PD = cfg.patch_dim();
-  const size_t N = B * T, f32 = 4, op = precision == Precision::bf16 ? 2 : 4;
+  const size_t N = B * T, f32 = 4, op = dtype_bytes(operand_dtype(precision));
   // Output [rows, cols] and element size of every GEMM in forward_pass / backward_pass.
   const size_t outputs[] = {
       B * Np * D * f32, N * 3 * D * op, N * D * f32, N * M * op, N * D * f32, B * K * f32,  // forward

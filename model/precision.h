@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "model/dtype.h"
+
 namespace vitddp {
 
 /// How GpuViT computes (the master weights, the optimizer and the gradient buffer are fp32 in
@@ -15,6 +17,10 @@ namespace vitddp {
 ///          bf16 with fp32 accumulation; LayerNorm, softmax and loss statistics, the residual
 ///          stream and every parameter gradient in fp32.
 enum class Precision { fp32, tf32, bf16 };
+
+/// The storage type of the GEMM and attention operands: BF16 for bf16, F32 for fp32 and tf32
+/// (TF32 is fp32 storage read by the tensor cores with a 10-bit mantissa).
+inline DType operand_dtype(Precision p) { return p == Precision::bf16 ? DType::BF16 : DType::F32; }
 
 /// "fp32", "tf32" or "bf16".
 const char* precision_name(Precision p);

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "model/vit_config.h"
-#include "mpi/world.h"
+#include "mpi/world/world.h"
 #include "src/data.h"
 #include "src/engine.h"
 #include "src/options.h"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "model/param_layout.h"
-#include "mpi/world.h"
+#include "mpi/world/world.h"
 #include "src/checkpoint.h"
 #include "src/engine.h"
 #include "src/options.h"

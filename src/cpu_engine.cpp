@@ -10,7 +10,7 @@
 #include "src/nvtx.h"
 #include "model/cpu_vit.h"
 #include "model/init.h"
-#include "mpi/reducer.h"
+#include "mpi/reducer/cpu_reducer.h"
 #include "src/engine.h"
 #include "src/optimizer.h"
 #include "src/evaluation.h"
@@ -44,7 +44,7 @@ class CpuEngine final : public Engine {
     const auto& c = layout.cfg;
     images_.resize((size_t)o.batch_size * c.channels * c.image_size * c.image_size);
     labels_.resize(o.batch_size);
-    if (o.ddp) reducer_ = std::make_unique<MpiReducer>(layout, buckets_, grads_.data(), w.world_size, reducer_options(o));
+    if (o.ddp) reducer_ = std::make_unique<CpuReducer>(layout, buckets_, grads_.data(), w.world_size, reducer_options(o));
   }
 
   void* alloc_host(size_t bytes) override {
@@ -175,7 +175,7 @@ class CpuEngine final : public Engine {
   int64_t applied_steps_ = 0;                                       // optimizer updates applied
   std::vector<int32_t> labels_;
   int batch_ = 0;
-  std::unique_ptr<MpiReducer> reducer_;
+  std::unique_ptr<CpuReducer> reducer_;
   StepRecord rec_;
   Clock::time_point step_start_, origin_;
   bool origin_set_ = false;

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "model/param_layout.h"
-#include "mpi/buckets.h"
-#include "mpi/bucket_times.h"
-#include "mpi/world.h"
+#include "mpi/buckets/buckets.h"
+#include "mpi/buckets/bucket_times.h"
+#include "mpi/world/world.h"
 #include "src/options.h"
 #include "src/train_state.h"
 
@@ -116,7 +116,7 @@ class Engine {
   /// std::invalid_argument on a bad batch size.
   virtual EvalResult evaluate(const HostBatch& b) = 0;
   /// NCCL's transport between this rank and its peers ("P2P [P2P/CUMEM/read]", "SHM [...]",
-  /// "NET [...]"), known once a step has run (NCCL connects lazily); see mpi/nccl_transport.h.
+  /// "NET [...]"), known once a step has run (NCCL connects lazily); see mpi/world/nccl_log.h.
   /// With --allreduce copy-engine on more than one rank: "copy-engine (CUDA IPC peer-to-peer
   /// copies, N comm stream(s); NCCL: ...)" (one rank moves nothing: NCCL's transport as above).
   virtual std::string nccl_transport() = 0;

@@ -22,9 +22,9 @@
 #include "cuda/step_graph.h"
 #include "cuda/synthetic_data.h"
 #include "model/init.h"
-#include "mpi/nccl_comm_gpu.h"
-#include "mpi/nccl_transport.h"
-#include "mpi/reducer_gpu.h"
+#include "mpi/reducer/gpu_reducer_gpu.h"
+#include "mpi/world/nccl_comm_gpu.h"
+#include "mpi/world/nccl_log.h"
 #include "src/engine.h"
 #include "src/gpu_model_options.h"
 #include "src/memory_estimate.h"
@@ -69,7 +69,7 @@ class GpuEngine final : public Engine {
     if (o.ddp) {
       nccl_log_ = redirect_nccl_info_log(w.rank);
       comm_ = std::make_unique<NcclComm>(w, o.nccl_max_ctas);
-      reducer_ = std::make_unique<NcclReducer>(layout, buckets_, grads_, comm_->get(), compute_, reducer_options(o));
+      reducer_ = std::make_unique<GpuReducer>(layout, buckets_, grads_, comm_->get(), compute_, reducer_options(o));
     }
     const size_t allocated = info().device_bytes - model_->cudnn_bytes();  // cuDNN sizes its own at set-up
     if (allocated != need.persistent_bytes())
@@ -570,7 +570,7 @@ class GpuEngine final : public Engine {
   std::mutex comm_mu_;     // async_error (watchdog thread) against debug_abort_communicator
   std::string nccl_log_;   // NCCL's INFO log, parsed for the transport after the first step
   std::string transport_;
-  std::unique_ptr<NcclReducer> reducer_;
+  std::unique_ptr<GpuReducer> reducer_;
   int slot_ = 1;          // slot of the running step; the next batch goes to slot_ ^ 1
   int staged_batch_ = 0;
   bool staged_ = false;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/vit_config.h"
-#include "mpi/world.h"
+#include "mpi/world/world.h"
 #include "src/data.h"
 #include "src/engine.h"
 #include "src/options.h"
@@ -36,7 +36,7 @@ EvalShard eval_shard(int64_t n, int rank, int world);
 /// batch < 1.
 std::vector<EvalShard> eval_batches(const EvalShard& shard, int batch);
 
-/// True when an evaluation runs after optimizer step `step` (1-based: the number of steps done)
+/// True when an evaluation runs once `step` optimizer steps are done (a count: after step index step - 1)
 /// of a run of `total` steps: every `every`-th step and after the last one; never when every <= 0.
 bool eval_due(int every, int step, int total);
 
@@ -81,7 +81,8 @@ class Evaluator {
   Evaluator(const Evaluator&) = delete;
   Evaluator& operator=(const Evaluator&) = delete;
 
-  /// Evaluates the engine's current parameters after optimizer step `step` (1-based) on every
+  /// Evaluates the engine's current parameters after step `step` (0-based, as the results file's
+  /// step axis; recorded as eval/step) on every
   /// rank (collective: every rank must call it), records and prints the result on rank 0, and
   /// returns the reduced result (the same on every rank). `*seconds` (may be null) receives the
   /// host wall time of the pass, MPI reduction included.

@@ -11,7 +11,7 @@
 #include "model/fnv1a.h"
 #include "model/param_layout.h"
 #include "model/vit_config.h"
-#include "mpi/world.h"
+#include "mpi/world/world.h"
 #include "src/build_info.h"
 #include "src/checkpoint.h"
 #include "src/engine.h"

@@ -1,13 +1,13 @@
 // How much device memory the GPU backend needs for a model, batch, precision and reducer, worked
 // out before anything is allocated (and without a GPU: --dry-run), from the same size functions
-// the allocations use (cuda/gpu_vit_arena.h, NcclReducer::planned_device_bytes).
+// the allocations use (cuda/gpu_vit_arena.h, GpuReducer::planned_device_bytes).
 #pragma once
 #include <cstddef>
 #include <string>
 #include <vector>
 
 #include "model/param_layout.h"
-#include "mpi/buckets.h"
+#include "mpi/buckets/buckets.h"
 #include "src/options.h"
 
 namespace vitddp {

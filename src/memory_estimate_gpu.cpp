@@ -1,5 +1,5 @@
 // The GPU memory estimate (src/memory_estimate.h): the sizes come from the GPU model's and the
-// GPU reducer's own planning functions (cuda/gpu_vit_arena.h, NcclReducer::planned_device_bytes),
+// GPU reducer's own planning functions (cuda/gpu_vit_arena.h, GpuReducer::planned_device_bytes),
 // so this part is built with the GPU backend only.
 #include "src/memory_estimate.h"
 
@@ -12,7 +12,7 @@
 #include "cuda/gpu_vit.h"
 #include "cuda/gpu_vit_arena.h"
 #include "model/precision.h"
-#include "mpi/reducer_gpu.h"
+#include "mpi/reducer/gpu_reducer_gpu.h"
 
 namespace vitddp {
 
@@ -59,7 +59,7 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
       reducer += std::string(reducer.empty() ? "" : ", ") + "copy-engine scratch and flags";
     if (reducer.empty()) reducer = "no buffers (in-place all-reduce of the gradients)";
   }
-  e.items.push_back({"reducer", reducer, o.ddp ? NcclReducer::planned_device_bytes(layout, buckets, reducer_options(o), world_size) : 0});
+  e.items.push_back({"reducer", reducer, o.ddp ? GpuReducer::planned_device_bytes(layout, buckets, reducer_options(o), world_size) : 0});
   e.transient = {"cuBLASLt autotuning", "largest GEMM output, allocated while timing each new shape in the tuning pass before training",
                  vo.gemm_autotune_candidates > 1 ? gpu_vit_autotune_scratch_bytes(c, o.batch_size, p) : 0};
   return e;

@@ -243,7 +243,7 @@ const std::vector<Spec>& table() {
          o.checkpoint_path = v;
        },
        [](const Options& o) { return o.checkpoint_path; }},
-      {"resume", "FILE", "continue the run stored in this checkpoint: from its step S to this run's total steps (--warmup-steps + --steps + --cooldown-steps count from step 0 of the original run, so give the original values; larger ones extend it). Model, ranks, batch, data, seed, precision, optimizer and schedule must match the checkpoint; the results file holds steps S+1.. only",
+      {"resume", "FILE", "continue the run stored in this checkpoint: from its step S to this run's total steps (--warmup-steps + --steps + --cooldown-steps count from step 0 of the original run, so give the original values; larger ones extend it). Model, ranks, batch, data, seed, precision, optimizer and schedule must match the checkpoint; the results file holds steps S, S+1, .. only (steps are numbered from 0)",
        [](Options& o, const std::string& v) {
          if (v.empty()) bad("--resume", "empty file name");
          o.resume = v;
@@ -264,9 +264,9 @@ const std::vector<Spec>& table() {
       {"overwrite", nullptr, "allow replacing existing outputs (--out, --trace, --save-weights, checkpoints); never an input",
        [](Options& o, const std::string&) { o.overwrite = true; },
        [](const Options& o) { return o.overwrite ? std::string("true") : std::string("false"); }},
-      {"progress-every", "N", "rank 0 prints a progress line every N steps",
-       [](Options& o, const std::string& v) { o.progress_every = (int)parse_int("--progress-every", v, 1, kMaxSteps); },
-       [](const Options& o) { return std::to_string(o.progress_every); }},
+      {"progress-every", "N|auto", "rank 0 prints a progress line every N steps and after the last; auto (default): after the first, about every 5 s of wall time and after the last",
+       [](Options& o, const std::string& v) { o.progress_every = v == "auto" ? 0 : (int)parse_int("--progress-every", v, 1, kMaxSteps); },
+       [](const Options& o) { return o.progress_every == 0 ? std::string("auto") : std::to_string(o.progress_every); }},
       {"flush-every", "N", "flush the results file every N steps (a killed run keeps what was flushed)",
        [](Options& o, const std::string& v) { o.flush_every = (int)parse_int("--flush-every", v, 1, kMaxSteps); },
        [](const Options& o) { return std::to_string(o.flush_every); }},
@@ -276,10 +276,10 @@ const std::vector<Spec>& table() {
       {"step-timeout", "SECONDS", "watchdog: if a step has not finished after this long (a peer died or hangs), the rank exits with code 3 and mpirun ends the job",
        [](Options& o, const std::string& v) { o.step_timeout_s = parse_double("--step-timeout", v, 0, 1e7, true); },
        [](const Options& o) { return fmt(o.step_timeout_s); }},
-      {"debug-nan-at-step", "N", "testing only: rank 0's batch of step N gets a NaN pixel (-1: off)",
+      {"debug-nan-at-step", "N", "testing only: rank 0's batch of step N gets a NaN pixel (-1: off); steps are numbered from 0 everywhere: console, results file, trace, checkpoints",
        [](Options& o, const std::string& v) { o.debug_nan_at_step = (int)parse_int("--debug-nan-at-step", v, -1, kMaxSteps); },
        [](const Options& o) { return std::to_string(o.debug_nan_at_step); }},
-      {"debug-fail-at-step", "N", "testing only: rank --debug-fail-rank fails inside step N (0-based), while its peers are inside the step's collectives (-1: off)",
+      {"debug-fail-at-step", "N", "testing only: rank --debug-fail-rank fails inside step N (0-based, as every step number), while its peers are inside the step's collectives (-1: off)",
        [](Options& o, const std::string& v) { o.debug_fail_at_step = (int)parse_int("--debug-fail-at-step", v, -1, kMaxSteps); },
        [](const Options& o) { return std::to_string(o.debug_fail_at_step); }},
       {"debug-fail-rank", "R", "testing only: the rank that fails (--debug-fail-at-step)",
@@ -445,10 +445,10 @@ ReducerOptions reducer_options(const Options& o) {
   ReducerOptions r;
   r.overlap = o.overlap;
   r.grad_as_bucket_view = o.grad_as_bucket_view;
-  r.compression = parse_compression(o.compression);
-  r.allreduce = o.allreduce == "copy-engine" ? AllReduceImpl::CopyEngine : AllReduceImpl::Nccl;
+  r.compression = o.compression;
+  r.allreduce = o.allreduce;
   if (o.comm_streams != "auto") r.comm_streams = (int)parse_int("--comm-streams", o.comm_streams, 1, 4);
-  else r.comm_streams = r.allreduce == AllReduceImpl::CopyEngine && o.precision == "bf16" && o.compression == "none" ? 2 : 1;
+  else r.comm_streams = r.allreduce == "copy-engine" && o.precision == "bf16" && o.compression == "none" ? 2 : 1;
   r.powersgd.rank = o.powersgd_rank;
   r.powersgd.start_iter = o.powersgd_start_step;
   r.powersgd.min_compression_rate = o.powersgd_min_compression_rate;

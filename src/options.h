@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "mpi/comm_hooks.h"
+#include "mpi/hooks/comm_hook.h"
 
 namespace vitddp {
 
@@ -33,14 +33,14 @@ struct Options {
   bool overlap = true;              ///< false: --no-overlap, all buckets after backward
   int gemm_sm_carveout = 0;         ///< SMs backward's GEMMs leave to NCCL (cuBLASLt SM count target); 0: none
   int nccl_max_ctas = 0;            ///< cap on NCCL's thread blocks (SMs) per collective; 0: NCCL's choice
-  std::string allreduce = "nccl";   ///< nccl | copy-engine (GPU reducer's all-reduce; mpi/ce_allreduce.h)
+  std::string allreduce = "nccl";   ///< nccl | copy-engine (GPU reducer's all-reduce; mpi/transports/copy_engine_allreduce_gpu.h)
   std::string comm_streams = "auto";  ///< auto | 1..4: copy-engine comm streams (ReducerOptions::comm_streams)
   bool grad_as_bucket_view = true;  ///< off: separate bucket buffer + copies (--grad-as-bucket-view)
   std::string compression = "none"; ///< none | fp16 | bf16 | powersgd (DDP comm hook)
   bool cuda_graph = true;           ///< GPU: replay forward + backward + all-reduces as a CUDA graph (--cuda-graph)
-  std::string precision = "fp32";   ///< fp32 | tf32 | bf16 (GPU model numerics; cuda/precision.h)
-  std::string attention = "auto";   ///< auto | cudnn | custom (attention core; cuda/kernel_choice.h)
-  std::string patch_embed = "auto"; ///< auto | cudnn | gemm (conv_proj; cuda/kernel_choice.h)
+  std::string precision = "fp32";   ///< fp32 | tf32 | bf16 (GPU model numerics; model/precision.h)
+  std::string attention = "auto";   ///< auto | cudnn | custom (attention core; model/kernel_choice.h)
+  std::string patch_embed = "auto"; ///< auto | cudnn | gemm (conv_proj; model/kernel_choice.h)
   int powersgd_rank = 1;            ///< PowerSGD matrix_approximation_rank
   int64_t powersgd_start_step = 1000;         ///< PowerSGD start_powerSGD_iter
   double powersgd_min_compression_rate = 2.0; ///< PowerSGD min_compression_rate
@@ -68,7 +68,7 @@ struct Options {
   std::string out;                  ///< results file; empty: vitddp-<model>-<time>.h5
   bool overwrite = false;
   std::string trace;                ///< Chrome trace-event JSON written by rank 0; empty: none
-  int progress_every = 1;           ///< print a line every N steps (rank 0)
+  int progress_every = 0;           ///< print a line every N steps (rank 0); 0: auto, about every 5 s
   int flush_every = 1;              ///< flush the results file every N steps
   std::string on_nonfinite = "stop";  ///< stop | skip: what a step with NaN/Inf loss or gradients does
   double step_timeout_s = 300;      ///< watchdog: a step not finished after this many seconds ends the job
@@ -100,7 +100,7 @@ std::string help_text();
 std::vector<std::pair<std::string, std::string>> option_values(const Options& o);
 
 /// The reducer settings of a run (overlap, --grad-as-bucket-view, --compression and the
-/// --powersgd-* options; PowerSGD's seed is --seed), for NcclReducer / MpiReducer.
+/// --powersgd-* options; PowerSGD's seed is --seed), for GpuReducer / CpuReducer.
 ReducerOptions reducer_options(const Options& o);
 
 /// The start-up warning rank 0 prints when --compression powersgd would never compress because

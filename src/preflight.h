@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "model/param_layout.h"
-#include "mpi/world.h"
+#include "mpi/world/world.h"
 #include "src/checkpointer.h"
 #include "src/data.h"
 #include "src/options.h"

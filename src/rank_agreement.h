@@ -3,7 +3,7 @@
 #include <functional>
 #include <string>
 
-#include "mpi/world.h"
+#include "mpi/world/world.h"
 
 namespace vitddp {
 

@@ -1,7 +1,9 @@
 #include "src/series.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <stdexcept>
 
 namespace vitddp {
@@ -38,6 +40,11 @@ constexpr auto kRank = SeriesAxes::RankStep;
 constexpr auto kBucket = SeriesAxes::RankStepBucket;
 constexpr auto kF = H5Dtype::f64;
 constexpr auto kI = H5Dtype::i64;
+
+double busbw_derived(const StepRow& layout, const double* row, size_t b, int world_size) {
+  return allreduce_busbw_gbps(row[layout.offset("buckets/bytes_sent") + b], row[layout.offset("buckets/allreduce_time") + b],
+                              world_size);
+}
 
 #define VITDDP_MS(field) &ms_get<&StepRecord::field>, &ms_set<&StepRecord::field>, nullptr, nullptr
 #define VITDDP_BUCKET(field, milli) \
@@ -89,6 +96,10 @@ const std::vector<SeriesDef> kStepSeries = {
     {"buckets/copy_time", "s", kF, kBucket,
      "gradient <-> bucket buffer copies (--grad-as-bucket-view off; 0 otherwise)", nullptr, 0,
      VITDDP_BUCKET(copy_ms, 1)},
+    {"buckets/busbw", "GB/s", kF, kBucket,
+     "bus bandwidth of the bucket's all-reduce, nccl-tests: bytes_sent / allreduce_time / 1e9 x 2(n-1)/n on n "
+     "ranks (0 for one rank or no recorded time)",
+     nullptr, 0, nullptr, nullptr, nullptr, nullptr, &busbw_derived},
     {"steps/timed", "1", kI, SeriesAxes::Step, "1 for the steps of the timed window, 0 for warm-up and cool-down",
      nullptr, 0, nullptr, nullptr, [](const StepContext& c) { return c.timed ? 1.0 : 0.0; }, nullptr},
     {"training/lr", "1", kF, SeriesAxes::Step,
@@ -105,7 +116,7 @@ SeriesDef eval_def(const char* name, const char* units, H5Dtype dtype, const cha
 }
 
 const std::vector<SeriesDef> kEvalSeries = {
-    eval_def("eval/step", "1", kI, "optimizer steps completed when the evaluation ran (1-based)",
+    eval_def("eval/step", "1", kI, "the step after which the evaluation ran (0-based, as the console and the per-step series)",
              [](const EvalSample& e) { return (double)e.step; }),
     eval_def("eval/accuracy", "1", kF, "top-1 accuracy over the whole evaluation split, fraction in [0, 1]",
              [](const EvalSample& e) { return e.result.accuracy(); }),
@@ -145,6 +156,7 @@ const char* dtype_name(H5Dtype dtype) { return dtype == H5Dtype::i64 ? "i64" : "
 
 StepRow::StepRow(size_t buckets) : buckets_(buckets), size_(0) {
   for (const SeriesDef& s : kStepSeries) {
+    if (s.derived) continue;
     if (s.axes == SeriesAxes::RankStep) size_ += 1;
     if (s.axes == SeriesAxes::RankStepBucket) size_ += buckets;
   }
@@ -154,6 +166,7 @@ std::vector<double> StepRow::pack(const StepRecord& r) const {
   std::vector<double> v;
   v.reserve(size_);
   for (const SeriesDef& s : kStepSeries) {
+    if (s.derived) continue;
     if (s.axes == SeriesAxes::RankStep) v.push_back(s.get(r, 0));
     if (s.axes == SeriesAxes::RankStepBucket)
       for (size_t b = 0; b < buckets_; ++b) v.push_back(s.get(r, b));
@@ -165,11 +178,22 @@ StepRecord StepRow::unpack(const double* row) const {
   StepRecord r;
   r.buckets.resize(buckets_);
   for (const SeriesDef& s : kStepSeries) {
+    if (s.derived) continue;
     if (s.axes == SeriesAxes::RankStep) s.set(r, 0, *row++);
     if (s.axes == SeriesAxes::RankStepBucket)
       for (size_t b = 0; b < buckets_; ++b) s.set(r, b, *row++);
   }
   return r;
+}
+
+size_t StepRow::offset(const std::string& name) const {
+  size_t at = 0;
+  for (const SeriesDef& s : kStepSeries) {
+    if (s.derived || s.axes == SeriesAxes::Step) continue;
+    if (name == s.name) return at;
+    at += s.axes == SeriesAxes::RankStep ? 1 : buckets_;
+  }
+  throw std::invalid_argument("StepRow::offset: no gathered series '" + name + "'");
 }
 
 void create_step_series(ResultsFile& f, int64_t ranks, int64_t buckets) {
@@ -180,13 +204,17 @@ void create_step_series(ResultsFile& f, int64_t ranks, int64_t buckets) {
 }
 
 void append_step_series(ResultsFile& f, const double* rows, int ranks, size_t buckets, const StepContext& ctx) {
-  const size_t stride = StepRow(buckets).size();
+  const StepRow layout(buckets);
+  const size_t stride = layout.size();
   std::vector<double> values;
   size_t offset = 0;  // of the series in a packed row
   for (const SeriesDef& s : kStepSeries) {
     values.clear();
     if (s.axes == SeriesAxes::Step) {
       values.push_back(s.step_value(ctx));
+    } else if (s.derived) {
+      for (int r = 0; r < ranks; ++r)
+        for (size_t b = 0; b < buckets; ++b) values.push_back(s.derived(layout, rows + (size_t)r * stride, b, ranks));
     } else {
       const size_t n = s.axes == SeriesAxes::RankStep ? 1 : buckets;
       for (int r = 0; r < ranks; ++r) {
@@ -207,10 +235,48 @@ void append_eval_series(ResultsFile& f, const EvalSample& sample) {
   for (const SeriesDef& s : kEvalSeries) append_values(f, s, {s.eval_value(sample)});
 }
 
-std::string progress_line(const StepRecord& r, const StepContext& ctx, int total, const char* phase) {
+double allreduce_busbw_gbps(double bytes, double seconds, int world_size) {
+  if (seconds <= 0 || world_size < 2) return 0.0;
+  return bytes / seconds / 1e9 * (2.0 * (world_size - 1) / world_size);
+}
+
+double step_busbw_gbps(const double* rows, int ranks, size_t buckets) {
+  const StepRow layout(buckets);
+  const size_t time = layout.offset("buckets/allreduce_time"), sent = layout.offset("buckets/bytes_sent");
+  double bytes = 0, seconds = 0;
+  if (ranks < 1) return std::numeric_limits<double>::quiet_NaN();
+  for (size_t b = 0; b < buckets; ++b) {
+    double mean_s = 0;  // as numpy's mean over the rank axis: the sum, then / ranks
+    for (int r = 0; r < ranks; ++r) mean_s += rows[(size_t)r * layout.size() + time + b];
+    mean_s /= ranks;
+    if (mean_s <= 0) continue;
+    bytes += rows[sent + b];  // rank 0's
+    seconds += mean_s;
+  }
+  if (seconds <= 0) return std::numeric_limits<double>::quiet_NaN();
+  return allreduce_busbw_gbps(bytes, seconds, ranks);
+}
+
+std::string format_duration(double seconds) {
+  char buf[64];
+  if (!(seconds >= 0)) seconds = 0;
+  if (seconds < 60) {
+    std::snprintf(buf, sizeof(buf), "%.1f s", seconds);
+  } else {
+    const long long t = std::llround(seconds), h = t / 3600, m = t / 60 % 60, sec = t % 60;
+    if (h == 0) std::snprintf(buf, sizeof(buf), "%lldm%02llds", m, sec);
+    else std::snprintf(buf, sizeof(buf), "%lldh%02lldm%02llds", h, m, sec);
+  }
+  return buf;
+}
+
+std::string progress_line(const StepRecord& r, const StepContext& ctx, int total, const char* phase,
+                          const Progress& p) {
   char buf[512];
-  std::snprintf(buf, sizeof(buf), "[vitddp] step %d/%d (%s) loss %.4f lr %.3g |", ctx.step + 1, total, phase, r.loss,
-                ctx.lr);
+  std::snprintf(buf, sizeof(buf),
+                "[vitddp] step %d (%d/%d done, %s) elapsed %s, ETA %s, %.2f steps/s, %.1f images/s, loss %.4f, lr %.3g |",
+                ctx.step, p.done, total, phase, format_duration(p.elapsed_s).c_str(), format_duration(p.eta_s).c_str(),
+                p.steps_per_s, p.images_per_s, r.loss, ctx.lr);
   std::string line = buf;
   std::vector<const SeriesDef*> shown;
   for (const SeriesDef& s : kStepSeries)

@@ -16,27 +16,27 @@ StopControl::Verdict StopControl::agree(bool local_nonfinite) {
   return Verdict{any[0], any[1] != 0};
 }
 
-bool StopControl::stops_after(int steps_done, const Verdict& v) {
+bool StopControl::stops_after(int step, const Verdict& v) {
   if (v.nonfinite) {
     if (world_.rank == 0)
       std::fprintf(stderr, "[vitddp] step %d: non-finite loss or gradients (NaN/Inf); the update was not applied%s\n",
-                   steps_done, stop_on_nonfinite_ ? ": stopping (--on-nonfinite stop)" : ", going on (--on-nonfinite skip)");
+                   step, stop_on_nonfinite_ ? ": stopping (--on-nonfinite stop)" : ", going on (--on-nonfinite skip)");
     if (stop_on_nonfinite_) {
-      stop("non-finite loss or gradients at step " + std::to_string(steps_done), 4);
+      stop("non-finite loss or gradients at step " + std::to_string(step), 4);
       return true;
     }
   }
   if (v.signal) {
-    stop("signal " + std::to_string(v.signal) + " after step " + std::to_string(steps_done), 128 + v.signal);
-    if (world_.rank == 0) std::fprintf(stderr, "[vitddp] stopping after step %d on signal %d\n", steps_done, v.signal);
+    stop("signal " + std::to_string(v.signal) + " after step " + std::to_string(step), 128 + v.signal);
+    if (world_.rank == 0) std::fprintf(stderr, "[vitddp] stopping after step %d on signal %d\n", step, v.signal);
     return true;
   }
   return false;
 }
 
-void StopControl::checkpoint_failed(int steps_done, const std::string& error) {
-  if (world_.rank == 0) std::fprintf(stderr, "[vitddp] error: checkpoint after step %d: %s\n", steps_done, error.c_str());
-  stop("checkpoint failed after step " + std::to_string(steps_done), 1);
+void StopControl::checkpoint_failed(int step, const std::string& error) {
+  if (world_.rank == 0) std::fprintf(stderr, "[vitddp] error: checkpoint after step %d: %s\n", step, error.c_str());
+  stop("checkpoint failed after step " + std::to_string(step), 1);
 }
 
 void StopControl::stop(std::string reason, int exit_code) {

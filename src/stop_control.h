@@ -3,7 +3,7 @@
 #include <functional>
 #include <string>
 
-#include "mpi/world.h"
+#include "mpi/world/world.h"
 #include "src/run_guard.h"
 
 namespace vitddp {
@@ -41,12 +41,12 @@ class StopControl {
   /// Whether the step with verdict `v` stops the run as non-finite (then no checkpoint follows it).
   bool nonfinite_stops(const Verdict& v) const { return v.nonfinite && stop_on_nonfinite_; }
 
-  /// After the step's checkpoint: applies the verdict of step `steps_done` (1-based) - prints
-  /// the non-finite line (every non-finite step), then stops on NaN/Inf (policy stop) or on a
-  /// signal. True when the run stops.
-  bool stops_after(int steps_done, const Verdict& v);
-  /// A checkpoint after step `steps_done` failed with `error` (on every rank): prints it, stops (exit 1).
-  void checkpoint_failed(int steps_done, const std::string& error);
+  /// After the step's checkpoint: applies the verdict of step `step` (0-based, as the results
+  /// file and --debug-nan-at-step) - prints the non-finite line (every non-finite step), then
+  /// stops on NaN/Inf (policy stop) or on a signal. True when the run stops.
+  bool stops_after(int step, const Verdict& v);
+  /// A checkpoint after step `step` (0-based) failed with `error` (on every rank): prints it, stops (exit 1).
+  void checkpoint_failed(int step, const std::string& error);
 
   bool stopped() const { return exit_code_ != 0; }
   const std::string& stop_reason() const { return reason_; }

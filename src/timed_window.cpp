@@ -1,6 +1,7 @@
 #include "src/timed_window.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 namespace vitddp {
@@ -46,6 +47,27 @@ double TimedWindow::median_step_ms() const {
   std::vector<double> sorted = step_ms_;
   std::sort(sorted.begin(), sorted.end());
   return sorted[sorted.size() / 2];
+}
+
+TimedWindow::Spread TimedWindow::step_time_spread() const {
+  Spread s;
+  if (step_ms_.empty()) return s;
+  std::vector<double> v = step_ms_;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  s.min = v.front();
+  s.max = v.back();
+  s.median = median_step_ms();
+  const double rank = 0.9 * (double)(n - 1);
+  const size_t lo = (size_t)std::floor(rank), hi = std::min(lo + 1, n - 1);
+  s.p90 = v[lo] + (rank - (double)lo) * (v[hi] - v[lo]);
+  double mean = 0, var = 0;
+  for (double x : v) mean += x;
+  mean /= (double)n;
+  for (double x : v) var += (x - mean) * (x - mean);
+  var /= (double)n;
+  s.cv = mean > 0 ? std::sqrt(var) / mean : 0;
+  return s;
 }
 
 }  // namespace vitddp

@@ -44,6 +44,14 @@ class TimedWindow {
   /// Median device step time (StepRecord::step_ms) of the timed steps, ms (the upper median for
   /// an even count); 0 when none ran.
   double median_step_ms() const;
+  /// The spread of the timed steps' device step times (StepRecord::step_ms), ms; all 0 when none
+  /// ran. p90: the linear-interpolation percentile (numpy.percentile's default: rank
+  /// 0.9 x (n-1) in the sorted times, interpolated between its neighbours); cv: population
+  /// standard deviation / mean (numpy.std's default ddof=0), dimensionless.
+  struct Spread {
+    double min = 0, median = 0, p90 = 0, max = 0, cv = 0;
+  };
+  Spread step_time_spread() const;
   /// Bucket all-reduces of the timed steps, and those that started at or after backward compute
   /// ended (BucketTimes::start_ms >= StepRecord::backward_end_ms): not overlapped with backward.
   int buckets() const { return buckets_; }

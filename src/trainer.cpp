@@ -1,6 +1,8 @@
 #include "src/trainer.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -9,7 +11,7 @@
 #include "model/kernel_choice.h"
 #include "src/nvtx.h"
 #include "model/param_layout.h"
-#include "mpi/buckets.h"
+#include "mpi/buckets/buckets.h"
 #include "src/batch_feed.h"
 #include "src/build_info.h"
 #include "src/checkpointer.h"
@@ -64,6 +66,7 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   f.set_attr("git_commit", vitddp_git_commit());
   f.set_attr("command_line", cmd);
   f.set_attr("start_time", h5::utc_now_iso8601());
+  f.set_attr("step_numbering", "0-based");  // docs/schema.md, Conventions
   f.set_attr("model", layout.cfg.name);
   f.set_attr("parameter_count", (int64_t)layout.parameter_count());
   f.set_attr("world_size", (int64_t)w.world_size);
@@ -72,7 +75,7 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   f.set_attr("global_batch_size", (int64_t)o.batch_size * o.grad_accum_steps * w.world_size);
   f.set_attr("backend", info.backend);
   f.set_attr("precision", o.precision);
-  // What --attention / --patch-embed resolved to ("auto" is chosen by measurement, cuda/kernel_choice.h).
+  // What --attention / --patch-embed resolved to ("auto" is chosen by measurement, model/kernel_choice.h).
   const bool gpu = info.backend == "gpu";
   const GpuViTOptions mo = gpu ? gpu_model_options(o, layout) : GpuViTOptions();
   f.set_attr("attention", gpu ? attention_impl_name(mo.attention) : "cpu reference");
@@ -110,6 +113,13 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   f.flush();
 }
 
+/// The results file's stop_reason after an error on rank 0 with `steps_done` steps of the run
+/// completed (steps 0 .. steps_done - 1).
+std::string error_reason(int steps_done) {
+  return (steps_done > 0 ? "error on rank 0 after step " + std::to_string(steps_done - 1) : std::string("error on rank 0 in step 0")) +
+         " (see the log)";
+}
+
 /// Rank 0: when an exception leaves run_training (an error on this rank; main then MPI_Aborts the
 /// job), records stop_reason and steps_completed in the results file before its destructor closes
 /// it, so the file says how it ended. Declared after the file, so it acts first.
@@ -120,7 +130,7 @@ class ErrorMark {
   ~ErrorMark() {
     if (std::uncaught_exceptions() <= uncaught_ || !file_ || !file_->is_open()) return;
     try {
-      file_->set_attr("stop_reason", "error on rank 0 after step " + std::to_string(steps_done_) + " (see the log)");
+      file_->set_attr("stop_reason", error_reason(steps_done_));
       file_->set_attr("steps_completed", (int64_t)steps_done_);
     } catch (...) {  // the file is closed by its destructor anyway
     }
@@ -161,17 +171,27 @@ std::unique_ptr<Engine> start_engine(const Options& o, const World& w, const Par
   return engine;
 }
 
+/// Seconds between two time-based progress lines (--progress-every auto).
+constexpr double kProgressSeconds = 5.0;
+
 /// Each step's results row: every rank's StepRow is gathered to rank 0 (MPI_Gather), which
 /// appends it to the results file (append_step_series), adds it to the Chrome trace (--trace),
-/// flushes every --flush-every steps and prints the progress line every --progress-every steps
-/// and after the last. A row is written at once or deferred to write_pending(): the GPU backend
-/// writes it during the next step, right after that step's launch, while the device runs it
-/// (0.15-0.25 ms of host time per step).
+/// flushes every --flush-every steps and prints the progress line: with --progress-every N after
+/// every N-th step and the last; with auto (0) after this run's first step, whenever
+/// kProgressSeconds of wall time passed since the previous line, and after the last. A row is
+/// written at once or deferred to write_pending(): the GPU backend writes it during the next step,
+/// right after that step's launch, while the device runs it (0.15-0.25 ms of host time per step).
+/// Rank 0 also keeps, per timed step, the step's busbw over all ranks (step_busbw_gbps).
 class StepRows {
  public:
-  StepRows(const Options& o, const World& w, size_t buckets, ResultsFile* results, const TimedWindow& window)
-      : o_(o), w_(w), row_(buckets), results_(results), window_(window),
+  /// `first_step`: this run's first step (0-based).
+  StepRows(const Options& o, const World& w, size_t buckets, ResultsFile* results, const TimedWindow& window,
+           int first_step)
+      : o_(o), w_(w), row_(buckets), results_(results), window_(window), first_step_(first_step),
         gathered_(w.rank == 0 ? (size_t)w.world_size * row_.size() : 0) {}
+
+  /// Starts the progress clock (the step loop begins).
+  void start_clock() { loop_start_ = last_line_ = Clock::now(); }
 
   /// Collective: gathers this rank's `rec` of step ctx.step; rank 0 writes it now or, with
   /// `defer`, at the next write_pending().
@@ -180,7 +200,7 @@ class StepRows {
     MPI_CHECK(MPI_Gather(row.data(), (int)row.size(), MPI_DOUBLE, gathered_.data(), (int)row.size(), MPI_DOUBLE, 0,
                          MPI_COMM_WORLD));
     if (w_.rank != 0) return;
-    pending_ = Pending{rec, ctx, gathered_};
+    pending_ = Pending{rec, ctx, gathered_, Clock::now()};
     if (!defer) write_pending();
   }
 
@@ -189,32 +209,62 @@ class StepRows {
     if (!pending_) return;
     const Pending p = std::move(*pending_);
     pending_.reset();
-    const int i = p.ctx.step, total = o_.total_steps();
+    const int i = p.ctx.step;
     append_step_series(*results_, p.rows.data(), w_.world_size, row_.buckets(), p.ctx);
+    if (p.ctx.timed && row_.buckets() > 0 && w_.world_size > 1)
+      timed_busbw_.push_back(step_busbw_gbps(p.rows.data(), w_.world_size, row_.buckets()));
     if (!o_.trace.empty())
       for (int r = 0; r < w_.world_size; ++r) trace_.add_step(r, i, row_.unpack(&p.rows[(size_t)r * row_.size()]));
     if ((i + 1) % o_.flush_every == 0) results_->flush();
-    if ((i + 1) % o_.progress_every == 0 || i + 1 == total)
-      std::printf("%s\n", progress_line(p.rec, p.ctx, total, window_.phase(i)).c_str());
+    if (progress_due(i, p.done_at)) print_progress(p);
     std::fflush(stdout);
   }
 
   const ChromeTrace& trace() const { return trace_; }
+  /// Rank 0: step_busbw_gbps of every timed step written so far (GB/s; NaN for a step without
+  /// recorded all-reduce time); empty for one rank (no bus) or no buckets.
+  const std::vector<double>& timed_busbw() const { return timed_busbw_; }
 
  private:
   struct Pending {
     StepRecord rec;            // rank 0's own record (the progress line)
     StepContext ctx;
     std::vector<double> rows;  // every rank's packed row
+    Clock::time_point done_at;  // when rank 0 gathered it
   };
+
+  bool progress_due(int i, Clock::time_point done_at) const {
+    if (i + 1 == o_.total_steps()) return true;
+    if (o_.progress_every > 0) return (i + 1) % o_.progress_every == 0;
+    return i == first_step_ || std::chrono::duration<double>(done_at - last_line_).count() >= kProgressSeconds;
+  }
+
+  void print_progress(const Pending& p) {
+    const int i = p.ctx.step, this_run = i + 1 - first_step_;
+    Progress g;
+    g.done = i + 1;
+    g.elapsed_s = std::chrono::duration<double>(p.done_at - loop_start_).count();
+    g.eta_s = g.elapsed_s / this_run * (o_.total_steps() - g.done);
+    const double since = std::chrono::duration<double>(p.done_at - last_line_).count();
+    g.steps_per_s = since > 0 ? (g.done - last_line_done_) / since : 0;
+    g.images_per_s = g.steps_per_s * o_.batch_size * o_.grad_accum_steps * w_.world_size;
+    std::printf("%s\n", progress_line(p.rec, p.ctx, o_.total_steps(), window_.phase(i), g).c_str());
+    last_line_ = p.done_at;
+    last_line_done_ = g.done;
+  }
+
   const Options& o_;
   const World& w_;
   const StepRow row_;
   ResultsFile* results_;
   const TimedWindow& window_;
+  const int first_step_;
   std::vector<double> gathered_;
   std::optional<Pending> pending_;
   ChromeTrace trace_;
+  std::vector<double> timed_busbw_;
+  Clock::time_point loop_start_ = Clock::now(), last_line_ = loop_start_;
+  int last_line_done_ = first_step_;  // steps done at the previous progress line
 };
 
 /// A run after start-up: the data feed, checkpoints, evaluation, timed window, stop decision and
@@ -227,6 +277,7 @@ class Run {
         start_(in.start_step()), total_(o.total_steps()), k_(o.grad_accum_steps),
         first_batch_((int64_t)start_ * k_),  // batches the completed steps consumed (every source: pure in the index)
         schedule_(lr_schedule(o)),
+        trace_clock_(o.trace.empty() ? TraceClock() : TraceClock::start(w)),  // before the first batch
         feed_(o, w, layout.cfg, engine, in.dataset, first_batch_),
         checkpointer_(o, w, layout, vitddp_git_commit()),
         evaluator_(in.eval_data ? std::make_unique<Evaluator>(in.eval_data, layout.cfg, o.batch_size, w, engine, results_)
@@ -234,7 +285,7 @@ class Run {
         window_(o.warmup_steps, o.steps, start_, [&engine](bool on) { engine.profiler(on); }),
         micro_batches_(first_batch_),
         data_wait_next_ms_(feed_.stage_next(micro_batches_++)),  // the first batch, before the loop
-        rows_(o, w, buckets, results_, window_),
+        rows_(o, w, buckets, results_, window_, start_),
         stop_(w, o.step_timeout_s, [&engine]() { return engine.async_error(); }, o.on_nonfinite == "stop"),
         defer_rows_(o.backend == "gpu"),
         steps_done_(start_),
@@ -245,6 +296,7 @@ class Run {
   /// destructors that wait for the device (cudaDeviceSynchronize, cudaFree) and hence for those
   /// peers. So: one line, rank 0 marks and closes its results file, MPI_Abort.
   void train() {
+    rows_.start_clock();
     try {
       for (int i = start_; i < total_; ++i) {
         if (i == o_.debug_nan_at_step && w_.rank == 0) engine_.poison_staged_batch();
@@ -267,14 +319,14 @@ class Run {
         // The row is deferred only when nothing follows this step but the next one.
         rows_.gather(rec, ctx, defer_rows_ && !(last || v.signal || v.nonfinite || checkpoint || evaluate));
         if (checkpoint && !checkpoint_after(i)) break;
-        if (stop_.stops_after(i + 1, v)) break;
+        if (stop_.stops_after(i, v)) break;
         if (evaluate) evaluate_after(i);
       }
     } catch (const std::exception& e) {
       if (w_.rank == 0 && results_ && results_->is_open()) {
         try {
           rows_.write_pending();  // the last completed step's row
-          results_->set_attr("stop_reason", "error on rank 0 after step " + std::to_string(steps_done_) + " (see the log)");
+          results_->set_attr("stop_reason", error_reason(steps_done_));
           results_->set_attr("steps_completed", (int64_t)steps_done_);
           results_->close();
         } catch (...) {  // the rows already flushed stay readable
@@ -283,6 +335,7 @@ class Run {
       abort_all(w_, e.what(), 1);
     }
     rows_.write_pending();  // (every exit above writes it; kept as a guard)
+    trace_offsets_ms_ = trace_clock_.offsets_ms(w_);  // collective (with --trace): every rank left the loop together
   }
 
   /// Steps of the run completed so far, counted from the original run's step 0.
@@ -292,6 +345,9 @@ class Run {
   const TimedWindow& window() const { return window_; }
   const StopControl& stop() const { return stop_; }
   const ChromeTrace& trace() const { return rows_.trace(); }
+  /// Rank 0: TraceClock::offsets_ms of the ranks, after train().
+  const std::vector<double>& trace_offsets_ms() const { return trace_offsets_ms_; }
+  const StepRows& rows() const { return rows_; }
 
  private:
   /// Step i on this rank: its K micro-steps launched on the staged batches, each fetching and
@@ -300,6 +356,7 @@ class Run {
   /// batches) and wall_ms (host time from setting `lr` to the step's end).
   StepRecord run_step(int i, double lr) {
     const auto t0 = Clock::now();
+    if (i == start_) trace_clock_.mark_first_step();  // the engine's time origin follows at once
     engine_.set_lr(lr);
     StepRecord rec;
     double data_wait_ms = data_wait_next_ms_;
@@ -329,12 +386,12 @@ class Run {
     stop_.heartbeat(i);  // the watchdog measures steps: a checkpoint gets its own --step-timeout
     window_.exclude(i, took);
     if (!err.empty()) {
-      stop_.checkpoint_failed(i + 1, err);
+      stop_.checkpoint_failed(i, err);
       return false;
     }
     if (w_.rank == 0) {
-      std::printf("[vitddp] checkpoint after step %d written to %s (%.2f s)\n", i + 1, checkpointer_.last_file().c_str(),
-                  took);
+      std::printf("[vitddp] checkpoint after step %d written to %s (%.2f s; a resume starts at step %d)\n", i,
+                  checkpointer_.last_file().c_str(), took, i + 1);
       std::fflush(stdout);
     }
     return true;
@@ -345,7 +402,7 @@ class Run {
   void evaluate_after(int i) {
     double eval_s = 0;
     stop_.heartbeat(i);  // the evaluation gets its own --step-timeout
-    evaluator_->run(i + 1, &eval_s);
+    evaluator_->run(i, &eval_s);
     window_.exclude(i, eval_s);
     stop_.heartbeat(i);  // the watchdog measures steps, not evaluations
   }
@@ -357,6 +414,7 @@ class Run {
   const int start_, total_, k_;
   const int64_t first_batch_;
   const LrSchedule schedule_;
+  TraceClock trace_clock_;  // --trace only
   BatchFeed feed_;
   Checkpointer checkpointer_;
   std::unique_ptr<Evaluator> evaluator_;
@@ -368,7 +426,24 @@ class Run {
   const bool defer_rows_;
   int steps_done_;
   const FaultInjection fault_;  // --debug-fail-*: off unless asked
+  std::vector<double> trace_offsets_ms_;
 };
+
+/// The median of the finite values (numpy.median: the mean of the two middle ones for an even
+/// count); NaN when there is none.
+double median_busbw(std::vector<double> v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); }), v.end());
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::string format_gbps(double gbps) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.4g", gbps);
+  return buf;
+}
 
 /// Rank 0, after a run whose timed window ran whole: the /summary timing results, the console
 /// summary (with the line of the Chrome trace, written by write_whole_files); closes the file.
@@ -388,13 +463,26 @@ void write_timing_summary(ResultsFile& f, const Options& o, const World& w, cons
   f.write_summary("buckets_started_after_backward", win.late_buckets(), "1",
                   "bucket all-reduces of the timed window (rank 0) that started after backward compute ended");
   f.write_summary("buckets_timed", win.buckets(), "1", "bucket all-reduces in the timed window (rank 0)");
+  const TimedWindow::Spread spread = win.step_time_spread();
+  f.write_summary("step_time_min", spread.min / 1e3, "s", "shortest device step time of the timed window (rank 0)");
+  f.write_summary("step_time_p90", spread.p90 / 1e3, "s",
+                  "90th percentile of the timed window's device step times (rank 0; linear interpolation, numpy.percentile)");
+  f.write_summary("step_time_max", spread.max / 1e3, "s", "longest device step time of the timed window (rank 0)");
+  f.write_summary("step_time_cv", spread.cv, "1",
+                  "coefficient of variation of the timed window's device step times: population stdev / mean (rank 0)");
+  const double busbw = median_busbw(run.rows().timed_busbw());
+  if (!std::isnan(busbw))
+    f.write_summary("busbw_median", busbw, "GB/s",
+                    "median over the timed steps of the step's bus bandwidth: rank 0's bytes_sent / the ranks' mean "
+                    "allreduce_time over the buckets / 1e9 x 2(n-1)/n (nccl-tests)");
   f.close();
   if (!o.trace.empty())  // written by write_whole_files
     std::printf("[vitddp] Chrome trace (%zu events) written to %s\n", run.trace().size(), o.trace.c_str());
   std::printf("[vitddp] timed window: %d step%s in %.3f s: %.2f steps/s per rank, %.1f images/s per rank, "
-              "%.1f images/s total, %.4g TFLOP/s per rank; median step %.1f ms\n",
+              "%.1f images/s total, %.4g TFLOP/s per rank; median step %.1f ms (min %.1f, p90 %.1f, max %.1f, cv %.3f)%s\n",
               win.count(), win.count() == 1 ? "" : "s", win.seconds(), sps, img_rank, img_rank * w.world_size, tflops,
-              median_ms);
+              median_ms, spread.min, spread.p90, spread.max, spread.cv,
+              std::isnan(busbw) ? "" : ("; median busbw " + format_gbps(busbw) + " GB/s").c_str());
   if (o.ddp && w.world_size > 1)
     std::printf("[vitddp] %d of %d bucket all-reduces started after backward compute ended\n", win.late_buckets(),
                 win.buckets());
@@ -420,7 +508,8 @@ std::string write_whole_files(const Options& o, const World& w, const ParamLayou
         std::printf("[vitddp] weights after %d step%s written to %s\n", steps_done, steps_done == 1 ? "" : "s",
                     o.save_weights.c_str());
       }
-      if (!o.trace.empty() && run.window().complete(steps_done)) run.trace().write(o.trace, w.world_size);
+      if (!o.trace.empty() && run.window().complete(steps_done))
+        run.trace().write(o.trace, w.world_size, run.trace_offsets_ms());
     } catch (const std::exception& e) {
       error = e.what();
     }

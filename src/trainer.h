@@ -1,6 +1,6 @@
 // The training loop of one rank: warm-up, timed window, cool-down; timings to rank 0's HDF5 file.
 #pragma once
-#include "mpi/world.h"
+#include "mpi/world/world.h"
 #include "src/options.h"
 
 namespace vitddp {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checkpoints and --resume of the real binary on the CPU backend, 2 ranks:
-#  - an 8-step run with --checkpoint-every 4, and a second run resumed from its step-4 checkpoint,
-#    give bit-identical training/loss and training/lr for steps 5..8 and bit-identical parameters
-#    and optimizer state at step 8: SGD + momentum, AdamW + warm-up/cosine (with a skipped NaN
+#  - an 8-step run (steps 0..7) with --checkpoint-every 4, and a second run resumed from its
+#    checkpoint after step 3 (`step` 4: the resume starts at step 4), give bit-identical
+#    training/loss and training/lr for steps 4..7 and bit-identical parameters and optimizer state
+#    after step 7 (`step` 8): SGD + momentum, AdamW + warm-up/cosine (with a skipped NaN
 #    step), gradient accumulation; --data synthetic and the Fashion-MNIST IDX set when installed;
 #  - a writer killed between the .tmp file and the rename leaves nothing under the final name;
 #  - SIGTERM writes a checkpoint of the last completed step;
@@ -17,7 +18,7 @@ FMNIST=/usr/share/datasets/fashion-mnist
 # 8 steps: 2 warm-up, 4 timed, 2 cool-down.
 SMALL="--backend cpu --batch-size 4 --warmup-steps 2 --steps 4 --cooldown-steps 2 --first-bucket-mb 0.0005 --bucket-cap-mb 0.002 --init random"
 
-# compare FULL.h5 RESUMED.h5 CKPT_FULL CKPT_RESUMED: steps 5..8 bit for bit, resume attributes,
+# compare FULL.h5 RESUMED.h5 CKPT_FULL CKPT_RESUMED: steps 4..7 bit for bit, resume attributes,
 # final parameters and optimizer state bit for bit. Prints "ok ..." or the difference.
 compare() {
   "$PY" - "$@" <<'PY'
@@ -48,7 +49,7 @@ with h5py.File(cf, "r") as a, h5py.File(cr, "r") as b:
                     b[name][()].view(np.uint32 if obj.dtype == np.float32 else np.uint64)).all(), name
             n += 1
     a.visititems(same)
-print("ok: rank-0 losses of steps 5-8 %s; %d tensors of the step-8 checkpoints identical; %d updates" %
+print("ok: rank-0 losses of steps 4-7 %s; %d tensors of the final (step 8) checkpoints identical; %d updates" %
       (losses, n, updates))
 PY
 }
@@ -61,6 +62,9 @@ resume_case() {
   out=$(timeout 300 $MPIRUN -np 2 "$BIN" $SMALL "$@" --checkpoint-every 4 --checkpoint-path "$TMP/$name-{step}.h5" \
         --out "$TMP/$name-full.h5" 2>&1); rc=$?
   if [ $rc -ne 0 ] || [ ! -f "$TMP/$name-4.h5" ] || [ ! -f "$TMP/$name-8.h5" ]; then bad "$name: full run rc=$rc: $out"; return; fi
+  # Steps numbered from 0: the checkpoint written after step 3 is the one a resume starts from at step 4.
+  if ! grep -q "checkpoint after step 3 written to .*$name-4.h5 (.* s; a resume starts at step 4)" <<<"$out" ||
+     ! grep -q "checkpoint after step 7 written to .*$name-8.h5 " <<<"$out"; then bad "$name: checkpoint lines: $out"; return; fi
   out=$(timeout 300 $MPIRUN -np 2 "$BIN" $SMALL "$@" --resume "$TMP/$name-4.h5" --checkpoint-every 4 \
         --checkpoint-path "$TMP/$name-res-{step}.h5" --out "$TMP/$name-res.h5" 2>&1); rc=$?
   if [ $rc -ne 0 ] || ! grep -q "resuming from .*$name-4.h5 at step 4 of 8" <<<"$out"; then bad "$name: resumed run rc=$rc: $out"; return; fi

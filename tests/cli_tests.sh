@@ -43,8 +43,40 @@ if [ $rc -eq 0 ] && grep -q -- "--bucket-cap-mb" <<<"$out" && grep -q -- "--no-o
 # A real CPU run on 2 ranks: exit 0, progress lines, summary, datasets in the file.
 out=$(timeout 300 $MPIRUN -np 2 "$BIN" --backend cpu --model vit_micro --batch-size 4 --warmup-steps 1 --steps 3 \
       --cooldown-steps 1 --bucket-cap-mb 0.001 --first-bucket-mb 0.0005 --out "$TMP/run.h5" --trace "$TMP/run.json" 2>&1); rc=$?
-if [ $rc -eq 0 ] && grep -q "step 5/5 (cool-down)" <<<"$out" && grep -q "steps/s per rank" <<<"$out"; then ok "CPU run on 2 ranks"
+if [ $rc -eq 0 ] && grep -q "step 4 (5/5 done, cool-down)" <<<"$out" && grep -q "steps/s per rank" <<<"$out"; then ok "CPU run on 2 ranks"
 else bad "CPU run rc=$rc: $out"; fi
+# The progress line (--progress-every auto): this run's first step and its last, steps numbered from
+# 0; elapsed, ETA, steps/s, images/s, loss.
+progress=$(grep "^\[vitddp\] step " <<<"$out")
+if [ "$(wc -l <<<"$progress")" = 2 ] &&
+   grep -qE '^\[vitddp\] step 0 \(1/5 done, warm-up\) elapsed [0-9.]+ s, ETA [0-9.]+ s, [0-9.]+ steps/s, [0-9.]+ images/s, loss [0-9.]+, lr ' <<<"$progress" &&
+   grep -qE '^\[vitddp\] step 4 \(5/5 done, cool-down\) elapsed [0-9.]+ s, ETA 0.0 s, ' <<<"$progress"; then
+  ok "progress lines (auto): first and last step"
+else bad "progress lines: $progress"; fi
+# The timed-window line: the step-time spread and the median bus bandwidth; the same in /summary.
+line=$(grep "^\[vitddp\] timed window:" <<<"$out")
+if grep -qE 'median step [0-9.]+ ms \(min [0-9.]+, p90 [0-9.]+, max [0-9.]+, cv [0-9.]+\); median busbw [0-9.e+-]+ GB/s$' <<<"$line"; then
+  ok "timed-window line: step-time spread, busbw"
+else bad "timed-window line: '$line'"; fi
+check=$(/usr/bin/python3 - "$TMP/run.h5" <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r") as f:
+    t = f["timing/step_time"][0][f["steps/timed"][0] == 1]
+    s = {k: float(f["summary/" + k][()]) for k in ("step_time_min", "step_time_p90", "step_time_max", "step_time_cv", "median_step_time")}
+    assert f["summary/step_time_cv"].attrs["units"] == "1" and f["summary/busbw_median"].attrs["units"] == "GB/s"
+want = {"step_time_min": t.min(), "step_time_p90": np.percentile(t, 90), "step_time_max": t.max(),
+        "step_time_cv": np.std(t) / np.mean(t), "median_step_time": np.sort(t)[t.size // 2]}
+for k, v in want.items():
+    assert abs(s[k] - v) <= 1e-12 * max(abs(v), 1e-30), (k, s[k], v)
+print("ok", {k: "%.3g" % v for k, v in s.items()})
+PY
+)
+if [[ "$check" == ok* ]]; then ok "summary step-time spread = numpy's: $check"; else bad "summary step-time spread: $check"; fi
+# --progress-every N: after every N-th step and the last.
+out=$(timeout 300 $MPIRUN -np 2 "$BIN" --backend cpu --model vit_micro --batch-size 4 --warmup-steps 1 --steps 3 \
+      --cooldown-steps 1 --progress-every 2 --out "$TMP/every2.h5" 2>&1); rc=$?
+steps=$(grep -o "^\[vitddp\] step [0-9]*" <<<"$out" | awk '{print $3}' | tr '\n' ' ')
+if [ $rc -eq 0 ] && [ "$steps" = "1 3 4 " ]; then ok "--progress-every 2: steps $steps"; else bad "--progress-every 2: rc=$rc steps '$steps': $out"; fi
 if command -v h5ls >/dev/null; then
   listing=$(h5ls -r "$TMP/run.h5" 2>&1)
   for d in /timing/forward /timing/backward /timing/exposed_comm /buckets/allreduce_start /buckets/allreduce_end /buckets/bytes /training/loss /summary/steps_per_second; do
@@ -63,7 +95,9 @@ lrs=$(/usr/bin/python3 -c "import h5py,sys; print(' '.join('%g' % x for x in h5p
 if [ $rc -eq 0 ] && [ "$lrs" = "0 0.005 0.01 0.0075 0.0025" ]; then ok "AdamW + cosine run, training/lr = $lrs"
 else bad "AdamW run rc=$rc lr='$lrs': $out"; fi
 
-# The Chrome trace: valid JSON, 2 processes, 5 "Batch i" per rank, one all-reduce per bucket and step.
+# The Chrome trace: valid JSON, 2 processes, 5 "Batch i" (i = 0..4) per rank, one all-reduce per
+# bucket and step; then tests/trace_check.py: ts >= 0, per track disjoint or nested, named ranks
+# and tracks (Perfetto draws it), with 6 buckets whose all-reduces overlap (MPI_Iallreduce).
 nb=$(h5ls -r "$TMP/run.h5" | grep '^/buckets/bytes ' | sed 's/.*{\([0-9]*\)}.*/\1/')
 check=$(/usr/bin/python3 - "$TMP/run.json" "$nb" <<'PY'
 import json, sys
@@ -75,12 +109,26 @@ for r in (0, 1):
     ar = [e for e in x if e["pid"] == r and e["name"].startswith("all-reduce bucket")]
     fw = [e for e in x if e["pid"] == r and e["name"] == "forward"]
     assert len(batches) == 5 and len(fw) == 5, (r, len(batches), len(fw))
+    assert sorted(e["name"] for e in batches) == ["Batch %d" % i for i in range(5)], batches
     assert len(ar) == 5 * nb, (r, len(ar), nb)
     assert all(e["dur"] >= 0 for e in x)
+assert nb >= 4, nb
 print("ok", len(x), "events,", nb, "buckets")
 PY
 )
-if [[ "$check" == ok* ]]; then ok "Chrome trace: $check"; else bad "Chrome trace: $check"; fi
+if [[ "$check" == ok* ]]; then check="$check; $(/usr/bin/python3 "$(dirname "$0")/trace_check.py" "$TMP/run.json" 2 2>&1)"; fi
+if [[ "$check" == ok*"; ok: "* ]]; then ok "Chrome trace: $check"; else bad "Chrome trace: $check"; fi
+# trace_check.py itself: overlapping events on one track, a negative time, an unnamed rank fail.
+tc() { /usr/bin/python3 "$(dirname "$0")/trace_check.py" "$TMP/bad.json" 1 >/dev/null 2>&1; echo $?; }
+meta='{"name":"process_name","ph":"M","pid":0,"tid":0,"args":{"name":"rank 0"}},{"name":"thread_name","ph":"M","pid":0,"tid":0,"args":{"name":"t"}}'
+echo "{\"traceEvents\":[$meta,{\"name\":\"a\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":0,\"dur\":10},{\"name\":\"b\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":5,\"dur\":10}]}" >"$TMP/bad.json"; r1=$(tc)
+echo "{\"traceEvents\":[$meta,{\"name\":\"a\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":-1,\"dur\":10}]}" >"$TMP/bad.json"; r2=$(tc)
+echo '{"traceEvents":[{"name":"a","ph":"X","pid":0,"tid":0,"ts":0,"dur":10}]}' >"$TMP/bad.json"; r3=$(tc)
+echo "{\"traceEvents\":[$meta,{\"name\":\"a\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":0,\"dur\":10},{\"name\":\"b\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":2,\"dur\":3},{\"name\":\"c\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":10,\"dur\":1}]}" >"$TMP/bad.json"; r4=$(tc)
+if [ "$r1 $r2 $r3 $r4" = "1 1 1 0" ]; then ok "trace_check.py: refuses overlap, negative ts, unnamed rank; accepts nesting"
+else bad "trace_check.py exit codes (overlap, negative, unnamed, nested): $r1 $r2 $r3 $r4"; fi
+# An existing trace file is refused without --overwrite, before any work.
+expect_error "existing --trace file" "--trace: '$TMP/run.json' exists (use --overwrite to replace it)" --model vit_micro --trace "$TMP/run.json" --out "$TMP/t2.h5"
 
 # Weights: --save-weights writes torchvision-named parameters, --init-from reads them back; bad
 # weights files are refused before any work with exit 2 naming --init-from.

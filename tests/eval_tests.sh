@@ -47,12 +47,13 @@ expect_error "no t10k files" "--eval-split test: IDX data: neither" --model vit_
   --eval-every 1 --out "$TMP/none.h5"
 if [ ! -e "$TMP/none.h5" ]; then ok "no results file after the refusal"; else bad "results file left after the refusal"; fi
 
-# 2 ranks, 5 steps, evaluations after steps 2, 4 and 5 (the last).
+# 2 ranks, 5 steps (0-4), evaluations after steps 1, 3 and 4 (the last); steps numbered from 0 as in
+# the results file: the console and eval/step say the same.
 out=$(timeout 300 $MPIRUN -np 2 "$BIN" $COMMON --warmup-steps 1 --steps 3 --cooldown-steps 1 --lr 0.05 \
       --momentum 0.9 --eval-every 2 --out "$TMP/np2.h5" 2>&1); rc=$?
 if [ $rc -eq 0 ]; then ok "2-rank run with --eval-every 2"; else bad "2-rank run rc=$rc: $out"; fi
-line=$(grep "eval after step 5:" <<<"$out")
-if grep -qE '^\[vitddp\] eval after step 5: top-1 [0-9]+\.[0-9]{2}% \([0-9]+/1001\), loss [0-9]+\.[0-9]{4}, [0-9]+\.[0-9] s$' <<<"$line"
+line=$(grep "eval after step 4:" <<<"$out")
+if grep -qE '^\[vitddp\] eval after step 4: top-1 [0-9]+\.[0-9]{2}% \([0-9]+/1001\), loss [0-9]+\.[0-9]{4}, [0-9]+\.[0-9] s$' <<<"$line"
 then ok "progress line: $line"; else bad "progress line: '$line' in $out"; fi
 check=$("$PY" - "$TMP/np2.h5" <<'PY'
 import sys, h5py, numpy as np
@@ -60,7 +61,8 @@ with h5py.File(sys.argv[1], "r") as f:
     step, acc, loss = f["eval/step"][()], f["eval/accuracy"][()], f["eval/loss"][()]
     samples, t = f["eval/samples"][()], f["eval/time"][()]
     assert step.shape == (1, 3), step.shape
-    assert step.tolist() == [[2, 4, 5]], step
+    assert step.tolist() == [[1, 3, 4]], step
+    assert f.attrs["step_numbering"] == "0-based"
     assert samples.tolist() == [[1001] * 3], samples
     assert ((acc >= 0) & (acc <= 1)).all() and np.isfinite(loss).all() and (loss > 0).all(), (acc, loss)
     assert (t > 0).all(), t
@@ -93,7 +95,7 @@ if [[ "$check" == ok* ]]; then ok "1 rank = 2 ranks: $check"; else bad "1 rank v
 # --eval-split train: the 96 training images.
 out=$(timeout 300 $MPIRUN -np 2 "$BIN" $COMMON --warmup-steps 0 --steps 2 --cooldown-steps 0 --eval-every 5 \
       --eval-split train --out "$TMP/train.h5" 2>&1); rc=$?
-if [ $rc -eq 0 ] && grep -q "eval after step 2: .*(.*/96)" <<<"$out"; then ok "--eval-split train evaluates 96 images"
+if [ $rc -eq 0 ] && grep -q "eval after step 1: .*(.*/96)" <<<"$out"; then ok "--eval-split train evaluates 96 images"
 else bad "--eval-split train rc=$rc: $out"; fi
 
 # results/vitddp_plot.py eval: a PNG of the curve; a file without evaluations is one line, exit 2.

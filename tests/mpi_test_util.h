@@ -5,8 +5,9 @@
 #include <mpi.h>
 
 #include <stdexcept>
+#include <string>
 
-#include "mpi/comm_hooks.h"
+#include "mpi/hooks/half_host.h"
 #include "tests/catch.h"
 
 namespace vitddp_test {
@@ -28,13 +29,13 @@ inline int world_size() {
 /// The fp16/bf16 compression hook's average of two ranks' values `a` and `b` (PyTorch
 /// fp16_compress_hook / bf16_compress_hook): each divided by 2 and rounded to 16 bits, the two
 /// added in fp32 and the sum rounded to 16 bits once, widened back. With two ranks that is NCCL's
-/// 16-bit ring, the MPI reducer's user op and the copy-engine sum alike. `c`: Fp16 or Bf16 (else
-/// std::invalid_argument).
-inline float two_rank_16bit_average(vitddp::Compression c, float a, float b) {
+/// 16-bit ring, the MPI reducer's user op and the copy-engine sum alike. `c`: the compression,
+/// "fp16" or "bf16" (else std::invalid_argument).
+inline float two_rank_16bit_average(const std::string& c, float a, float b) {
   using namespace vitddp;
-  if (c == Compression::Bf16)
+  if (c == "bf16")
     return bf16_to_float(float_to_bf16(bf16_to_float(float_to_bf16(a / 2)) + bf16_to_float(float_to_bf16(b / 2))));
-  if (c == Compression::Fp16)
+  if (c == "fp16")
     return fp16_to_float(float_to_fp16(fp16_to_float(float_to_fp16(a / 2)) + fp16_to_float(float_to_fp16(b / 2))));
   throw std::invalid_argument("two_rank_16bit_average: compression must be fp16 or bf16");
 }

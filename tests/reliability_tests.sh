@@ -9,20 +9,22 @@ SMALL="--backend cpu --model vit_micro --batch-size 4 --first-bucket-mb 0.0005 -
 steps_in() { h5ls -r "$1" 2>/dev/null | grep '^/timing/forward ' | sed 's/.*{[0-9]*, \([0-9]*\)\/.*/\1/'; }
 attr_of() { h5dump -a "/$2" "$1" 2>/dev/null | grep -o '"[^"]*"' | tail -1; }
 
-# 1. A NaN in rank 0's batch at step 3, --on-nonfinite skip: the run goes on, the step is flagged on
+# 1. A NaN in rank 0's batch at step 2 (0-based, as everywhere), --on-nonfinite skip: the run goes on, the step is flagged on
 #    both ranks (the all-reduce spreads it), exit 0.
 out=$(timeout 120 $MPIRUN -np 2 "$BIN" $SMALL --warmup-steps 1 --steps 4 --debug-nan-at-step 2 --on-nonfinite skip \
       --out "$TMP/skip.h5" 2>&1); rc=$?
 flags=$(h5dump -d /training/nonfinite "$TMP/skip.h5" 2>/dev/null | grep -A3 "DATA {" | tr -d ' \n')
-if [ $rc -eq 0 ] && grep -q "non-finite loss or gradients" <<<"$out" && [[ "$flags" == *"(0,0):0,0,1,0,0,0,(1,0):0,0,1,0,0,0"* ]]; then
-  ok "NaN at step 3 skipped on both ranks, run completed (flags $flags)"
+if [ $rc -eq 0 ] && grep -q "step 2: non-finite loss or gradients" <<<"$out" && [[ "$flags" == *"(0,0):0,0,1,0,0,0,(1,0):0,0,1,0,0,0"* ]]; then
+  ok "NaN at step 2 skipped on both ranks, run completed (flags $flags)"
 else bad "nonfinite skip: rc=$rc flags=$flags out=$out"; fi
 
-# 2. Same with --on-nonfinite stop: exit code 4 on every rank, the file holds steps 1-3.
+# 2. Same with --on-nonfinite stop: exit code 4 on every rank, the file holds steps 0-2, stop_reason
+#    names step 2.
 start=$(date +%s.%N)
 out=$(timeout 120 $MPIRUN -np 2 "$BIN" $SMALL --warmup-steps 1 --steps 4 --debug-nan-at-step 2 --out "$TMP/stop.h5" 2>&1); rc=$?
 n=$(steps_in "$TMP/stop.h5")
-if [ $rc -ne 0 ] && [ "$n" = "3" ] && grep -q "stopping (--on-nonfinite stop)" <<<"$out"; then ok "NaN with stop: exit $rc, file holds $n steps, reason $(attr_of "$TMP/stop.h5" stop_reason)"
+if [ $rc -ne 0 ] && [ "$n" = "3" ] && grep -q "step 2: .*stopping (--on-nonfinite stop)" <<<"$out" &&
+   [ "$(attr_of "$TMP/stop.h5" stop_reason)" = '"non-finite loss or gradients at step 2"' ]; then ok "NaN with stop: exit $rc, file holds $n steps, reason $(attr_of "$TMP/stop.h5" stop_reason)"
 else bad "nonfinite stop: rc=$rc steps=$n out=$out"; fi
 
 # 3. SIGTERM to mpirun mid-run (what Slurm sends at the time limit): every rank finishes its step,
@@ -104,7 +106,7 @@ fail_case() {  # fail_case NAME RANK MODE EXPECTED-MESSAGE; dt: seconds from the
 fail_case throw1 1 throw "\[vitddp rank 1\] error: debug fault injection: rank 1 fails in step 3 (--debug-fail-mode throw)"
 fail_case exit1 1 exit "\[vitddp rank 1\] error: debug fault injection: rank 1 fails in step 3: exiting with status 1"
 fail_case throw0 0 throw "\[vitddp rank 0\] error: debug fault injection: rank 0 fails in step 3"
-if [[ "$(h5_steps "$TMP/throw0.h5")" == *"error on rank 0 after step 3"* ]]; then ok "rank 0's own error: stop_reason recorded before the file was closed"
+if [[ "$(h5_steps "$TMP/throw0.h5")" == *"error on rank 0 after step 2"* ]]; then ok "rank 0's own error: stop_reason recorded before the file was closed"
 else bad "rank 0 error: stop_reason missing: $(h5_steps "$TMP/throw0.h5")"; fi
 out=$(timeout 60 $MPIRUN -np 2 "$BIN" $SMALL --debug-fail-at-step 1 --debug-fail-mode nccl-abort --out "$TMP/ncclcpu.h5" 2>&1); rc=$?
 if [ $rc -eq 2 ] && grep -q "nccl-abort: needs the GPU backend" <<<"$out"; then ok "nccl-abort on the CPU backend: refused, exit 2"

@@ -155,6 +155,28 @@ PYEOF
 )
 if [ $rc -eq 0 ] && [[ $check == ok* ]]; then ok "vitddp-report summary --json: images/s, busbw ($check), 1 rank: none"
 else bad "vitddp-report summary --json: rc=$rc $check $(cat "$TMP/err")"; fi
+# The trainer's own bandwidth figures against vitddp_tools.bandwidth on a 2-rank run with many
+# buckets: buckets/busbw = per_rank_busbw (each rank's bytes_sent / allreduce_time / 1e9 x 1), and
+# summary/busbw_median = BucketBandwidth.median_busbw (median of the byte-weighted step busbw).
+check=$("$VITDDP_TOOLS_BIN/python" - "${FILES[1]}" 2>&1 <<'PYEOF'
+import sys
+import numpy as np
+from vitddp_tools.bandwidth import BucketBandwidth, per_rank_busbw
+from vitddp_tools.reader import Run
+with Run(sys.argv[1]) as run:
+    stored = np.asarray(run.bucket_series("buckets/busbw"), dtype=float)
+    mine = per_rank_busbw(run)
+    nb = stored.shape[2]
+    assert nb >= 4 and stored.shape == mine.shape, (stored.shape, mine.shape)
+    assert (stored > 0).any() and np.allclose(stored, mine, rtol=1e-12, atol=0), np.abs(stored - mine).max()
+    py = BucketBandwidth(run).median_busbw()
+    cpp = run.summary("busbw_median")
+    assert py is not None and abs(cpp - py) <= 1e-9 * py, (cpp, py)
+print("ok %d buckets, median busbw %.4g GB/s (file) = %.4g GB/s (vitddp_tools)" % (nb, cpp, py))
+PYEOF
+)
+if [[ $check == ok* ]]; then ok "buckets/busbw and summary/busbw_median agree with vitddp_tools.bandwidth: $check"
+else bad "busbw of the trainer vs vitddp_tools.bandwidth: $check"; fi
 out=$("$VREPORT" compare "${FILES[1]}" "${FILES[3]}" 2>"$TMP/err"); rc=$?
 if [ $rc -eq 0 ] && grep -qF "| bucket cap (MiB) | 0.0005 | 0.01 |" <<<"$out" && grep -q "^| steps/s | [0-9.]* | [0-9.]* ([0-9.]*x) |" <<<"$out"; then
   ok "vitddp-report compare: the bucket cap differs, steps/s with its ratio"

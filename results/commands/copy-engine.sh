@@ -18,7 +18,7 @@ STEPS=${STEPS:-300}
 about() {
   cat <<'MD'
 2 GPUs of one host over NVLink, ViT-L/32, batch 32 per GPU, data on the GPU, CUDA graph. The
-copy-engine all-reduce (`--allreduce copy-engine`, `mpi/ce_allreduce.*`) reduce-scatters and
+copy-engine all-reduce (`--allreduce copy-engine`, `mpi/transports/copy_engine_allreduce_gpu.*`) reduce-scatters and
 all-gathers each bucket with peer-to-peer `cudaMemcpyAsync` through CUDA IPC mappings (the GPUs'
 copy engines, no SM), with one short sum kernel per bucket in between and stream memory waits as
 the only synchronisation, all inside the step's CUDA graph. The share is the 2-GPU steps/s per GPU

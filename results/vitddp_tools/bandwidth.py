@@ -14,6 +14,8 @@ For one bucket in one step:
 A rank that reaches the all-reduce first also waits for its peer inside it, so the figure is a
 lower bound of the link's bandwidth when ranks are skewed.
 One rank has no bus: busbw is None (nccl-tests prints 0, factor 0).
+vitddp writes the same figures itself (docs/schema.md): buckets/busbw is per_rank_busbw() (each
+rank's own bytes and time), summary/busbw_median is BucketBandwidth(run).median_busbw().
 """
 import numpy as np
 
@@ -119,6 +121,22 @@ class BucketBandwidth:
         v = self.per_step()["algbw"][self.timed]
         v = v[np.isfinite(v)]
         return float(np.median(v)) if v.size else None
+
+
+def per_rank_busbw(run, collective="allreduce"):
+    """Each rank's own busbw per step and bucket, float64 [ranks, steps, buckets] GB/s: that rank's
+    buckets/bytes_sent / its buckets/allreduce_time / 1e9 x factor(n); 0 where the time is 0 and
+    for one rank - what vitddp stores as buckets/busbw (docs/schema.md). ResultsError without
+    bytes_sent or allreduce_time."""
+    for name in ("buckets/bytes_sent", "buckets/allreduce_time"):
+        if not run.has(name):
+            raise ResultsError("%s: missing dataset '%s' (no per-rank bandwidth)" % (run.path, name))
+    nbytes = np.asarray(run.bucket_series("buckets/bytes_sent"), dtype=float)
+    secs = np.asarray(run.bucket_series("buckets/allreduce_time"), dtype=float)
+    if run.world_size < 2:
+        return np.zeros_like(secs)
+    alg = algbw_gbps(nbytes, secs)
+    return np.where(secs > 0, alg * bus_factor(run.world_size, collective), 0.0)
 
 
 def _nanmedian_cols(a):

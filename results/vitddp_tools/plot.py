@@ -250,8 +250,10 @@ def _legend_reversed(ax):
 
 # ----------------------------------------------------------------------------------------- timeline
 
-def parse_steps(text, nsteps, path):
-    """Parses --steps ('10,11' or '10-12') into a sorted list of recorded step indices."""
+def parse_steps(text, nsteps, path, first=0):
+    """Parses --steps ('10,11' or '10-12': step numbers as vitddp prints them, 0-based from the
+    run's first step; docs/schema.md, Step numbering) into a sorted list of recorded step indices
+    (the file's step axis, which starts at step `first` = resumed_from_step)."""
     out = []
     try:
         for part in text.split(","):
@@ -265,10 +267,11 @@ def parse_steps(text, nsteps, path):
         raise PlotError("--steps: expected step numbers such as 10,11 or 10-12, got '%s'" % text)
     if not out:
         raise PlotError("--steps: no step given")
-    bad = [s for s in out if s < 0 or s >= nsteps]
+    bad = [s for s in out if s < first or s >= first + nsteps]
     if bad:
-        raise PlotError("--steps: step %d is not in %s (recorded steps 0..%d)" % (bad[0], path, nsteps - 1))
-    return sorted(set(out))
+        raise PlotError("--steps: step %d is not in %s (recorded steps %d..%d)" % (bad[0], path, first,
+                                                                                   first + nsteps - 1))
+    return sorted({s - first for s in out})
 
 
 def _pt_per_ms(ax, fig):
@@ -358,8 +361,9 @@ def cmd_timeline(a):
     starts = run.series_ms("buckets/allreduce_start")
     ends = run.series_ms("buckets/allreduce_end")
     nsteps = t["forward"].shape[1]
+    first = int(run.attr("resumed_from_step", 0))  # step number of the file's step index 0
     if a.steps:
-        steps = parse_steps(a.steps, nsteps, a.file)
+        steps = parse_steps(a.steps, nsteps, a.file, first)
     else:  # default: the first two timed steps
         steps = [int(s) for s in np.nonzero(run.timed())[0][:2]]
     R = run.world_size
@@ -453,18 +457,18 @@ def cmd_timeline(a):
     ax.set_ylim(-0.1, ymax + 0.45)
     for x0, s in step_marks:
         ax.axvline(x0, color="#555555", linestyle=":", linewidth=1.0)
-        ax.text(x0 + 0.004 * span, ymax + 0.08, "Batch %d" % s, fontsize=10, va="bottom", ha="left",
+        ax.text(x0 + 0.004 * span, ymax + 0.08, "Batch %d" % (first + s), fontsize=10, va="bottom", ha="left",
                 color="#333333", clip_on=True)
     if step_start is not None or len(steps) == 1:
-        ax.set_xlabel("time since the start of step %d on each rank (ms)" % steps[0])
+        ax.set_xlabel("time since the start of step %d on each rank (ms)" % (first + steps[0]))
     else:
         ax.set_xlabel("time since the start of step %d on each rank (ms; each further step drawn from the "
-                      "end of the previous one)" % steps[0])
+                      "end of the previous one)" % (first + steps[0]))
     ax.grid(axis="x", color="#DDDDDD", linewidth=0.6)
     ax.set_axisbelow(True)
     ax.spines["left"].set_visible(False)
     ax.set_title("Compute and communication streams, step%s %s\n%s" % (
-        "s" if len(steps) > 1 else "", ", ".join(str(s) for s in steps), run.config_text()))
+        "s" if len(steps) > 1 else "", ", ".join(str(first + s) for s in steps), run.config_text()))
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=COLORS[p], edgecolor="black", linewidth=0.4,
                              hatch=HATCH.get(p)) for p in phases]
     labels = [PHASE_LABELS[p] for p in phases]
@@ -657,10 +661,10 @@ def cmd_eval(a):
     n = sorted({int(x) for _, _, _, _, s in curves for x in s})
     split = _text(curves[0][0].attr("option.eval-split", "test"))
     ax_acc.set_title("top-1 accuracy on the %s split (%s images)" % (split, "/".join(str(x) for x in n)))
-    ax_acc.set_xlabel("optimizer step")
+    ax_acc.set_xlabel("after step (0-based, as vitddp prints it)")
     ax_acc.set_ylabel("top-1 accuracy (%)")
     ax_loss.set_title("mean cross-entropy on the %s split" % split)
-    ax_loss.set_xlabel("optimizer step")
+    ax_loss.set_xlabel("after step (0-based, as vitddp prints it)")
     ax_loss.set_ylabel("loss (nats)")
     for ax in (ax_acc, ax_loss):
         ax.grid(True, color="#DDDDDD", linewidth=0.6)
@@ -789,7 +793,8 @@ def build_parser(prog="vitddp-plot"):
                        "after the other, each from the end of the previous one on that rank.")
     s.add_argument("file", metavar="FILE", help="vitddp results file")
     s.add_argument("--steps", metavar="LIST",
-                   help="recorded step indices, e.g. 10,11 or 10-12 (default: the first two timed steps)")
+                   help="steps as vitddp numbers them (from 0; a resumed run's file starts at resumed_from_step), "
+                   "e.g. 10,11 or 10-12 (default: the first two timed steps)")
     s.add_argument("--xlim", metavar="FROM,TO", help="zoom: time range to show, in ms (e.g. 70,76)")
     s.add_argument("--width", type=float, default=15.0, help="figure width in inches [15]")
     plot_args(s)
@@ -817,7 +822,8 @@ def build_parser(prog="vitddp-plot"):
 
     s = sub.add_parser("eval", help="test accuracy and loss against optimizer step (--eval-every runs)",
                        description="Top-1 accuracy (eval/accuracy, in %) and mean cross-entropy (eval/loss) "
-                       "against the optimizer step of each evaluation (eval/step), one line per file, the "
+                       "against the step after which each evaluation ran (eval/step, 0-based as vitddp prints "
+                       "it), one line per file, the "
                        "final accuracy written next to its point.")
     s.add_argument("files", nargs="+", metavar="FILE", help="vitddp results files with eval/* series")
     s.add_argument("--target", type=float, metavar="PERCENT", help="draw a dashed line at this accuracy (e.g. 88)")

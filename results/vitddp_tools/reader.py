@@ -278,9 +278,11 @@ class Run:
 
     # ---- evaluation ----
     def eval_series(self):
-        """The --eval-every curve as a dict of 1-D arrays: step (int64, optimizer steps completed),
-        accuracy (float64 fraction), loss (float64 nats), samples (int64), time (float64 s; absent
-        in older files). ResultsError when the file has no evaluation."""
+        """The --eval-every curve as a dict of 1-D arrays: step (int64, the 0-based index of the
+        step after which each evaluation ran, as vitddp prints it: docs/schema.md, Step numbering;
+        files without the root attribute step_numbering stored the count of steps done, converted
+        here by - 1), accuracy (float64 fraction), loss (float64 nats), samples (int64), time
+        (float64 s; absent in older files). ResultsError when the file has no evaluation."""
         if not self.has("eval/step"):
             raise ResultsError("%s: no evaluation recorded (no dataset 'eval/step': run vitddp with --eval-every N)"
                                % self.path)
@@ -288,6 +290,8 @@ class Run:
         if out["step"].size == 0:
             raise ResultsError("%s: no evaluation recorded (eval/step is empty: run vitddp with --eval-every N)"
                                % self.path)
+        if self.attr("step_numbering", None) is None:  # an older file: steps done, 1-based
+            out["step"] = out["step"] - 1
         for k, dt in (("accuracy", float), ("loss", float), ("samples", None), ("time", float)):
             if k == "time" and not self.has("eval/time"):
                 continue

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "model/param_layout.h"
-#include "mpi/buckets.h"
+#include "mpi/buckets/buckets.h"
 #include "tests/catch.h"
 
 using namespace vitddp;

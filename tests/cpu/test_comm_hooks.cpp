@@ -7,9 +7,11 @@
 
 #include "model/param_layout.h"
 #include "model/rng.h"
-#include "mpi/buckets.h"
-#include "mpi/comm_hooks.h"
-#include "mpi/powersgd.h"
+#include "mpi/buckets/buckets.h"
+#include "mpi/hooks/comm_hook.h"
+#include "mpi/hooks/half_host.h"
+#include "mpi/transports/host_transport.h"
+#include "mpi/hooks/powersgd_host.h"
 #include "src/options.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
@@ -67,18 +69,61 @@ TEST_CASE("16-bit casts round to nearest even, as CUDA's", "[comm_hooks]") {
   // Divide first: 40000 / 2 = 20000 goes over the wire, not inf.
   const float x[2] = {40000.0f, -3.0f};
   uint16_t h[2];
-  cast_to_16bit_host(Compression::Fp16, x, 2, 2, h);
+  cast_to_16bit_host(DType::F16, x, 2, 2, h);
   CHECK(fp16_to_float(h[0]) == 20000.0f);
   CHECK(fp16_to_float(h[1]) == -1.5f);
   float back[2];
-  cast_from_16bit_host(Compression::Fp16, h, 2, back);
+  cast_from_16bit_host(DType::F16, h, 2, back);
   CHECK(back[0] == 20000.0f);
-  CHECK_THROWS_AS(cast_to_16bit_host(Compression::PowerSgd, x, 2, 2, h), std::invalid_argument);
+  CHECK_THROWS_AS(cast_to_16bit_host(DType::F32, x, 2, 2, h), std::invalid_argument);
 }
 
-TEST_CASE("compression names round-trip", "[comm_hooks]") {
-  for (const auto& n : compression_names()) CHECK(compression_name(parse_compression(n)) == n);
-  CHECK_THROWS_AS(parse_compression("int8"), std::invalid_argument);
+namespace {
+
+/// A HookBackend that only plans: PowerSGD's state is refused, its planned bytes are 1234.
+struct PlanningBackend final : HookBackend {
+  std::unique_ptr<PowerSgdState> make_powersgd(const std::vector<HookBucket>&, const PowerSgdOptions&) override {
+    throw std::logic_error("planning only");
+  }
+  size_t planned_powersgd_bytes(const std::vector<HookBucket>&, const PowerSgdOptions&) const override { return 1234; }
+};
+
+}  // namespace
+
+TEST_CASE("comm hook registry: every name constructs, an unknown one is refused", "[comm_hooks]") {
+  CHECK(compression_names() == std::vector<std::string>{"none", "fp16", "bf16", "powersgd"});
+  const ParamLayout L = make_param_layout(vit_config("vit_micro"));
+  const std::vector<HookBucket> hb = hook_buckets(L, assign_buckets(L, 1024, 4096));
+  const ReducerOptions ro;
+  PlanningBackend backend;
+  const HookArgs args{hb, ro, 2, backend};
+  for (const std::string& name : compression_names()) {
+    INFO(name);
+    const std::unique_ptr<CommHook> h = make_comm_hook(name, args);  // constructing allocates nothing
+    REQUIRE(h);
+    CHECK(h->name() == name);
+    CHECK(h->uses_16bit_staging() == (name == "fp16" || name == "bf16"));
+    CHECK(h->reduces_own_buffers() == (name == "powersgd"));
+    CHECK(h->planned_device_bytes() == (name == "powersgd" ? 1234u : 0u));
+    CHECK(h->device_bytes() == 0u);
+  }
+  try {
+    make_comm_hook("int8", args);
+    FAIL("no exception");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()) == "unknown compression 'int8' (choose one of: none, fp16, bf16, powersgd)");
+  }
+}
+
+TEST_CASE("host transport registry refuses an unknown name", "[comm_hooks]") {
+  REQUIRE(host_transport_registry().size() == 1);
+  CHECK(std::string(host_transport_registry()[0].name) == "mpi");
+  try {
+    make_host_transport("gloo");
+    FAIL("no exception");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()) == "unknown host transport 'gloo' (choose one of: mpi)");
+  }
 }
 
 // ------------------------------------------------------------------ PowerSGD skip rule
@@ -310,7 +355,7 @@ TEST_CASE("compression options and their defaults", "[options][comm_hooks]") {
   CHECK(d.powersgd_error_feedback);
   CHECK(d.powersgd_warm_start);
   const ReducerOptions rd = reducer_options(d);
-  CHECK(rd.compression == Compression::None);
+  CHECK(rd.compression == "none");
   CHECK(rd.overlap);
   CHECK(rd.grad_as_bucket_view);
 
@@ -318,7 +363,7 @@ TEST_CASE("compression options and their defaults", "[options][comm_hooks]") {
                            "--powersgd-min-compression-rate=1.5", "--powersgd-no-error-feedback",
                            "--powersgd-no-warm-start", "--grad-as-bucket-view", "off", "--no-overlap", "--seed", "7"});
   const ReducerOptions r = reducer_options(o);
-  CHECK(r.compression == Compression::PowerSgd);
+  CHECK(r.compression == "powersgd");
   CHECK(r.powersgd.rank == 4);
   CHECK(r.powersgd.start_iter == 2);
   CHECK(r.powersgd.min_compression_rate == 1.5);
@@ -327,8 +372,8 @@ TEST_CASE("compression options and their defaults", "[options][comm_hooks]") {
   CHECK(r.powersgd.seed == 7u);
   CHECK_FALSE(r.grad_as_bucket_view);
   CHECK_FALSE(r.overlap);
-  CHECK(reducer_options(parse_args({"--compression", "bf16"})).compression == Compression::Bf16);
-  CHECK(reducer_options(parse_args({"--compression", "fp16"})).compression == Compression::Fp16);
+  CHECK(reducer_options(parse_args({"--compression", "bf16"})).compression == "bf16");
+  CHECK(reducer_options(parse_args({"--compression", "fp16"})).compression == "fp16");
 
   CHECK(option_error({"--compression", "int8"}).rfind("--compression: unknown value 'int8'", 0) == 0);
   CHECK(option_error({"--grad-as-bucket-view", "maybe"}).rfind("--grad-as-bucket-view: unknown value 'maybe'", 0) == 0);

@@ -1,4 +1,4 @@
-// The host 16-bit casts of the comm hooks (mpi/comm_hooks.h) against the compiler's own IEEE
+// The host 16-bit casts of the comm hooks (mpi/hooks/half_host.h) against the compiler's own IEEE
 // binary16 type (_Float16, GCC >= 12 on x86-64: conversions round to nearest even) and against
 // bfloat16 as the top half of a float rounded to nearest even, computed in double.
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#include "mpi/comm_hooks.h"
+#include "mpi/hooks/half_host.h"
 #include "tests/catch.h"
 
 namespace {

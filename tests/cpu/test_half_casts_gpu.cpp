@@ -1,4 +1,4 @@
-// The host 16-bit casts of the comm hooks (mpi/comm_hooks.h, written without CUDA headers) bit
+// The host 16-bit casts of the comm hooks (mpi/hooks/half_host.h, written without CUDA headers) bit
 // for bit against CUDA's own __float2half_rn / __half2float / __float2bfloat16_rn /
 // __bfloat162float (host paths of cuda_fp16.h, cuda_bf16.h), which the GPU hooks' kernels match.
 // Built in cpu_tests with the GPU backend only (it needs the toolkit's headers, not a GPU).
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "mpi/comm_hooks.h"
+#include "mpi/hooks/half_host.h"
 #include "tests/catch.h"
 
 namespace {

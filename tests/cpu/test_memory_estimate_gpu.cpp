@@ -9,9 +9,8 @@
 #include "cuda/gpu_vit_arena.h"
 #include "cuda/layernorm.h"
 #include "cuda/reduce.h"
-#include "mpi/comm_hooks.h"
-#include "mpi/powersgd_nccl_gpu.h"
-#include "mpi/reducer_gpu.h"
+#include "mpi/hooks/powersgd_gpu.h"
+#include "mpi/reducer/gpu_reducer_gpu.h"
 #include "src/memory_estimate.h"
 #include "tests/test_util.h"
 
@@ -104,11 +103,11 @@ TEST_CASE("memory estimate: momentum, bf16, reducer buffers", "[memory]") {
   CHECK(estimate_gpu_memory(nd, layout, buckets).bytes_of("reducer") == 0);  // no reducer at all
 
   Options ps = parse_args({"--model", "vit_b_32", "--compression", "powersgd"});
-  const size_t powersgd = PowerSgdNccl::planned_device_bytes(hook_buckets(layout, buckets), reducer_options(ps).powersgd);
+  const size_t powersgd = PowerSgdGpu::planned_device_bytes(hook_buckets(layout, buckets), reducer_options(ps).powersgd);
   CHECK(powersgd > 0);
   CHECK(estimate_gpu_memory(ps, layout, buckets).bytes_of("reducer") == powersgd);
   ps.powersgd_error_feedback = false;  // no error buffers, no input copy
-  CHECK(PowerSgdNccl::planned_device_bytes(hook_buckets(layout, buckets), reducer_options(ps).powersgd) < powersgd);
+  CHECK(PowerSgdGpu::planned_device_bytes(hook_buckets(layout, buckets), reducer_options(ps).powersgd) < powersgd);
 
   // --allreduce copy-engine: per bucket, (n-1) scratch slots of a bucket's n-th part (256-byte
   // rounded, plus 512 bytes of slack), 3 flags per bucket and rank and one non-finite slot per

@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "mpi/nccl_transport.h"
+#include "mpi/world/nccl_log.h"
 #include "tests/catch.h"
 
 using namespace vitddp;

@@ -86,8 +86,8 @@ TEST_CASE("--allreduce: nccl by default, copy-engine accepted, not with PowerSGD
   CHECK(parse_args({}).allreduce == "nccl");
   const Options o = parse_args({"--allreduce", "copy-engine", "--compression", "bf16"});
   CHECK(o.allreduce == "copy-engine");
-  CHECK(reducer_options(o).allreduce == AllReduceImpl::CopyEngine);
-  CHECK(reducer_options(parse_args({})).allreduce == AllReduceImpl::Nccl);
+  CHECK(reducer_options(o).allreduce == "copy-engine");
+  CHECK(reducer_options(parse_args({})).allreduce == "nccl");
   CHECK(option_error({"--allreduce", "mpi"}) == "--allreduce: unknown value 'mpi' (choose one of: nccl, copy-engine)");
   CHECK(option_error({"--allreduce", "copy-engine", "--compression", "powersgd"}).rfind(
             "--allreduce: copy-engine: not with --compression powersgd", 0) == 0);

@@ -10,8 +10,8 @@
 #include <tuple>
 #include <vector>
 
-#include "mpi/comm_hooks.h"
-#include "mpi/powersgd.h"
+#include "mpi/reducer/reducer_options.h"
+#include "mpi/hooks/powersgd_host.h"
 #include "tests/catch.h"
 
 using namespace vitddp;

@@ -2,6 +2,7 @@
 // datasets and the progress line keep the layout and text they had before the table existed.
 #include <hdf5.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -150,13 +151,15 @@ TEST_CASE("series table: names unique, accessors as the axes say", "[series]") {
       INFO(s.name);
       CHECK(names.insert(s.name).second);
       const bool per_rank = s.axes == SeriesAxes::RankStep || s.axes == SeriesAxes::RankStepBucket;
-      CHECK((s.get != nullptr) == per_rank);
-      CHECK((s.set != nullptr) == per_rank);
+      // A derived series (rank 0 computes it from the gathered row) is per bucket and has no accessors.
+      CHECK((s.derived == nullptr || s.axes == SeriesAxes::RankStepBucket));
+      CHECK((s.get != nullptr) == (per_rank && !s.derived));
+      CHECK((s.set != nullptr) == (per_rank && !s.derived));
       CHECK((s.step_value != nullptr) == (s.axes == SeriesAxes::Step));
       CHECK((s.eval_value != nullptr) == (s.axes == SeriesAxes::Eval));
       CHECK((s.progress != nullptr) == (s.progress_pos > 0));
     }
-  CHECK(step_series().size() == 21);
+  CHECK(step_series().size() == 22);
   CHECK(eval_series().size() == 5);
 }
 
@@ -227,24 +230,106 @@ TEST_CASE("append_step_series writes every rank's row into the right dataset and
   CHECK(read_i64(file, "buckets/bytes_sent") ==
         std::vector<int64_t>{4096, 8192, 4096, 8192, 4096, 123456789012, 4096, 123456789012});
   CHECK(read_f64(file, "buckets/allreduce_end")[3] == r0.buckets.end_ms[1] * 1e-3);
+  // buckets/busbw, derived: bytes_sent / allreduce_time / 1e9 x 2(n-1)/n, n = 2 (factor 1).
+  const std::vector<double> busbw = read_f64(file, "buckets/busbw");
+  REQUIRE(busbw.size() == 8);
+  CHECK(busbw[0] == Approx(4096.0 / 1.25e-3 / 1e9).epsilon(1e-12));
+  CHECK(busbw[1] == Approx(8192.0 / 2.25e-3 / 1e9).epsilon(1e-12));
+  CHECK(busbw[3] == Approx(8192.0 / 2.25e-3 / 1e9).epsilon(1e-12));                   // rank 0, step 1
+  CHECK(busbw[5] == Approx(123456789012.0 / 2.25e-3 / 1e9).epsilon(1e-12));           // rank 1's own bytes
   // [1, steps]
   CHECK(read_i64(file, "steps/timed") == std::vector<int64_t>{1, 0});
   CHECK(read_f64(file, "training/lr") == std::vector<double>{0.01, 0.02});
   H5Fclose(file);
 }
 
-TEST_CASE("progress_line: the text of rank 0's progress line", "[series]") {
+TEST_CASE("progress_line: the text of rank 0's progress line, steps numbered from 0", "[series]") {
   const StepRecord r = sample_record(1);
+  Progress p;
+  p.done = 3;
+  p.elapsed_s = 1.25;
+  p.eta_s = 4.5;
+  p.steps_per_s = 2.4;
+  p.images_per_s = 76.8;
   char expected[512];
   std::snprintf(expected, sizeof(expected),
-                "[vitddp] step %d/%d (%s) loss %.4f lr %.3g | step %.1f ms: fwd %.1f, bwd %.1f, exposed comm %.1f, opt "
-                "%.1f, data wait %.1f",
-                3, 14, "timed", r.loss, 0.001, r.step_ms, r.forward_ms, r.backward_ms, r.exposed_comm_ms,
-                r.optimizer_ms, r.data_wait_ms);
-  CHECK(progress_line(r, StepContext{2, true, 0.001}, 14, "timed") == expected);
-  CHECK(progress_line(r, StepContext{2, true, 0.001}, 14, "timed") ==
-        "[vitddp] step 3/14 (timed) loss 2.3026 lr 0.001 | step 36.6 ms: fwd 10.1, bwd 20.5, exposed comm 3.8, opt 2.0, "
-        "data wait 1.5");
+                "[vitddp] step %d (%d/%d done, %s) elapsed %.1f s, ETA %.1f s, %.2f steps/s, %.1f images/s, loss %.4f, "
+                "lr %.3g | step %.1f ms: fwd %.1f, bwd %.1f, exposed comm %.1f, opt %.1f, data wait %.1f",
+                2, 3, 14, "timed", 1.25, 4.5, 2.4, 76.8, r.loss, 0.001, r.step_ms, r.forward_ms, r.backward_ms,
+                r.exposed_comm_ms, r.optimizer_ms, r.data_wait_ms);
+  CHECK(progress_line(r, StepContext{2, true, 0.001}, 14, "timed", p) == expected);
+  CHECK(progress_line(r, StepContext{2, true, 0.001}, 14, "timed", p) ==
+        "[vitddp] step 2 (3/14 done, timed) elapsed 1.2 s, ETA 4.5 s, 2.40 steps/s, 76.8 images/s, loss 2.3026, lr "
+        "0.001 | step 36.6 ms: fwd 10.1, bwd 20.5, exposed comm 3.8, opt 2.0, data wait 1.5");
+}
+
+TEST_CASE("format_duration: seconds, minutes, hours", "[series]") {
+  CHECK(format_duration(0) == "0.0 s");
+  CHECK(format_duration(59.94) == "59.9 s");
+  CHECK(format_duration(245) == "4m05s");
+  CHECK(format_duration(3723.4) == "1h02m03s");
+  CHECK(format_duration(-1) == "0.0 s");
+}
+
+TEST_CASE("bus bandwidth: nccl-tests' all-reduce definitions, per bucket and per step", "[series]") {
+  // busbw = bytes / s / 1e9 x 2(n-1)/n: 1 GB in 1 s on 4 ranks is 1.5 GB/s; one rank has no bus.
+  CHECK(allreduce_busbw_gbps(1e9, 1.0, 4) == Approx(1.5));
+  CHECK(allreduce_busbw_gbps(1e9, 1.0, 2) == Approx(1.0));
+  CHECK(allreduce_busbw_gbps(1e9, 1.0, 1) == 0.0);
+  CHECK(allreduce_busbw_gbps(1e9, 0.0, 2) == 0.0);
+  // A step on 2 ranks, 2 buckets: rank 0 sends 4096 and 8192 bytes; the all-reduce times are
+  // (1.25 ms, 2.25 ms) on rank 0 and (3.25 ms, 0.25 ms) on rank 1: means 2.25 ms and 1.25 ms.
+  const size_t nb = 2;
+  const StepRow row(nb);
+  StepRecord r0 = sample_record(nb), r1 = sample_record(nb);
+  r1.buckets.allreduce_ms = {3.25, 0.25};
+  r1.buckets.bytes_sent = {1, 1};  // rank 0's bytes count, as the Python reader takes them
+  std::vector<double> rows = row.pack(r0);
+  const std::vector<double> p1 = row.pack(r1);
+  rows.insert(rows.end(), p1.begin(), p1.end());
+  CHECK(step_busbw_gbps(rows.data(), 2, nb) == Approx((4096.0 + 8192.0) / (2.25e-3 + 1.25e-3) / 1e9));
+  // A bucket without recorded time on any rank is left out; none at all gives NaN.
+  r0.buckets.allreduce_ms = {0.0, 2.0};
+  r1.buckets.allreduce_ms = {0.0, 4.0};
+  rows = row.pack(r0);
+  const std::vector<double> q1 = row.pack(r1);
+  rows.insert(rows.end(), q1.begin(), q1.end());
+  CHECK(step_busbw_gbps(rows.data(), 2, nb) == Approx(8192.0 / 3e-3 / 1e9));
+  r0.buckets.allreduce_ms = {0.0, 0.0};
+  r1.buckets.allreduce_ms = {0.0, 0.0};
+  rows = row.pack(r0);
+  const std::vector<double> z1 = row.pack(r1);
+  rows.insert(rows.end(), z1.begin(), z1.end());
+  CHECK(std::isnan(step_busbw_gbps(rows.data(), 2, nb)));
+}
+
+TEST_CASE("TimedWindow: step time spread as numpy computes it", "[series]") {
+  auto spread_of = [](const std::vector<double>& ms) {
+    TimedWindow w(0, (int)ms.size(), 0);
+    StepRecord r;
+    for (size_t i = 0; i < ms.size(); ++i) {
+      w.before_step((int)i);
+      r.step_ms = ms[i];
+      w.after_step((int)i, r);
+    }
+    return w.step_time_spread();
+  };
+  // numpy: np.percentile([4, 7, 1], 90) = 6.4; np.std([4, 7, 1]) / np.mean(...) = sqrt(6) / 4
+  const TimedWindow::Spread a = spread_of({4.0, 7.0, 1.0});
+  CHECK(a.min == 1.0);
+  CHECK(a.median == 4.0);
+  CHECK(a.p90 == Approx(6.4));
+  CHECK(a.max == 7.0);
+  CHECK(a.cv == Approx(0.6123724356957945));
+  // np.percentile([1, 2, 3, 4], 90) = 3.7; np.std / np.mean = sqrt(1.25) / 2.5
+  const TimedWindow::Spread b = spread_of({2.0, 4.0, 1.0, 3.0});
+  CHECK(b.p90 == Approx(3.7));
+  CHECK(b.median == 3.0);  // the upper median, as summary/median_step_time
+  CHECK(b.cv == Approx(0.4472135954999579));
+  const TimedWindow::Spread one = spread_of({5.0});
+  CHECK(one.p90 == 5.0);
+  CHECK(one.cv == 0.0);
+  CHECK(spread_of({}).max == 0.0);
 }
 
 TEST_CASE("TimedWindow: phases, the resumed part of the window, excluded pauses, bucket counts", "[series]") {

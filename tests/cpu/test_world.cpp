@@ -1,5 +1,5 @@
 // MPI world helpers outside mpirun (cpu_tests runs without MPI) and the device choice rules.
-#include "mpi/world.h"
+#include "mpi/world/world.h"
 #include "tests/catch.h"
 
 using namespace vitddp;

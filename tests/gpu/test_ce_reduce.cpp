@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cuda/ce_reduce.h"
-#include "mpi/comm_hooks.h"
+#include "mpi/hooks/half_host.h"
 #include "tests/catch.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -22,20 +22,20 @@ using namespace vitddp_test;
 namespace {
 
 // Element i of a buffer of type t held as raw bytes, widened to float.
-float get(const std::vector<uint8_t>& b, CeDtype t, size_t i) {
-  if (t == CeDtype::F32) {
+float get(const std::vector<uint8_t>& b, DType t, size_t i) {
+  if (t == DType::F32) {
     float f;
     std::memcpy(&f, b.data() + 4 * i, 4);
     return f;
   }
   uint16_t h;
   std::memcpy(&h, b.data() + 2 * i, 2);
-  return t == CeDtype::F16 ? fp16_to_float(h) : bf16_to_float(h);
+  return t == DType::F16 ? fp16_to_float(h) : bf16_to_float(h);
 }
 
-void put(std::vector<uint8_t>& b, CeDtype t, size_t i, float v) {
-  if (t == CeDtype::F32) return (void)std::memcpy(b.data() + 4 * i, &v, 4);
-  const uint16_t h = t == CeDtype::F16 ? float_to_fp16(v) : float_to_bf16(v);
+void put(std::vector<uint8_t>& b, DType t, size_t i, float v) {
+  if (t == DType::F32) return (void)std::memcpy(b.data() + 4 * i, &v, 4);
+  const uint16_t h = t == DType::F16 ? float_to_fp16(v) : float_to_bf16(v);
   std::memcpy(b.data() + 2 * i, &h, 2);
 }
 
@@ -45,12 +45,12 @@ TEST_CASE("ce_sum_chunk: fp32 sum of the chunk and its slots, one rounding, at e
   REQUIRE_GPU();
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  for (CeDtype t : {CeDtype::F32, CeDtype::F16, CeDtype::Bf16})
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
     for (int slots : {1, 3})
       for (size_t n : {size_t{1}, size_t{5}, size_t{1000}, size_t{70001}})
         for (size_t off = 0; off < 8; ++off) {
           INFO("dtype " << (int)t << ", slots " << slots << ", n " << n << ", offset " << off);
-          const size_t es = ce_dtype_bytes(t);
+          const size_t es = dtype_bytes(t);
           const size_t stride = (n + off + 64) / 8 * 8;  // elements; stride * es is a multiple of 16
           const auto a = normal_vec(n, 7, off + 10 * slots, 3.0);
           const auto r = normal_vec(slots * stride, 8, off + 10 * slots, 3.0);
@@ -82,17 +82,17 @@ TEST_CASE("ce_sum_chunk: a NaN, an Inf or an fp16 overflow anywhere sets the non
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const size_t n = 5003, stride = 5008;
   struct Case {
-    CeDtype t;
+    DType t;
     size_t at;      // element whose copy in slot 0 is changed
     float value;    // to this
     float chunk;    // every chunk element
   };
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  for (const Case c : {Case{CeDtype::F32, 0, nan, 1.0f}, Case{CeDtype::F32, 2501, inf, 1.0f},
-                       Case{CeDtype::F32, n - 1, -inf, 1.0f}, Case{CeDtype::Bf16, 77, nan, 1.0f},
-                       Case{CeDtype::F16, 4000, 60000.0f, 60000.0f}}) {
+  for (const Case c : {Case{DType::F32, 0, nan, 1.0f}, Case{DType::F32, 2501, inf, 1.0f},
+                       Case{DType::F32, n - 1, -inf, 1.0f}, Case{DType::BF16, 77, nan, 1.0f},
+                       Case{DType::F16, 4000, 60000.0f, 60000.0f}}) {
     INFO("dtype " << (int)c.t << ", element " << c.at << ", value " << c.value);
-    const size_t es = ce_dtype_bytes(c.t);
+    const size_t es = dtype_bytes(c.t);
     std::vector<uint8_t> chunk(n * es), scratch(stride * es);
     for (size_t i = 0; i < n; ++i) put(chunk, c.t, i, c.chunk);
     for (size_t i = 0; i < stride; ++i) put(scratch, c.t, i, 0.0f);
@@ -123,7 +123,7 @@ TEST_CASE("ce_sum_chunk_16bit: the 16-bit hooks' cast, sum and cast back in one 
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   // off 0: 16-byte vectors plus a tail; off 1..3: element by element (x not 16-byte aligned).
   // Divisor 3 (3 ranks) rounds where 1/3 x would not: a true division, as the hooks.
-  for (CeDtype t : {CeDtype::F16, CeDtype::Bf16})
+  for (DType t : {DType::F16, DType::BF16})
     for (int slots : {1, 3})
       for (size_t n : {size_t{1}, size_t{13}, size_t{70001}})
         for (size_t off : {size_t{0}, size_t{1}, size_t{3}}) {
@@ -148,15 +148,14 @@ TEST_CASE("ce_sum_chunk_16bit: the 16-bit hooks' cast, sum and cast back in one 
           CHECK(flag.download()[0] == 0);
           // Host: own = 16-bit(x / divisor), sum in fp32 with the slots in order, one rounding to
           // 16 bits; compared as bits (16-bit payload and fp32 value).
-          const Compression c = t == CeDtype::F16 ? Compression::Fp16 : Compression::Bf16;
           std::vector<uint16_t> own(n), want16(n);
-          cast_to_16bit_host(c, x.data(), n, static_cast<int>(divisor), own.data());
+          cast_to_16bit_host(t, x.data(), n, static_cast<int>(divisor), own.data());
           std::vector<float> acc(n), want_x(n);
-          cast_from_16bit_host(c, own.data(), n, acc.data());
+          cast_from_16bit_host(t, own.data(), n, acc.data());
           for (size_t i = 0; i < n; ++i)
             for (int k = 0; k < slots; ++k) acc[i] += get(scratch, t, off + k * stride + i);
-          cast_to_16bit_host(c, acc.data(), n, 1, want16.data());
-          cast_from_16bit_host(c, want16.data(), n, want_x.data());
+          cast_to_16bit_host(t, acc.data(), n, 1, want16.data());
+          cast_from_16bit_host(t, want16.data(), n, want_x.data());
           const auto got_x = dx.download();
           const auto got16 = dout.download();
           CHECK(std::memcmp(got_x.data() + off, want_x.data(), n * sizeof(float)) == 0);
@@ -166,16 +165,16 @@ TEST_CASE("ce_sum_chunk_16bit: the 16-bit hooks' cast, sum and cast back in one 
   // element-by-element path), and an fp16 overflow of the sum, set the flag.
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   struct Case {
-    CeDtype t;
+    DType t;
     size_t at, off;  // poisoned element; x's offset from 16-byte alignment (1: no vectors)
     float own, peer;  // x[at] and the peer's copy of it; every other x is 1, every other copy 0
   };
-  for (const Case c : {Case{CeDtype::Bf16, 500, 0, 1.0f, nan}, Case{CeDtype::Bf16, 1002, 0, inf, 0.0f},
-                       Case{CeDtype::F16, 7, 1, nan, 0.0f}, Case{CeDtype::F16, 500, 0, 120000.0f, 60000.0f}}) {
+  for (const Case c : {Case{DType::BF16, 500, 0, 1.0f, nan}, Case{DType::BF16, 1002, 0, inf, 0.0f},
+                       Case{DType::F16, 7, 1, nan, 0.0f}, Case{DType::F16, 500, 0, 120000.0f, 60000.0f}}) {
     INFO("dtype " << (int)c.t << ", element " << c.at << ", offset " << c.off << ", own " << c.own << ", peer "
                   << c.peer);
     const size_t n = 1003, stride = 1008;  // n % 8 == 3: elements 1000..1002 are the tail
-    std::vector<uint8_t> scratch(stride * ce_dtype_bytes(c.t));  // 2 bytes: these cases are 16-bit
+    std::vector<uint8_t> scratch(stride * dtype_bytes(c.t));  // 2 bytes: these cases are 16-bit
     for (size_t i = 0; i < stride; ++i) put(scratch, c.t, i, 0.0f);
     put(scratch, c.t, c.at, c.peer);
     std::vector<float> hx(n + c.off, 1.0f);
@@ -190,6 +189,6 @@ TEST_CASE("ce_sum_chunk_16bit: the 16-bit hooks' cast, sum and cast back in one 
     CUDA_CHECK(cudaStreamSynchronize(s));
     CHECK(flag.download()[0] == 1);
   }
-  CHECK_THROWS_AS(ce_sum_chunk_16bit(nullptr, nullptr, nullptr, 1, 1, 8, 2.0f, CeDtype::F32, s), std::invalid_argument);
+  CHECK_THROWS_AS(ce_sum_chunk_16bit(nullptr, nullptr, nullptr, 1, 1, 8, 2.0f, DType::F32, s), std::invalid_argument);
   CUDA_CHECK(cudaStreamDestroy(s));
 }

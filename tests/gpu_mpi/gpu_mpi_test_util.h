@@ -4,7 +4,7 @@
 #include <mpi.h>
 
 #include "cuda/check_cuda.h"
-#include "mpi/world.h"
+#include "mpi/world/world.h"
 #include "tests/catch.h"
 #include "tests/mpi_test_util.h"
 

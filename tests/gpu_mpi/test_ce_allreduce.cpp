@@ -1,4 +1,4 @@
-// The copy-engine all-reduce (--allreduce copy-engine, mpi/ce_allreduce_gpu.h) on 2 GPUs
+// The copy-engine all-reduce (--allreduce copy-engine, mpi/transports/copy_engine_allreduce_gpu.h) on 2 GPUs
 // (`mpirun -np 2`): against a double-precision host reference of the average, bit-identical on
 // both ranks, for every compression it supports and both bucket modes, eagerly and replayed from
 // a CUDA graph with new gradients each replay (the flags must be cleared between steps).
@@ -18,10 +18,10 @@
 #include "cuda/step_graph.h"
 #include "model/fnv1a.h"
 #include "model/param_layout.h"
-#include "mpi/comm_hooks.h"
-#include "mpi/nccl_comm_gpu.h"
-#include "mpi/reducer_gpu.h"
-#include "mpi/world.h"
+#include "mpi/hooks/half_host.h"
+#include "mpi/world/nccl_comm_gpu.h"
+#include "mpi/reducer/gpu_reducer_gpu.h"
+#include "mpi/world/world.h"
 #include "tests/catch.h"
 #include "tests/gpu_mpi/gpu_mpi_test_util.h"
 
@@ -66,12 +66,12 @@ uint64_t hash_of(const std::vector<float>& v) {
 
 /// Relative tolerance of the averaged result for a compression: fp32 rounds once (the sum);
 /// fp16/bf16 round the halves and then the sum (a few units in the last place).
-double tolerance(Compression c) {
-  return c == Compression::None ? 1.2e-7 : c == Compression::Bf16 ? 3.0 * std::ldexp(1.0, -8) : 3.0 * std::ldexp(1.0, -11);
+double tolerance(const std::string& c) {
+  return c == "none" ? 1.2e-7 : c == "bf16" ? 3.0 * std::ldexp(1.0, -8) : 3.0 * std::ldexp(1.0, -11);
 }
 
 /// The 16-bit hooks' average of step `step`'s gradients of ranks 0 and 1 (two_rank_16bit_average).
-std::vector<float> hook_emulation(Compression c, int step, size_t n) {
+std::vector<float> hook_emulation(const std::string& c, int step, size_t n) {
   const auto a = gradients_of(0, step, n), b = gradients_of(1, step, n);
   std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) out[i] = two_rank_16bit_average(c, a[i], b[i]);
@@ -79,12 +79,12 @@ std::vector<float> hook_emulation(Compression c, int step, size_t n) {
 }
 
 /// Reducer options with the copy-engine all-reduce.
-ReducerOptions ce_options(Compression c, bool view = true, bool overlap = true) {
+ReducerOptions ce_options(const std::string& c, bool view = true, bool overlap = true) {
   ReducerOptions ro;
   ro.compression = c;
   ro.grad_as_bucket_view = view;
   ro.overlap = overlap;
-  ro.allreduce = AllReduceImpl::CopyEngine;
+  ro.allreduce = std::string("copy-engine");
   return ro;
 }
 
@@ -104,17 +104,17 @@ struct TwoRanks {
     CUDA_CHECK(cudaMemcpy(grads.get(), mine.data(), L.total * sizeof(float), cudaMemcpyHostToDevice));
   }
   /// Enqueues one step of `r` on the stream: every parameter ready in backward's order, then finalize().
-  void reduce_step(NcclReducer& r) {
+  void reduce_step(GpuReducer& r) {
     r.prepare_for_backward();
     for (size_t p : L.ready_order()) r.mark_ready({p});
     r.finalize();
   }
   /// reduce_step() captured as a CUDA graph, as the engine captures the training step.
-  void capture_step(NcclReducer& r, StepGraph& g) {
+  void capture_step(GpuReducer& r, StepGraph& g) {
     g.capture(stream, [&] { reduce_step(r); });
   }
   /// The reducer's non-finite verdict on the finished step (0 or 1), read on the host.
-  int nonfinite(const NcclReducer& r) {
+  int nonfinite(const GpuReducer& r) {
     REQUIRE(r.checks_nonfinite());
     CUDA_CHECK(cudaMemsetAsync(flag.get(), 0, sizeof(int), stream));
     r.flag_nonfinite(flag.get(), stream);
@@ -124,7 +124,7 @@ struct TwoRanks {
     return h;
   }
   /// Checks the averaged gradients of `step` (after the stream's work) and their identity on both ranks.
-  void check(int step, Compression c) {
+  void check(int step, const std::string& c) {
     CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<float> out(L.total);
     CUDA_CHECK(cudaMemcpy(out.data(), grads.get(), L.total * sizeof(float), cudaMemcpyDeviceToHost));
@@ -149,13 +149,13 @@ TEST_CASE("copy-engine all-reduce averages like the host reference, bit-identica
   const size_t cap = GENERATE(size_t{65536}, size_t{256});
   INFO("bucket cap " << cap << " bytes");
   TwoRanks t(cap == 256 ? 256 : 4096, cap);
-  for (Compression c : {Compression::None, Compression::Fp16, Compression::Bf16})
+  for (const std::string c : {"none", "fp16", "bf16"})
     for (bool view : {true, false})
       for (bool overlap : {true, false}) {
-        INFO(compression_name(c) << (view ? ", bucket view" : ", bucket copy") << (overlap ? "" : ", no overlap"));
+        INFO(c << (view ? ", bucket view" : ", bucket copy") << (overlap ? "" : ", no overlap"));
         const ReducerOptions ro = ce_options(c, view, overlap);
-        NcclReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
-        CHECK(reducer.device_bytes() == NcclReducer::planned_device_bytes(t.L, t.B, ro, t.w.world_size));
+        GpuReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
+        CHECK(reducer.device_bytes() == GpuReducer::planned_device_bytes(t.L, t.B, ro, t.w.world_size));
         t.set(0);
         t.reduce_step(reducer);
         t.check(0, c);
@@ -168,13 +168,13 @@ TEST_CASE("copy-engine fp16/bf16 hooks (casts fused into the sum) equal the host
   const size_t cap = GENERATE(size_t{65536}, size_t{256});
   INFO("bucket cap " << cap << " bytes");
   TwoRanks t(cap == 256 ? 256 : 4096, cap);
-  for (Compression c : {Compression::Fp16, Compression::Bf16})
+  for (const std::string c : {"fp16", "bf16"})
     for (bool view : {true, false})
       for (int streams : {1, 3}) {  // several comm streams: a staging buffer each
-      INFO(compression_name(c) << (view ? ", bucket view" : ", bucket copy") << ", comm streams " << streams);
+      INFO(c << (view ? ", bucket view" : ", bucket copy") << ", comm streams " << streams);
       ReducerOptions ro = ce_options(c, view);
       ro.comm_streams = streams;
-      NcclReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
+      GpuReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
       t.set(3);
       cudaEvent_t start;
       CUDA_CHECK(cudaEventCreate(&start));
@@ -209,12 +209,12 @@ TEST_CASE("copy-engine fp16/bf16 hooks (casts fused into the sum) equal the host
 TEST_CASE("copy-engine all-reduce: a NaN or Inf on one rank, in either rank's chunk, flags the step on both",
           "[gpu][mpi][ce_allreduce]") {
   TwoRanks t;
-  for (Compression c : {Compression::None, Compression::Bf16})
+  for (const std::string c : {"none", "bf16"})
   for (int streams : {1, 2}) {
-    INFO(compression_name(c) << ", comm streams " << streams);
+    INFO(c << ", comm streams " << streams);
     ReducerOptions ro = ce_options(c);
     ro.comm_streams = streams;
-    NcclReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
+    GpuReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
     StepGraph graph;
     t.capture_step(reducer, graph);
     // Rank 0 poisons one element: first of the largest bucket (rank 0's chunk), then its last
@@ -240,12 +240,12 @@ TEST_CASE("copy-engine all-reduce: a NaN or Inf on one rank, in either rank's ch
 TEST_CASE("copy-engine all-reduce replayed from a CUDA graph: every replay averages that step's gradients",
           "[gpu][mpi][ce_allreduce]") {
   TwoRanks t;
-  for (Compression c : {Compression::None, Compression::Bf16})
+  for (const std::string c : {"none", "bf16"})
   for (int streams : {1, 2, 3}) {
-    INFO(compression_name(c) << ", comm streams " << streams);
+    INFO(c << ", comm streams " << streams);
     ReducerOptions ro = ce_options(c);
     ro.comm_streams = streams;
-    NcclReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
+    GpuReducer reducer(t.L, t.B, t.grads.get(), t.comm.get(), t.stream, ro);
     t.set(0);  // an eager step first, as the engine's first step, then the captured ones
     t.reduce_step(reducer);
     t.check(0, c);

@@ -1,4 +1,4 @@
-// The GPU reducer (NcclReducer) on 2 GPUs (`mpirun -np 2`), with the NCCL and the copy-engine
+// The GPU reducer (GpuReducer) on 2 GPUs (`mpirun -np 2`), with the NCCL and the copy-engine
 // all-reduce: averaging and data-parallel equivalence.
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -12,9 +12,9 @@
 #include "cuda/gpu_vit.h"
 #include "model/init.h"
 #include "model/rng.h"
-#include "mpi/nccl_comm_gpu.h"
-#include "mpi/reducer_gpu.h"
-#include "mpi/world.h"
+#include "mpi/world/nccl_comm_gpu.h"
+#include "mpi/reducer/gpu_reducer_gpu.h"
+#include "mpi/world/world.h"
 #include "tests/catch.h"
 #include "tests/gpu_mpi/gpu_mpi_test_util.h"
 #include "tests/test_util.h"
@@ -35,14 +35,14 @@ std::vector<float> to_host(const DeviceBuffer<float>& d) {
 
 TEST_CASE("GPU reducer (NCCL and copy-engine all-reduce) averages every bucket: rank r holds r+1", "[gpu][mpi][reducer]") {
   const bool overlap = GENERATE(true, false);  // --no-overlap launches every bucket in finalize()
-  const AllReduceImpl impl = GENERATE(AllReduceImpl::Nccl, AllReduceImpl::CopyEngine);
+  const std::string impl = GENERATE(std::string("nccl"), std::string("copy-engine"));
   // The copy engine on 1, 2 or 3 comm streams (buckets alternate over them).
-  const int streams = impl == AllReduceImpl::CopyEngine ? GENERATE(1, 2, 3) : 1;
+  const int streams = impl == "copy-engine" ? GENERATE(1, 2, 3) : 1;
   // bf16 compression (a staging buffer per stream) averages 1 and 2 to 1.5 exactly too.
-  const Compression comp = impl == AllReduceImpl::CopyEngine ? GENERATE(Compression::None, Compression::Bf16)
-                                                             : Compression::None;
-  INFO("overlap " << overlap << ", copy-engine " << (impl == AllReduceImpl::CopyEngine) << ", comm streams " << streams
-                  << ", compression " << compression_name(comp));
+  const std::string comp = impl == "copy-engine" ? GENERATE(std::string("none"), std::string("bf16"))
+                                                             : std::string("none");
+  INFO("overlap " << overlap << ", copy-engine " << (impl == "copy-engine") << ", comm streams " << streams
+                  << ", compression " << comp);
   const World w = test_world();
   REQUIRE(w.world_size == 2);
   const ParamLayout L = make_param_layout(vit_config("vit_b_32"));
@@ -59,7 +59,7 @@ TEST_CASE("GPU reducer (NCCL and copy-engine all-reduce) averages every bucket: 
     ro.allreduce = impl;
     ro.comm_streams = streams;
     ro.compression = comp;
-    NcclReducer reducer(L, buckets, grads.get(), comm.get(), stream, ro);
+    GpuReducer reducer(L, buckets, grads.get(), comm.get(), stream, ro);
     cudaEvent_t start;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventRecord(start, stream));
@@ -81,9 +81,9 @@ TEST_CASE("GPU reducer (NCCL and copy-engine all-reduce) averages every bucket: 
 
 TEST_CASE("2 GPUs with batch b equal 1 GPU with batch 2b", "[gpu][mpi][reducer]") {
   ReducerOptions ro;
-  ro.allreduce = GENERATE(AllReduceImpl::Nccl, AllReduceImpl::CopyEngine);
-  ro.comm_streams = ro.allreduce == AllReduceImpl::CopyEngine ? GENERATE(1, 2) : 1;
-  INFO("copy-engine " << (ro.allreduce == AllReduceImpl::CopyEngine) << ", comm streams " << ro.comm_streams);
+  ro.allreduce = GENERATE(std::string("nccl"), std::string("copy-engine"));
+  ro.comm_streams = ro.allreduce == "copy-engine" ? GENERATE(1, 2) : 1;
+  INFO("copy-engine " << (ro.allreduce == "copy-engine") << ", comm streams " << ro.comm_streams);
   const World w = test_world();
   REQUIRE(w.world_size == 2);
   ViTConfig cfg = vit_config("vit_b_32");
@@ -114,7 +114,7 @@ TEST_CASE("2 GPUs with batch b equal 1 GPU with batch 2b", "[gpu][mpi][reducer]"
 
   // Data parallel: rank r takes samples [r b, (r+1) b); the reducer runs inside backward.
   NcclComm comm(w);
-  NcclReducer reducer(L, assign_buckets(L, 1 << 20, 25 << 20), d_grads.get(), comm.get(), stream, ro);
+  GpuReducer reducer(L, assign_buckets(L, 1 << 20, 25 << 20), d_grads.get(), comm.get(), stream, ro);
   GpuViT half(L, b, stream);
   half.forward(d_params.get(), d_images.get() + w.rank * b * img, d_labels.get() + w.rank * b, b, d_loss.get());
   reducer.prepare_for_backward();
@@ -131,5 +131,42 @@ TEST_CASE("2 GPUs with batch b equal 1 GPU with batch 2b", "[gpu][mpi][reducer]"
     CHECK(e <= 1e-5);
   }
   if (w.rank == 0) std::printf("data-parallel equivalence on 2 GPUs: worst norm-relative error %.3g\n", worst);
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST_CASE("GPU transport registry: every name constructs and averages, an unknown one is refused", "[gpu][mpi][reducer]") {
+  const World w = test_world();
+  REQUIRE(w.world_size == 2);
+  const ParamLayout L = make_param_layout(vit_config("vit_micro"));
+  const auto buckets = assign_buckets(L, 1024, 4096);
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  NcclComm comm(w);
+  DeviceBuffer<float> grads(L.total, "grads");
+  for (const GpuTransportEntry& e : gpu_transport_registry()) {
+    INFO(e.name);
+    ReducerOptions ro;
+    ro.allreduce = e.name;
+    const std::vector<float> mine(L.total, (float)(w.rank + 1));
+    CUDA_CHECK(cudaMemcpy(grads.get(), mine.data(), L.total * 4, cudaMemcpyHostToDevice));
+    GpuReducer reducer(L, buckets, grads.get(), comm.get(), stream, ro);
+    CHECK(reducer.copy_engine_in_use() == (ro.allreduce == "copy-engine"));
+    CHECK(reducer.device_bytes() == GpuReducer::planned_device_bytes(L, buckets, ro, 2));
+    reducer.prepare_for_backward();
+    reducer.finalize();  // every bucket launches here
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const auto got = to_host(grads);
+    size_t wrong = 0;
+    for (float g : got) wrong += g != 1.5f;
+    CHECK(wrong == 0u);
+  }
+  ReducerOptions bad;
+  bad.allreduce = "gloo";
+  try {
+    GpuReducer reducer(L, buckets, grads.get(), comm.get(), stream, bad);
+    FAIL("no exception");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()) == "unknown all-reduce transport 'gloo' (choose one of: nccl, copy-engine)");
+  }
   CUDA_CHECK(cudaStreamDestroy(stream));
 }

@@ -10,9 +10,11 @@
 
 #include "model/param_layout.h"
 #include "model/rng.h"
-#include "mpi/comm_hooks.h"
-#include "mpi/powersgd.h"
-#include "mpi/reducer.h"
+#include "mpi/hooks/half_host.h"
+#include "mpi/hooks/powersgd_host.h"
+#include "mpi/reducer/cpu_reducer.h"
+#include "mpi/transports/host_transport.h"
+#include "mpi/transports/mpi_transport.h"
 #include "tests/catch.h"
 #include "tests/mpi_test_util.h"
 
@@ -24,7 +26,7 @@ using vitddp_test::world_size;
 namespace {
 
 /// One step of the reducer: parameters reported ready in gradient-ready order, in groups of 3.
-BucketTimes step(MpiReducer& r, const ParamLayout& L) {
+BucketTimes step(CpuReducer& r, const ParamLayout& L) {
   r.prepare_for_backward(std::chrono::steady_clock::now());
   const auto order = L.ready_order();
   for (size_t i = 0; i < order.size(); i += 3)
@@ -33,7 +35,7 @@ BucketTimes step(MpiReducer& r, const ParamLayout& L) {
   return r.times();
 }
 
-ReducerOptions options(Compression c, bool view, int64_t powersgd_start = 0) {
+ReducerOptions options(const std::string& c, bool view, int64_t powersgd_start = 0) {
   ReducerOptions o;
   o.compression = c;
   o.grad_as_bucket_view = view;
@@ -41,19 +43,22 @@ ReducerOptions options(Compression c, bool view, int64_t powersgd_start = 0) {
   return o;
 }
 
-const Compression kAll[] = {Compression::None, Compression::Fp16, Compression::Bf16, Compression::PowerSgd};
+const std::string kAll[] = {"none", "fp16", "bf16", "powersgd"};
 
 /// Expected payload bytes and compressed flag of bucket b under compression c (past PowerSGD's start).
-uint64_t expected_bytes(Compression c, const ParamLayout& L, const std::vector<Bucket>& B, size_t b, bool* compressed) {
-  switch (c) {
-    case Compression::None: *compressed = false; return 4ull * B[b].numel;
-    case Compression::Fp16:
-    case Compression::Bf16: *compressed = true; return 2ull * B[b].numel;
-    case Compression::PowerSgd: {
-      const auto plan = make_powersgd_plan(hook_buckets(L, B)[b], 1, 2.0);
-      *compressed = plan.compressed_count > 0;
-      return plan.bytes_per_step();
-    }
+uint64_t expected_bytes(const std::string& c, const ParamLayout& L, const std::vector<Bucket>& B, size_t b, bool* compressed) {
+  if (c == "none") {
+    *compressed = false;
+    return 4ull * B[b].numel;
+  }
+  if (c == "fp16" || c == "bf16") {
+    *compressed = true;
+    return 2ull * B[b].numel;
+  }
+  if (c == "powersgd") {
+    const auto plan = make_powersgd_plan(hook_buckets(L, B)[b], 1, 2.0);
+    *compressed = plan.compressed_count > 0;
+    return plan.bytes_per_step();
   }
   return 0;
 }
@@ -66,18 +71,18 @@ TEST_CASE("every compression averages every bucket: rank r holds r+1", "[mpi][co
   const ParamLayout L = make_param_layout(vit_config("vit_tiny"));
   const auto B = assign_buckets(L, 4096, 65536);
   REQUIRE(B.size() > 3);
-  for (Compression c : kAll)
+  for (const std::string& c : kAll)
     for (bool view : {true, false}) {
-      INFO(compression_name(c) << (view ? ", bucket view" : ", bucket copy"));
+      INFO(c << (view ? ", bucket view" : ", bucket copy"));
       std::vector<float> grads(L.total, (float)(world_rank() + 1));
-      MpiReducer reducer(L, B, grads.data(), world_size(), options(c, view));
+      CpuReducer reducer(L, B, grads.data(), world_size(), options(c, view));
       const BucketTimes t = step(reducer, L);
       size_t wrong = 0;
       for (const auto& p : L.params)
         for (size_t i = p.offset; i < p.offset + p.numel; ++i)
           // fp32, fp16 and bf16 hold 0.5, 1 and 1.5 exactly; PowerSGD approximates the rank-1
           // matrix 1.5 * 1 1^T up to fp32 rounding.
-          wrong += c == Compression::PowerSgd ? std::abs(grads[i] - 1.5f) > 1e-5f : grads[i] != 1.5f;
+          wrong += c == "powersgd" ? std::abs(grads[i] - 1.5f) > 1e-5f : grads[i] != 1.5f;
       CHECK(wrong == 0u);
       REQUIRE(t.start_ms.size() == B.size());
       REQUIRE(t.bytes_sent.size() == B.size());
@@ -98,7 +103,7 @@ TEST_CASE("fp16: two ranks holding 40000 give 40000, not inf (divide before the 
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
   const auto B = assign_buckets(L, 1024, 4096);
   std::vector<float> grads(L.total, 40000.0f);  // 40000 + 40000 = 80000 > 65504 = fp16 max
-  MpiReducer reducer(L, B, grads.data(), 2, options(Compression::Fp16, true));
+  CpuReducer reducer(L, B, grads.data(), 2, options("fp16", true));
   step(reducer, L);
   for (size_t i = 0; i < L.total; ++i) REQUIRE(grads[i] == 40000.0f);
 }
@@ -125,10 +130,10 @@ TEST_CASE("bf16: each reduction step adds in fp32 and rounds to bf16", "[mpi][co
     }
     grads[i] = r == 0 ? a[i] : b[i];
   }
-  MpiReducer reducer(L, B, grads.data(), 2, options(Compression::Bf16, true));
+  CpuReducer reducer(L, B, grads.data(), 2, options("bf16", true));
   step(reducer, L);
   for (size_t i = 0; i < L.total; ++i) {
-    const float want = two_rank_16bit_average(Compression::Bf16, a[i], b[i]);
+    const float want = two_rank_16bit_average("bf16", a[i], b[i]);
     INFO("element " << i);
     REQUIRE(grads[i] == want);
     if (i % 3 == 0) REQUIRE(grads[i] == 1.0f);
@@ -156,7 +161,7 @@ TEST_CASE("PowerSGD is exact on rank-1 gradients (2 ranks)", "[mpi][powersgd]") 
           want[p.offset + i * m + k] = (float)(0.5 * (u0 + u1) * v);
         }
     }
-    MpiReducer reducer(L, B, grads.data(), 2, options(Compression::PowerSgd, true, 0));
+    CpuReducer reducer(L, B, grads.data(), 2, options("powersgd", true, 0));
     const BucketTimes t = step(reducer, L);
     double worst = 0;
     for (const auto& p : L.params)
@@ -172,7 +177,7 @@ TEST_CASE("PowerSGD error feedback carries exactly the residual (reducer, 2 rank
   const ParamLayout L = make_param_layout(vit_config("vit_tiny"));
   const auto B = assign_buckets(L, 4096, 65536);
   std::vector<float> grads(L.total, 0.0f);
-  MpiReducer reducer(L, B, grads.data(), 2, options(Compression::PowerSgd, true, 0));
+  CpuReducer reducer(L, B, grads.data(), 2, options("powersgd", true, 0));
   std::vector<std::vector<float>> old_error(B.size());
   for (size_t b = 0; b < B.size(); ++b) old_error[b].assign(B[b].numel, 0.0f);
   for (int s = 0; s < 3; ++s) {
@@ -201,7 +206,7 @@ TEST_CASE("PowerSGD runs plain all-reduces before its start step", "[mpi][powers
   const ParamLayout L = make_param_layout(vit_config("vit_tiny"));
   const auto B = assign_buckets(L, 4096, 65536);
   std::vector<float> grads(L.total);
-  MpiReducer reducer(L, B, grads.data(), 2, options(Compression::PowerSgd, true, 2));
+  CpuReducer reducer(L, B, grads.data(), 2, options("powersgd", true, 2));
   for (int s = 0; s < 4; ++s) {
     INFO("step " << s);
     CHECK(reducer.powersgd()->iteration() == s);
@@ -210,7 +215,7 @@ TEST_CASE("PowerSGD runs plain all-reduces before its start step", "[mpi][powers
     CHECK(reducer.powersgd()->iteration() == s + 1);  // once per step, after the last bucket
     for (size_t b = 0; b < B.size(); ++b) {
       bool comp = false;
-      const uint64_t psgd = expected_bytes(Compression::PowerSgd, L, B, b, &comp);
+      const uint64_t psgd = expected_bytes("powersgd", L, B, b, &comp);
       CHECK(t.compressed[b] == (s >= 2 ? 1 : 0));
       CHECK(t.bytes_sent[b] == (s >= 2 ? psgd : 4ull * B[b].numel));
       if (s < 2) CHECK(reducer.powersgd()->error(b).empty());
@@ -224,11 +229,11 @@ TEST_CASE("bucket copy mode gives the same gradients as bucket view mode (CPU)",
   REQUIRE(world_size() == 2);
   const ParamLayout L = make_param_layout(vit_config("vit_tiny"));
   const auto B = assign_buckets(L, 4096, 65536);
-  for (Compression c : kAll) {
-    INFO(compression_name(c));
+  for (const std::string& c : kAll) {
+    INFO(c);
     std::vector<float> gv(L.total), gc(L.total);
-    MpiReducer view(L, B, gv.data(), 2, options(c, true, 1));
-    MpiReducer copy(L, B, gc.data(), 2, options(c, false, 1));
+    CpuReducer view(L, B, gv.data(), 2, options(c, true, 1));
+    CpuReducer copy(L, B, gc.data(), 2, options(c, false, 1));
     for (int s = 0; s < 3; ++s) {
       for (size_t i = 0; i < L.total; ++i) gv[i] = gc[i] = (float)rand_normal(31 + world_rank(), s, i);
       step(view, L);
@@ -247,10 +252,28 @@ TEST_CASE("MPI 16-bit sum ops add in fp32 and round", "[mpi][comm_hooks]") {
   std::vector<uint16_t> h(4);
   const float mine[4] = {20000.0f, 1.0f, -2.5f, 0.125f};
   for (int i = 0; i < 4; ++i) h[i] = float_to_fp16(world_rank() == 0 ? mine[i] : 2 * mine[i]);
-  MPI_Allreduce(MPI_IN_PLACE, h.data(), 4, MPI_UINT16_T, ops.op(Compression::Fp16), MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, h.data(), 4, MPI_UINT16_T, ops.op(DType::F16), MPI_COMM_WORLD);
   CHECK(fp16_to_float(h[0]) == 60000.0f);
   CHECK(fp16_to_float(h[1]) == 3.0f);
   CHECK(fp16_to_float(h[2]) == -7.5f);
   CHECK(fp16_to_float(h[3]) == 0.375f);
-  CHECK_THROWS_AS(ops.op(Compression::None), std::invalid_argument);
+  CHECK_THROWS_AS(ops.op(DType::F32), std::invalid_argument);
+}
+
+TEST_CASE("host transport registry: every name constructs and sums", "[mpi][comm_hooks]") {
+  REQUIRE(world_size() == 2);
+  for (const HostTransportEntry& e : host_transport_registry()) {
+    INFO(e.name);
+    const std::unique_ptr<HostTransport> t = make_host_transport(e.name);
+    CHECK(std::string(t->name()) == e.name);
+    CHECK(t->world_size() == 2);
+    // fp32: rank r holds r + 1 and r + 0.25; the sums are 3 and 1.5.
+    std::vector<float> x = {(float)(world_rank() + 1), (float)world_rank() + 0.25f};
+    t->start_sum(x.data(), x.size(), DType::F32)->wait();
+    CHECK(x == std::vector<float>{3.0f, 1.5f});
+    // bf16 bits, blocking: 1 + 2 = 3 exactly.
+    uint16_t h = float_to_bf16((float)(world_rank() + 1));
+    t->sum(&h, 1, DType::BF16);
+    CHECK(bf16_to_float(h) == 3.0f);
+  }
 }

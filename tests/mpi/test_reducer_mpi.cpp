@@ -7,7 +7,7 @@
 #include "model/cpu_vit.h"
 #include "model/init.h"
 #include "model/rng.h"
-#include "mpi/reducer.h"
+#include "mpi/reducer/cpu_reducer.h"
 #include "tests/catch.h"
 #include "tests/mpi_test_util.h"
 #include "tests/test_util.h"
@@ -21,7 +21,7 @@ namespace {
 
 /// Runs one backward of `model` with the reducer hooked in, like the CPU engine does.
 void reduce_backward(CpuViT<float>& model, const std::vector<float>& params, std::vector<float>& grads,
-                     MpiReducer& reducer) {
+                     CpuReducer& reducer) {
   reducer.prepare_for_backward(std::chrono::steady_clock::now());
   model.backward(params.data(), grads.data(), false, [&](const std::vector<size_t>& p) { reducer.mark_ready(p); });
   reducer.finalize();
@@ -39,7 +39,7 @@ TEST_CASE("MPI reducer averages every bucket: rank r holds r+1", "[mpi][reducer]
   std::vector<float> grads(L.total, (float)(world_rank() + 1));
   ReducerOptions ro;
   ro.overlap = overlap;
-  MpiReducer reducer(L, buckets, grads.data(), world_size(), ro);
+  CpuReducer reducer(L, buckets, grads.data(), world_size(), ro);
   reducer.prepare_for_backward(std::chrono::steady_clock::now());
   // Report parameters in gradient-ready order in small groups, as a backward pass would.
   const auto order = L.ready_order();
@@ -76,7 +76,7 @@ TEST_CASE("2 ranks with batch b equal 1 rank with batch 2b (CPU backend)", "[mpi
   CpuViT<float> half(L, b);
   std::vector<float> grads(L.total, 0.0f);
   half.forward(params.data(), images.data() + r * b * img, labels.data() + r * b, b);
-  MpiReducer reducer(L, assign_buckets(L, 1 << 20, 25 << 20), grads.data(), 2, ReducerOptions{});
+  CpuReducer reducer(L, assign_buckets(L, 1 << 20, 25 << 20), grads.data(), 2, ReducerOptions{});
   reduce_backward(half, params, grads, reducer);
   for (const auto& p : L.params) {
     INFO(p.name);

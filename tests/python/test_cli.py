@@ -154,3 +154,28 @@ def test_console_scripts_installed(make_run, tmp_path):
     r = subprocess.run([os.path.join(bindir, "vitddp-report"), "summary", str(tmp_path / "missing.h5")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.strip() == "vitddp-report: error: %s: no such file" % (tmp_path / "missing.h5")
+
+
+def test_timeline_steps_are_vitddp_step_numbers():
+    """--steps takes the step numbers vitddp prints (from 0); a resumed file's index 0 is step
+    resumed_from_step, so steps 4 and 5 of a file resumed at step 4 are its indices 0 and 1."""
+    assert plot.parse_steps("1,2", 5, "a.h5") == [1, 2]
+    assert plot.parse_steps("4-5", 4, "r.h5", first=4) == [0, 1]
+    with pytest.raises(plot.PlotError, match=r"--steps: step 3 is not in r.h5 \(recorded steps 4..7\)"):
+        plot.parse_steps("3", 4, "r.h5", first=4)
+
+
+def test_per_rank_busbw_is_each_ranks_own_figure(make_run):
+    """bandwidth.per_rank_busbw (vitddp's buckets/busbw): each rank's bytes / its own time x 2(n-1)/n;
+    0 where no time was recorded."""
+    from vitddp_tools.bandwidth import per_rank_busbw
+    from vitddp_tools.reader import Run
+    t = np.full((2, 4, 2), 0.001)
+    t[1, :, 0] = 0.002
+    t[0, 0, 1] = 0.0
+    with Run(make_run("p.h5", allreduce_time=t)) as run:
+        bw = per_rank_busbw(run)
+    assert bw.shape == (2, 4, 2)
+    assert bw[0, 1, 0] == pytest.approx(4e6 / 0.001 / 1e9)   # factor 2(2-1)/2 = 1
+    assert bw[1, 1, 0] == pytest.approx(4e6 / 0.002 / 1e9)
+    assert bw[0, 0, 1] == 0.0

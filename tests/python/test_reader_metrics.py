@@ -46,7 +46,10 @@ def test_eval_series(make_run):
     curve = {"step": [5, 10], "accuracy": [0.5, 0.75], "loss": [1.5, 0.9], "samples": [100, 100], "time": [0.2, 0.3]}
     with Run(make_run("e.h5", eval_curve=curve)) as run:
         e = run.eval_series()
-        assert e["step"].tolist() == [5, 10] and e["accuracy"].tolist() == [0.5, 0.75]
+        # A file without step_numbering counted the steps done: the evaluations after steps 4 and 9.
+        assert e["step"].tolist() == [4, 9] and e["accuracy"].tolist() == [0.5, 0.75]
+    with Run(make_run("z.h5", eval_curve=curve, attrs={"step_numbering": "0-based"})) as run:
+        assert run.eval_series()["step"].tolist() == [5, 10]
     with Run(make_run("n.h5")) as run, pytest.raises(ResultsError, match="no evaluation recorded"):
         run.eval_series()
 

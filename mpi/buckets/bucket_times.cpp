@@ -1,0 +1,15 @@
+#include "mpi/buckets/bucket_times.h"
+
+namespace vitddp {
+
+void BucketTimes::resize(size_t n) {
+  start_ms.assign(n, 0.0);
+  end_ms.assign(n, 0.0);
+  bytes_sent.assign(n, 0);
+  compressed.assign(n, 0);
+  compress_ms.assign(n, 0.0);
+  allreduce_ms.assign(n, 0.0);
+  copy_ms.assign(n, 0.0);
+}
+
+}  // namespace vitddp

@@ -1,0 +1,9 @@
+// fp16_compress_hook (PyTorch default_hooks.py): the bucket all-reduced in IEEE binary16.
+#include "mpi/hooks/compress_16bit_hook.h"
+
+namespace vitddp {
+
+/// The registry's factory (mpi/hooks/registry.cpp).
+std::unique_ptr<CommHook> make_fp16_compress_hook(const HookArgs&) { return make_compress_16bit_hook(DType::F16); }
+
+}  // namespace vitddp
