@@ -530,7 +530,7 @@ int finish_run(const Options& o, const World& w, const ParamLayout& layout, Engi
     if (w.rank != 0) return 1;
     std::fprintf(stderr, "[vitddp] error: %s\n", err.c_str());
     try {
-      results->set_attr("stop_reason", "error on rank 0 after step " + std::to_string(steps_done) + " (see the log)");
+      results->set_attr("stop_reason", error_reason(steps_done));
       results->set_attr("steps_completed", (int64_t)steps_done);
       results->close();
     } catch (const std::exception& e) {
