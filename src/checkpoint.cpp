@@ -28,7 +28,7 @@ void write_file(const std::string& tmp, const ParamLayout& layout, const Checkpo
   h5::QuietErrors quiet;
   Handle fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), tmp), H5Pclose);
   H5_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18), tmp);
-  Handle file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), tmp), H5Fclose);
+  h5::WriteFile file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), tmp), tmp);
   const hid_t f = file.get();
   const std::string root = tmp + ":/@";
   h5::write_string_attr(f, root + "format", "format", kFormat);
@@ -71,7 +71,7 @@ void write_file(const std::string& tmp, const ParamLayout& layout, const Checkpo
     h5::write_string_attr(d.get(), where, "description",
                           "data-source batches (micro-batches) each rank consumed in the completed steps");
   }
-  H5_CHECK(H5Fclose(file.release()), tmp);
+  file.close();
 }
 
 // Root attributes named option.<name>, as (name, value).

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <regex>
 #include <utility>
 #include <vector>
 #include <stdexcept>
@@ -15,13 +16,6 @@ namespace vitddp {
 namespace {
 
 namespace fs = std::filesystem;
-
-/// True when `a` and `b` name the same existing file (or are the same string).
-bool same_file(const std::string& a, const std::string& b) {
-  if (a == b) return true;
-  std::error_code ec;
-  return fs::equivalent(a, b, ec);
-}
 
 }  // namespace
 
@@ -51,42 +45,42 @@ ResumePoint read_resume_point(const Options& o, const World& w, const ParamLayou
   return r;
 }
 
-std::string checkpoint_path_problem(const Options& o, int64_t first_step) {
-  if (o.checkpoint_every <= 0) return "";
+std::vector<std::string> checkpoint_files(const Options& o, int64_t first_step) {
+  if (o.checkpoint_every <= 0) return {};
   const std::string& pattern = o.checkpoint_path;
-  if (const std::string e = output_directory_problem("--checkpoint-path", checkpoint_file(pattern, 0)); !e.empty())
-    return e;
-  std::error_code ec;
-  // The files this run will write: every N-th step after first_step, and the last step. (A
-  // signal stop writes one more, at a step not known in advance: it replaces what is there.)
-  std::vector<int64_t> steps;
+  std::vector<std::string> files;
   const int64_t total = o.total_steps(), n = o.checkpoint_every;
   const bool per_step = checkpoint_file(pattern, 0) != checkpoint_file(pattern, 1);
-  for (int64_t s = (first_step / n + 1) * n; s <= total && steps.size() < 100000; s += n) {
-    steps.push_back(s);
-    if (!per_step) break;
+  for (int64_t s = (first_step / n + 1) * n; s <= total && files.size() < 100000; s += n) {
+    files.push_back(checkpoint_file(pattern, s));
+    if (!per_step) return files;
   }
-  steps.push_back(total);
-  // A checkpoint renamed over the results file (open for writing), the weights file or the trace
-  // would destroy them: refused even with --overwrite.
-  auto same_path = [&ec](const std::string& a, const std::string& b) {
-    return !a.empty() && !b.empty() &&
-           fs::absolute(a, ec).lexically_normal() == fs::absolute(b, ec).lexically_normal();
-  };
-  for (int64_t s : steps) {
-    const std::string f = checkpoint_file(pattern, s);
-    for (const auto& [opt, other] : {std::pair<const char*, const std::string*>{"--out", &o.out},
-                                     {"--save-weights", &o.save_weights}, {"--trace", &o.trace}})
-      if (same_path(f, *other))
-        return "--checkpoint-path: '" + f + "' is also the " + opt + " file; give the checkpoints their own path";
+  if (files.empty() || per_step) files.push_back(checkpoint_file(pattern, total));
+  if (files.size() > 1 && files.back() == files[files.size() - 2]) files.pop_back();
+  return files;
+}
+
+int64_t checkpoint_step_of(const std::string& pattern, const std::string& path) {
+  const std::string key = "{step}";
+  if (pattern.find(key) == std::string::npos || output_directory(pattern).string().find(key) != std::string::npos)
+    return -1;
+  // The resolved pattern as a regular expression: every {step} a run of digits (the same number).
+  const std::string resolved = resolved_path(pattern).string();
+  std::string re;
+  for (size_t i = 0; i < resolved.size();) {
+    if (resolved.compare(i, key.size(), key) == 0) {
+      re += "([0-9]+)";
+      i += key.size();
+      continue;
+    }
+    if (std::string("\\^$.|?*+()[]{}").find(resolved[i]) != std::string::npos) re += '\\';
+    re += resolved[i++];
   }
-  if (o.overwrite) return "";
-  for (int64_t s : steps) {
-    const std::string f = checkpoint_file(pattern, s);
-    if (fs::exists(fs::symlink_status(f, ec)) && !(!o.resume.empty() && same_file(f, o.resume)))
-      return "--checkpoint-path: '" + f + "' exists (use --overwrite to replace it)";
-  }
-  return "";
+  std::smatch m;
+  const std::string target = resolved_path(path).string();
+  if (!std::regex_match(target, m, std::regex(re)) || m[1].length() > 18) return -1;
+  const int64_t step = std::stoll(m[1].str());
+  return checkpoint_file(resolved, step) == target ? step : -1;
 }
 
 Checkpointer::Checkpointer(const Options& o, const World& w, const ParamLayout& layout, std::string git_commit)

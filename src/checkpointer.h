@@ -26,11 +26,18 @@ struct ResumePoint {
 /// Local work only (no collective): the caller agrees on the outcome with all_ranks_ok.
 ResumePoint read_resume_point(const Options& o, const World& w, const ParamLayout& layout);
 
-/// "" or why --checkpoint-path cannot be used: its directory is missing, or a file this run would
-/// write exists already (unless --overwrite, or it is the --resume file, which the run continues).
-/// `first_step` is the step the run starts from (0, or the checkpoint's step). Local file-system
-/// checks only; call on rank 0 and agree.
-std::string checkpoint_path_problem(const Options& o, int64_t first_step);
+/// The files a run with options `o` starting at step `first_step` (0, or the checkpoint's step)
+/// writes checkpoints to: checkpoint_file(--checkpoint-path, s) for every --checkpoint-every-th
+/// step s after first_step (at most 100000) and the last step; one file when the pattern has no
+/// {step}; none without --checkpoint-every. (A signal stop writes one more, at a step not known
+/// in advance.) The start-up checks (output_paths_problem) check each.
+std::vector<std::string> checkpoint_files(const Options& o, int64_t first_step);
+
+/// The step s at which checkpoint_file(`pattern`, s) is the file `path` names (both resolved with
+/// resolved_path: symbolic links followed), or -1 when there is none or `pattern` has no {step}
+/// in its file name. E.g. ("ck-{step}.h5", "./ck-7.h5") -> 7. The start-up checks use it for the
+/// checkpoint a signal stop writes at a step not known in advance.
+int64_t checkpoint_step_of(const std::string& pattern, const std::string& path);
 
 /// When and where a run writes checkpoints (--checkpoint-every, --checkpoint-path), and writing
 /// them. One per run, on every rank.

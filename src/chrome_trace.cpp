@@ -1,12 +1,17 @@
 #include "src/chrome_trace.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
+#include <cstring>
 #include <map>
 #include <numeric>
+#include <sstream>
 #include <stdexcept>
 #include <utility>
 
@@ -94,7 +99,7 @@ void ChromeTrace::add_step(int rank, int step, const StepRecord& r) {
     add_span(rank, Comm, "all-reduce bucket " + std::to_string(b), start + t.start_ms[b], start + t.end_ms[b]);
 }
 
-void ChromeTrace::write(const std::string& path, int world_size, const std::vector<double>& offsets_ms) const {
+std::string ChromeTrace::json(int world_size, const std::vector<double>& offsets_ms) const {
   // Absolute times: the rank's offset added; then shifted so that none is negative.
   std::vector<int64_t> ts(events_.size());
   int64_t earliest = 0;
@@ -124,10 +129,8 @@ void ChromeTrace::write(const std::string& path, int world_size, const std::vect
     tid[i] = kLaneStride * (int)events_[i].thread + (int)lane;
   }
 
-  const std::string tmp = path + ".tmp";
+  std::ostringstream f;
   {
-    std::ofstream f(tmp);
-    if (!f) throw std::runtime_error("--trace: cannot write '" + tmp + "'");
     f << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"clock\":\"microseconds since the earliest rank's start "
          "(CLOCK_REALTIME after MPI_Barrier, MPI_Allreduce MIN); each rank's steps placed at its first step's "
          "host start\"},\"traceEvents\":[\n";
@@ -161,9 +164,35 @@ void ChromeTrace::write(const std::string& path, int world_size, const std::vect
         << ",\"ts\":" << us_text(ts[i]) << ",\"dur\":" << us_text(e.dur_ns) << "}";
     }
     f << "\n]}\n";
-    if (!f) throw std::runtime_error("--trace: write to '" + tmp + "' failed");
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("--trace: cannot rename '" + tmp + "' to '" + path + "'");
+  return f.str();
+}
+
+void ChromeTrace::write(const std::string& path, int world_size, const std::vector<double>& offsets_ms) const {
+  const std::string text = json(world_size, offsets_ms);
+  const std::string tmp = path + ".tmp";
+  // POSIX calls, so that every failure has its errno; the .tmp is removed on any of them.
+  auto fail = [&tmp](const std::string& what, int fd) {
+    const int e = errno;
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("--trace: " + what + " '" + tmp + "': " + std::strerror(e));
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot create", -1);
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("cannot write", fd);
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("cannot write", fd);
+  if (::close(fd) != 0) fail("cannot write", -1);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("--trace: cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(e));
+  }
 }
 
 }  // namespace vitddp

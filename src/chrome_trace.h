@@ -65,11 +65,16 @@ class ChromeTrace {
   /// (data_wait_ms) on the host-data stream, ending at the step start; "all-reduce bucket <b>"
   /// (buckets.start_ms to end_ms) on the comm stream for every bucket of r.buckets.
   void add_step(int rank, int step, const StepRecord& r);
-  /// Writes the JSON to `path` (through path + ".tmp" and rename, so a partial file never appears
-  /// under the final name). `offsets_ms[r]` (TraceClock::offsets_ms; missing entries 0) is added
-  /// to rank r's events; should an event still start before 0, every event is shifted so that the
-  /// earliest starts at 0. Metadata: process_name "rank r", thread_name per track, sort indices.
-  /// Throws std::runtime_error naming the path on I/O failure.
+  /// The trace as JSON text: metadata (process_name "rank r", thread_name per track, sort
+  /// indices), then every event. `offsets_ms[r]` (TraceClock::offsets_ms; missing entries 0) is
+  /// added to rank r's events; should an event still start before 0, every event is shifted so
+  /// that the earliest starts at 0.
+  std::string json(int world_size, const std::vector<double>& offsets_ms = {}) const;
+  /// Writes json() to `path` + ".tmp" (write(2), fsync(2)), then renames it to `path`, so a
+  /// partial file never appears under the final name. On any failure the .tmp is removed and
+  /// std::runtime_error thrown, one line naming the file and the reason (strerror), e.g.
+  /// "--trace: cannot write 'run.json.tmp': No space left on device". The start-up checks
+  /// (output_paths_problem) decide whether `path` may be replaced.
   void write(const std::string& path, int world_size, const std::vector<double>& offsets_ms = {}) const;
   size_t size() const { return events_.size(); }
 

@@ -297,6 +297,8 @@ IdxDataset read_idx_dataset(const std::string& dir, const std::string& split) {
   IdxDataset d;
   const std::string images_path = find_idx_file(dir, split + "-images-idx3-ubyte");
   const std::string labels_path = find_idx_file(dir, split + "-labels-idx1-ubyte");
+  d.images_path = images_path;
+  d.labels_path = labels_path;
   {
     GzFile f(images_path);
     unsigned char h[16];
@@ -328,6 +330,14 @@ IdxDataset read_idx_dataset(const std::string& dir, const std::string& split) {
     f.expect_end();
   }
   return d;
+}
+
+std::string label_problem(const IdxDataset& d, int num_classes) {
+  for (size_t i = 0; i < d.labels.size(); ++i)
+    if (d.labels[i] >= num_classes)
+      return "label " + std::to_string(d.labels[i]) + " of sample " + std::to_string(i) + " in '" + d.labels_path +
+             "' does not fit the model's " + std::to_string(num_classes) + " classes (set --num-classes)";
+  return "";
 }
 
 // ---------------------------------------------------------------- bilinear resize

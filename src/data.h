@@ -179,6 +179,8 @@ struct IdxDataset {
   int cols = 0;
   std::vector<uint8_t> pixels;  ///< [count, rows, cols], 0..255
   std::vector<uint8_t> labels;  ///< [count]
+  std::string images_path;      ///< the files read (read_idx_dataset), for messages and the output checks
+  std::string labels_path;
 };
 
 /// Reads DIR/<split>-images-idx3-ubyte and DIR/<split>-labels-idx1-ubyte (split "train" or
@@ -188,6 +190,11 @@ struct IdxDataset {
 /// announces. Throws std::runtime_error naming the directory or file and the problem on any
 /// failure (missing directory or file, bad magic, mismatch, truncated file, trailing bytes).
 IdxDataset read_idx_dataset(const std::string& dir, const std::string& split);
+
+/// "" when every label of `d` is below `num_classes`, else, for the first one that is not:
+/// "label L of sample I in 'LABELS_PATH' does not fit the model's N classes (set --num-classes)"
+/// (I: 0-based index of the sample in the file).
+std::string label_problem(const IdxDataset& d, int num_classes);
 
 /// Bilinear resize of one single-channel image, [in_h, in_w] -> [out_h, out_w], as
 /// torch.nn.functional.interpolate(mode="bilinear", align_corners=False) (no antialias).

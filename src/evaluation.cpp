@@ -90,11 +90,8 @@ std::shared_ptr<const IdxDataset> load_eval_data(const Options& o, std::shared_p
       throw std::runtime_error("--eval-split " + to_string(o.eval_split) + ": " + e.what());
     }
   }
-  for (uint8_t label : split->labels)
-    if (label >= num_classes)
-      throw std::runtime_error("--eval-split " + to_string(o.eval_split) + ": label " + std::to_string(label) +
-                               " does not fit the model's " + std::to_string(num_classes) +
-                               " classes (set --num-classes)");
+  if (const std::string e = label_problem(*split, num_classes); !e.empty())
+    throw std::runtime_error("--eval-split " + to_string(o.eval_split) + ": " + e);
   return split;
 }
 

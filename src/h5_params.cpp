@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -101,6 +102,13 @@ void read_param_group(hid_t file, const std::string& path, const std::string& gr
     const std::string dset = gpath + "/" + p.name;
     read_checked(file, path, dset, layout.cfg.name + " parameter '" + p.name + "' (dataset " + dset + ")", p.shape,
                  Elem::f32, flat + p.offset);
+    size_t n = 1;
+    for (int64_t d : p.shape) n *= static_cast<size_t>(d);
+    const float* first = flat + p.offset;
+    const float* bad = std::find_if(first, first + n, [](float v) { return !std::isfinite(v); });
+    if (bad != first + n)
+      fail(path, "dataset " + dset + " holds " + (std::isnan(*bad) ? "NaN" : "Inf") + " (element " +
+                     std::to_string(bad - first) + " of " + std::to_string(n) + ")");
   }
   Handle g(H5_CHECK(H5Gopen2(file, gpath.c_str(), H5P_DEFAULT), path + ":" + gpath), H5Gclose);
   H5G_info_t info;

@@ -53,7 +53,8 @@ void read_checked(hid_t file, const std::string& path, const std::string& dset, 
 /// Reads group `group` ("params", "optimizer/exp_avg", ...) holding one float32 dataset per
 /// parameter of `layout` (torchvision name and shape) into flat buffer `flat` (layout.total floats,
 /// padding set to 0), strictly as torch's load_state_dict(strict=True): none missing, none extra,
-/// each exactly its shape and float32. Fails naming the file, group and parameter.
+/// each exactly its shape and float32, and every element finite (a NaN or Inf fails naming the
+/// dataset and the element's index). Fails naming the file, group and parameter.
 void read_param_group(hid_t file, const std::string& path, const std::string& group, const ParamLayout& layout,
                       float* flat);
 

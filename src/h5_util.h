@@ -4,6 +4,7 @@
 #pragma once
 #include <hdf5.h>
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -17,15 +18,59 @@ namespace h5 {
 /// would clear the stack.
 std::string error_text();
 
+/// The errno of the file read or write that made the last HDF5 call fail (HDF5's POSIX driver
+/// records it in its error stack), 0 when the failure was not one. Call before any other HDF5 call.
+int error_errno();
+
+/// Process-wide HDF5 settings of the binary; call before any other HDF5 call (first thing in a
+/// run). (1) HDF5 does not print its error stack to stderr (H5Eset_auto2(H5E_DEFAULT, nullptr,
+/// nullptr)): failures reach the user as one-line exceptions (check() below), also from calls
+/// outside a QuietErrors scope. (2) HDF5 does not close what is still open at exit
+/// (H5dont_atexit): every file is closed by its owner, and one whose close failed on a full disk
+/// (HDF5 1.10 keeps it half-closed) would crash the library's shutdown (SIGSEGV in H5F__close_cb).
+void prepare_library();
+
+/// Points the file descriptor of `file` (an HDF5 file id of the default POSIX driver) at an empty
+/// in-memory file (memfd_create): whatever HDF5 writes to it afterwards (at the close of its
+/// datasets and of the file) succeeds and is lost; the file on disk keeps what was written before.
+/// For the failure path of a writer only. Errors are ignored.
+void discard_further_writes(hid_t file);
+
+/// Closes `file` (an HDF5 file id of the default POSIX driver, open for writing) after a failure,
+/// without writing anything more to it (discard_further_writes, then H5Fclose), so HDF5 releases
+/// every resource of the file even on a full disk; what was written before stays as it was. Errors are ignored and the error stack cleared.
+void close_discarding(hid_t file);
+
+/// A file open for writing whose failure path releases it cleanly: close() flushes and closes it
+/// (checked: throws std::runtime_error naming the path), the destructor of a file not closed
+/// (an exception on the way) discards it with close_discarding.
+class WriteFile {
+ public:
+  WriteFile(hid_t id, std::string path) : id_(id), path_(std::move(path)) {}
+  ~WriteFile();
+  WriteFile(const WriteFile&) = delete;
+  WriteFile& operator=(const WriteFile&) = delete;
+  hid_t get() const { return id_; }
+  void close();
+
+ private:
+  hid_t id_;
+  std::string path_;
+};
+
 /// The current UTC time in ISO 8601, e.g. "2026-11-30T04:51:22Z": the timestamp attributes of the
 /// results, weights and checkpoint files.
 std::string utc_now_iso8601();
 
 /// Returns `result`, or throws std::runtime_error naming `call`, `file`:`line`, `object` (the HDF5
 /// object or file the call was about) and error_text() when `result` is negative (HDF5's failure
-/// convention for herr_t, hid_t and htri_t).
+/// convention for herr_t, hid_t and htri_t). When the file system failed (error_errno() != 0, e.g. a
+/// full disk) the one line is "'<object>': <strerror> (HDF5 call <call> at <file>:<line>)".
 template <class T>
 T check(T result, const char* call, const std::string& object, const char* file, int line) {
+  if (result < 0 && error_errno() != 0)  // the file system failed: its reason first, on one line
+    throw std::runtime_error("'" + object + "': " + std::strerror(error_errno()) + " (HDF5 call " +
+                             call + " at " + file + ":" + std::to_string(line) + ")");
   if (result < 0)
     throw std::runtime_error("HDF5 call failed at " + std::string(file) + ":" + std::to_string(line) + ": " + call +
                              " on '" + object + "': " + error_text());

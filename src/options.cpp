@@ -292,7 +292,7 @@ const std::vector<Spec>& table() {
        set_path("out", &Options::out), [](const Options& o) { return o.out; }},
       {"trace", "FILE.json", Group::Outputs, "also write the timeline as a Chrome trace-event file (a process per rank, a thread per stream) for Perfetto",
        set_path("trace", &Options::trace), [](const Options& o) { return o.trace; }},
-      {"overwrite", nullptr, Group::Outputs, "allow replacing an existing results file, --save-weights file or --trace file",
+      {"overwrite", nullptr, Group::Outputs, "allow replacing existing outputs (--out, --trace, --save-weights, checkpoints); never an input",
        [](Options& o, const std::string&) { o.overwrite = true; },
        [](const Options& o) { return true_false(o.overwrite); }},
       {"progress-every", "N|auto", Group::Outputs, "rank 0 prints a progress line every N steps and after the last; auto: after the first, about every 5 s and after the last",

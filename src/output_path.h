@@ -1,8 +1,11 @@
-// Checks on where an output file will go, made before training so that a long run does not fail
-// at its end (results file, checkpoints, --save-weights, --trace).
+// Checks on where output files will go, made at start-up on every rank before any work, so that a
+// long run neither fails at its end nor destroys a file: the results file (--out), checkpoints
+// (--checkpoint-path, every file of its {step} pattern), --save-weights and --trace, against each
+// other and against every input of the run.
 #pragma once
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace vitddp {
 
@@ -15,5 +18,45 @@ std::filesystem::path output_directory(const std::string& path);
 /// bits). The message starts with `what` (an option name such as "--trace") and names the directory:
 /// "<what>: directory 'D' does not exist" / "... is not a directory" / "... is not writable (reason)".
 std::string output_directory_problem(const std::string& what, const std::string& path);
+
+/// The file a path names, for comparing paths: realpath(3) of its directory joined with its file
+/// name, and, when that is a symbolic link to an existing file, the link's target resolved the same
+/// way (std::filesystem::canonical). A path whose directory does not exist is made absolute and
+/// lexically normal instead. Never throws.
+std::filesystem::path resolved_path(const std::string& path);
+
+/// One file a run writes.
+struct OutputFile {
+  std::string option;  ///< the option that names it, e.g. "--trace": starts every message
+  std::string path;    ///< as given
+  /// A checkpoint: it may be the --resume file, which the run continues (then neither "is an
+  /// input" nor "exists" applies).
+  bool may_replace_resume = false;
+};
+
+/// One file a run reads.
+struct InputFile {
+  std::string option;  ///< e.g. "--init-from", "--resume", "--data"
+  std::string path;
+};
+
+/// The first problem with `outputs` (checked in their order; "" when there is none), from this
+/// table of rules, each applied to every output before the next rule:
+///   1. directory:     output_directory_problem: missing, not a directory, not writable;
+///   2. dangling link: "<opt>: '<p>' is a symbolic link to a missing file";
+///   3. not a file:    "<opt>: '<p>' is a directory; give the path of a file to write" /
+///                     "<opt>: '<p>' is not a regular file (a FIFO | a character device | a block
+///                     device | a socket)";
+///   4. an input:      "<opt>: '<p>' is the <input opt> file, an input of this run: it is never
+///                     overwritten, not even with --overwrite" (resolved paths equal; a checkpoint
+///                     may be the --resume file);
+///   5. two outputs:   "<opt>: '<p>' is also the <other opt> file; give each output its own path"
+///                     (the later output in `outputs` is named first);
+///   6. exists:        "<opt>: '<p>' exists (use --overwrite to replace it)" unless `overwrite`
+///                     (or a checkpoint that is the --resume file).
+/// Paths are compared as resolved_path gives them (symbolic links followed). Inputs with an
+/// empty path are ignored, so are outputs with an empty path. Local file-system checks only.
+std::string output_paths_problem(const std::vector<OutputFile>& outputs, const std::vector<InputFile>& inputs,
+                                 bool overwrite);
 
 }  // namespace vitddp

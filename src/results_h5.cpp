@@ -14,7 +14,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <exception>
 #include <functional>
 #include <stdexcept>
 #include <utility>
@@ -111,6 +113,7 @@ ResultsFile::~ResultsFile() {
   try {
     close();
   } catch (const std::exception& e) {
+    if (std::uncaught_exceptions() > 0) return;  // unwinding: the error in flight is the one reported
     std::fprintf(stderr, "ResultsFile: closing '%s' failed: %s\n", path_.c_str(), e.what());
   }
 }
@@ -396,6 +399,14 @@ void ResultsFile::close() {
   if (file_ < 0) return;
   QuietH5Errors quiet;
   std::string first_error;
+  // Everything to disk first. When that fails (a full disk), the rest of HDF5's writes are
+  // discarded so that the datasets and the file are released cleanly; the file keeps what the
+  // last successful flush wrote.
+  if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) {
+    const int e = h5::error_errno();
+    first_error = "cannot write '" + path_ + "': " + (e ? std::string(std::strerror(e)) : h5::error_text());
+    h5::discard_further_writes(file_);
+  }
   for (auto& [name, s] : series_) {
     if (s.dataset >= 0 && H5Dclose(s.dataset) < 0 && first_error.empty())
       first_error = "H5Dclose on '" + path_ + ":" + name + "': " + h5::error_text();
@@ -404,7 +415,7 @@ void ResultsFile::close() {
   series_.clear();
   const hid_t file = std::exchange(file_, -1);
   if (H5Fclose(file) < 0 && first_error.empty()) first_error = "H5Fclose on '" + path_ + "': " + h5::error_text();
-  if (!first_error.empty()) throw std::runtime_error("ResultsFile::close: " + first_error);
+  if (!first_error.empty()) throw std::runtime_error(first_error.rfind("cannot write", 0) == 0 ? first_error : "ResultsFile::close: " + first_error);
 }
 
 }  // namespace vitddp

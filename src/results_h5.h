@@ -19,7 +19,8 @@ enum class H5Dtype {
 
 /// One open results file. Every HDF5 call is checked; a failure throws std::runtime_error naming
 /// the source file and line, the HDF5 object (dataset / attribute name, path) and HDF5's own error
-/// description. Move-only; the destructor closes the file (errors there are printed, not thrown).
+/// description. Move-only; the destructor closes the file (errors there are printed, not thrown;
+/// not printed while an exception unwinds the stack, which reports the failure itself).
 ///
 /// Crash behaviour: writes go straight to the final path (no temporary file), so a run that is
 /// killed keeps everything up to its last flush(). Written with the HDF5 1.8 file format
@@ -104,7 +105,11 @@ class ResultsFile {
   /// returns, a crash keeps everything written so far.
   void flush();
 
-  /// Closes every dataset and the file. Idempotent. Throws std::runtime_error on HDF5 failure.
+  /// Flushes, then closes every dataset and the file. Idempotent. When the flush fails (a full
+  /// disk, an I/O error) the rest of HDF5's writes are discarded (h5::discard_further_writes) so
+  /// that everything is released cleanly, and std::runtime_error("cannot write '<path>':
+  /// <strerror>") is thrown: the file keeps what the last successful flush() wrote. Throws
+  /// std::runtime_error on any other HDF5 failure.
   void close();
 
   /// True until close() (false for a moved-from object).

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 namespace vitddp {
 namespace {
@@ -15,6 +16,12 @@ sigset_t guarded_signals() {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGUSR2);  // used only to wake the signal thread at shutdown
   return set;
+}
+/// `s` as it was given on the command line: the shortest of %g's forms ("0.001", "1800", "2.5").
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.15g", s);
+  return buf;
 }
 }  // namespace
 
@@ -79,7 +86,7 @@ void RunGuard::watchdog_loop() {
     }
     if (!error.empty() || idle > timeout_s_) {
       if (error.empty())
-        error = "step " + std::to_string(last_step_ + 1) + " did not finish within " + std::to_string((int)timeout_s_) +
+        error = "step " + std::to_string(last_step_ + 1) + " did not finish within " + seconds_text(timeout_s_) +
                 " s (--step-timeout): a rank died or hangs, or a step takes longer than that (raise --step-timeout)";
       std::fprintf(stderr, "[vitddp rank %d] error: %s; exiting (the results file holds every step flushed so far)\n",
                    rank_, error.c_str());

@@ -445,8 +445,8 @@ std::string format_gbps(double gbps) {
   return buf;
 }
 
-/// Rank 0, after a run whose timed window ran whole: the /summary timing results, the Chrome
-/// trace, the console summary; closes the file.
+/// Rank 0, after a run whose timed window ran whole: the /summary timing results, the console
+/// summary (with the line of the Chrome trace, written by write_whole_files); closes the file.
 void write_timing_summary(ResultsFile& f, const Options& o, const World& w, const ParamLayout& layout, const Run& run) {
   const TimedWindow& win = run.window();
   const double sps = win.count() / win.seconds();
@@ -476,10 +476,8 @@ void write_timing_summary(ResultsFile& f, const Options& o, const World& w, cons
                     "median over the timed steps of the step's bus bandwidth: rank 0's bytes_sent / the ranks' mean "
                     "allreduce_time over the buckets / 1e9 x 2(n-1)/n (nccl-tests)");
   f.close();
-  if (!o.trace.empty()) {
-    run.trace().write(o.trace, w.world_size, run.trace_offsets_ms());
+  if (!o.trace.empty())  // written by write_whole_files
     std::printf("[vitddp] Chrome trace (%zu events) written to %s\n", run.trace().size(), o.trace.c_str());
-  }
   std::printf("[vitddp] timed window: %d step%s in %.3f s: %.2f steps/s per rank, %.1f images/s per rank, "
               "%.1f images/s total, %.4g TFLOP/s per rank; median step %.1f ms (min %.1f, p90 %.1f, max %.1f, cv %.3f)%s\n",
               win.count(), win.count() == 1 ? "" : "s", win.seconds(), sps, img_rank, img_rank * w.world_size, tflops,
@@ -490,17 +488,55 @@ void write_timing_summary(ResultsFile& f, const Options& o, const World& w, cons
                 win.buckets());
 }
 
-/// The end of a run, on every rank: --save-weights (rank 0), the ranks' NCCL transports; rank 0
-/// records how the run ended and its summary, closes the file and prints where it went. Returns
-/// the exit code.
+/// Collective, at the end of a run: rank 0 writes the whole-file outputs, --save-weights and (after
+/// a complete timed window) the --trace, each through its .tmp. Returns "" on every rank, or on
+/// every rank the error of the writer that failed (one line naming the file and the reason).
+std::string write_whole_files(const Options& o, const World& w, const ParamLayout& layout, Engine& engine,
+                              const Run& run) {
+  const int steps_done = run.steps_done();
+  std::string error;
+  if (w.rank == 0) {
+    try {
+      if (!o.save_weights.empty()) {
+        // All replicas are identical (same start, same averaged gradients): rank 0's are the model's.
+        try {
+          save_weights(o.save_weights, layout, engine.parameters().data(), o.overwrite);
+        } catch (const std::exception& e) {  // one line starting with the option
+          const std::string m = e.what(), own = "save_weights: ";
+          throw std::runtime_error("--save-weights: " + (m.rfind(own, 0) == 0 ? m.substr(own.size()) : m));
+        }
+        std::printf("[vitddp] weights after %d step%s written to %s\n", steps_done, steps_done == 1 ? "" : "s",
+                    o.save_weights.c_str());
+      }
+      if (!o.trace.empty() && run.window().complete(steps_done))
+        run.trace().write(o.trace, w.world_size, run.trace_offsets_ms());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (all_ranks_ok(error.empty())) return "";
+  return error.empty() ? "writing an output failed on rank 0" : error;
+}
+
+/// The end of a run, on every rank: --save-weights and --trace (rank 0, write_whole_files; when
+/// one fails every rank returns 1 and rank 0 marks the results file), the ranks' NCCL
+/// transports; rank 0 records how the run ended and its summary, closes the file and prints where
+/// it went. Returns the exit code.
 int finish_run(const Options& o, const World& w, const ParamLayout& layout, Engine& engine, const Run& run,
                ResultsFile* results) {
   const int steps_done = run.steps_done(), total = o.total_steps();
-  if (!o.save_weights.empty() && w.rank == 0) {
-    // All replicas are identical (same start, same averaged gradients): rank 0's are the model's.
-    save_weights(o.save_weights, layout, engine.parameters().data(), o.overwrite);
-    std::printf("[vitddp] weights after %d step%s written to %s\n", steps_done, steps_done == 1 ? "" : "s",
-                o.save_weights.c_str());
+  if (const std::string err = write_whole_files(o, w, layout, engine, run); !err.empty()) {
+    // Every rank ends with exit code 1; the results file keeps its rows and says why.
+    if (w.rank != 0) return 1;
+    std::fprintf(stderr, "[vitddp] error: %s\n", err.c_str());
+    try {
+      results->set_attr("stop_reason", error_reason(steps_done));
+      results->set_attr("steps_completed", (int64_t)steps_done);
+      results->close();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[vitddp] error: %s\n", e.what());
+    }
+    return 1;
   }
   const auto transports = gather_strings(engine.nccl_transport(), w);
   const StopControl& stop = run.stop();
@@ -553,6 +589,7 @@ void write_start(const Options& o, const World& w, const ParamLayout& layout, co
 }  // namespace
 
 int run_training(const Options& o, const World& w, const std::string& cmd) {
+  h5::prepare_library();  // HDF5 failures as one-line exceptions, no shutdown crash after one (src/h5_util.h)
   const ParamLayout layout = make_param_layout(vit_config(o.model, o.num_classes));
   const std::vector<Bucket> buckets = assign_buckets(layout, (size_t)(o.first_bucket_mb * 1048576.0),
                                                      (size_t)(o.bucket_cap_mb * 1048576.0));

@@ -46,7 +46,7 @@ void write_weights_file(const std::string& tmp, const ParamLayout& layout, const
   Handle fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), tmp), H5Pclose);
   // HDF5 1.8 file format: readable by every h5py / HDF5 >= 1.8, no file-consistency flags.
   H5_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18), tmp);
-  Handle file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), tmp), H5Fclose);
+  h5::WriteFile file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), tmp), tmp);
   write_string_attr(file.get(), tmp + ":/@format", "format", kFormat);
   write_int_attr(file.get(), tmp + ":/@format_version", "format_version", kFormatVersion);
   write_string_attr(file.get(), tmp + ":/@model", "model", layout.cfg.name);
@@ -54,7 +54,7 @@ void write_weights_file(const std::string& tmp, const ParamLayout& layout, const
   write_int_attr(file.get(), tmp + ":/@parameter_count", "parameter_count",
                  static_cast<int64_t>(layout.parameter_count()));
   h5::write_param_group(file.get(), tmp, "params", layout, host_params);
-  H5_CHECK(H5Fclose(file.release()), tmp);
+  file.close();
 }
 
 }  // namespace

@@ -37,7 +37,8 @@ void save_weights(const std::string& path, const ParamLayout& layout, const floa
 /// shape and stored as 32-bit floats, and /params must hold nothing else.
 /// Throws std::runtime_error whose message names the file and, where one is at fault, the
 /// parameter: file missing or not an HDF5 file, no /params group, a missing parameter, a shape
-/// mismatch (both shapes printed), a wrong element type, unexpected datasets in /params.
+/// mismatch (both shapes printed), a wrong element type, unexpected datasets in /params, a tensor
+/// holding NaN or Inf ("HDF5 file 'w.h5': dataset /params/<name> holds NaN (element i of n)").
 void load_weights(const std::string& path, const ParamLayout& layout, float* host_params);
 
 /// The forward half of a file written by tests/reference/torch_twin.py (torchvision's model run by

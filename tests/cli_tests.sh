@@ -193,7 +193,7 @@ expect_error "existing --save-weights file" "--save-weights:" --model vit_micro 
 
 # The existing file is refused and left untouched.
 sum_before=$(md5sum "$TMP/run.h5" | cut -d' ' -f1)
-expect_error "existing results file" "refusing to overwrite existing file" --model vit_micro --out "$TMP/run.h5"
+expect_error "existing results file" "--out: '$TMP/run.h5' exists (use --overwrite to replace it)" --model vit_micro --out "$TMP/run.h5"
 sum_after=$(md5sum "$TMP/run.h5" | cut -d' ' -f1)
 if [ "$sum_before" = "$sum_after" ]; then ok "existing file untouched"; else bad "existing file was modified"; fi
 mkdir -p "$TMP/outdir"

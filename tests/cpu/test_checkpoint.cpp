@@ -12,6 +12,7 @@
 #include "model/param_layout.h"
 #include "model/vit_config.h"
 #include "src/checkpoint.h"
+#include "src/checkpointer.h"
 #include "src/data.h"
 #include "src/engine.h"
 #include "src/optimizer.h"
@@ -264,4 +265,37 @@ TEST_CASE("CPU engine restored from a checkpoint continues bit for bit (SGD mome
     for (int i = 0; i < 4; ++i) CHECK(rest[i] == all[4 + i]);  // bitwise
     CHECK(second->parameters() == whole->parameters());
   }
+}
+
+TEST_CASE("checkpoint_files: every --checkpoint-every-th step after the start and the last, once per name", "[checkpoint]") {
+  Options o;
+  o.warmup_steps = 1;
+  o.steps = 6;
+  o.cooldown_steps = 0;  // 7 steps in all
+  CHECK(checkpoint_files(o, 0).empty());  // no --checkpoint-every
+  o.checkpoint_every = 3;
+  o.checkpoint_path = "c-{step}.h5";
+  CHECK(checkpoint_files(o, 0) == std::vector<std::string>{"c-3.h5", "c-6.h5", "c-7.h5"});
+  CHECK(checkpoint_files(o, 3) == std::vector<std::string>{"c-6.h5", "c-7.h5"});
+  CHECK(checkpoint_files(o, 6) == std::vector<std::string>{"c-7.h5"});
+  o.steps = 5;  // 6 steps: the last is a multiple
+  CHECK(checkpoint_files(o, 0) == std::vector<std::string>{"c-3.h5", "c-6.h5"});
+  o.checkpoint_path = "c.h5";
+  CHECK(checkpoint_files(o, 0) == std::vector<std::string>{"c.h5"});
+}
+
+TEST_CASE("checkpoint_step_of: the step whose checkpoint file a path names, through links and spellings", "[checkpoint]") {
+  vitddp_test::TempDir dir("vitddp_ckstep_");
+  const std::string pattern = dir.file("ck-{step}.h5");
+  CHECK(checkpoint_step_of(pattern, dir.file("ck-7.h5")) == 7);
+  CHECK(checkpoint_step_of(pattern, dir.file("./ck-12.h5")) == 12);
+  CHECK(checkpoint_step_of(pattern, dir.file("ck-07.h5")) == -1);  // checkpoint_file never pads
+  CHECK(checkpoint_step_of(pattern, dir.file("ck-x.h5")) == -1);
+  CHECK(checkpoint_step_of(pattern, dir.file("other-7.h5")) == -1);
+  CHECK(checkpoint_step_of(dir.file("ck.h5"), dir.file("ck.h5")) == -1);  // no {step}
+  std::ofstream(dir.file("ck-3.h5")) << "x";
+  std::filesystem::create_symlink(dir.file("ck-3.h5"), dir.file("alias.h5"));
+  CHECK(checkpoint_step_of(pattern, dir.file("alias.h5")) == 3);
+  CHECK(checkpoint_step_of(dir.file("a.b+{step}.h5"), dir.file("a.b+5.h5")) == 5);  // regex characters are literal
+  CHECK(checkpoint_step_of(dir.file("a.b+{step}.h5"), dir.file("aXb+5.h5")) == -1);
 }

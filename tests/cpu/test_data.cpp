@@ -557,3 +557,13 @@ TEST_CASE("Fashion-MNIST from /usr/share/datasets loads 60000 + 10000 samples of
   for (int n = 0; n < 8; ++n) CHECK(b.labels[n] < 10);
   CHECK_THROWS_AS(make_host_source(parse_data_option("device"), shape, 1, 0, 1, buf.slots()), std::invalid_argument);
 }
+
+TEST_CASE("label_problem names the first label that does not fit, its sample and the file", "[data]") {
+  IdxDataset d;
+  d.count = 4;
+  d.labels = {0, 4, 9, 12};
+  d.labels_path = "/data/train-labels-idx1-ubyte";
+  CHECK(label_problem(d, 13).empty());
+  CHECK(label_problem(d, 5) ==
+        "label 9 of sample 2 in '/data/train-labels-idx1-ubyte' does not fit the model's 5 classes (set --num-classes)");
+}

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "src/output_path.h"
+
+#include <vector>
 #include "tests/catch.h"
 #include "tests/test_util.h"
 
@@ -31,4 +33,60 @@ TEST_CASE("output_directory and output_directory_problem: missing, not a directo
   if (can_create) CHECK(problem.empty());
   else CHECK(problem == "--checkpoint-path: directory '" + ro + "' is not writable (Permission denied)");
   ::chmod(ro.c_str(), 0755);
+}
+
+// One case per rule of output_paths_problem's table, each with the exact message.
+TEST_CASE("output_paths_problem: each rule of the table, in order", "[output_path]") {
+  vitddp_test::TempDir dir("vitddp_outrules_");
+  const std::string a = dir.file("a.h5"), b = dir.file("b.json");
+  auto problem = [](std::vector<OutputFile> outs, std::vector<InputFile> ins = {}, bool overwrite = false) {
+    return output_paths_problem(outs, ins, overwrite);
+  };
+  CHECK(problem({{"--out", a}, {"--trace", b}, {"--save-weights", ""}}).empty());  // fresh paths; empty ignored
+  // 1. directory
+  CHECK(problem({{"--out", a}, {"--trace", dir.file("no/t.json")}}) ==
+        "--trace: directory '" + dir.file("no") + "' does not exist");
+  // 2. dangling link (refused even with --overwrite)
+  std::filesystem::create_symlink(dir.file("missing"), dir.file("dangling"));
+  CHECK(problem({{"--trace", dir.file("dangling")}}, {}, true) ==
+        "--trace: '" + dir.file("dangling") + "' is a symbolic link to a missing file");
+  // 3. not a regular file
+  std::filesystem::create_directory(dir.file("d"));
+  CHECK(problem({{"--out", dir.file("d")}}, {}, true) ==
+        "--out: '" + dir.file("d") + "' is a directory; give the path of a file to write");
+  REQUIRE(::mkfifo(dir.file("fifo").c_str(), 0600) == 0);
+  CHECK(problem({{"--trace", dir.file("fifo")}}, {}, true) == "--trace: '" + dir.file("fifo") + "' is not a regular file (a FIFO)");
+  CHECK(problem({{"--trace", "/dev/null"}}, {}, true) == "--trace: '/dev/null' is not a regular file (a character device)");
+  // 4. an input, even with --overwrite and through a symbolic link; a checkpoint may be the --resume file
+  std::ofstream(dir.file("w.h5")) << "x";
+  std::filesystem::create_symlink(dir.file("w.h5"), dir.file("link.json"));
+  const std::vector<InputFile> ins = {{"--init-from", dir.file("w.h5")}, {"--resume", ""}};
+  CHECK(problem({{"--trace", dir.file("link.json")}}, ins, true) ==
+        "--trace: '" + dir.file("link.json") +
+            "' is the --init-from file, an input of this run: it is never overwritten, not even with --overwrite");
+  CHECK(problem({{"--checkpoint-path", dir.file("w.h5"), true}}, {{"--resume", dir.file("w.h5")}}).empty());
+  CHECK(problem({{"--trace", dir.file("w.h5")}}, {{"--resume", dir.file("w.h5")}}, true) ==
+        "--trace: '" + dir.file("w.h5") +
+            "' is the --resume file, an input of this run: it is never overwritten, not even with --overwrite");
+  // 5. two outputs: the later one named first; "./" and ".." spellings are the same file
+  CHECK(problem({{"--out", a}, {"--trace", dir.file("d/../a.h5")}}) ==
+        "--trace: '" + dir.file("d/../a.h5") + "' is also the --out file; give each output its own path");
+  // 6. exists, unless --overwrite
+  std::ofstream(b) << "{}";
+  CHECK(problem({{"--out", a}, {"--trace", b}}) == "--trace: '" + b + "' exists (use --overwrite to replace it)");
+  CHECK(problem({{"--out", a}, {"--trace", b}}, {}, true).empty());
+  // The rules run in table order: a directory problem of a later output before a clash of an earlier one.
+  CHECK(problem({{"--out", a}, {"--trace", a}, {"--save-weights", dir.file("no/w.h5")}}) ==
+        "--save-weights: directory '" + dir.file("no") + "' does not exist");
+}
+
+TEST_CASE("resolved_path: realpath of the directory plus the name, symbolic links followed", "[output_path]") {
+  vitddp_test::TempDir dir("vitddp_resolve_");
+  std::filesystem::create_directory(dir.file("sub"));
+  std::filesystem::create_directory_symlink(dir.file("sub"), dir.file("alias"));
+  const std::filesystem::path real = std::filesystem::canonical(dir.path) / "sub" / "f.h5";
+  CHECK(resolved_path(dir.file("alias/f.h5")) == real);  // not existing yet: the directory resolved
+  std::ofstream(real) << "x";
+  std::filesystem::create_symlink(real, dir.file("l.h5"));
+  CHECK(resolved_path(dir.file("l.h5")) == real);
 }

@@ -370,3 +370,26 @@ TEST_CASE("weights: a twin-format file written with the C API (as h5py writes it
   write_twin("vit_micro", 5);
   CHECK_CONTAINS(error_of([&] { load_twin_reference(path, L); }), "label 5 at index 0");
 }
+
+TEST_CASE("weights: a tensor holding NaN or Inf is refused at load, naming it and the element", "[weights]") {
+  TempDir dir("vitddp_weights_");
+  const ParamLayout L = make_param_layout(vit_config("vit_micro"));
+  const std::string path = dir.file("nan.h5");
+  std::vector<float> p = random_params(L, 3);
+  const ParamInfo* mlp = nullptr;
+  for (const ParamInfo& q : L.params)
+    if (q.name == "encoder.layers.encoder_layer_0.mlp.0.weight") mlp = &q;
+  REQUIRE(mlp != nullptr);
+  p[mlp->offset + 5] = std::numeric_limits<float>::quiet_NaN();
+  save_weights(path, L, p.data(), false);
+  std::vector<float> back(L.total);
+  CHECK(error_of([&] { load_weights(path, L, back.data()); }) ==
+        "HDF5 file '" + path + "': dataset /params/encoder.layers.encoder_layer_0.mlp.0.weight holds NaN (element 5 of " +
+            std::to_string(mlp->numel) + ")");
+  p[mlp->offset + 5] = 0;
+  p[L.params[0].offset] = -std::numeric_limits<float>::infinity();
+  save_weights(path, L, p.data(), true);
+  CHECK(error_of([&] { load_weights(path, L, back.data()); }) ==
+        "HDF5 file '" + path + "': dataset /params/" + L.params[0].name + " holds Inf (element 0 of " +
+            std::to_string(L.params[0].numel) + ")");
+}
