@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What README.md and docs/*.md tell a user, checked against the repository and the binary (ctest
 # label cli, no GPU needed). Data-driven: every document, path, option and command is read from
-# the documents themselves, so renames on other branches are caught after a merge.
+# the documents themselves, so a rename anywhere in the tree is caught.
 #   1. paths: every repository path named in backticks, code blocks or markdown links exists
 #      (globs match something; links' #anchors name a heading of the target). Skipped: URLs,
 #      absolute paths, placeholders (<...>, {...}, $VAR, FILE, PATH, DIR, ...), run outputs
@@ -57,19 +57,6 @@ PLACEHOLDER = re.compile(r"[<>{}*$%]|\.\.\.|\b(FILE|PATH|DIR|MODEL|NAME|A|B)\b")
 OUTPUT_PREFIXES = ("results/runs/", "checkpoints/", "build/", "prof/", "ckpt/")
 # Options the documents name as examples of bad input.
 BAD_INPUT_EXAMPLES = {"--bogus"}
-# Paths that other branches create (documents, the reorganised results/, the tools' package): while
-# one is missing, a path or link naming it (or something under it) is reported as SKIP, loudly;
-# once it exists it is checked like the others. Empty this list once every branch is merged.
-FROM_OTHER_BRANCHES = {"docs/schema.md", "docs/findings.md", "docs/benchmarks.md", "results/README.md",
-                       "results/h200x2", "results/commands/speed.sh", "results/commands/resume.sh",
-                       "results/commands/reliability.sh", "results/commands/interconnects.sh",
-                       "results/pyproject.toml"}
-
-
-def pending(rel):
-    """True when `rel` is missing only because another branch creates it."""
-    return any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in FROM_OTHER_BRANCHES)
-
 failures, passes = [], 0
 
 
@@ -150,8 +137,6 @@ def check_path(doc, token, where):
     pattern = os.path.join(REPO, token)
     if glob.glob(pattern) or os.path.exists(pattern):
         ok(f"{doc}: {where} {token} exists")
-    elif pending(token.rstrip("/")):
-        print(f"SKIP - {doc}: {where} {token}: made on another branch, not here yet")
     else:
         bad(f"{doc}: {where} {token} does not exist in the repository")
     return True
@@ -173,10 +158,7 @@ def check_paths(docs):
             full = os.path.normpath(os.path.join(REPO, os.path.dirname(doc), path)) if path else os.path.join(REPO, doc)
             if not os.path.exists(full):
                 rel = os.path.relpath(full, REPO)
-                if pending(rel):
-                    print(f"SKIP - {doc}: link ({target}): {rel} is written on another branch and not here yet")
-                else:
-                    bad(f"{doc}: link ({target}) points to a missing {rel}")
+                bad(f"{doc}: link ({target}) points to a missing {rel}")
                 continue
             if anchor and full.endswith(".md") and anchor not in heading_slugs(open(full).read()):
                 bad(f"{doc}: link ({target}): no heading '#{anchor}' in {os.path.relpath(full, REPO)}")
@@ -353,23 +335,26 @@ def check_cpu_safety():
 def check_readme_table_and_length():
     readme = os.path.join(REPO, "README.md")
     text = open(readme).read()
-    table = text[text.find("<!-- results-table:begin -->"):text.find("<!-- results-table:end -->")]
-    n = text.count("\n") - table.count("\n")
+    blocks = re.findall(r"^<!-- ([a-z-]+):begin -->$", text, re.M)
+    tables = {b: text[text.find(f"<!-- {b}:begin -->"):text.find(f"<!-- {b}:end -->")] for b in blocks}
+    n = text.count("\n") - sum(t.count("\n") for t in tables.values())
     if n <= 300:
-        ok(f"README.md: {n} lines besides the generated results table (at most 300)")
+        ok(f"README.md: {n} lines besides the generated tables (at most 300)")
     else:
-        bad(f"README.md: {n} lines besides the generated results table, more than 300")
-    source = re.search(r"^Source: `([^`]+)`", table, re.M)
-    if source and not os.path.exists(os.path.join(REPO, source.group(1))) and pending(source.group(1).rstrip("/")):
-        print(f"SKIP - README.md: results table: its source {source.group(1)} is made on another branch, not here yet")
-        return
-    r = subprocess.run([sys.executable, os.path.join(REPO, "results", "commands", "readme_table.py"), "--check",
-                        "README.md"], cwd=REPO, capture_output=True, text=True, timeout=300)
-    if r.returncode == 0:
-        ok("README.md: " + r.stdout.strip().split(": ", 1)[-1])
-    else:
-        bad(f"README.md: results table (readme_table.py --check, exit {r.returncode}): {(r.stdout + r.stderr)[-1500:]}")
-
+        bad(f"README.md: {n} lines besides the generated tables, more than 300")
+    if "results-table" not in blocks:
+        bad("README.md: no results-table block")
+    for b, table in tables.items():
+        source = re.search(r"^Source: `([^`]+)`", table, re.M)
+        if source and not os.path.exists(os.path.join(REPO, source.group(1))):
+            bad(f"README.md: {b}: its source {source.group(1)} does not exist")
+            continue
+        r = subprocess.run([sys.executable, os.path.join(REPO, "results", "commands", "readme_table.py"), "--check",
+                            "README.md", "--block", b], cwd=REPO, capture_output=True, text=True, timeout=300)
+        if r.returncode == 0:
+            ok(f"README.md {b}: " + r.stdout.strip().split(": ", 1)[-1])
+        else:
+            bad(f"README.md: {b} (readme_table.py --check --block {b}, exit {r.returncode}): {(r.stdout + r.stderr)[-1500:]}")
 
 docs = documents()
 check_paths(docs)

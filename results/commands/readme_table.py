@@ -13,7 +13,7 @@ table's own "Source:" line, else that default) is searched recursively for:
   - peer results (*.json holding an object, or a list of objects, with the keys `model`,
     `precision` and `steps_per_s`, as results/bench_torch_vit.py and results/bench_torch_ddp.py
     write them; optional keys:
-    `framework`, `mode` or `variant` (the column label), `world_size` (default 1), `comm_hook`
+    `framework` or `tool`, `mode` or `variant` (the column label), `world_size` (default 1), `comm_hook`
     (default "none"), `batch_size`).
 
 Rows: one per configuration (model, precision, GPUs, --allreduce, --compression, batch) of the
@@ -26,7 +26,7 @@ the last column divides vitddp's figure by the peer's ("vs best peer": the faste
 shown).
 
 The table lies in README.md between the lines `<!-- results-table:begin -->` and
-`<!-- results-table:end -->`. Exit status: 0; 1 when --check finds a difference (both tables are
+`<!-- results-table:end -->` (`--block NAME`: between `<!-- NAME:begin -->` and `<!-- NAME:end -->`). Exit status: 0; 1 when --check finds a difference (both tables are
 printed); 2 for a missing folder, a folder without vitddp runs, or a README without the markers.
 """
 import argparse
@@ -37,8 +37,7 @@ import statistics
 import sys
 import tarfile
 
-BEGIN = "<!-- results-table:begin -->"
-END = "<!-- results-table:end -->"
+DEFAULT_BLOCK = "results-table"
 SOURCE_PREFIX = "Source: `"
 DEFAULT_FOLDER = "results/h200x2/speed"
 PRECISION_ORDER = {"fp32": 0, "tf32": 1, "bf16": 2}
@@ -95,8 +94,8 @@ def _peers_from_json(path, job):
 def _peer(d, job):
     if not isinstance(d, dict) or not all(k in d for k in ("model", "precision", "steps_per_s")):
         return None
-    framework = {"pytorch": "PyTorch", "jax": "JAX"}.get(str(d.get("framework", "peer")).lower(),
-                                                           str(d.get("framework", "peer")))
+    name = str(d.get("framework", d.get("tool", "peer")))  # results/peers/*.py write "tool"
+    framework = {"pytorch": "PyTorch", "torch": "PyTorch", "jax": "JAX"}.get(name.lower(), name)
     mode = d.get("mode") or d.get("variant") or ("DDP" if int(d.get("world_size", 1)) > 1 else "eager")
     world = int(d.get("world_size", 1))
     return {
@@ -190,8 +189,9 @@ def build_rows(runs, peers):
     return order, labels
 
 
-def render(folder, runs, peers):
+def render(folder, runs, peers, block=DEFAULT_BLOCK):
     """The Markdown block that goes between the markers (without them)."""
+    block_arg = "" if block == DEFAULT_BLOCK else f" --block {block}"
     rows, labels = build_rows(runs, peers)
     head = ["model", "precision", "GPUs", "--allreduce", "--compression", "vitddp steps/s per GPU",
             "share of 1 GPU"] + [f"{l} steps/s per GPU" for l in labels]
@@ -211,12 +211,18 @@ def render(folder, runs, peers):
     lines.append("")
     rows_from = "" if jobs == [folder] else f"; rows from {', '.join('`' + j + '`' for j in jobs)}"
     lines.append(f"{SOURCE_PREFIX}{folder}` ({len(runs)} vitddp runs, {len(peers)} peer results{rows_from}). "
-                 f"Regenerate with `python3 results/commands/readme_table.py {folder} --update README.md`.")
+                 f"Regenerate with `python3 results/commands/readme_table.py {folder}{block_arg} --update README.md`.")
     return "\n".join(lines) + "\n"
 
 
-def split_readme(path):
-    """(text before and including BEGIN, the block, END and after) of the README."""
+def markers(block):
+    """The README lines that open and close the generated block named `block`."""
+    return f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
+
+
+def split_readme(path, block=DEFAULT_BLOCK):
+    """(text before and including the opening marker, the block, the closing marker and after)."""
+    BEGIN, END = markers(block)
     try:
         text = open(path).read()
     except OSError as e:
@@ -239,15 +245,17 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("folder", nargs="?", help=f"results folder [{DEFAULT_FOLDER}; with --check/--update: the "
                     "table's Source line]")
+    ap.add_argument("--block", default=DEFAULT_BLOCK, help="name of the README block between "
+                    "'<!-- NAME:begin -->' and '<!-- NAME:end -->' [%(default)s]")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--check", metavar="README", help="exit 1 when the README's table differs from a fresh one")
     mode.add_argument("--update", metavar="README", help="replace the README's table")
     a = ap.parse_args(argv)
     readme = a.check or a.update
     try:
-        parts = split_readme(readme) if readme else None
+        parts = split_readme(readme, a.block) if readme else None
         folder = a.folder or (parts and folder_named_in(parts[1])) or DEFAULT_FOLDER
-        block = render(folder, *collect(folder))
+        block = render(folder, *collect(folder), a.block)
         if a.check:
             if parts[1] == block:
                 print(f"{readme}: the results table matches {folder}")
