@@ -44,7 +44,7 @@ __device__ __forceinline__ bool sum_one(T* chunk, const T* scratch, size_t i, in
 // are evict-first (__ldcs: both operands are read once), so the sums push fewer of backward's GEMM
 // operands out of L2; the result is stored normally, as the all-gather's copy reads it next (tf32
 // +0.4-0.8 points of the 1-GPU figure in three of three repeats, bf16 unchanged:
-// results/2026-11-30-issue5-session6/README.md).
+// results/h200x2/copy-engine/cache-hints).
 template <typename T>
 __global__ void sum_chunk_kernel(T* __restrict__ chunk, const T* __restrict__ scratch, size_t n, int slots,
                                  size_t stride, float scale, int* nonfinite) {

@@ -345,7 +345,7 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
   // With fused_bias_grad, the bias gradients of fc2 and out_proj come from the LayerNorm backward
   // that writes their output gradient (the residual-stream gradient, dx_colsum), and fc1's from
   // the GELU backward (gelu_backward_bias): no pass over dY of their own, and a plain weight GEMM.
-  // Measured on an H200 (results/2026-11-30-issue5-session7): see the README there.
+  // Measured on an H200 (results/h200/kernels/bias-fusion).
   const bool fuse = fused_bias_grad;
   auto weight_grad = [&](const auto* dy, const auto* xin, float* dw, int m, int n, int k) {
     linear_backward_weight(lt, dy, xin, dw, m, n, k, acc);

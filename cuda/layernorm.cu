@@ -191,8 +191,8 @@ __global__ void ln_backward_kernel(const TDY* __restrict__ dy, int lddy,
 // 16-byte (fp32) or 8-byte (bf16) access: four times the bytes in flight of ln_backward_kernel's
 // one-element accesses. ViT-L/32's 1600 x 1024 rows, fp32 dy, H200 (bench_gpu_ops, 2026-11-30):
 // 13.4 us -> 11.6 us, forward 6.5 us -> 5.7 us. The warp-per-row kernels of layernorm_warp.cuh
-// took over D = 128 x V, V <= 8, at 10.4 us and 5.1 us (results/2026-11-30-issue5-session7,
-// ln-vec/ and ln-warp/); these serve the other aligned widths. Same arithmetic per element; only
+// took over D = 128 x V, V <= 8, at 10.4 us and 5.1 us (results/h200/kernels/ln-vec
+// and ln-warp); these serve the other aligned widths. Same arithmetic per element; only
 // the order of the row sums' additions differs. Needs D, the leading dimensions and the pointers
 // aligned to 4 elements (backward_impl checks, and uses ln_backward_kernel otherwise).
 template <typename TDY>

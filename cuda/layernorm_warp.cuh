@@ -4,7 +4,7 @@
 // flight per tensor. Included by layernorm.cu only; the arithmetic per element is that of its
 // block-per-row kernels (same formulas, another order of the row sums' additions). ViT-L/32's
 // 1600 x 1024 rows, fp32, H200 (bench_gpu_ops): forward 5.7 -> 5.1 us, backward 11.9 -> 10.4 us;
-// the bf16 training step +1.0% (results/2026-11-30-issue5-session7/ln-warp).
+// the bf16 training step +1.0% (results/h200/kernels/ln-warp).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

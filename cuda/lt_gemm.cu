@@ -28,7 +28,7 @@ uint32_t alignment_of(const void* p) {
 // Spins until `cycles` SM clock cycles have passed: the stand-in for a concurrent stream's kernels
 // (NCCL's) while candidates are timed for a reduced SM count target. Its thread blocks are small,
 // so the scheduler may place several on one SM, and the hold may end before a slow candidate's
-// timed runs do (about 3 ms); both make it a rough stand-in (results/2026-11-30-issue5-overlap-2xH200/README.md).
+// timed runs do (about 3 ms); both make it a rough stand-in (results/h200x2/overlap).
 __global__ void hold_sms_kernel(long long cycles) {
   const long long start = clock64();
   while (clock64() - start < cycles) {

@@ -37,9 +37,9 @@ AttentionImpl resolve_attention(const std::string& name, Precision p, int head_d
   if (name == "custom") return AttentionImpl::custom;
   // auto, measured on an H200 ([attention_bench], vit_l_32 batch 32, 24 layers, forward + backward):
   //  - the tensor-core custom kernels 0.78 ms per step against cuDNN's fused attention 1.30 ms,
-  //    +4.9% steps/s end to end in bf16 (results/2026-11-30-issue5-session8);
+  //    +4.9% steps/s end to end in bf16 (results/h200/kernels/attention-mma);
   //  - for the other shapes cuDNN: 1.31 ms against 2.11 ms for the fp32-arithmetic custom kernels,
-  //    +6% end to end (results/2026-11-30-issue5-speed-2xH200);
+  //    +6% end to end (docs/findings.md);
   //  - fp32/tf32 have no cuDNN path.
   if (name == "auto") {
     if (p != Precision::bf16 || attention_mma_shape(seq_len, head_dim)) return AttentionImpl::custom;

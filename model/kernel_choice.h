@@ -38,7 +38,7 @@ std::string patch_embed_choice_error(const std::string& name, Precision p);
 /// measurement (tests/gpu/bench_cudnn.cpp, [attention_bench], on an H200): attention auto =
 /// custom in bf16 for the shapes of the tensor-core kernels (attention_mma_shape: T <= 64,
 /// head_dim 64, e.g. vit_l_32: 0.78 vs 1.30 ms per step for cuDNN,
-/// results/2026-11-30-issue5-session8), cudnn for the other bf16 shapes cuDNN takes (1.6x faster
+/// results/h200/kernels/attention-mma), cudnn for the other bf16 shapes cuDNN takes (1.6x faster
 /// than the fp32-arithmetic custom kernels), custom otherwise; patch embedding auto = gemm
 /// (cuDNN's convolution is 2.6-4.7x slower).
 /// Throws std::invalid_argument for an unknown name or a combination attention_choice_error
