@@ -1,5 +1,6 @@
-// The CPU backend: the double-accumulating reference model, MPI all-reduce, host SGD or AdamW. It runs the
+// The CPU backend: the double-accumulating reference model, MPI all-reduce, the host optimizer (src/optimizer.h). It runs the
 // same trainer as the GPU backend for CI, tests and machines without a GPU.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -32,13 +33,13 @@ std::string cpu_model_name() {
   return "unknown CPU";
 }
 
-class CpuEngine final : public Engine {
+class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
  public:
   CpuEngine(const Options& o, const World& w, const ParamLayout& layout, std::vector<Bucket> buckets,
             const std::vector<float>* initial_params)
       : opts_(o), world_(w), layout_(layout), buckets_(std::move(buckets)), model_(layout, o.batch_size),
-        params_(layout.total), grads_(layout.total, 0.0f), spec_(optimizer_spec(o)), lr_(o.lr) {
-    for (const auto& name : optimizer_state_names(spec_)) state_.emplace_back(name, std::vector<float>(layout.total, 0.0f));
+        params_(layout.total), grads_(layout.total, 0.0f),
+        optimizer_(make_host_optimizer(o, params_.data(), grads_.data(), layout.total)), lr_(o.lr) {
     if (initial_params) params_ = *initial_params;
     else init_params(layout, o.init, o.seed, params_.data());
     const auto& c = layout.cfg;
@@ -104,13 +105,8 @@ class CpuEngine final : public Engine {
       rec_.nonfinite = !std::isfinite(rec_.loss);
       for (size_t i = 0; i < grads_.size() && !rec_.nonfinite; ++i) rec_.nonfinite = !std::isfinite(grads_[i]);
       // A non-finite step is skipped, as on the GPU, and not counted (AdamW's step number stays).
-      if (!rec_.nonfinite) {
-        std::vector<float*> bufs;
-        for (auto& b : state_) bufs.push_back(b.second.data());
-        optimizer_step_host(spec_, lr_, 1.0 / micro_steps, params_.data(), grads_.data(), bufs, layout_.total,
-                            applied_steps_);
-        ++applied_steps_;
-      }
+      if (!rec_.nonfinite) optimizer_->step(lr_, 1.0 / micro_steps);
+      optimizer_->end_step(!rec_.nonfinite);
     }
     const auto t4 = Clock::now();
     rec_.exposed_comm_ms = ms_between(t2, t3);
@@ -130,25 +126,22 @@ class CpuEngine final : public Engine {
   }
 
   void wait_staged_copy() override {}
-  void poison_staged_batch() override { images_[0] = std::nanf(""); }
-  std::string async_error() override { return ""; }
-  std::string nccl_transport() override { return "none (CPU backend: MPI)"; }
 
   void finish_step(StepRecord* rec) override {
     *rec = rec_;
   }
 
-  const std::vector<Bucket>& buckets() const override { return buckets_; }
   std::vector<float> parameters() const override { return params_; }
   void set_lr(double lr) override { lr_ = lr; }
 
-  TrainState train_state() const override { return TrainState{params_, state_, applied_steps_}; }
+  TrainState train_state() const override {
+    return TrainState{params_, optimizer_->state(), optimizer_->applied_steps()};
+  }
 
   void load_train_state(const TrainState& s) override {
-    check_train_state(s, spec_, layout_.total);
-    params_ = s.params;
-    state_ = s.optimizer;
-    applied_steps_ = s.optimizer_steps;
+    check_train_state(s, optimizer_->spec(), layout_.total);
+    std::copy(s.params.begin(), s.params.end(), params_.begin());  // in place: the optimizer holds params_.data()
+    optimizer_->load_state(s);
   }
 
   EngineInfo info() const override {
@@ -156,11 +149,20 @@ class CpuEngine final : public Engine {
     i.backend = "cpu";
     i.device_name = cpu_model_name();
     i.versions = "CPU reference (double accumulation), MPI all-reduce";
-    i.device_bytes = (params_.size() + grads_.size() + state_.size() * layout_.total) * sizeof(float);
+    i.device_bytes = (params_.size() + grads_.size() + optimizer_->state_names().size() * layout_.total) * sizeof(float);
     return i;
   }
 
+  EngineDiagnostics& diagnostics() override { return *this; }
+  FaultTarget& fault_target() override { return *this; }
+
+  // EngineDiagnostics: no communicator of its own (the MPI all-reduce fails synchronously).
+  std::string async_error() override { return ""; }
+  std::string nccl_transport() override { return "none (CPU backend: MPI)"; }
   void profiler(bool) override {}
+
+  // FaultTarget (abort_communicator: the default, which throws).
+  void poison_staged_batch() override { images_[0] = std::nanf(""); }
 
  private:
   Options opts_;
@@ -169,10 +171,8 @@ class CpuEngine final : public Engine {
   std::vector<Bucket> buckets_;
   CpuViT<float> model_;
   std::vector<float> params_, grads_, images_;
-  OptimizerSpec spec_;
-  std::vector<std::pair<std::string, std::vector<float>>> state_;  // optimizer_state_names(spec_)
-  double lr_;                                                       // set_lr (the schedule)
-  int64_t applied_steps_ = 0;                                       // optimizer updates applied
+  std::unique_ptr<Optimizer> optimizer_;  // over params_ and grads_ (sizes never change)
+  double lr_;                             // set_lr (the schedule)
   std::vector<int32_t> labels_;
   int batch_ = 0;
   std::unique_ptr<CpuReducer> reducer_;

@@ -72,7 +72,47 @@ struct EngineSetupError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// A rank's model replica, optimizer and reducer.
+/// What a run learns about an engine beside training: diagnostics for the watchdog, the results
+/// file and profilers. No method changes parameters, optimizer state or the staged batch.
+class EngineDiagnostics {
+ public:
+  virtual ~EngineDiagnostics() = default;
+  /// "" or a description of an asynchronous communicator error (a peer failed). Thread-safe:
+  /// called from the watchdog thread (StopControl, src/stop_control.h) while the training thread
+  /// runs steps; never blocks on the device.
+  virtual std::string async_error() = 0;
+  /// NCCL's transport between this rank and its peers ("P2P [P2P/CUMEM/read]", "SHM [...]",
+  /// "NET [...]"), known once a step has run (NCCL connects lazily); see mpi/world/nccl_log.h.
+  /// With --allreduce copy-engine on more than one rank: "copy-engine (CUDA IPC peer-to-peer
+  /// copies, N comm stream(s); NCCL: ...)" (one rank moves nothing: NCCL's transport as above).
+  /// "none (no DDP)" without DDP; "none (CPU backend: MPI)" on the CPU backend. Training thread,
+  /// after the last step.
+  virtual std::string nccl_transport() = 0;
+  /// Marks the timed window for profilers (cudaProfilerStart / cudaProfilerStop for the GPU
+  /// backend, nothing for the CPU backend): `start` true at its start, false at its end.
+  /// Training thread, between steps.
+  virtual void profiler(bool start) = 0;
+};
+
+/// The hooks of the debug fault injection (src/fault_injection.h: --debug-nan-at-step,
+/// --debug-fail-mode). Training thread only.
+class FaultTarget {
+ public:
+  virtual ~FaultTarget() = default;
+  /// The next staged batch's first pixel becomes NaN (fp32 all-ones bits on the GPU backend,
+  /// std::nanf("") on the CPU backend). Call after stage() / stage_generated() and before the
+  /// run_micro_step() that consumes it.
+  virtual void poison_staged_batch() = 0;
+  /// ncclCommAbort on this rank's communicator now, with the step's collectives in flight; later
+  /// steps throw. The peers are left inside their all-reduce. Throws std::logic_error where there
+  /// is no NCCL communicator (the CPU backend, --no-ddp).
+  virtual void abort_communicator() {
+    throw std::logic_error("--debug-fail-mode nccl-abort: this backend has no NCCL communicator");
+  }
+};
+
+/// A rank's model replica, optimizer (src/optimizer.h) and reducer: what training needs. Every
+/// method runs on the training thread.
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -84,28 +124,17 @@ class Engine {
   virtual void stage(const HostBatch& b) = 0;
   /// For --data device: the next step's batch is generated on the device from (seed, rank, step).
   virtual void stage_generated(uint64_t seed, int rank, uint64_t step, int batch) = 0;
+  /// Blocks until the last staged host-to-device copy has finished, so its host buffer may be
+  /// reused (no-op for the CPU backend).
+  virtual void wait_staged_copy() = 0;
+  /// Learning rate of the optimizer steps enqueued from now on (the trainer sets the schedule's
+  /// value before each step); initially opts.lr.
+  virtual void set_lr(double lr) = 0;
   /// Enqueues micro-step `micro` of `micro_steps` (gradient accumulation) on the staged batch:
   /// forward and backward; micro-steps before the last accumulate gradients locally without
   /// communication (DDP's no_sync()); the last one runs the bucketed all-reduce (when DDP is on)
   /// and the optimizer with the gradient scaled by 1/micro_steps. Returns without waiting.
   virtual void run_micro_step(int micro, int micro_steps) = 0;
-  /// Learning rate of the optimizer steps enqueued from now on (the trainer sets the schedule's
-  /// value before each step); initially opts.lr.
-  virtual void set_lr(double lr) = 0;
-  /// Fault injection for tests (--debug-nan-at-step): the next staged batch's first pixel becomes NaN.
-  virtual void poison_staged_batch() = 0;
-  /// "" or a description of an asynchronous communicator error (a peer failed). Thread-safe:
-  /// called from the watchdog thread.
-  virtual std::string async_error() = 0;
-  /// Fault injection for tests (--debug-fail-mode nccl-abort): ncclCommAbort on this rank's
-  /// communicator now, with the step's collectives in flight; later steps throw. The peers are left
-  /// inside their all-reduce. Throws std::logic_error where there is no NCCL communicator.
-  virtual void debug_abort_communicator() {
-    throw std::logic_error("--debug-fail-mode nccl-abort: this backend has no NCCL communicator");
-  }
-  /// Blocks until the last staged host-to-device copy has finished, so its host buffer may be
-  /// reused (no-op for the CPU backend).
-  virtual void wait_staged_copy() = 0;
   /// Waits for the step (all its micro-steps) to finish and fills the engine's part of `rec`. Throws on device or
   /// communicator errors.
   virtual void finish_step(StepRecord* rec) = 0;
@@ -115,12 +144,6 @@ class Engine {
   /// Waits for the device; call it between steps (after finish_step). Throws
   /// std::invalid_argument on a bad batch size.
   virtual EvalResult evaluate(const HostBatch& b) = 0;
-  /// NCCL's transport between this rank and its peers ("P2P [P2P/CUMEM/read]", "SHM [...]",
-  /// "NET [...]"), known once a step has run (NCCL connects lazily); see mpi/world/nccl_log.h.
-  /// With --allreduce copy-engine on more than one rank: "copy-engine (CUDA IPC peer-to-peer
-  /// copies, N comm stream(s); NCCL: ...)" (one rank moves nothing: NCCL's transport as above).
-  virtual std::string nccl_transport() = 0;
-  virtual const std::vector<Bucket>& buckets() const = 0;
   /// A host copy of the flat parameter buffer (layout.total floats); waits for the device.
   virtual std::vector<float> parameters() const = 0;
   /// A host copy of the parameters and optimizer state (see TrainState); waits for the device.
@@ -131,8 +154,10 @@ class Engine {
   /// match optimizer_state_names of the engine's optimizer (names and order).
   virtual void load_train_state(const TrainState& s) = 0;
   virtual EngineInfo info() const = 0;
-  /// Marks the timed window for profilers (cudaProfilerStart/Stop for the GPU backend).
-  virtual void profiler(bool start) = 0;
+  /// The engine's diagnostics, alive as long as the engine.
+  virtual EngineDiagnostics& diagnostics() = 0;
+  /// The engine's fault-injection hooks, alive as long as the engine.
+  virtual FaultTarget& fault_target() = 0;
 };
 
 /// Builds the engine for opts.backend ("gpu" or "cpu"; "auto" must be resolved by the caller).

@@ -1,4 +1,5 @@
-// The GPU backend: GpuViT on this rank's device, NCCL reducer on a comm stream, fused SGD or AdamW.
+// The GPU backend: GpuViT on this rank's device, NCCL reducer on a comm stream, the GPU optimizer
+// (src/optimizer_gpu.h: fused SGD or AdamW).
 #include <cublasLt.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -13,12 +14,11 @@
 #include <tuple>
 #include <vector>
 
-#include "cuda/adamw.h"
 #include "cuda/check_cuda.h"
 #include "cuda/gpu_vit.h"
 #include "src/nvtx.h"
 #include "cuda/cast.h"
-#include "cuda/sgd.h"
+#include "cuda/sgd.h"  // flag_nonfinite
 #include "cuda/step_graph.h"
 #include "cuda/synthetic_data.h"
 #include "model/init.h"
@@ -28,7 +28,7 @@
 #include "src/engine.h"
 #include "src/gpu_model_options.h"
 #include "src/memory_estimate.h"
-#include "src/optimizer.h"
+#include "src/optimizer_gpu.h"
 #include "cuda/device_buffer.h"
 #include "cuda/eval_metrics.h"
 
@@ -41,12 +41,12 @@ float elapsed(cudaEvent_t a, cudaEvent_t b) {
   return ms;
 }
 
-class GpuEngine final : public Engine {
+class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
  public:
   GpuEngine(const Options& o, const World& w, const ParamLayout& layout, std::vector<Bucket> buckets,
             const std::vector<float>* initial_params)
       : opts_(o), world_(w), layout_(layout), buckets_(std::move(buckets)), initial_params_(initial_params),
-        spec_(optimizer_spec(o)), state_names_(optimizer_state_names(spec_)), lr_(o.lr) {
+        lr_(o.lr) {
     // Device choice and every allocation happen before any collective, and the ranks agree on the
     // outcome before NCCL starts: one rank out of memory must not leave the others waiting inside
     // ncclCommInitRank.
@@ -100,6 +100,7 @@ class GpuEngine final : public Engine {
     reducer_.reset();
     comm_.reset();
     model_.reset();
+    optimizer_.reset();
     cudaFreeHost(loss_host_);
     cudaFreeHost(nonfinite_host_);
     for (cudaEvent_t e : {ev_origin_, ev_start_, ev_opt_, ev_end_}) cudaEventDestroy(e);
@@ -183,24 +184,8 @@ class GpuEngine final : public Engine {
       // The copy-engine all-reduce checked the averaged gradients while summing them.
       if (reducer_ && reducer_->checks_nonfinite()) reducer_->flag_nonfinite(nonfinite_.get(), compute_);
       else flag_nonfinite(grads_, layout_.total, nonfinite_.get(), compute_);
-      if (spec_.kind == OptimizerKind::AdamW) {
-        AdamWConfig cfg = spec_.adamw;
-        cfg.lr = lr_;
-        cfg.grad_scale = 1.0 / micro_steps;
-        adamw_step_gpu(params_.get(), grads_, state_[0].get(), state_[1].get(), layout_.total, cfg,
-                       applied_steps_ + 1, compute_, nonfinite_.get());
-        // bf16: refresh the model's working copy (unchanged parameters when the step was skipped).
-        if (model_->bf16_weights()) convert_to_bf16(params_.get(), model_->bf16_weights(), layout_.total, compute_);
-      } else {
-        SgdConfig cfg = spec_.sgd;
-        cfg.lr = lr_;
-        cfg.grad_scale = 1.0 / micro_steps;
-        // The momentum buffer is zeroed, so a first step skipped on the device and then repeated
-        // gives the same result either way (buf = m * 0 + g). bf16: the same pass refreshes the
-        // model's bf16 working copy of the weights.
-        sgd_step_gpu(params_.get(), grads_, state_.empty() ? nullptr : state_[0].get(), layout_.total, cfg,
-                     applied_steps_ == 0, compute_, nonfinite_.get(), model_->bf16_weights());
-      }
+      // The kernels read the flag (bound in allocate()) and refresh the bf16 working copy.
+      optimizer_->step(lr_, 1.0 / micro_steps);
     }
     CUDA_CHECK(cudaMemcpyAsync(loss_host_, loss_.get(), micro_steps * sizeof(float), cudaMemcpyDeviceToHost, compute_));
     CUDA_CHECK(cudaMemcpyAsync(nonfinite_host_, nonfinite_.get(), sizeof(int), cudaMemcpyDeviceToHost, compute_));
@@ -226,7 +211,7 @@ class GpuEngine final : public Engine {
     rec->backward_end_ms = elapsed(ev_start_, micro_ev_[micro_steps_ - 1].bwd);
     rec->start_ms = elapsed(ev_origin_, ev_start_);
     rec->nonfinite = *nonfinite_host_ != 0 || !std::isfinite(rec->loss);
-    if (*nonfinite_host_ == 0) ++applied_steps_;  // the kernel applied the update
+    optimizer_->end_step(*nonfinite_host_ == 0);  // the kernel applied the update
     rec->buckets = reducer_ ? reducer_->times(ev_start_) : BucketTimes{};
   }
 
@@ -260,42 +245,7 @@ class GpuEngine final : public Engine {
     return r;
   }
 
-  std::string nccl_transport() override {
-    if (!comm_) return "none (no DDP)";
-    if (transport_.empty()) transport_ = read_nccl_transport(nccl_log_);
-    // --allreduce copy-engine: NCCL carried no gradient (it may have connected for nothing else).
-    if (reducer_ && reducer_->copy_engine_in_use() && transport_.rfind("copy-engine", 0) != 0)
-      transport_ = "copy-engine (CUDA IPC peer-to-peer copies, " + std::to_string(reducer_->options().comm_streams) +
-                   " comm stream" + (reducer_->options().comm_streams > 1 ? "s" : "") + "; NCCL: " + transport_ + ")";
-    return transport_;
-  }
-
-  void poison_staged_batch() override {
-    // 0xFF bytes are a NaN in IEEE 754 single precision.
-    CUDA_CHECK(cudaMemsetAsync(images_[next_slot()].get(), 0xFF, sizeof(float), copy_));
-    CUDA_CHECK(cudaEventRecord(ev_copied_[next_slot()], copy_));
-  }
-
-  std::string async_error() override {
-    std::lock_guard<std::mutex> lock(comm_mu_);  // not while debug_abort_communicator frees it
-    if (!comm_) return "";
-    try {
-      comm_->check_async_error();
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-    return "";
-  }
-
-  void debug_abort_communicator() override {
-    if (!comm_) throw std::logic_error("--debug-fail-mode nccl-abort: no NCCL communicator (--no-ddp)");
-    std::lock_guard<std::mutex> lock(comm_mu_);
-    comm_->abort();
-  }
-
   void wait_staged_copy() override { CUDA_CHECK(cudaStreamSynchronize(copy_)); }
-
-  const std::vector<Bucket>& buckets() const override { return buckets_; }
 
   std::vector<float> parameters() const override { return download(params_.get()); }
 
@@ -304,19 +254,17 @@ class GpuEngine final : public Engine {
   TrainState train_state() const override {
     TrainState s;
     s.params = download(params_.get());
-    for (size_t b = 0; b < state_.size(); ++b) s.optimizer.emplace_back(state_names_[b], download(state_[b].get()));
-    s.optimizer_steps = applied_steps_;
+    s.optimizer = optimizer_->state();
+    s.optimizer_steps = optimizer_->applied_steps();
     return s;
   }
 
   void load_train_state(const TrainState& s) override {
-    check_train_state(s, spec_, layout_.total);
+    check_train_state(s, optimizer_->spec(), layout_.total);
     CUDA_CHECK(cudaStreamSynchronize(compute_));
     const size_t bytes = layout_.total * sizeof(float);
     CUDA_CHECK(cudaMemcpy(params_.get(), s.params.data(), bytes, cudaMemcpyHostToDevice));
-    for (size_t b = 0; b < state_.size(); ++b)
-      CUDA_CHECK(cudaMemcpy(state_[b].get(), s.optimizer[b].second.data(), bytes, cudaMemcpyHostToDevice));
-    applied_steps_ = s.optimizer_steps;
+    optimizer_->load_state(s);
     if (model_->bf16_weights()) {  // the model's bf16 working copy follows the restored parameters
       convert_to_bf16(params_.get(), model_->bf16_weights(), layout_.total, compute_);
       CUDA_CHECK(cudaStreamSynchronize(compute_));
@@ -341,15 +289,54 @@ class GpuEngine final : public Engine {
     i.versions = "CUDA driver " + std::to_string(drv) + ", CUDA runtime " + std::to_string(rt) + ", NCCL " +
                  nccl_version_string() + ", cuBLASLt " + std::to_string(cublasLtGetVersion()) + ", cuDNN " +
                  std::to_string(cudnnGetVersion());
-    i.device_bytes = (params_.size() + own_grads_.size() + state_.size() * layout_.total + loss_.size()) * sizeof(float) +
+    i.device_bytes = (params_.size() + own_grads_.size() + optimizer_->state_names().size() * layout_.total +
+                      loss_.size()) * sizeof(float) +
                      nonfinite_.size() * sizeof(int) + model_->device_bytes() + (reducer_ ? reducer_->device_bytes() : 0);
     for (int s = 0; s < 2; ++s) i.device_bytes += images_[s].size() * sizeof(float) + labels_[s].size() * sizeof(int32_t);
     return i;
   }
 
+  EngineDiagnostics& diagnostics() override { return *this; }
+  FaultTarget& fault_target() override { return *this; }
+
+  // EngineDiagnostics.
+  std::string async_error() override {
+    std::lock_guard<std::mutex> lock(comm_mu_);  // not while abort_communicator frees it
+    if (!comm_) return "";
+    try {
+      comm_->check_async_error();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  std::string nccl_transport() override {
+    if (!comm_) return "none (no DDP)";
+    if (transport_.empty()) transport_ = read_nccl_transport(nccl_log_);
+    // --allreduce copy-engine: NCCL carried no gradient (it may have connected for nothing else).
+    if (reducer_ && reducer_->copy_engine_in_use() && transport_.rfind("copy-engine", 0) != 0)
+      transport_ = "copy-engine (CUDA IPC peer-to-peer copies, " + std::to_string(reducer_->options().comm_streams) +
+                   " comm stream" + (reducer_->options().comm_streams > 1 ? "s" : "") + "; NCCL: " + transport_ + ")";
+    return transport_;
+  }
+
   void profiler(bool start) override {
     if (start) CUDA_CHECK(cudaProfilerStart());
     else CUDA_CHECK(cudaProfilerStop());
+  }
+
+  // FaultTarget.
+  void poison_staged_batch() override {
+    // 0xFF bytes are a NaN in IEEE 754 single precision.
+    CUDA_CHECK(cudaMemsetAsync(images_[next_slot()].get(), 0xFF, sizeof(float), copy_));
+    CUDA_CHECK(cudaEventRecord(ev_copied_[next_slot()], copy_));
+  }
+
+  void abort_communicator() override {
+    if (!comm_) throw std::logic_error("--debug-fail-mode nccl-abort: no NCCL communicator (--no-ddp)");
+    std::lock_guard<std::mutex> lock(comm_mu_);
+    comm_->abort();
   }
 
  private:
@@ -380,12 +367,7 @@ class GpuEngine final : public Engine {
 
     const size_t n = layout.total;
     params_ = DeviceBuffer<float>(n, "parameters");
-    for (const std::string& name : state_names_) {
-      // Zero: PyTorch's initial AdamW moments; for the SGD momentum buffer, so that a skipped
-      // first step (non-finite gradients) changes nothing.
-      state_.emplace_back(n, "optimizer state " + name);
-      CUDA_CHECK(cudaMemset(state_.back().get(), 0, n * sizeof(float)));
-    }
+    optimizer_ = make_gpu_optimizer(o, n, compute_);  // its zeroed state buffers
     nonfinite_ = DeviceBuffer<int>(1, "non-finite flag");
     CUDA_CHECK(cudaMallocHost(&nonfinite_host_, sizeof(int)));
     const size_t img = (size_t)o.batch_size * layout.cfg.channels * layout.cfg.image_size * layout.cfg.image_size;
@@ -414,6 +396,7 @@ class GpuEngine final : public Engine {
       own_grads_ = DeviceBuffer<float>(n, "gradients");
       grads_ = own_grads_.get();
     }
+    optimizer_->bind(params_.get(), grads_, nonfinite_.get(), model_->bf16_weights());
     // On the compute stream (the overlaid gradients share memory with activations), then wait.
     CUDA_CHECK(cudaMemsetAsync(grads_, 0, n * sizeof(float), compute_));
     CUDA_CHECK(cudaStreamSynchronize(compute_));
@@ -543,10 +526,7 @@ class GpuEngine final : public Engine {
   const ParamLayout& layout_;
   std::vector<Bucket> buckets_;
   const std::vector<float>* initial_params_;  // --init-from, or null
-  OptimizerSpec spec_;
-  std::vector<std::string> state_names_;      // optimizer_state_names(spec_)
   double lr_;                                 // set_lr (the schedule)
-  int64_t applied_steps_ = 0;                 // optimizer updates applied (finish_step reads the skip flag)
   int device_ = 0;
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
   cudaEvent_t ev_origin_, ev_start_, ev_opt_, ev_end_;  // origin: start of the first step
@@ -557,7 +537,7 @@ class GpuEngine final : public Engine {
   cudaEvent_t ev_consumed_[2];  // the micro-step reading input slot s is done with it (compute stream)
   DeviceBuffer<float> params_, own_grads_, loss_;
   float* grads_ = nullptr;  // own_grads_, or the model's overlaid buffer (GpuViT::gradients())
-  std::vector<DeviceBuffer<float>> state_;    // one per state_names_ entry
+  std::unique_ptr<GpuOptimizer> optimizer_;   // counts applied updates (finish_step reads the skip flag)
   DeviceBuffer<float> eval_images_, eval_loss_, eval_row_loss_;  // Engine::evaluate
   DeviceBuffer<int32_t> eval_labels_, eval_row_correct_;
   DeviceBuffer<float> images_[2];
@@ -567,7 +547,7 @@ class GpuEngine final : public Engine {
   int* nonfinite_host_ = nullptr;
   std::unique_ptr<GpuViT> model_;
   std::unique_ptr<NcclComm> comm_;
-  std::mutex comm_mu_;     // async_error (watchdog thread) against debug_abort_communicator
+  std::mutex comm_mu_;     // async_error (watchdog thread) against abort_communicator
   std::string nccl_log_;   // NCCL's INFO log, parsed for the transport after the first step
   std::string transport_;
   std::unique_ptr<GpuReducer> reducer_;

@@ -17,7 +17,7 @@ std::string FaultInjection::check(const Options& o, int world_size) {
   return "";
 }
 
-void FaultInjection::trigger(Engine& engine, int rank, int step) const {
+void FaultInjection::trigger(FaultTarget& target, int rank, int step) const {
   const std::string where = "rank " + std::to_string(rank) + " fails in step " + std::to_string(step);
   switch (mode_) {
     case FailMode::Throw:
@@ -32,7 +32,7 @@ void FaultInjection::trigger(Engine& engine, int rank, int step) const {
                    "all-reduces in flight (--debug-fail-mode nccl-abort); the peers' watchdog must end the job\n",
                    rank, where.c_str());
       std::fflush(stderr);
-      engine.debug_abort_communicator();
+      target.abort_communicator();
       return;
   }
 }

@@ -1,6 +1,9 @@
-// Debug-only fault injection (--debug-fail-at-step N --debug-fail-rank R --debug-fail-mode M): one
-// rank fails inside a step while its peers are inside that step's collectives, to test that every
-// failure ends the whole job promptly (tests/reliability_tests.sh, results/commands/device_reliability2.sh).
+// Debug-only fault injection, through the engine's FaultTarget (src/engine.h):
+//  - --debug-fail-at-step N --debug-fail-rank R --debug-fail-mode M: one rank fails inside a step
+//    while its peers are inside that step's collectives, to test that every failure ends the whole
+//    job promptly (tests/reliability_tests.sh, results/commands/device_reliability2.sh);
+//  - --debug-nan-at-step N (src/trainer.cpp): rank 0's batch of step N gets a NaN pixel
+//    (FaultTarget::poison_staged_batch), for the non-finite skip and stop.
 #pragma once
 #include <string>
 
@@ -27,8 +30,8 @@ class FaultInjection {
 
   /// Makes rank `rank` fail now, in step `step`: prints one line "[vitddp rank R] error: debug
   /// fault injection ..." to stderr (Throw: the error path prints it) and then throws (Throw),
-  /// exits with status 1 (Exit) or calls engine.debug_abort_communicator() and returns (NcclAbort).
-  void trigger(Engine& engine, int rank, int step) const;
+  /// exits with status 1 (Exit) or calls target.abort_communicator() and returns (NcclAbort).
+  void trigger(FaultTarget& target, int rank, int step) const;
 
  private:
   int step_ = -1;

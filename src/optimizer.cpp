@@ -40,22 +40,58 @@ LrSchedule lr_schedule(const Options& o) {
   return s;
 }
 
-void optimizer_step_host(const OptimizerSpec& spec, double lr, double grad_scale, float* params, const float* grads,
-                         std::vector<float*> state, size_t n, int64_t applied_steps) {
-  if (state.size() != optimizer_state_names(spec).size())
-    throw std::invalid_argument("optimizer_step_host: " + std::to_string(state.size()) + " state buffers, expected " +
-                                std::to_string(optimizer_state_names(spec).size()));
-  if (spec.kind == OptimizerKind::AdamW) {
-    AdamWConfig c = spec.adamw;
-    c.lr = lr;
-    c.grad_scale = grad_scale;
-    adamw_step_host(params, grads, state[0], state[1], n, c, applied_steps + 1);
-  } else {
-    SgdConfig c = spec.sgd;
-    c.lr = lr;
-    c.grad_scale = grad_scale;
-    sgd_step_host(params, grads, state.empty() ? nullptr : state[0], n, c, applied_steps == 0);
+namespace {
+
+/// State buffers on the host, zeroed; the update itself is the subclass's.
+class HostOptimizer : public Optimizer {
+ public:
+  HostOptimizer(const OptimizerSpec& spec, float* params, const float* grads, size_t n)
+      : Optimizer(spec), params_(params), grads_(grads), n_(n) {
+    for (const auto& name : state_names()) state_.emplace_back(name, std::vector<float>(n, 0.0f));
   }
+  std::vector<std::pair<std::string, std::vector<float>>> state() const override { return state_; }
+  void load_state(const TrainState& s) override {
+    state_ = s.optimizer;
+    applied_steps_ = s.optimizer_steps;
+  }
+
+ protected:
+  float* params_;
+  const float* grads_;
+  size_t n_;
+  std::vector<std::pair<std::string, std::vector<float>>> state_;  // state_names()
+};
+
+/// torch.optim.SGD, sgd_step_host (model/sgd.h).
+class HostSgd final : public HostOptimizer {
+ public:
+  using HostOptimizer::HostOptimizer;
+  void step(double lr, double grad_scale) override {
+    SgdConfig c = spec().sgd;
+    c.lr = lr;
+    c.grad_scale = grad_scale;
+    sgd_step_host(params_, grads_, state_.empty() ? nullptr : state_[0].second.data(), n_, c, applied_steps_ == 0);
+  }
+};
+
+/// torch.optim.AdamW, adamw_step_host (model/adamw.h).
+class HostAdamW final : public HostOptimizer {
+ public:
+  using HostOptimizer::HostOptimizer;
+  void step(double lr, double grad_scale) override {
+    AdamWConfig c = spec().adamw;
+    c.lr = lr;
+    c.grad_scale = grad_scale;
+    adamw_step_host(params_, grads_, state_[0].second.data(), state_[1].second.data(), n_, c, applied_steps_ + 1);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_host_optimizer(const Options& o, float* params, const float* grads, size_t n) {
+  const OptimizerSpec spec = optimizer_spec(o);
+  if (spec.kind == OptimizerKind::AdamW) return std::make_unique<HostAdamW>(spec, params, grads, n);
+  return std::make_unique<HostSgd>(spec, params, grads, n);
 }
 
 void check_train_state(const TrainState& s, const OptimizerSpec& spec, size_t total) {

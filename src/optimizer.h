@@ -3,7 +3,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/adamw.h"
@@ -48,14 +50,52 @@ LrSchedule lr_schedule(const Options& o);
 /// The resolved length of the schedule: --lr-decay-steps, or the run's total steps when it is 0.
 int64_t lr_decay_steps(const Options& o);
 
-/// One optimizer update on host buffers of n fp32 elements: params -= f(grad * grad_scale) with
-/// learning rate `lr`. `state` holds one buffer per optimizer_state_names(spec), in that order,
-/// each of n elements (zero before the first update). `applied_steps` is the number of updates
-/// applied before this one (AdamW's step number is applied_steps + 1; SGD's first update, which
-/// initialises the momentum buffer, is applied_steps == 0). Semantics: sgd_step_host /
-/// adamw_step_host. Throws std::invalid_argument when `state` has the wrong number of buffers.
-void optimizer_step_host(const OptimizerSpec& spec, double lr, double grad_scale, float* params, const float* grads,
-                         std::vector<float*> state, size_t n, int64_t applied_steps);
+/// The optimizer of one replica over its flat fp32 parameter and gradient buffers (n =
+/// ParamLayout::total elements each, bound at construction) and its per-element state, one buffer
+/// of n floats per optimizer_state_names(spec()), zero before the first update (PyTorch's initial
+/// AdamW moments; for SGD's momentum buffer, so that a skipped first step changes nothing).
+/// Semantics: torch.optim.SGD (model/sgd.h) and torch.optim.AdamW (model/adamw.h). Built by one
+/// factory per backend: make_host_optimizer (host buffers, sgd_step_host / adamw_step_host) and
+/// make_gpu_optimizer (src/optimizer_gpu.h: device buffers, the kernels of cuda/sgd.h and
+/// cuda/adamw.h). Used from the training thread only.
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  /// Update number applied_steps() + 1: params -= f(grads * grad_scale) with learning rate `lr`
+  /// (AdamW's step number is applied_steps() + 1; SGD's first update, which initialises the
+  /// momentum buffer, is the one with applied_steps() == 0). Host: done on return. GPU: enqueued
+  /// on the engine's compute stream, and skipped on the device when its skip flag is set.
+  virtual void step(double lr, double grad_scale) = 0;
+  /// Records the outcome of the last step() once it is known: `applied` false when the update
+  /// was skipped (non-finite gradients), which is not counted (AdamW's step number stays, as
+  /// PyTorch's GradScaler skipping optimizer.step()).
+  void end_step(bool applied) {
+    if (applied) ++applied_steps_;
+  }
+  /// Updates applied so far (TrainState::optimizer_steps).
+  int64_t applied_steps() const { return applied_steps_; }
+  const OptimizerSpec& spec() const { return spec_; }
+  /// optimizer_state_names(spec()).
+  const std::vector<std::string>& state_names() const { return names_; }
+  /// Host copies of the state buffers, named and ordered as state_names() (TrainState::optimizer).
+  /// GPU: waits for the compute stream.
+  virtual std::vector<std::pair<std::string, std::vector<float>>> state() const = 0;
+  /// Replaces the state buffers and applied_steps() by s.optimizer and s.optimizer_steps; `s`
+  /// must have passed check_train_state with spec(). GPU: call with the compute stream idle.
+  virtual void load_state(const TrainState& s) = 0;
+
+ protected:
+  explicit Optimizer(const OptimizerSpec& spec) : spec_(spec), names_(optimizer_state_names(spec)) {}
+  int64_t applied_steps_ = 0;
+
+ private:
+  OptimizerSpec spec_;
+  std::vector<std::string> names_;
+};
+
+/// The host optimizer of optimizer_spec(o) over `params` and `grads` (host, n fp32 elements each,
+/// kept alive by the caller): SGD through sgd_step_host, AdamW through adamw_step_host, in fp32.
+std::unique_ptr<Optimizer> make_host_optimizer(const Options& o, float* params, const float* grads, size_t n);
 
 /// Throws std::invalid_argument naming the buffer unless `s` fits an engine of `total` elements
 /// with optimizer `spec`: params and every optimizer buffer of `total` floats, the buffer names

@@ -15,7 +15,7 @@ namespace vitddp {
 /// work between steps inside it (checkpoints, evaluations: exclude()). The engine's profiler
 /// (cudaProfilerStart/Stop on the GPU backend) brackets exactly that range, so nsys'
 /// --capture-range=cudaProfilerApi records the timed steps only: `profiler(true)` / `profiler(false)`
-/// (Engine::profiler) are called once each, at the window's start and end. A resumed run (first step
+/// (EngineDiagnostics::profiler) are called once each, at the window's start and end. A resumed run (first step
 /// `start_step`) times what is left of the window after it: steps [max(warmup, start), warmup + steps).
 class TimedWindow {
  public:

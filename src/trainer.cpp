@@ -282,11 +282,11 @@ class Run {
         checkpointer_(o, w, layout, vitddp_git_commit()),
         evaluator_(in.eval_data ? std::make_unique<Evaluator>(in.eval_data, layout.cfg, o.batch_size, w, engine, results_)
                                 : nullptr),
-        window_(o.warmup_steps, o.steps, start_, [&engine](bool on) { engine.profiler(on); }),
+        window_(o.warmup_steps, o.steps, start_, [&engine](bool on) { engine.diagnostics().profiler(on); }),
         micro_batches_(first_batch_),
         data_wait_next_ms_(feed_.stage_next(micro_batches_++)),  // the first batch, before the loop
         rows_(o, w, buckets, results_, window_, start_),
-        stop_(w, o.step_timeout_s, [&engine]() { return engine.async_error(); }, o.on_nonfinite == NonfinitePolicy::Stop),
+        stop_(w, o.step_timeout_s, [&engine]() { return engine.diagnostics().async_error(); }, o.on_nonfinite == NonfinitePolicy::Stop),
         defer_rows_(o.backend == Backend::Gpu),
         steps_done_(start_),
         fault_(o) {}
@@ -299,7 +299,7 @@ class Run {
     rows_.start_clock();
     try {
       for (int i = start_; i < total_; ++i) {
-        if (i == o_.debug_nan_at_step && w_.rank == 0) engine_.poison_staged_batch();
+        if (i == o_.debug_nan_at_step && w_.rank == 0) engine_.fault_target().poison_staged_batch();
         window_.before_step(i);
         // The schedule advances with every step, skipped ones included (torch: scheduler.step()
         // runs even when GradScaler skips optimizer.step()).
@@ -370,7 +370,7 @@ class Run {
         if (j + 1 < k_) data_wait_ms += wait;
         else data_wait_next_ms_ = wait;
       }
-      if (fault_.due(i, w_.rank)) fault_.trigger(engine_, w_.rank, i);  // the step's collectives in flight
+      if (fault_.due(i, w_.rank)) fault_.trigger(engine_.fault_target(), w_.rank, i);  // the step's collectives in flight
       engine_.finish_step(&rec);
     }
     rec.data_wait_ms = data_wait_ms;
@@ -538,7 +538,7 @@ int finish_run(const Options& o, const World& w, const ParamLayout& layout, Engi
     }
     return 1;
   }
-  const auto transports = gather_strings(engine.nccl_transport(), w);
+  const auto transports = gather_strings(engine.diagnostics().nccl_transport(), w);
   const StopControl& stop = run.stop();
   if (w.rank != 0) return stop.exit_code();
   results->set_attr("nccl_transport", transports);

@@ -21,7 +21,7 @@ namespace {
 
 /// Runs `steps` steps of a CPU engine with options `o` (no DDP, batch 4 of vit_micro, a new random
 /// batch per step, step `poisoned` gets a NaN pixel) and, beside it, the same steps by hand: the
-/// reference model's gradients, then optimizer_step_host's formula written out per optimizer
+/// reference model's gradients, then the host optimizer's formula (make_host_optimizer) written out per optimizer
 /// (adamw_step_host / sgd_step_host) with the schedule's lr, skipping the poisoned step without
 /// counting it. REQUIREs bitwise equal losses, parameters and optimizer state.
 void check_engine_against_hand(Options o, int steps, int poisoned) {
@@ -45,7 +45,7 @@ void check_engine_against_hand(Options o, int steps, int poisoned) {
     const double lr = sched.lr_at(step);
     engine->set_lr(lr);
     engine->stage(HostBatch{images.data(), labels.data(), 4});
-    if (step == poisoned) engine->poison_staged_batch();
+    if (step == poisoned) engine->fault_target().poison_staged_batch();
     engine->run_micro_step(0, 1);
     StepRecord rec;
     engine->finish_step(&rec);

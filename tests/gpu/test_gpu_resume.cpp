@@ -37,7 +37,7 @@ std::vector<double> run(Engine& e, const Options& o, const ParamLayout& L, int f
     const auto labels = vitddp_test::random_labels(L.cfg, o.batch_size, 50 + i);
     e.set_lr(sched.lr_at(i));
     e.stage(HostBatch{images.data(), labels.data(), o.batch_size});
-    if (i == poisoned) e.poison_staged_batch();
+    if (i == poisoned) e.fault_target().poison_staged_batch();
     e.run_micro_step(0, 1);
     StepRecord r;
     e.finish_step(&r);
