@@ -1,7 +1,9 @@
 // The optimizer wiring (src/optimizer.h): options -> OptimizerSpec and LrSchedule, and the CPU
 // engine's steps against model/adamw.h and model/sgd.h applied by hand to the same gradients,
-// with the schedule's learning rate per step and a skipped (non-finite) step.
+// with the schedule's learning rate per step and a skipped (non-finite) step; the host Optimizer
+// (make_host_optimizer) against torch's SGD and AdamW formulas written out in double.
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -223,4 +225,97 @@ TEST_CASE("training state: check_train_state and load_train_state refuse what do
   bad = s;
   bad.optimizer[1].second.resize(5);
   CHECK(message_of<std::invalid_argument>([&] { engine->load_train_state(bad); }).find("exp_avg_sq holds 5") != std::string::npos);
+}
+
+namespace {
+
+/// n values in [-1, 1) from a 64-bit LCG (Knuth's MMIX constants) seeded with `seed`.
+std::vector<float> lcg_values(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    x = (float)((double)(seed >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("host optimizer: SGD with momentum against torch.optim.SGD's formula, a skipped step not counted",
+          "[optim][optimizer]") {
+  const Options o = parse_args({"--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.01"});
+  const size_t n = 37;
+  std::vector<float> p = lcg_values(n, 1), g = lcg_values(n, 2);
+  std::vector<double> ref_p(p.begin(), p.end()), ref_buf(n, 0.0);
+  auto opt = make_host_optimizer(o, p.data(), g.data(), n);
+  REQUIRE(opt->state_names() == std::vector<std::string>{"momentum_buffer"});
+  // torch/optim/sgd.py (_single_tensor_sgd, dampening 0): g' = scale g + wd p; buf = g' on the
+  // first update, else momentum buf + g'; p -= lr buf. In double: the fp32 result agrees to 1e-6.
+  const double lrs[] = {0.1, 0.05, 0.02};
+  for (int t = 0; t < 3; ++t) {
+    const double lr = lrs[t], scale = 0.5;
+    if (t == 1) {  // a skipped step (non-finite gradients): no update, not counted
+      opt->end_step(false);
+      continue;
+    }
+    opt->step(lr, scale);
+    opt->end_step(true);
+    for (size_t i = 0; i < n; ++i) {
+      const double gi = scale * (double)g[i] + 0.01 * ref_p[i];
+      ref_buf[i] = t == 0 ? gi : 0.9 * ref_buf[i] + gi;
+      ref_p[i] -= lr * ref_buf[i];
+    }
+  }
+  CHECK(opt->applied_steps() == 2);
+  const auto st = opt->state();
+  REQUIRE(st.size() == 1);
+  for (size_t i = 0; i < n; ++i) {
+    CHECK(std::fabs(p[i] - ref_p[i]) < 1e-6);
+    CHECK(std::fabs(st[0].second[i] - ref_buf[i]) < 1e-6);
+  }
+}
+
+TEST_CASE("host optimizer: AdamW against torch.optim.AdamW's formula; state and step count survive load_state",
+          "[optim][optimizer]") {
+  const Options o = parse_args({"--optimizer", "adamw", "--lr", "0.01", "--weight-decay", "0.1", "--adam-beta2", "0.95"});
+  const size_t n = 29;
+  std::vector<float> p = lcg_values(n, 3), g = lcg_values(n, 4);
+  std::vector<double> rp(p.begin(), p.end()), rm(n, 0.0), rv(n, 0.0);
+  auto opt = make_host_optimizer(o, p.data(), g.data(), n);
+  REQUIRE(opt->state_names() == std::vector<std::string>{"exp_avg", "exp_avg_sq"});
+  // torch/optim/adam.py (_single_tensor_adam, decoupled weight decay), step t = 1, 2 (the
+  // skipped update between them is not counted).
+  auto reference = [&](double lr, int t) {
+    for (size_t i = 0; i < n; ++i) {
+      const double gi = g[i];
+      rp[i] *= 1 - lr * 0.1;
+      rm[i] += (1 - 0.9) * (gi - rm[i]);
+      rv[i] = rv[i] * 0.95 + (1 - 0.95) * gi * gi;
+      const double denom = std::sqrt(rv[i]) / std::sqrt(1 - std::pow(0.95, t)) + 1e-8;
+      rp[i] -= lr / (1 - std::pow(0.9, t)) * rm[i] / denom;
+    }
+  };
+  opt->step(0.01, 1.0);
+  opt->end_step(true);
+  reference(0.01, 1);
+  opt->end_step(false);  // skipped
+  opt->step(0.02, 1.0);
+  opt->end_step(true);
+  reference(0.02, 2);
+  REQUIRE(opt->applied_steps() == 2);
+  const auto st = opt->state();
+  for (size_t i = 0; i < n; ++i) {
+    CHECK(std::fabs(p[i] - rp[i]) < 1e-5);
+    CHECK(std::fabs(st[0].second[i] - rm[i]) < 1e-6);
+    CHECK(std::fabs(st[1].second[i] - rv[i]) < 1e-6);
+  }
+  // A second optimizer loaded with the first one's state continues bit for bit (step 3 in both).
+  std::vector<float> q = p;
+  auto twin = make_host_optimizer(o, q.data(), g.data(), n);
+  twin->load_state(TrainState{q, st, opt->applied_steps()});
+  CHECK(twin->applied_steps() == 2);
+  opt->step(0.005, 1.0);
+  twin->step(0.005, 1.0);
+  CHECK(q == p);
+  CHECK(twin->state() == opt->state());
 }
