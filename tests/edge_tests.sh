@@ -76,7 +76,7 @@ else bad "trace --overwrite: rc=$rc $out"; fi
 t0=$(date +%s)
 expect_line "--save-weights = --out, with --overwrite" \
   "vitddp: error: --save-weights: '$TMP/base.h5' is also the --out file; give each output its own path" \
-  $RUN4 --steps 100000 --out "$TMP/base.h5" --save-weights "$TMP/base.h5" --overwrite
+  $SMALL --warmup-steps 1 --steps 100000 --cooldown-steps 1 --out "$TMP/base.h5" --save-weights "$TMP/base.h5" --overwrite
 [ $(( $(date +%s) - t0 )) -lt 60 ] && "$PY" -c "import h5py,sys; h5py.File(sys.argv[1],'r')['timing/forward']" "$TMP/base.h5" \
   && ok "refused at start-up; the results file is intact" || bad "--save-weights = --out: late or destroyed the results"
 ln -s "$TMP/nowhere.json" "$TMP/dangling.json"
