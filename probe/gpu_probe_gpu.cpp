@@ -69,7 +69,6 @@ ProbeResult run_gpu_probe(const ProbeOptions& o, const World& w, const std::vect
   ro.allreduce = o.transport;
   const GpuTransportEntry& entry = gpu_transport(o.transport);
   const std::vector<size_t> bucket_bytes = {max_bytes};  // one bucket, as large as the largest message
-  entry.plan(ro, w.world_size, bucket_bytes);
   const GpuTransportArgs args{comm.get(), w.world_size, ro, {{a.ptr, a.bytes}}, bucket_bytes};
   const std::unique_ptr<GpuTransport> t = entry.make(args);
   const bool nccl = o.transport == "nccl";

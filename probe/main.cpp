@@ -48,6 +48,13 @@ int main(int argc, char** argv) {
     if (w.rank == 0) std::printf("%s", usage().c_str());
     return finish(0);
   }
+  const std::vector<int64_t> sizes = probe_sizes(o.min_bytes, o.max_bytes, w.world_size);
+  if (sizes.empty()) {
+    if (w.rank == 0)
+      std::fprintf(stderr, "[vitddp-probe] error: --max-bytes: %lld is less than one fp32 element per rank (%d bytes)\n",
+                   (long long)o.max_bytes, 4 * w.world_size);
+    return finish(2);
+  }
   std::optional<ResultsFile> file;
   std::string refused;
   if (w.rank == 0 && !o.out.empty()) {
@@ -62,14 +69,13 @@ int main(int argc, char** argv) {
     return finish(2);
   }
   const std::vector<std::string> hosts = gather_hostnames(w);
-  const std::vector<int64_t> sizes = probe_sizes(o.min_bytes, o.max_bytes, w.world_size);
   const std::vector<std::string> gpu = gpu_transport_names();
   const bool on_gpu = std::find(gpu.begin(), gpu.end(), o.transport) != gpu.end();
   if (w.rank == 0)
     std::printf("[vitddp-probe] transport %s, %d rank(s) on %zu host(s), %zu size(s) from %lld to %lld bytes, "
                 "%d warm-up + %d timed iterations each\n",
                 o.transport.c_str(), w.world_size, std::set<std::string>(hosts.begin(), hosts.end()).size(), sizes.size(),
-                sizes.empty() ? 0LL : (long long)sizes.front(), sizes.empty() ? 0LL : (long long)sizes.back(), o.warmup,
+                (long long)sizes.front(), (long long)sizes.back(), o.warmup,
                 o.iters);
   try {
     const ProbeResult r = on_gpu ? run_gpu_probe(o, w, sizes) : run_host_probe(o, w, sizes);

@@ -43,6 +43,7 @@ expect_probe_error "unknown transport" "--transport: 'tcp' is not a transport" -
 expect_probe_error "bad size" "--max-bytes: '1X' is not a positive size" --max-bytes 1X
 expect_probe_error "min above max" "--min-bytes (2097152) is larger than --max-bytes (1048576)" --min-bytes 2M --max-bytes 1M
 expect_probe_error "unknown option" "unknown option '--bogus'" --bogus
+expect_probe_error "no size left" "--max-bytes: 4 is less than one fp32 element per rank (8 bytes)" --min-bytes 4 --max-bytes 4
 expect_probe_error "iterations" "--iters: '0' is not an integer >= 1" --iters 0
 expect_probe_error "existing --out" "--out: refusing to overwrite existing file" --transport mpi --out "$TMP/probe.h5"
 if [ "${VITDDP_GPU_BUILT:-1}" = 0 ]; then
