@@ -7,6 +7,7 @@
 
 #include "src/engine.h"
 #include "src/memory_estimate.h"
+#include "src/topology.h"
 #include "src/versions.h"
 
 namespace vitddp {
@@ -29,5 +30,11 @@ MemoryEstimate estimate_gpu_memory(const Options&, int) { throw std::invalid_arg
 
 // No GPU library is linked: --version lists MPI and HDF5 only.
 std::vector<std::pair<std::string, std::string>> gpu_library_versions() { return {}; }
+
+GpuTopology query_gpu_topology(int) {
+  GpuTopology t;
+  t.status = "GPU backend not built";
+  return t;
+}
 
 }  // namespace vitddp

@@ -27,6 +27,7 @@
 #include "src/series.h"
 #include "src/stop_control.h"
 #include "src/timed_window.h"
+#include "src/topology.h"
 #include "src/weights_io.h"
 
 namespace vitddp {
@@ -572,10 +573,15 @@ void write_start(const Options& o, const World& w, const ParamLayout& layout, co
   const auto hosts = gather_strings(w.hostname, w);
   const auto devices = gather_strings(info.device_name, w);
   const auto uuids = gather_strings(info.device_uuid, w);
+  GpuTopology mine;
+  mine.status = "no GPU (CPU backend)";
+  const auto topology = gather_topology(info.backend == "gpu" ? query_gpu_topology(info.device_index) : mine, w);
   if (w.rank == 0) {
+    std::printf("[vitddp] %s\n", topology_line(topology, hosts).c_str());
     const std::string warning = powersgd_start_warning(o);
     if (!warning.empty()) std::printf("[vitddp] warning: %s\n", warning.c_str());
     write_header(*results, o, w, layout, buckets, info, cmd, hosts, devices, uuids);
+    write_topology(*results, topology, hosts);
     results->set_attr("resumed_from", o.resume);
     results->set_attr("resumed_from_step", (int64_t)start);
     results->flush();

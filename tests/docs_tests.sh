@@ -8,7 +8,8 @@
 #      (results/runs/, checkpoints/, build/), words whose first part is no top-level entry of the
 #      repository (dataset names such as timing/forward);
 #   2. options: every --option that belongs to vitddp (on a command line: after the vitddp
-#      binary; inline: unless it is a listed option of another tool) is in `vitddp --help`;
+#      binary; inline: unless it is a listed option of another tool) is in `vitddp --help`; those
+#      after vitddp-probe in its own --help;
 #   3. vitddp-report / vitddp-plot subcommands named exist, with the options named after them: each
 #      runs with --help from the package source in results/ (its pyproject.toml
 #      [project.scripts]); without that package the check is skipped with a SKIP line;
@@ -49,6 +50,7 @@ FOREIGN_OPTIONS = {
     "--capture-range", "--capture-range-end", "--trace", "--cuda-graph-trace", "--sample", "--report",  # nsys
     "--load", "--logs", "--ranks", "--buckets", "--check", "--update", "--json", "--csv", "--format",  # scripts
     "--output-on-failure",  # ctest
+    "--probe",  # vitddp-plot busbw, vitddp-report summary
 }
 # Words that start another tool's part of a command line (options after them are not vitddp's).
 OTHER_COMMANDS = {"mpirun", "mpiexec", "srun", "sbatch", "nsys", "ncu", "python3", "python", "pip", "make",
@@ -166,25 +168,36 @@ def check_paths(docs):
             ok(f"{doc}: link ({target})")
 
 
-def vitddp_options():
-    out = subprocess.run([BIN, "--help"], capture_output=True, text=True, timeout=60)
+def vitddp_options(binary=BIN):
+    out = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=60)
     return set(re.findall(r"^\s+(--[a-z0-9][a-z0-9-]*)", out.stdout, re.M)), out.returncode
+
+
+# vitddp-probe (probe/), built next to vitddp: its options are checked against its own --help.
+PROBE_BIN = os.path.join(os.path.dirname(BIN), "vitddp-probe")
 
 
 def is_vitddp(word):
     return word.endswith("/vitddp") or word in ("vitddp", '"$VITDDP"', "$VITDDP")
 
 
-def options_of_vitddp(line):
-    """The --options on a command line that follow the vitddp binary (until another command)."""
+def is_probe(word):
+    return word.endswith("/vitddp-probe") or word == "vitddp-probe"
+
+
+def options_of_vitddp(line, binary="vitddp"):
+    """The --options on a command line that follow the `binary` ("vitddp" or "vitddp-probe")
+    (until another command)."""
     opts, owner = [], None
     for word in line.split():
         base = os.path.basename(word)
         if is_vitddp(word):
             owner = "vitddp"
+        elif is_probe(word):
+            owner = "vitddp-probe"
         elif base in OTHER_COMMANDS or word in ("|", "&&", ";", "||"):
             owner = base
-        elif word.startswith("--") and owner == "vitddp":
+        elif word.startswith("--") and owner == binary:
             opts.append(word.split("=", 1)[0])
     return opts
 
@@ -194,26 +207,33 @@ def check_options(docs):
     if rc != 0 or not known:
         bad(f"{BIN} --help failed (exit {rc})")
         return
+    probe_known, probe_rc = vitddp_options(PROBE_BIN) if os.path.exists(PROBE_BIN) else (set(), 1)
+    if probe_rc != 0 or not probe_known:
+        bad(f"{PROBE_BIN} --help failed (exit {probe_rc})")
     for doc, text in docs:
         prose, code = split_blocks(text)
-        named = set()
+        named, probe_named, bare = set(), set(), set()
         for line in command_lines(code):
             named.update(options_of_vitddp(line))
+            probe_named.update(options_of_vitddp(line, "vitddp-probe"))
         for span in inline_spans(prose):
             words = span.split()
-            if any(is_vitddp(w) or os.path.basename(w) in OTHER_COMMANDS for w in words):
+            if any(is_vitddp(w) or is_probe(w) or os.path.basename(w) in OTHER_COMMANDS for w in words):
                 named.update(options_of_vitddp(span))
+                probe_named.update(options_of_vitddp(span, "vitddp-probe"))
             else:
-                named.update(w.split("=", 1)[0] for w in words if re.match(r"^--[a-z]", w) and
-                             w.split("=", 1)[0] not in FOREIGN_OPTIONS)
-        for o in sorted(named):
+                bare.update(w.split("=", 1)[0] for w in words if re.match(r"^--[a-z]", w) and
+                            w.split("=", 1)[0] not in FOREIGN_OPTIONS)
+        # An option named alone is vitddp's; vitddp-probe's are named with the binary.
+        for o, where, label in ([(o, known, "vitddp") for o in sorted(named | bare)] +
+                                [(o, probe_known, "vitddp-probe") for o in sorted(probe_named)]):
             o = o.rstrip(".,;:)")
             if o in BAD_INPUT_EXAMPLES:
                 continue
-            if o in known:
-                ok(f"{doc}: {o} is a vitddp option")
+            if o in where:
+                ok(f"{doc}: {o} is a {label} option")
             else:
-                bad(f"{doc}: {o} is not in vitddp --help")
+                bad(f"{doc}: {o} is not in {label} --help")
 
 
 def package_entry_points():

@@ -151,19 +151,52 @@ def _nanmedian_cols(a):
 
 def link_probe(run):
     """The file's link probe curve, if it has one: group `link_probe` with `bytes` (int64 [n],
-    message sizes) and either `busbw` (float64 [n], GB/s) or `time` (float64 [n], s, the
-    all-reduce time of that size, converted with the all-reduce factor). Returns
-    (bytes float64 [n], busbw GB/s float64 [n]) or None when the file has no such group."""
+    message sizes) and the all-reduce's `allreduce/busbw` (float64 [n], GB/s; what vitddp-probe
+    writes, docs/benchmarks.md) or `busbw`, else `allreduce/time` or `time` (float64 [n], s,
+    converted with the all-reduce factor of the file's world_size). Returns (bytes float64 [n],
+    busbw GB/s float64 [n]) or None when the file has no such group."""
     if not run.has("link_probe/bytes"):
         return None
     nbytes = np.asarray(run.data("link_probe/bytes"), dtype=float).reshape(-1)
-    if run.has("link_probe/busbw"):
-        bw = np.asarray(run.data("link_probe/busbw"), dtype=float).reshape(-1)
-    elif run.has("link_probe/time"):
-        bw = algbw_gbps(nbytes, np.asarray(run.data("link_probe/time"), dtype=float).reshape(-1)) \
-            * bus_factor(run.world_size)
+    for prefix in ("link_probe/allreduce/", "link_probe/"):
+        if run.has(prefix + "busbw"):
+            bw = np.asarray(run.data(prefix + "busbw"), dtype=float).reshape(-1)
+            break
+        if run.has(prefix + "time"):
+            bw = algbw_gbps(nbytes, np.asarray(run.data(prefix + "time"), dtype=float).reshape(-1)) \
+                * bus_factor(run.world_size)
+            break
     else:
         raise ResultsError("%s: group link_probe has neither 'busbw' nor 'time'" % run.path)
     if bw.shape != nbytes.shape:
         raise ResultsError("%s: link_probe/bytes and its bandwidth differ in length" % run.path)
     return nbytes, bw
+
+
+def read_probe(path):
+    """The all-reduce curve of a vitddp-probe file (or any file with a link_probe group) at `path`:
+    (bytes float64 [n], busbw GB/s float64 [n]), sorted by bytes. ResultsError when the file cannot
+    be opened or has no link_probe group."""
+    from .reader import Run
+    with Run(path) as r:
+        probe = link_probe(r)
+    if probe is None:
+        raise ResultsError("%s: no link_probe group (write one with vitddp-probe --out)" % path)
+    order = np.argsort(probe[0])
+    return probe[0][order], probe[1][order]
+
+
+def busbw_at(probe, nbytes):
+    """The probe's busbw (GB/s) at message size `nbytes`, interpolated linearly in log2(bytes)
+    between the two nearest probed sizes (numpy.interp); NaN outside the probed range or for
+    nbytes <= 0. `probe` is read_probe's (bytes, busbw)."""
+    x, y = probe
+    if not nbytes > 0 or x.size == 0 or nbytes < x[0] or nbytes > x[-1]:
+        return float("nan")
+    return float(np.interp(np.log2(nbytes), np.log2(x), y))
+
+
+def median_bucket_bytes(run):
+    """Median over the buckets of the bytes on the wire of their all-reduce (BucketBandwidth's
+    per-bucket median over the timed steps): the message size a run's all-reduces typically have."""
+    return float(np.nanmedian(BucketBandwidth(run).per_bucket()["nbytes"]))

@@ -27,7 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
-from .bandwidth import BucketBandwidth, link_probe  # noqa: E402
+from .bandwidth import BucketBandwidth, link_probe, read_probe  # noqa: E402
 from .reader import ResultsError, Run, open_runs, text as _text  # noqa: E402
 
 
@@ -694,6 +694,7 @@ def cmd_busbw(a):
     line, and the file's link probe curve (group link_probe) when it has one."""
     output_paths(a.output, a.format)  # fail on a bad -o before reading anything
     runs = open_runs(a.files)
+    extra_probe = read_probe(a.probe) if a.probe else None
     data = []
     for r in runs:
         bw = BucketBandwidth(r)
@@ -723,6 +724,9 @@ def cmd_busbw(a):
             order = np.argsort(probe[0])
             ax.plot(probe[0][order], probe[1][order], color=color, linewidth=1.6, marker="x",
                     label="%slink probe (all-reduce of one message)" % (r.label + ", " if len(runs) > 1 else ""))
+    if extra_probe is not None:
+        ax.plot(extra_probe[0], extra_probe[1], color="black", linewidth=1.6, marker="+",
+                label="link probe %s (all-reduce of one message)" % os.path.basename(a.probe))
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(FuncFormatter(_fmt_bytes))
     ax.xaxis.set_minor_formatter(NullFormatter())
@@ -839,6 +843,8 @@ def build_parser(prog="vitddp-plot"):
                        "the file's link probe (link_probe/bytes with link_probe/busbw or link_probe/time) as a curve "
                        "when it has one. Needs 2 or more ranks and per-bucket all-reduce times.")
     s.add_argument("files", nargs="+", metavar="FILE", help="vitddp results file(s) of DDP runs")
+    s.add_argument("--probe", metavar="FILE", help="also draw this vitddp-probe file's all-reduce busbw curve "
+                   "(link_probe/allreduce/busbw against link_probe/bytes)")
     plot_args(s)
     s.set_defaults(func=cmd_busbw)
     return p

@@ -1,6 +1,6 @@
 """vitddp-report: tables of vitddp runs (Markdown by default), from their HDF5 results files.
 
-    vitddp-report summary A.h5 [B.h5 ...] [--json | --csv] [-o FILE]
+    vitddp-report summary A.h5 [B.h5 ...] [--json | --csv] [--probe PROBE.h5] [-o FILE]
     vitddp-report compare A.h5 B.h5 ... [--format markdown|csv|json] [-o FILE]
     vitddp-report buckets FILE.h5 [--per-step] [--format markdown|csv|json]
     vitddp-report overlap [--baseline ONE_GPU.h5] FILE.h5...
@@ -18,6 +18,7 @@ import os
 import sys
 
 from . import article, buckets, kernels, losses, overlap, power, predict, speed
+from .bandwidth import read_probe
 from .reader import ResultsError
 from .runs_report import compare_text, collect, summary_text
 
@@ -57,8 +58,10 @@ def cmd_summary(argv, prog):
     g.add_argument("--json", action="store_true", help="JSON: {runs: [...], units: {...}}")
     g.add_argument("--csv", action="store_true", help="CSV: a header and one row per file")
     ap.add_argument("-o", "--output", metavar="FILE", help="also write the output to FILE")
+    ap.add_argument("--probe", metavar="FILE", help="a vitddp-probe file: add the run's median bucket size and the "
+                    "probe's all-reduce busbw at that size (interpolated in log2 bytes) next to the run's busbw")
     a = ap.parse_args(argv)
-    ms, _ = collect(a.files)
+    ms, _ = collect(a.files, read_probe(a.probe) if a.probe else None)
     _write(summary_text(ms, "json" if a.json else "csv" if a.csv else "markdown"), a.output)
     return 0
 

@@ -10,6 +10,7 @@ import io
 import json
 import math
 
+from . import bandwidth as B
 from . import metrics as M
 from .reader import open_runs
 
@@ -38,6 +39,8 @@ def fmt_value(key, v):
         return "%.4f" % v
     if key in ("steps_per_second",) or key.endswith("_ms"):
         return "%.3f" % v
+    if key.endswith("_bytes"):
+        return "%d" % round(v)
     if key.endswith("_gbps") or key.endswith("_gib"):
         return "%.2f" % v
     if isinstance(v, float):
@@ -67,11 +70,15 @@ def _csv_value(v):
     return "" if v is None else v
 
 
-def collect(paths):
-    """run_metrics of every file (all opened first, so a bad file fails before any output)."""
+def collect(paths, probe=None):
+    """run_metrics of every file (all opened first, so a bad file fails before any output); with
+    `probe` (bandwidth.read_probe's curve) also add_probe's fields."""
     runs = open_runs(paths)
     try:
-        return [M.run_metrics(r) for r in runs], runs
+        ms = [M.run_metrics(r) for r in runs]
+        if probe is not None:
+            add_probe(ms, runs, probe)
+        return ms, runs
     finally:
         for r in runs:
             r.close()
@@ -86,14 +93,38 @@ NOTES = ("Timed steps only (`steps/timed` = 1). images/s = steps/s x batch per r
          "`buckets/allreduce_time`, all buckets of a step together, median over the steps; GB/s = 1e9 bytes/s.")
 
 
+PROBE_FIELDS = [  # summary --probe: (key, label, units)
+    ("bucket_median_bytes", "median bucket size (bytes on the wire)", "bytes"),
+    ("probe_busbw_gbps", "link probe busbw at that size", "GB/s"),
+]
+
+PROBE_NOTE = ("Link probe (`--probe`): the probe file's all-reduce busbw (`link_probe/allreduce/busbw`, "
+              "vitddp-probe) at the run's median bucket size, interpolated linearly in log2(bytes) between the "
+              "two nearest probed sizes (n/a outside the probed range), next to the run's own busbw median.")
+
+
+def add_probe(ms, runs, probe):
+    """Adds PROBE_FIELDS to each metric dict of `ms` (runs in the same order): the median bucket size
+    (bandwidth.median_bucket_bytes; None without per-bucket times) and the probe's busbw there
+    (bandwidth.busbw_at of `probe` = bandwidth.read_probe's curve)."""
+    for m, r in zip(ms, runs):
+        m["bucket_median_bytes"] = m["probe_busbw_gbps"] = None
+        if r.ddp and r.has("buckets/allreduce_time"):
+            m["bucket_median_bytes"] = B.median_bucket_bytes(r)
+            m["probe_busbw_gbps"] = B.busbw_at(probe, m["bucket_median_bytes"])
+
+
 def summary_text(ms, fmt):
-    """The summary of metric dicts `ms` as 'markdown', 'csv' or 'json' text."""
+    """The summary of metric dicts `ms` as 'markdown', 'csv' or 'json' text; with PROBE_FIELDS
+    (add_probe) when the first dict has them."""
+    probe = bool(ms) and "probe_busbw_gbps" in ms[0]
+    metric_fields = M.METRIC_FIELDS + (PROBE_FIELDS if probe else [])
     if fmt == "json":
-        units = {k: u for k, _, u in M.METRIC_FIELDS}
+        units = {k: u for k, _, u in metric_fields}
         units.update({"bucket_cap_mb": "MiB", "images_per_second_file": "images/s"})
         return json.dumps({"runs": [{k: _json_value(v) for k, v in m.items()} for m in ms], "units": units},
                           indent=2) + "\n"
-    keys = ["file"] + [k for k, _ in M.CONFIG_FIELDS] + [k for k, _, _ in M.METRIC_FIELDS]
+    keys = ["file"] + [k for k, _ in M.CONFIG_FIELDS] + [k for k, _, _ in metric_fields]
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
@@ -103,8 +134,8 @@ def summary_text(ms, fmt):
         return buf.getvalue()
     header = ["", *[m["file"] for m in ms]]
     rows = [[label] + [fmt_value(k, m[k]) for m in ms] for k, label in M.CONFIG_FIELDS]
-    rows += [[_label(label, u)] + [fmt_value(k, m[k]) for m in ms] for k, label, u in M.METRIC_FIELDS]
-    lines = _md_table(header, rows) + ["", NOTES]
+    rows += [[_label(label, u)] + [fmt_value(k, m[k]) for m in ms] for k, label, u in metric_fields]
+    lines = _md_table(header, rows) + ["", NOTES] + (["", PROBE_NOTE] if probe else [])
     for m in ms:
         f = m["images_per_second_file"]
         if f is not None and abs(f - m["images_per_second"]) > 1e-6 * max(1.0, abs(f)):
