@@ -3,7 +3,7 @@
 
 Usage: check_cpu_includes.py <source root> [--compile-commands <build>/compile_commands.json]
 
-1. Sources: every .cpp/.h under model/, mpi/, src/, probe/, tests/cpu/ and tests/mpi/ except the GPU-only
+1. Sources: every .cpp/.h under model/, mpi/, src/ (src/probe/ too), tests/cpu/ and tests/mpi/ except the GPU-only
    ones (*_gpu.cpp, *_gpu.h, *.cu, *.cuh, CMakeLists.txt's convention) and the GPU engine's
    factory. Their #include lines are followed transitively through the project's own headers
    ("folder/file.h" from the source root); the check fails when one reaches a header under cuda/,
@@ -19,7 +19,7 @@ import os
 import re
 import sys
 
-CPU_FOLDERS = ["model", "mpi", "src", "probe", "tests/cpu", "tests/mpi"]
+CPU_FOLDERS = ["model", "mpi", "src", "tests/cpu", "tests/mpi"]
 # System headers of the CUDA toolkit (runtime, driver, math types, cuBLAS(Lt), NVTX, CUB/Thrust,
 # NVRTC, cuRAND, cuFFT...), cuDNN and NCCL.
 GPU_SYSTEM = re.compile(

@@ -173,7 +173,7 @@ def vitddp_options(binary=BIN):
     return set(re.findall(r"^\s+(--[a-z0-9][a-z0-9-]*)", out.stdout, re.M)), out.returncode
 
 
-# vitddp-probe (probe/), built next to vitddp: its options are checked against its own --help.
+# vitddp-probe (src/probe/), built next to vitddp: its options are checked against its own --help.
 PROBE_BIN = os.path.join(os.path.dirname(BIN), "vitddp-probe")
 
 

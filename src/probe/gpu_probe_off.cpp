@@ -2,7 +2,7 @@
 // gpu_probe_gpu.cpp): no GPU transport exists, so parse_options refuses their names first.
 #include <stdexcept>
 
-#include "probe/probe.h"
+#include "src/probe/probe.h"
 
 namespace vitddp::probe {
 

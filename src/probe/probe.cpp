@@ -1,5 +1,5 @@
 // The CUDA-free part of probe/probe.h: options, sizes, bandwidth formulas, table, file.
-#include "probe/probe.h"
+#include "src/probe/probe.h"
 
 #include <mpi.h>
 

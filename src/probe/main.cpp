@@ -8,7 +8,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "probe/probe.h"
+#include "src/probe/probe.h"
 #include "src/h5_util.h"
 
 using namespace vitddp;

@@ -9,7 +9,7 @@
 #include "mpi/world/nccl_check_gpu.h"
 #include "mpi/world/nccl_comm_gpu.h"
 #include "mpi/world/nccl_log.h"
-#include "probe/probe.h"
+#include "src/probe/probe.h"
 #include "src/engine.h"
 
 namespace vitddp::probe {

@@ -4,7 +4,7 @@
 #include <functional>
 
 #include "mpi/transports/host_transport.h"
-#include "probe/probe.h"
+#include "src/probe/probe.h"
 
 namespace vitddp::probe {
 namespace {
