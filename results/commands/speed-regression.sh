@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Two vitddp builds side by side on one GPU: BASE (an earlier build) and VITDDP (this one), ViT-L/32
+# batch 32, --no-ddp, data on the GPU, fp32 / tf32 / bf16, alternating run by run for ROUNDS rounds,
+# and a table of the median steps/s of each and their ratio (a change that should not move the
+# speed must stay within 1%).
+# Usage: BASE=old/vitddp bash results/commands/speed-regression.sh OUT
+#        bash results/commands/speed-regression.sh --readme DIR
+#   ROUNDS [3], STEPS [100; fp32 runs 40], WARMUP [10]. Writes OUT/<p>-{base,new}-r<r>.h5, log.txt,
+#   regression_table.md, README.md. About 2 minutes on an H200.
+TOPIC=speed-regression
+TITLE="Speed of two vitddp builds on one GPU, alternating (ViT-L/32, batch 32)"
+NEED_GPUS=1
+ROUNDS=${ROUNDS:-3}
+about() {
+  cat <<'MD'
+One GPU, ViT-L/32, batch 32, `--no-ddp`, SGD, data on the GPU (`--data device`), 10 warm-up and
+100 timed steps (fp32: 40), CUDA graph on. Each round runs the earlier build (`base`) and this
+build (`new`) back to back in every precision, so both see the same clocks and temperature.
+`regression_table.md` gives the median over the rounds of each build and the ratio new / base.
+MD
+}
+regression_table() {  # regression_table DIR: DIR/regression_table.md from DIR's HDF5 files
+  "$PY" - "$1" <<'PY'
+import glob, io, os, re, statistics, sys, tarfile
+import h5py
+d = sys.argv[1]
+runs = {}
+def add(name, opener):
+    m = re.match(r"(fp32|tf32|bf16)-(base|new)-r(\d+)\.h5$", os.path.basename(name))
+    if m:
+        with h5py.File(opener(), "r") as h:
+            runs.setdefault((m.group(1), m.group(2)), []).append(float(h["summary/steps_per_second"][()]))
+for f in glob.glob(os.path.join(d, "*.h5")):
+    add(f, lambda f=f: f)
+if os.path.exists(os.path.join(d, "h5.tar.xz")):  # the packed files of a kept folder
+    with tarfile.open(os.path.join(d, "h5.tar.xz")) as t:
+        for m in t.getmembers():
+            if m.isfile():
+                add(m.name, lambda m=m: io.BytesIO(t.extractfile(m).read()))
+lines = ["| precision | base steps/s (median) | new steps/s (median) | new / base | rounds base | rounds new |",
+         "| --- | ---: | ---: | ---: | --- | --- |"]
+for p in ("fp32", "tf32", "bf16"):
+    b, n = runs.get((p, "base"), []), runs.get((p, "new"), [])
+    if not b or not n:
+        continue
+    mb, mn = statistics.median(b), statistics.median(n)
+    lines.append(f"| {p} | {mb:.2f} | {mn:.2f} | {mn / mb:.4f} | {' / '.join(f'{x:.2f}' for x in sorted(b))} | "
+                 f"{' / '.join(f'{x:.2f}' for x in sorted(n))} |")
+open(os.path.join(d, "regression_table.md"), "w").write("## Base against new\n\n" + "\n".join(lines) + "\n")
+PY
+}
+includes() { regression_table "$1" && echo "$1/regression_table.md"; }
+experiment() {
+  [ -x "${BASE:-}" ] || die "BASE=${BASE:-}: set BASE to the earlier vitddp binary"
+  local r p bin who n
+  for ((r = 1; r <= ROUNDS; ++r)); do
+    for p in fp32 tf32 bf16; do
+      for who in base new; do
+        bin=$VITDDP; [ $who = base ] && bin=$BASE
+        n=$STEPS; [ $p = fp32 ] && n=40
+        # shellcheck disable=SC2046
+        timeout 600 "${MPI[@]}" -np 1 "$bin" --no-ddp --precision $p --data device --warmup-steps "$WARMUP" \
+          --steps $n --cooldown-steps 0 --out "$OUT/$p-$who-r$r.h5" 2>&1 | grep -E "timed window|rror" | sed "s/^/$p-$who-r$r: /"
+      done
+    done
+  done
+}
+source "$(dirname "$0")/lib.sh"
+main "$@"
