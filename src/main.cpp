@@ -174,9 +174,10 @@ void warn_slow_cpu_model(const Options& o, const World& w) {
   const size_t params = make_param_layout(vit_config(o.model, o.num_classes)).total;
   if (params > 20'000'000)
     std::printf("[vitddp] warning: %s has %.1f M parameters: on the CPU backend one step can take longer than "
-                "--step-timeout (%.0f s), and each rank needs several GB of host memory (vit_l_32 at batch 32: "
-                "about 12 GB, measured); to try the CPU backend use a small model (--model vit_tiny or vit_micro)\n",
-                o.model.c_str(), params / 1e6, o.step_timeout_s);
+                "--step-timeout (%.0f s), and each rank needs %s GiB of host memory at batch %d (--dry-run lists it); "
+                "to try the CPU backend use a small model (--model vit_tiny or vit_micro)\n",
+                o.model.c_str(), params / 1e6, o.step_timeout_s, gib(estimate_cpu_memory(o).peak_bytes()).c_str(),
+                o.batch_size);
 }
 
 /// The checks of the resolved backend's inputs: this rank's error or `err` when none fails
