@@ -527,6 +527,21 @@ const std::vector<double>& CpuViT<T>::logits() const {
   return impl_->logits;
 }
 
+template <typename T>
+size_t CpuViT<T>::allocated_bytes() const {
+  const Impl& m = *impl_;
+  auto bytes = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
+  size_t n = bytes(m.pd) + bytes(m.conv_wt) + bytes(m.head_wt) + bytes(m.patches) + bytes(m.h);
+  for (const auto& w : m.wt) n += bytes(w.qkv) + bytes(w.proj) + bytes(w.fc1) + bytes(w.fc2);
+  for (const auto& a : m.act)
+    n += bytes(a.xhat1) + bytes(a.rstd1) + bytes(a.y1) + bytes(a.qkv) + bytes(a.attn) + bytes(a.o) + bytes(a.xhat2) +
+         bytes(a.rstd2) + bytes(a.z) + bytes(a.u) + bytes(a.g);
+  n += bytes(m.xhat_f) + bytes(m.rstd_f) + bytes(m.x0) + bytes(m.logits) + bytes(m.probs) + bytes(m.labels);
+  n += bytes(m.gacc) + bytes(m.dh_) + bytes(m.dtmp) + bytes(m.dmlp) + bytes(m.dout) + bytes(m.dqkv) + bytes(m.dlogits) +
+       bytes(m.dx0) + bytes(m.dA_row);
+  return n;
+}
+
 template class CpuViT<float>;
 template class CpuViT<double>;
 

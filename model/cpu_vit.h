@@ -1,5 +1,6 @@
 // CPU reference ViT forward/backward: clear loops, double-precision accumulation.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -36,6 +37,12 @@ class CpuViT {
 
   /// Logits of the last forward, [batch, num_classes], row-major.
   const std::vector<double>& logits() const;
+
+  /// Bytes of the model's numeric buffers (capacity x element size of every vector: the double
+  /// copy and transposes of the parameters, the activations saved for max_batch, the backward
+  /// buffers), as allocated by the constructor; small bookkeeping (tensor pointer tables, the
+  /// per-block vectors of buffers) not counted. Mirrored by cpu_vit_memory() in src/memory_estimate.h.
+  size_t allocated_bytes() const;
 
  private:
   struct Impl;

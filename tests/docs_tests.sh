@@ -349,7 +349,7 @@ def check_cpu_safety():
                 ok(f"{doc}: CPU-safe: {line[:100]}")
             else:
                 bad(f"{doc}: without --backend gpu this runs on a CPU-only machine's CPU backend "
-                    f"(vit_l_32 needs about 12 GB per rank): {line}")
+                    f"(vit_l_32 needs 14.3 GiB of host memory per rank there): {line}")
 
 
 def check_readme_table_and_length():

@@ -112,21 +112,43 @@ out=$(timeout 60 $MPIRUN -np 2 "$BIN" $SMALL --debug-fail-at-step 1 --debug-fail
 if [ $rc -eq 2 ] && grep -q "nccl-abort: needs the GPU backend" <<<"$out"; then ok "nccl-abort on the CPU backend: refused, exit 2"
 else bad "nccl-abort cpu: rc=$rc out=$out"; fi
 
+# 12. --dry-run --backend cpu (both builds): the host memory of one CPU rank, exit 0, no results file.
+out=$(timeout 60 "$BIN" --dry-run --backend cpu --model vit_l_32 --batch-size 32 --out "$TMP/dryc.h5" 2>&1); rc=$?
+if [ $rc -eq 0 ] && [ "$(head -1 <<<"$out")" = "[vitddp] host memory per rank of the CPU backend: vit_l_32 (306535400 parameters), batch 32, fp32" ] &&
+   grep -q "^  parameters  *1226141600 bytes" <<<"$out" && grep -q "^  activations  *[1-9][0-9]* bytes" <<<"$out" &&
+   grep -q "^  peak" <<<"$out" && [ ! -e "$TMP/dryc.h5" ]; then
+  ok "--dry-run --backend cpu: $(grep '^  peak' <<<"$out" | tr -s ' ' | cut -c1-60)"
+else bad "dry-run cpu: rc=$rc out=$out"; fi
+# 12b. The CPU backend refuses, before it allocates, when the ranks of this host need more host
+# memory than MemAvailable (faked here by VITDDP_TEST_MEMAVAILABLE_KB, read by that check only):
+# one line, exit 2 on every rank, no results file.
+want="vitddp: error: --backend cpu: vit_tiny at batch 32 needs 0.02 GiB of host memory per rank, 2 ranks on this host need 0.05 GiB, but only 0.03 GiB is available (use a smaller --model or --batch-size)"
+out=$(VITDDP_TEST_MEMAVAILABLE_KB=30000 timeout 60 $MPIRUN -np 2 "$BIN" --backend cpu --model vit_tiny --batch-size 32 --steps 1 --out "$TMP/oom.h5" 2>&1); rc=$?
+if [ $rc -eq 2 ] && [ "$(grep -c 'vitddp: error' <<<"$out")" = 1 ] && grep -qxF "$want" <<<"$out" &&
+   ! grep -q '^\[vitddp\] step' <<<"$out" && [ ! -e "$TMP/oom.h5" ]; then
+  ok "host memory short for 2 CPU ranks: refused, exit 2"
+else bad "host memory refusal: rc=$rc out=$out"; fi
+
 if [ "${VITDDP_GPU_BUILT:-1}" = 1 ]; then
-# 12. --dry-run: the memory estimate without a GPU, exit 0, no results file.
-out=$(timeout 60 "$BIN" --dry-run --model vit_l_32 --batch-size 32 --out "$TMP/dry.h5" 2>&1); rc=$?
+# 12c. --dry-run --backend gpu: the device memory estimate without a GPU, exit 0, no results file.
+out=$(timeout 60 "$BIN" --dry-run --backend gpu --model vit_l_32 --batch-size 32 --out "$TMP/dry.h5" 2>&1); rc=$?
 if [ $rc -eq 0 ] && grep -q "parameters .* 1226141600 bytes" <<<"$out" && grep -q "^  peak" <<<"$out" && [ ! -e "$TMP/dry.h5" ]; then
   ok "--dry-run: $(grep '^  peak' <<<"$out" | tr -s ' ' | cut -c1-60)"
 else bad "dry-run: rc=$rc out=$out"; fi
 else
-# 12'. The CPU-only build (VITDDP_GPU_BUILT=0, set by tests/CMakeLists.txt): --dry-run and
-# --backend gpu are refused with one line and exit 2 before any work (no results file, no
-# training line); --backend auto runs the CPU backend.
+# 12'. The CPU-only build (VITDDP_GPU_BUILT=0, set by tests/CMakeLists.txt): --dry-run
+# --backend gpu and --backend gpu are refused with one line and exit 2 before any work (no
+# results file, no training line); --backend auto runs the CPU backend, and --dry-run with it
+# gives the CPU backend's host memory.
 nogpu="this vitddp was built without the GPU backend (VITDDP_GPU=OFF)"
-out=$(timeout 60 "$BIN" --dry-run --model vit_l_32 --batch-size 32 --out "$TMP/dry.h5" 2>&1); rc=$?
+out=$(timeout 60 "$BIN" --dry-run --backend gpu --model vit_l_32 --batch-size 32 --out "$TMP/dry.h5" 2>&1); rc=$?
 if [ $rc -eq 2 ] && [ "$out" = "vitddp: error: --dry-run: $nogpu" ] && [ ! -e "$TMP/dry.h5" ]; then
-  ok "--dry-run in the CPU-only build: refused, exit 2"
+  ok "--dry-run --backend gpu in the CPU-only build: refused, exit 2"
 else bad "dry-run cpu-only: rc=$rc out=$out"; fi
+out=$(timeout 60 "$BIN" --dry-run --model vit_l_32 --batch-size 32 --out "$TMP/dry.h5" 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -q "^\[vitddp\] host memory per rank of the CPU backend: vit_l_32" <<<"$out" && [ ! -e "$TMP/dry.h5" ]; then
+  ok "--dry-run (auto) in the CPU-only build: the CPU backend's host memory"
+else bad "dry-run auto cpu-only: rc=$rc out=$out"; fi
 out=$(timeout 60 $MPIRUN -np 2 "$BIN" ${SMALL/--backend cpu/--backend gpu} --steps 1 --out "$TMP/nogpu.h5" 2>&1); rc=$?
 if [ $rc -eq 2 ] && [ "$(grep -c "$nogpu" <<<"$out")" -eq 1 ] && grep -qx "vitddp: error: --backend gpu: $nogpu" <<<"$out" &&
    ! grep -q '^\[vitddp\]' <<<"$out" && [ ! -e "$TMP/nogpu.h5" ]; then
