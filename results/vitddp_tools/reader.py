@@ -300,5 +300,17 @@ class Run:
 
 
 def open_runs(paths):
-    """Opens every file of `paths` (all are checked before any work starts); list of Run."""
-    return [Run(p) for p in paths]
+    """Opens every file of `paths` (all are checked before any work starts); list of Run. Runs
+    whose file names repeat (b25.h5 in nvlink/ and in shm/) are named by as many trailing path
+    parts as tell them apart (nvlink/b25.h5, shm/b25.h5)."""
+    runs = [Run(p) for p in paths]
+    parts = [os.path.normpath(os.path.abspath(p)).split(os.sep) for p in paths]
+    depth = 1
+    while depth < max((len(p) for p in parts), default=1) and \
+            len({tuple(p[-depth:]) for p in parts}) < len(parts):
+        depth += 1
+    if depth > 1:
+        for r, p in zip(runs, parts):
+            r.name = "/".join(p[-depth:])
+            r.label = r.name[:-3] if r.name.endswith(".h5") else r.name
+    return runs

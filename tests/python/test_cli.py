@@ -90,6 +90,19 @@ def test_compare_differing_options_and_ratios(make_run, capsys):
     assert float(r["value"]) == pytest.approx(192.0) and float(r["ratio_to_first"]) == pytest.approx(1.2)
 
 
+def test_compare_names_runs_of_one_file_name_by_their_folders(make_run, capsys):
+    one, two = make_run("one.h5"), make_run("two.h5", world_size=4)
+    base = os.path.dirname(one)
+    for d in ("nvlink", "shm"):
+        os.makedirs(os.path.join(base, d))
+    a, b = os.path.join(base, "nvlink", "b25.h5"), os.path.join(base, "shm", "b25.h5")
+    os.rename(one, a)
+    os.rename(two, b)
+    rc, out, _ = run_main(report.main, ["compare", a, b], capsys)
+    assert rc == 0
+    assert "| setting | nvlink/b25.h5 | shm/b25.h5 |" in out
+
+
 def test_errors_exit_2_with_one_line(make_run, capsys, tmp_path):
     a = make_run("a.h5")
     rc, out, err = run_main(report.main, ["summary", a, str(tmp_path / "nope.h5")], capsys)
