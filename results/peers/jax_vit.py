@@ -60,25 +60,13 @@ LN_EPS = 1e-6  # torchvision: partial(nn.LayerNorm, eps=1e-6)
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="vit_l_32", choices=vit_shapes.MODEL_NAMES)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--precision", default="bf16", choices=vit_shapes.PRECISIONS)
+    vit_shapes.add_step_arguments(ap)
     ap.add_argument("--attention", default="auto", choices=["auto", "cudnn", "xla"])
-    ap.add_argument("--warmup-steps", type=int, default=10)
-    ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    ap.add_argument("--json", help="also write the result to this JSON file")
+    vit_shapes.add_run_arguments(ap)
     ap.add_argument("--check-against-torch", action="store_true",
                     help="compare loss and gradients with torchvision's model on the same weights, then exit")
     a = ap.parse_args(argv)
-    if a.batch_size < 1:
-        ap.error("--batch-size must be >= 1")
-    if a.steps < 1 or a.warmup_steps < 0:
-        ap.error("--steps must be >= 1 and --warmup-steps >= 0")
-    if not a.lr > 0:
-        ap.error("--lr must be > 0")
+    vit_shapes.check_run_arguments(ap, a)
     if a.check_against_torch and a.precision != "fp32":
         ap.error("--check-against-torch compares in fp32: give --precision fp32")
     if a.attention == "cudnn" and (a.device != "cuda" or a.precision != "bf16"):

@@ -64,34 +64,22 @@ MODES = ("eager", "cudagraph", "compile-reduce-overhead", "compile-max-autotune"
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="vit_l_32", choices=vit_shapes.MODEL_NAMES)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--precision", default="bf16", choices=vit_shapes.PRECISIONS)
+    vit_shapes.add_step_arguments(ap)
     ap.add_argument("--mode", default="eager", choices=MODES)
     ap.add_argument("--optimizer-step", default="eager", choices=["eager", "compiled"],
                     help="compile modes: run optimizer.step() eager or under torch.compile [eager]")
-    ap.add_argument("--warmup-steps", type=int, default=10)
-    ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    ap.add_argument("--json", help="also write the result to this JSON file")
+    vit_shapes.add_run_arguments(ap)
     ap.add_argument("--gemm-ceilings", action="store_true",
                     help="time the model's linear-layer GEMMs per precision instead of training")
     ap.add_argument("--gemm-precisions", default="bf16,tf32,fp32", help="with --gemm-ceilings [bf16,tf32,fp32]")
     ap.add_argument("--gemm-iters", type=int, default=20, help="with --gemm-ceilings: products per timing [20]")
     ap.add_argument("--gemm-repeats", type=int, default=5, help="with --gemm-ceilings: timings per GEMM, median [5]")
     a = ap.parse_args(argv)
-    if a.batch_size < 1:
-        ap.error("--batch-size must be >= 1")
-    if a.steps < 1 or a.warmup_steps < 0:
-        ap.error("--steps must be >= 1 and --warmup-steps >= 0")
+    vit_shapes.check_run_arguments(ap, a)
     if a.mode == "cudagraph" and a.warmup_steps < 2:
         ap.error("--warmup-steps must be >= 2 with --mode cudagraph (eager steps before the capture, one replay after)")
     if a.mode == "cudagraph" and a.device != "cuda":
         ap.error("--mode cudagraph needs --device cuda")
-    if not a.lr > 0:
-        ap.error("--lr must be > 0")
     precs = [p for p in a.gemm_precisions.split(",") if p]
     if not precs or any(p not in vit_shapes.PRECISIONS for p in precs):
         ap.error("--gemm-precisions: a comma-separated list of bf16, tf32, fp32")

@@ -55,6 +55,33 @@ MODEL_NAMES = list(SIZES)
 PRECISIONS = ("bf16", "tf32", "fp32")
 
 
+def add_step_arguments(ap):
+    """The options every peer takes (argparse): the model, batch, precision and the timed run."""
+    ap.add_argument("--model", default="vit_l_32", choices=MODEL_NAMES)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--precision", default="bf16", choices=PRECISIONS)
+
+
+def add_run_arguments(ap):
+    """The timing, SGD and output options every peer takes (argparse)."""
+    ap.add_argument("--warmup-steps", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--json", help="also write the result to this JSON file")
+
+
+def check_run_arguments(ap, a):
+    """ap.error (exit 2, one line) for a batch, step count or learning rate out of range."""
+    if a.batch_size < 1:
+        ap.error("--batch-size must be >= 1")
+    if a.steps < 1 or a.warmup_steps < 0:
+        ap.error("--steps must be >= 1 and --warmup-steps >= 0")
+    if not a.lr > 0:
+        ap.error("--lr must be > 0")
+
+
 def forward_flops_per_image(s):
     """Forward FLOPs of one image (multiply-add = 2 FLOPs), exactly vitddp's
     forward_flops_per_image (model/vit_config.cpp), which vitddp's summary/tflops_per_rank uses:
