@@ -48,6 +48,9 @@ expect_probe_error "iterations" "--iters: '0' is not an integer >= 1" --iters 0
 expect_probe_error "existing --out" "--out: refusing to overwrite existing file" --transport mpi --out "$TMP/probe.h5"
 if [ "${VITDDP_GPU_BUILT:-1}" = 0 ]; then
   expect_probe_error "nccl without the GPU backend" "needs the GPU backend" --transport nccl
+elif ! nvidia-smi -L >/dev/null 2>&1; then
+  expect_probe_error "nccl without a GPU" "--transport nccl: no CUDA device is visible on some rank's host (--transport mpi measures MPI without a GPU)" \
+    --transport nccl --out "$TMP/nogpu.h5"
 fi
 o=$(timeout 60 $MPIRUN -np 1 "$BIN" --help 2>&1); rc=$?
 if [ $rc -eq 0 ] && grep -q -- "--max-bytes SIZE" <<<"$o"; then ok "--help"; else bad "--help rc=$rc: $o"; fi

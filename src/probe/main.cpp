@@ -8,6 +8,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "src/engine.h"  // visible_cuda_devices
 #include "src/probe/probe.h"
 #include "src/h5_util.h"
 
@@ -55,6 +56,14 @@ int main(int argc, char** argv) {
                    (long long)o.max_bytes, 4 * w.world_size);
     return finish(2);
   }
+  const std::vector<std::string> gpu = gpu_transport_names();
+  const bool on_gpu = std::find(gpu.begin(), gpu.end(), o.transport) != gpu.end();
+  if (on_gpu && !all_ranks_ok(visible_cuda_devices() > 0)) {
+    if (w.rank == 0)
+      std::fprintf(stderr, "[vitddp-probe] error: --transport %s: no CUDA device is visible on some rank's host "
+                   "(--transport mpi measures MPI without a GPU)\n", o.transport.c_str());
+    return finish(2);
+  }
   std::optional<ResultsFile> file;
   std::string refused;
   if (w.rank == 0 && !o.out.empty()) {
@@ -69,8 +78,6 @@ int main(int argc, char** argv) {
     return finish(2);
   }
   const std::vector<std::string> hosts = gather_hostnames(w);
-  const std::vector<std::string> gpu = gpu_transport_names();
-  const bool on_gpu = std::find(gpu.begin(), gpu.end(), o.transport) != gpu.end();
   if (w.rank == 0)
     std::printf("[vitddp-probe] transport %s, %d rank(s) on %zu host(s), %zu size(s) from %lld to %lld bytes, "
                 "%d warm-up + %d timed iterations each\n",
