@@ -31,9 +31,19 @@ ln -s "$BIN" "$R/build/vitddp"
 cp "$REPO/slurm/long.sbatch" "$TMP/spool/slurm_script"  # sbatch runs a copy, away from the repository
 cat > "$TMP/bin/srun" <<SHIM
 #!/usr/bin/env bash
-# srun stand-in: drop srun's options, start the command on 2 ranks (SIGTERM is passed on to them).
+# srun stand-in: drop srun's options, start the command on 2 ranks. SIGTERM goes to the ranks
+# themselves, as srun passes it to its tasks and then leaves them Slurm's KillWait (30 s) to
+# finish; mpirun would pass it on and kill them 1 s later (odls_base_sigkill_timeout), too soon
+# for a step, a checkpoint and an fsync on a loaded machine.
 while [ \$# -gt 0 ]; do case \$1 in -*) shift ;; *) break ;; esac; done
-exec $MPIRUN -np 2 "\$@"
+$MPIRUN -np 2 "\$@" &
+mp=\$!
+trap 'pkill -TERM -P \$mp' TERM
+while :; do
+  wait \$mp && rc=0 || rc=\$?
+  kill -0 \$mp 2>/dev/null || break
+done
+exit \$rc
 SHIM
 cat > "$TMP/bin/scontrol" <<SHIM
 #!/usr/bin/env bash
