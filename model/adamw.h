@@ -48,7 +48,7 @@ AdamWScalars adamw_scalars(const AdamWConfig& cfg, int64_t step);
 ///   p     = p - (lr / (1 - beta1^t)) * m / denom
 /// Element-wise arithmetic in T (PyTorch: the parameter dtype), scalars from adamw_scalars in
 /// double rounded to T. `exp_avg` (m) and `exp_avg_sq` (v) must be zero before step 1 (PyTorch's
-/// zero-initialised state). All buffers hold n elements. Host reference for cuda/adamw.h.
+/// zero-initialised state). All buffers hold n elements. Host reference for cuda/kernels/adamw.h.
 template <typename T>
 void adamw_step_host(T* params, const T* grads, T* exp_avg, T* exp_avg_sq, size_t n, const AdamWConfig& cfg,
                      int64_t step);

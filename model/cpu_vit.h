@@ -41,7 +41,7 @@ class CpuViT {
   /// Bytes of the model's numeric buffers (capacity x element size of every vector: the double
   /// copy and transposes of the parameters, the activations saved for max_batch, the backward
   /// buffers), as allocated by the constructor; small bookkeeping (tensor pointer tables, the
-  /// per-block vectors of buffers) not counted. Mirrored by cpu_vit_memory() in src/memory_estimate.h.
+  /// per-block vectors of buffers) not counted. Mirrored by cpu_vit_memory() in src/engines/memory_estimate.h.
   size_t allocated_bytes() const;
 
  private:

@@ -1,4 +1,4 @@
-// The tuning knobs of the GPU model (GpuViT, cuda/gpu_vit.h), in a header without CUDA types so
+// The tuning knobs of the GPU model (GpuViT, cuda/model/gpu_vit.h), in a header without CUDA types so
 // that the trainer, the results header and the memory estimate read them in every build.
 #pragma once
 #include "model/kernel_choice.h"
@@ -10,7 +10,7 @@ namespace vitddp {
 struct GpuViTOptions {
   /// Numeric precision (model/precision.h). fp32: strict fp32 (the default; bit-for-bit the
   /// original GpuViT). tf32: the same kernels, GEMMs with CUBLAS_COMPUTE_32F_FAST_TF32 and the attention core on
-  /// TF32 tensor cores where cuda/attention_mma.h takes the shape. bf16:
+  /// TF32 tensor cores where cuda/kernels/attention_mma.h takes the shape. bf16:
   /// autocast-style mixed precision, see GpuViT.
   Precision precision = Precision::fp32;
   /// cuBLASLt algorithm choice for each GEMM shape. 0: cuBLASLt's first heuristic choice (no
@@ -35,13 +35,13 @@ struct GpuViTOptions {
   /// forward (which overwrites them): for training without gradient accumulation, where the
   /// optimizer consumes them in between. The caller passes gradients() to backward().
   bool overlay_gradients = false;
-  /// Attention core: custom kernels (cuda/attention.h, every precision) or cuDNN's fused flash
-  /// attention (cuda/cudnn_attention.h, bf16 only: the constructor throws std::invalid_argument
+  /// Attention core: custom kernels (cuda/kernels/attention.h, every precision) or cuDNN's fused flash
+  /// attention (cuda/kernels/cudnn_attention.h, bf16 only: the constructor throws std::invalid_argument
   /// otherwise). cudnn keeps [B, H, T] fp32 softmax statistics per block instead of the
   /// [B, H, T, T] probabilities.
   AttentionImpl attention = AttentionImpl::custom;
-  /// conv_proj: im2col + cuBLASLt GEMM (cuda/patch_embed.h) or cuDNN convolution
-  /// (cuda/cudnn_conv.h; algorithms timed at set-up when gemm_autotune_candidates > 1).
+  /// conv_proj: im2col + cuBLASLt GEMM (cuda/kernels/patch_embed.h) or cuDNN convolution
+  /// (cuda/kernels/cudnn_conv.h; algorithms timed at set-up when gemm_autotune_candidates > 1).
   PatchEmbedImpl patch_embed = PatchEmbedImpl::gemm;
   /// Bit-reproducible runs (checkpoint / resume): cuDNN attention uses its deterministic
   /// backward (slower); pair with gemm_autotune_candidates = 0 so every process picks the same

@@ -8,13 +8,13 @@
 
 namespace vitddp {
 
-/// Attention core softmax(QK^T/sqrt(dh))V: custom = cuda/attention.h (fp32 and bf16, keeps the
-/// probabilities), cudnn = cuda/cudnn_attention.h (cuDNN fused flash attention, bf16 only, keeps
+/// Attention core softmax(QK^T/sqrt(dh))V: custom = cuda/kernels/attention.h (fp32 and bf16, keeps the
+/// probabilities), cudnn = cuda/kernels/cudnn_attention.h (cuDNN fused flash attention, bf16 only, keeps
 /// the softmax log-sum-exp).
 enum class AttentionImpl { custom, cudnn };
 
-/// conv_proj: gemm = im2col + cuBLASLt GEMM (cuda/patch_embed.h), cudnn = cuDNN convolution
-/// (cuda/cudnn_conv.h). Both run in every precision.
+/// conv_proj: gemm = im2col + cuBLASLt GEMM (cuda/kernels/patch_embed.h), cudnn = cuDNN convolution
+/// (cuda/kernels/cudnn_conv.h). Both run in every precision.
 enum class PatchEmbedImpl { gemm, cudnn };
 
 /// "custom" / "cudnn"; "gemm" / "cudnn".
@@ -49,7 +49,7 @@ std::string patch_embed_choice_error(const std::string& name, Precision p);
 /// head_dim allows).
 AttentionImpl resolve_attention(const std::string& name, Precision p, int head_dim = 0, int seq_len = 0);
 
-/// The shapes of the tensor-core attention kernels (cuda/attention_mma.h): sequences up to
+/// The shapes of the tensor-core attention kernels (cuda/kernels/attention_mma.h): sequences up to
 /// kMmaMaxSeqLen tokens (one 64 x 64 tile) and head dimension kMmaHeadDim.
 constexpr int kMmaMaxSeqLen = 64;
 constexpr int kMmaHeadDim = 64;

@@ -1,5 +1,5 @@
-// Synthetic training batches, defined once for the host (src/data.h SyntheticSource) and the GPU
-// (DeviceSyntheticSource, cuda/synthetic_data.h): every value is a pure function of (seed, rank,
+// Synthetic training batches, defined once for the host (src/data/data.h SyntheticSource) and the GPU
+// (DeviceSyntheticSource, cuda/kernels/synthetic_data.h): every value is a pure function of (seed, rank,
 // step, index) through the counter-based hash of model/rng.h, so both produce the same batch (up
 // to the last bits of float logf/sinf/cosf, which differ between glibc and CUDA by at most 2 ulp).
 // Host and device inline functions (VITDDP_HD); no CUDA header.

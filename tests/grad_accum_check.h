@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/rng.h"
-#include "src/engine.h"
+#include "src/engines/engine.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
 

@@ -18,7 +18,7 @@
 #include "model/param_layout.h"
 #include "model/rng.h"
 #include "model/vit_config.h"
-#include "src/options.h"
+#include "src/app/options.h"
 #include "tests/catch.h"
 
 namespace vitddp_test {

@@ -3,8 +3,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/check_cuda.h"
-#include "cuda/step_graph.h"
+#include "cuda/check/check_cuda.h"
+#include "cuda/model/step_graph.h"
 
 namespace vitddp {
 

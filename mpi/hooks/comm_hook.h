@@ -53,7 +53,7 @@ class GradBucket {
   int world_size() const { return world_size_; }
 
   // ---- local work, where the bucket lives
-  /// out[i] = t(x[i] / divisor) for i < n (t: F16 or BF16): cuda/compression.h's cast_to_16bit on
+  /// out[i] = t(x[i] / divisor) for i < n (t: F16 or BF16): cuda/kernels/compression.h's cast_to_16bit on
   /// the GPU, cast_to_16bit_host (mpi/hooks/half_host.h) on the CPU; bit-identical.
   void cast_to_16bit(const float* x, size_t n, float divisor, DType t, uint16_t* out) {
     enqueued();

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/check_cuda.h"
+#include "cuda/check/check_cuda.h"
 
 namespace vitddp {
 

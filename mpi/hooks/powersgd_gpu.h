@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/compression.h"
-#include "cuda/device_buffer.h"
+#include "cuda/kernels/compression.h"
+#include "cuda/model/device_buffer.h"
 #include "mpi/hooks/comm_hook.h"
 #include "mpi/hooks/powersgd_host.h"
 #include "mpi/reducer/reducer_options.h"
@@ -16,7 +16,7 @@ namespace vitddp {
 
 /// The PowerSGD comm hook for every bucket of a model, on one GPU, with its device state (error
 /// per bucket, P and Q memories) and the iteration counter. Same algorithm, order of all-reduce
-/// calls and initial Qs as PowerSgdHost (mpi/hooks/powersgd_host.h), in fp32 kernels (cuda/compression.h).
+/// calls and initial Qs as PowerSgdHost (mpi/hooks/powersgd_host.h), in fp32 kernels (cuda/kernels/compression.h).
 ///
 /// All kernels go to `stream` (the reducer's first comm stream, where the bucket's all-reduces
 /// run too: PowerSGD is refused with transports of several streams); state buffers are allocated

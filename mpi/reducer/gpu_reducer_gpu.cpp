@@ -4,9 +4,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/check_cuda.h"
-#include "cuda/compression.h"
-#include "cuda/step_graph.h"
+#include "cuda/check/check_cuda.h"
+#include "cuda/kernels/compression.h"
+#include "cuda/model/step_graph.h"
 #include "mpi/buckets/bucket_timeline_gpu.h"
 #include "mpi/world/nccl_check_gpu.h"
 

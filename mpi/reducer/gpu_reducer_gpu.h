@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "cuda/device_buffer.h"
+#include "cuda/model/device_buffer.h"
 #include "mpi/buckets/bucket_times.h"
 #include "mpi/buckets/buckets.h"
 #include "mpi/hooks/comm_hook.h"
@@ -75,7 +75,7 @@ class GpuReducer : private ReducerBackend, private HookBackend {
   /// and world size).
   bool copy_engine_in_use() const { return transport_ && transport_->uses_copy_engines(); }
   /// Sets *d_flag = 1 (device int) when any averaged gradient of the finished step is NaN/Inf,
-  /// as flag_nonfinite() of cuda/sgd.h over the whole buffer would; the same on every rank.
+  /// as flag_nonfinite() of cuda/kernels/sgd.h over the whole buffer would; the same on every rank.
   /// Enqueued on `stream`, which must follow finalize() (the compute stream does). Throws
   /// std::logic_error unless checks_nonfinite().
   void flag_nonfinite(int* d_flag, cudaStream_t stream) const { transport_->flag_nonfinite(d_flag, stream); }

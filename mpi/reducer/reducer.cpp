@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "src/nvtx.h"
+#include "src/io/nvtx.h"
 
 namespace vitddp {
 

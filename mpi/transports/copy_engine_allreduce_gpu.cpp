@@ -7,8 +7,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "cuda/check_cuda.h"
-#include "cuda/compression.h"
+#include "cuda/check/check_cuda.h"
+#include "cuda/kernels/compression.h"
 #include "mpi/world/world.h"
 
 namespace vitddp {

@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/ce_reduce.h"
-#include "cuda/device_buffer.h"
+#include "cuda/kernels/ce_reduce.h"
+#include "cuda/model/device_buffer.h"
 #include "model/dtype.h"
 
 namespace vitddp {

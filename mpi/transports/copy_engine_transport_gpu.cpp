@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "cuda/ce_reduce.h"
+#include "cuda/kernels/ce_reduce.h"
 #include "mpi/transports/copy_engine_allreduce_gpu.h"
 #include "mpi/transports/gpu_transport_gpu.h"
 

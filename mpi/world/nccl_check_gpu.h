@@ -1,10 +1,10 @@
 // Error checks for NCCL calls: a failure (anything but ncclSuccess and ncclInProgress, the
 // non-blocking communicator's "still working") throws std::runtime_error naming the call, the
-// file and line, and the rank (cuda/api_error.h).
+// file and line, and the rank (cuda/check/api_error.h).
 #pragma once
 #include <nccl.h>
 
-#include "cuda/api_error.h"
+#include "cuda/check/api_error.h"
 
 #define NCCL_CHECK(call)                                                                  \
   do {                                                                                    \

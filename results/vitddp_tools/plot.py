@@ -31,7 +31,7 @@ from .bandwidth import BucketBandwidth, link_probe, read_probe  # noqa: E402
 from .reader import ResultsError, Run, open_runs, text as _text  # noqa: E402
 
 
-# The article's NVTX colours (src/nvtx.h), so the plots read like the nsys timeline.
+# The article's NVTX colours (src/io/nvtx.h), so the plots read like the nsys timeline.
 COLORS = {
     "data_wait": "#D62728",     # "get batch" (red)
     "input_wait": "#BBBBBB",    # waiting for the host-to-device copy (grey)

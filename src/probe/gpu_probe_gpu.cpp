@@ -4,13 +4,13 @@
 
 #include <functional>
 
-#include "cuda/check_cuda.h"
+#include "cuda/check/check_cuda.h"
 #include "mpi/transports/gpu_transport_gpu.h"
 #include "mpi/world/nccl_check_gpu.h"
 #include "mpi/world/nccl_comm_gpu.h"
 #include "mpi/world/nccl_log.h"
 #include "src/probe/probe.h"
-#include "src/engine.h"
+#include "src/engines/engine.h"
 
 namespace vitddp::probe {
 namespace {

@@ -8,9 +8,9 @@
 #include <set>
 #include <stdexcept>
 
-#include "src/engine.h"  // visible_cuda_devices
+#include "src/engines/engine.h"  // visible_cuda_devices
 #include "src/probe/probe.h"
-#include "src/h5_util.h"
+#include "src/io/h5_util.h"
 
 using namespace vitddp;
 using namespace vitddp::probe;

@@ -8,8 +8,8 @@
 #include <stdexcept>
 
 #include "mpi/transports/host_transport.h"
-#include "src/build_info.h"
-#include "src/results_h5.h"
+#include "src/app/build_info.h"
+#include "src/io/results_h5.h"
 
 namespace vitddp::probe {
 

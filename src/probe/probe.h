@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "mpi/world/world.h"
-#include "src/results_h5.h"
+#include "src/io/results_h5.h"
 
 namespace vitddp::probe {
 

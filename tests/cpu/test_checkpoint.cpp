@@ -1,6 +1,6 @@
-// Checkpoint files (src/checkpoint.h): round trip, crash safety of the publish step, the checks
+// Checkpoint files (src/io/checkpoint.h): round trip, crash safety of the publish step, the checks
 // of a resume, and that an engine restored from a checkpoint continues bit for bit on the same
-// batches as the data sources give after a resume (src/data.h first_step).
+// batches as the data sources give after a resume (src/data/data.h first_step).
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -11,12 +11,12 @@
 
 #include "model/param_layout.h"
 #include "model/vit_config.h"
-#include "src/checkpoint.h"
-#include "src/checkpointer.h"
-#include "src/data.h"
-#include "src/engine.h"
-#include "src/optimizer.h"
-#include "src/weights_io.h"
+#include "src/io/checkpoint.h"
+#include "src/io/checkpointer.h"
+#include "src/data/data.h"
+#include "src/engines/engine.h"
+#include "src/engines/optimizer.h"
+#include "src/io/weights_io.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
 

@@ -1,11 +1,11 @@
-// ChromeTrace::write (src/chrome_trace.h): the JSON through PATH.tmp and rename, and its failure
+// ChromeTrace::write (src/io/chrome_trace.h): the JSON through PATH.tmp and rename, and its failure
 // path: one line naming the .tmp and the system's reason, no .tmp left.
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
-#include "src/chrome_trace.h"
+#include "src/io/chrome_trace.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
 

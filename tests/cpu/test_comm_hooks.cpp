@@ -12,7 +12,7 @@
 #include "mpi/hooks/half_host.h"
 #include "mpi/transports/host_transport.h"
 #include "mpi/hooks/powersgd_host.h"
-#include "src/options.h"
+#include "src/app/options.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
 

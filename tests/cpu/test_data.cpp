@@ -17,7 +17,7 @@
 
 #include "model/synthetic_data.h"
 #include "model/vit_config.h"
-#include "src/data.h"
+#include "src/data/data.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
 

@@ -1,4 +1,4 @@
-// The evaluation pass (src/evaluation.h): sharding covers every sample once, the CPU engine's
+// The evaluation pass (src/app/evaluation.h): sharding covers every sample once, the CPU engine's
 // evaluate() equals cross-entropy and argmax computed here from CpuViT's logits in double, the
 // Evaluator over simulated ranks equals one rank over the whole split, and --eval-* options.
 #include <algorithm>
@@ -10,9 +10,9 @@
 #include "model/cpu_vit.h"
 #include "model/param_layout.h"
 #include "model/vit_config.h"
-#include "src/data.h"
-#include "src/engine.h"
-#include "src/evaluation.h"
+#include "src/data/data.h"
+#include "src/engines/engine.h"
+#include "src/app/evaluation.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
 

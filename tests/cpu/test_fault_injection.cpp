@@ -1,5 +1,5 @@
-// --debug-fail-* options (src/fault_injection.h): parsing, the checks against the job, when they fire.
-#include "src/fault_injection.h"
+// --debug-fail-* options (src/app/fault_injection.h): parsing, the checks against the job, when they fire.
+#include "src/app/fault_injection.h"
 #include "tests/test_util.h"
 
 using namespace vitddp;

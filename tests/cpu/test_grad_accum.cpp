@@ -1,5 +1,5 @@
 // Gradient accumulation: k micro-steps of batch b take the same optimizer step as one step of k*b.
-#include "src/engine.h"
+#include "src/engines/engine.h"
 #include "tests/catch.h"
 #include "tests/grad_accum_check.h"
 

@@ -1,4 +1,4 @@
-// The host-memory estimate of the CPU backend (src/memory_estimate.h: --dry-run --backend cpu and
+// The host-memory estimate of the CPU backend (src/engines/memory_estimate.h: --dry-run --backend cpu and
 // the host-memory check before the CPU backend allocates): the CPU model's own count of its
 // buffers, the engine's, hand-computed sizes of the rest, and the refusal line.
 #include <malloc.h>
@@ -7,8 +7,8 @@
 
 #include "model/cpu_vit.h"
 #include "model/vit_config.h"
-#include "src/engine.h"
-#include "src/memory_estimate.h"
+#include "src/engines/engine.h"
+#include "src/engines/memory_estimate.h"
 #include "tests/test_util.h"
 
 using namespace vitddp;

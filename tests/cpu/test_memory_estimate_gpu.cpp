@@ -1,17 +1,17 @@
-// The device-memory estimate (src/memory_estimate.h, --dry-run) and the activation-arena plan it
-// shares with GpuViT (cuda/gpu_vit_arena.h): hand-computed sizes, a consistent layout, and the
+// The device-memory estimate (src/engines/memory_estimate.h, --dry-run) and the activation-arena plan it
+// shares with GpuViT (cuda/model/gpu_vit_arena.h): hand-computed sizes, a consistent layout, and the
 // out-of-memory message.
 #include <algorithm>
 #include <map>
 
-#include "cuda/gpu_vit.h"
-#include "cuda/gelu.h"
-#include "cuda/gpu_vit_arena.h"
-#include "cuda/layernorm.h"
-#include "cuda/reduce.h"
+#include "cuda/model/gpu_vit.h"
+#include "cuda/kernels/gelu.h"
+#include "cuda/model/gpu_vit_arena.h"
+#include "cuda/kernels/layernorm.h"
+#include "cuda/kernels/reduce.h"
 #include "mpi/hooks/powersgd_gpu.h"
 #include "mpi/reducer/gpu_reducer_gpu.h"
-#include "src/memory_estimate.h"
+#include "src/engines/memory_estimate.h"
 #include "tests/test_util.h"
 
 using namespace vitddp;
@@ -19,7 +19,7 @@ using vitddp_test::parse_args;
 
 namespace {
 
-/// Bytes of every activation buffer of GpuViT written out from the shapes in cuda/gpu_vit.cu
+/// Bytes of every activation buffer of GpuViT written out from the shapes in cuda/model/gpu_vit.cu
 /// (without the alignment padding), for an independent check of the plan.
 size_t hand_activation_bytes(const ViTConfig& c, size_t B, size_t op, size_t param_total, size_t reduce_floats) {
   const size_t T = c.seq_len(), D = c.hidden, M = c.mlp_dim, H = c.heads, K = c.num_classes, Np = c.num_patches(),

@@ -1,4 +1,4 @@
-// The optimizer wiring (src/optimizer.h): options -> OptimizerSpec and LrSchedule, and the CPU
+// The optimizer wiring (src/engines/optimizer.h): options -> OptimizerSpec and LrSchedule, and the CPU
 // engine's steps against model/adamw.h and model/sgd.h applied by hand to the same gradients,
 // with the schedule's learning rate per step and a skipped (non-finite) step; the host Optimizer
 // (make_host_optimizer) against torch's SGD and AdamW formulas written out in double.
@@ -11,8 +11,8 @@
 #include "model/adamw.h"
 #include "model/cpu_vit.h"
 #include "model/sgd.h"
-#include "src/engine.h"
-#include "src/optimizer.h"
+#include "src/engines/engine.h"
+#include "src/engines/optimizer.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
 

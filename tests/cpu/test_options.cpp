@@ -6,8 +6,8 @@
 
 #include "model/kernel_choice.h"
 #include "mpi/hooks/comm_hook.h"
-#include "src/options.h"
-#include "src/rank_agreement.h"
+#include "src/app/options.h"
+#include "src/app/rank_agreement.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
 

@@ -1,4 +1,4 @@
-// output_directory_problem (src/output_path.h): where results, checkpoints, weights and traces
+// output_directory_problem (src/io/output_path.h): where results, checkpoints, weights and traces
 // go is checked before training.
 #include <sys/stat.h>
 
@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include "src/output_path.h"
+#include "src/io/output_path.h"
 
 #include <vector>
 #include "tests/catch.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "src/results_h5.h"
+#include "src/io/results_h5.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
 

@@ -1,4 +1,4 @@
-// The series table (src/series.h): docs/schema.md agrees with it; the gathered row, the file's
+// The series table (src/io/series.h): docs/schema.md agrees with it; the gathered row, the file's
 // datasets and the progress line keep the layout and text they had before the table existed.
 #include <hdf5.h>
 
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "src/series.h"
-#include "src/timed_window.h"
+#include "src/io/series.h"
+#include "src/app/timed_window.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
 

@@ -1,6 +1,6 @@
-// The CUDA-free part of src/topology.h: the NVLink matrix and the start-up line, on hand-made
+// The CUDA-free part of src/engines/topology.h: the NVLink matrix and the start-up line, on hand-made
 // topologies (a directly linked pair, an NVSwitch board, two hosts, an unknown rank).
-#include "src/topology.h"
+#include "src/engines/topology.h"
 #include "tests/catch.h"
 
 using namespace vitddp;

@@ -11,7 +11,7 @@
 
 #include "model/cpu_vit.h"
 #include "model/sgd.h"
-#include "src/weights_io.h"
+#include "src/io/weights_io.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
 

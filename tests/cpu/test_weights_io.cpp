@@ -1,4 +1,4 @@
-// Weights files (src/weights_io.h): save -> load round trip, the file as a plain HDF5 reader (and
+// Weights files (src/io/weights_io.h): save -> load round trip, the file as a plain HDF5 reader (and
 // torch_twin.py --load) sees it, load errors that name the file and the parameter, and a small
 // twin-format file written here with the HDF5 C API the way h5py writes torch_twin.py's files.
 #include <hdf5.h>
@@ -17,7 +17,7 @@
 
 #include "model/init.h"
 #include "model/param_layout.h"
-#include "src/weights_io.h"
+#include "src/io/weights_io.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
 

@@ -1,5 +1,5 @@
-// The double-precision host reference of the attention kernels (cuda/attention.h) and of cuDNN's
-// fused attention (cuda/cudnn_attention.h), shared by their tests.
+// The double-precision host reference of the attention kernels (cuda/kernels/attention.h) and of cuDNN's
+// fused attention (cuda/kernels/cudnn_attention.h), shared by their tests.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 
 namespace vitddp_test {
 
-/// Double-precision attention on the packed layout of cuda/attention.h (qkv [B*T, 3D] with Q, K,
+/// Double-precision attention on the packed layout of cuda/kernels/attention.h (qkv [B*T, 3D] with Q, K,
 /// V column blocks, heads of dh columns; dout [B*T, D]): probs [B, H, T, T] (softmax of the
 /// scores scaled by 1/sqrt(dh)), out [B*T, D], lse [B, H, T] (natural log-sum-exp of the scaled
 /// scores), dqkv [B*T, 3D]. Softmax backward as dS = P * (dP - rowsum(P * dP)).

@@ -18,13 +18,13 @@
 #include <string>
 #include <vector>
 
-#include "cuda/attention.h"
-#include "cuda/cudnn_attention.h"
-#include "cuda/cudnn_conv.h"
-#include "cuda/cudnn_version.h"
-#include "cuda/lt_gemm.h"
-#include "cuda/patch_embed.h"
-#include "cuda/reduce.h"
+#include "cuda/kernels/attention.h"
+#include "cuda/kernels/cudnn_attention.h"
+#include "cuda/kernels/cudnn_conv.h"
+#include "cuda/check/cudnn_version.h"
+#include "cuda/kernels/lt_gemm.h"
+#include "cuda/kernels/patch_embed.h"
+#include "cuda/kernels/reduce.h"
 #include "tests/catch.h"
 #include "tests/gpu/gpu_test_util.h"
 

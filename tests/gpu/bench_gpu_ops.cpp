@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "cuda/attention.h"
-#include "cuda/gelu.h"
-#include "cuda/layernorm.h"
-#include "cuda/lt_gemm.h"
-#include "cuda/reduce.h"
+#include "cuda/kernels/attention.h"
+#include "cuda/kernels/gelu.h"
+#include "cuda/kernels/layernorm.h"
+#include "cuda/kernels/lt_gemm.h"
+#include "cuda/kernels/reduce.h"
 #include "tests/catch.h"
 #include "tests/gpu/gpu_test_util.h"
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/gpu_vit.h"
+#include "cuda/model/gpu_vit.h"
 #include "model/init.h"
 #include "tests/catch.h"
 #include "tests/gpu/gpu_test_util.h"

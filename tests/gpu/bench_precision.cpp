@@ -15,14 +15,14 @@
 #include <string>
 #include <vector>
 
-#include "cuda/attention.h"
-#include "cuda/cast.h"
-#include "cuda/gelu.h"
-#include "cuda/gpu_vit.h"
-#include "cuda/layernorm.h"
-#include "cuda/lt_gemm.h"
-#include "cuda/reduce.h"
-#include "cuda/sgd.h"
+#include "cuda/kernels/attention.h"
+#include "cuda/kernels/cast.h"
+#include "cuda/kernels/gelu.h"
+#include "cuda/model/gpu_vit.h"
+#include "cuda/kernels/layernorm.h"
+#include "cuda/kernels/lt_gemm.h"
+#include "cuda/kernels/reduce.h"
+#include "cuda/kernels/sgd.h"
 #include "model/init.h"
 #include "model/rng.h"
 #include "tests/catch.h"

@@ -1,4 +1,4 @@
-// Host reference of the row-major GEMM that cuda/lt_gemm.h computes, in double: the reference of
+// Host reference of the row-major GEMM that cuda/kernels/lt_gemm.h computes, in double: the reference of
 // the fp32 and bf16 GEMM tests.
 #pragma once
 #include <cstddef>

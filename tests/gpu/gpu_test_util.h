@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/check_cuda.h"
+#include "cuda/check/check_cuda.h"
 #include "model/init.h"
 #include "model/param_layout.h"
 #include "model/rng.h"

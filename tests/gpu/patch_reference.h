@@ -1,10 +1,10 @@
 // Host loops of the patch embedding's data movement, the reference of the fp32 and bf16
-// patch_embed tests (cuda/patch_embed.h): im2col and the token assembly's backward.
+// patch_embed tests (cuda/kernels/patch_embed.h): im2col and the token assembly's backward.
 #pragma once
 #include <cstddef>
 #include <vector>
 
-#include "cuda/patch_embed.h"
+#include "cuda/kernels/patch_embed.h"
 
 namespace vitddp_test {
 

@@ -1,4 +1,4 @@
-// The fused AdamW kernel (cuda/adamw.h) against the host reference (model/adamw.h).
+// The fused AdamW kernel (cuda/kernels/adamw.h) against the host reference (model/adamw.h).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "cuda/adamw.h"
+#include "cuda/kernels/adamw.h"
 #include "model/adamw.h"
 #include "tests/catch.h"
 #include "tests/gpu/gpu_test_util.h"

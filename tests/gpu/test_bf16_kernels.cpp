@@ -1,4 +1,4 @@
-// Unit tests of the bf16 / TF32 paths of the GPU kernels (cuda/cast.h, the bf16 overloads of
+// Unit tests of the bf16 / TF32 paths of the GPU kernels (cuda/kernels/cast.h, the bf16 overloads of
 // lt_gemm, layernorm, gelu, attention, patch_embed, reduce) against host loops in double on the
 // same bf16-rounded inputs.
 #include <cuda_bf16.h>
@@ -9,14 +9,14 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda/attention.h"
-#include "cuda/cast.h"
-#include "cuda/gelu.h"
-#include "cuda/layernorm.h"
-#include "cuda/lt_gemm.h"
-#include "cuda/patch_embed.h"
+#include "cuda/kernels/attention.h"
+#include "cuda/kernels/cast.h"
+#include "cuda/kernels/gelu.h"
+#include "cuda/kernels/layernorm.h"
+#include "cuda/kernels/lt_gemm.h"
+#include "cuda/kernels/patch_embed.h"
 #include "model/precision.h"
-#include "cuda/reduce.h"
+#include "cuda/kernels/reduce.h"
 #include "tests/catch.h"
 #include "tests/gpu/attention_reference.h"
 #include "tests/gpu/gemm_reference.h"
@@ -313,7 +313,7 @@ TEST_CASE("attention: bf16 activations match host loops", "[gpu][attention][bf16
   REQUIRE_GPU();
   Stream st;
   struct Shape { int B, H, T, dh; };
-  // head_dim 64 with T <= 64 runs the tensor-core kernels (cuda/attention_mma.h): full, partial and
+  // head_dim 64 with T <= 64 runs the tensor-core kernels (cuda/kernels/attention_mma.h): full, partial and
   // single-row tiles; head_dim 32 and T = 70 run the fp32 small-shape and general kernels.
   for (const Shape sh : {Shape{2, 3, 50, 64}, Shape{1, 2, 64, 64}, Shape{3, 2, 1, 64}, Shape{2, 2, 17, 64},
                          Shape{1, 1, 33, 64}, Shape{2, 2, 50, 32}, Shape{2, 1, 70, 80}}) {

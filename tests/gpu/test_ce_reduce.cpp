@@ -1,4 +1,4 @@
-// ce_sum_chunk and ce_sum_chunk_16bit (cuda/ce_reduce.h), the sum kernels of the copy-engine
+// ce_sum_chunk and ce_sum_chunk_16bit (cuda/kernels/ce_reduce.h), the sum kernels of the copy-engine
 // all-reduce, on one GPU:
 // every element type, chunk offsets 0..7 elements past a 16-byte line (scalar head, 16-byte body,
 // scalar tail), 1 and 3 scratch slots, against the host: fp32 sum in slot order, one rounding.
@@ -11,7 +11,7 @@
 #include <limits>
 #include <vector>
 
-#include "cuda/ce_reduce.h"
+#include "cuda/kernels/ce_reduce.h"
 #include "mpi/hooks/half_host.h"
 #include "tests/catch.h"
 #include "tests/gpu/gpu_test_util.h"

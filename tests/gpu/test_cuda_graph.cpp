@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "src/engine.h"
+#include "src/engines/engine.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
 

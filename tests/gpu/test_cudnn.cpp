@@ -1,4 +1,4 @@
-// Parity of the cuDNN implementations (cuda/cudnn_attention.h, cuda/cudnn_conv.h) with the custom
+// Parity of the cuDNN implementations (cuda/kernels/cudnn_attention.h, cuda/kernels/cudnn_conv.h) with the custom
 // ones they replace and with host loops in double:
 //  - fused attention (bf16) vs the custom bf16 attention kernels and a double-precision reference
 //    on the same bf16 inputs, at ViT-L/32 and ViT-B/32 shapes (T = 50);
@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "cuda/attention.h"
-#include "cuda/cudnn_attention.h"
-#include "cuda/cudnn_conv.h"
-#include "cuda/cudnn_version.h"
-#include "cuda/gpu_vit.h"
-#include "cuda/lt_gemm.h"
-#include "cuda/patch_embed.h"
+#include "cuda/kernels/attention.h"
+#include "cuda/kernels/cudnn_attention.h"
+#include "cuda/kernels/cudnn_conv.h"
+#include "cuda/check/cudnn_version.h"
+#include "cuda/model/gpu_vit.h"
+#include "cuda/kernels/lt_gemm.h"
+#include "cuda/kernels/patch_embed.h"
 #include "model/init.h"
 #include "tests/catch.h"
 #include "tests/gpu/attention_reference.h"

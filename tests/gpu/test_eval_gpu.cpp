@@ -1,15 +1,15 @@
-// The evaluation pass on the GPU: eval_row_metrics (cuda/eval_metrics.h) against logits_metrics
+// The evaluation pass on the GPU: eval_row_metrics (cuda/kernels/eval_metrics.h) against logits_metrics
 // on the host, and GpuEngine::evaluate against CpuEngine::evaluate on the same parameters.
 #include <cmath>
 #include <vector>
 
-#include "cuda/check_cuda.h"
-#include "cuda/eval_metrics.h"
+#include "cuda/check/check_cuda.h"
+#include "cuda/kernels/eval_metrics.h"
 #include "model/param_layout.h"
 #include "model/rng.h"
 #include "model/vit_config.h"
-#include "src/engine.h"
-#include "src/evaluation.h"
+#include "src/engines/engine.h"
+#include "src/app/evaluation.h"
 #include "tests/catch.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/test_util.h"

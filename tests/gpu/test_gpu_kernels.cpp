@@ -1,4 +1,4 @@
-// Unit tests of the GPU kernel families (cuda/*.h) against plain host loops in double.
+// Unit tests of the GPU kernel families (cuda/kernels/*.h) against plain host loops in double.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -6,13 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "cuda/attention.h"
-#include "cuda/gelu.h"
-#include "cuda/layernorm.h"
-#include "cuda/loss.h"
-#include "cuda/lt_gemm.h"
-#include "cuda/patch_embed.h"
-#include "cuda/reduce.h"
+#include "cuda/kernels/attention.h"
+#include "cuda/kernels/gelu.h"
+#include "cuda/kernels/layernorm.h"
+#include "cuda/kernels/loss.h"
+#include "cuda/kernels/lt_gemm.h"
+#include "cuda/kernels/patch_embed.h"
+#include "cuda/kernels/reduce.h"
 #include "tests/catch.h"
 #include "tests/gpu/attention_reference.h"
 #include "tests/gpu/gemm_reference.h"
@@ -288,7 +288,7 @@ TEST_CASE("attention: tf32 tensor cores (--precision tf32) match host loops with
   REQUIRE_GPU();
   Stream st;
   struct Shape { int B, H, T, dh; };
-  // head_dim 64 with T <= 64 runs the tensor-core kernels (cuda/attention_mma.h): the inputs are
+  // head_dim 64 with T <= 64 runs the tensor-core kernels (cuda/kernels/attention_mma.h): the inputs are
   // rounded to tf32 (10-bit mantissa, relative 2^-11), so the error is visible but small. The
   // other shapes keep fp32 arithmetic even with tf32 on.
   for (const Shape sh : {Shape{2, 3, 50, 64}, Shape{1, 2, 64, 64}, Shape{3, 2, 1, 64}, Shape{2, 2, 17, 64},

@@ -1,12 +1,12 @@
-// The GPU engine's optimizer wiring and state (src/optimizer.h, src/train_state.h): AdamW with a
+// The GPU engine's optimizer wiring and state (src/engines/optimizer.h, src/engines/train_state.h): AdamW with a
 // schedule against the CPU engine, the skipped-step count, and bitwise continuation from a
 // downloaded / uploaded TrainState (what a checkpoint and --resume do).
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "src/engine.h"
-#include "src/optimizer.h"
+#include "src/engines/engine.h"
+#include "src/engines/optimizer.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
 

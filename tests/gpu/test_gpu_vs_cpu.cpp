@@ -1,4 +1,4 @@
-// GpuViT (cuda/gpu_vit.h) against the CPU reference CpuViT<float> (model/cpu_vit.h), plus the
+// GpuViT (cuda/model/gpu_vit.h) against the CPU reference CpuViT<float> (model/cpu_vit.h), plus the
 // gradient-ready protocol, accumulation and argument checks. A hidden [.bench] case times a
 // vit_l_32 training step.
 #include <cuda_runtime.h>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/gpu_vit.h"
+#include "cuda/model/gpu_vit.h"
 #include "model/cpu_vit.h"
 #include "model/init.h"
 #include "model/rng.h"

@@ -1,11 +1,11 @@
-// The device-memory estimate (src/memory_estimate.h) against what the GPU code really allocates:
+// The device-memory estimate (src/engines/memory_estimate.h) against what the GPU code really allocates:
 // the engine's own count of its buffers, GpuViT's arena, and cudaMemGetInfo.
 #include <cuda_runtime.h>
 
-#include "cuda/gpu_vit.h"
-#include "cuda/gpu_vit_arena.h"
-#include "src/engine.h"
-#include "src/memory_estimate.h"
+#include "cuda/model/gpu_vit.h"
+#include "cuda/model/gpu_vit_arena.h"
+#include "src/engines/engine.h"
+#include "src/engines/memory_estimate.h"
 #include "tests/catch.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/test_util.h"

@@ -1,4 +1,4 @@
-// The GPU Optimizer (src/optimizer_gpu.h) against the host Optimizer (src/optimizer.h) on the same
+// The GPU Optimizer (src/engines/optimizer_gpu.h) against the host Optimizer (src/engines/optimizer.h) on the same
 // gradients: SGD with momentum and AdamW, the device skip flag (a skipped update changes nothing
 // and is not counted), the bf16 working copy written by every update, and load_state continuation.
 #include <cuda_bf16.h>
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "src/optimizer.h"
-#include "src/optimizer_gpu.h"
+#include "src/engines/optimizer.h"
+#include "src/engines/optimizer_gpu.h"
 #include "tests/catch.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/test_util.h"

@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "cuda/gpu_vit.h"
-#include "cuda/sgd.h"
+#include "cuda/model/gpu_vit.h"
+#include "cuda/kernels/sgd.h"
 #include "model/param_layout.h"
-#include "src/weights_io.h"
+#include "src/io/weights_io.h"
 #include "tests/catch.h"
 #include "tests/gpu/gpu_test_util.h"
 

@@ -3,7 +3,7 @@
 #include <cuda_runtime.h>
 #include <mpi.h>
 
-#include "cuda/check_cuda.h"
+#include "cuda/check/check_cuda.h"
 #include "mpi/world/world.h"
 #include "tests/catch.h"
 #include "tests/mpi_test_util.h"

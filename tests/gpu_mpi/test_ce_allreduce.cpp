@@ -13,9 +13,9 @@
 #include <random>
 #include <vector>
 
-#include "cuda/check_cuda.h"
-#include "cuda/device_buffer.h"
-#include "cuda/step_graph.h"
+#include "cuda/check/check_cuda.h"
+#include "cuda/model/device_buffer.h"
+#include "cuda/model/step_graph.h"
 #include "model/fnv1a.h"
 #include "model/param_layout.h"
 #include "mpi/hooks/half_host.h"

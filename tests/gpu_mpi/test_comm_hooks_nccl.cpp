@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/check_cuda.h"
-#include "cuda/device_buffer.h"
+#include "cuda/check/check_cuda.h"
+#include "cuda/model/device_buffer.h"
 #include "model/param_layout.h"
 #include "model/rng.h"
 #include "mpi/hooks/half_host.h"

@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
-#include "cuda/check_cuda.h"
-#include "cuda/device_buffer.h"
-#include "cuda/gpu_vit.h"
+#include "cuda/check/check_cuda.h"
+#include "cuda/model/device_buffer.h"
+#include "cuda/model/gpu_vit.h"
 #include "model/init.h"
 #include "model/rng.h"
 #include "mpi/world/nccl_comm_gpu.h"

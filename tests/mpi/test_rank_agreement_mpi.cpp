@@ -2,7 +2,7 @@
 // rank's message.
 #include <string>
 
-#include "src/rank_agreement.h"
+#include "src/app/rank_agreement.h"
 #include "tests/catch.h"
 #include "tests/mpi_test_util.h"
 

@@ -25,7 +25,7 @@ Generate a reference ("twin") file:
     steps (3), torch_version, torchvision_version, device, fp32 (how TF32 was turned off),
     sdpa_backend.
 
-Forward with a weights file written by vitddp (src/weights_io.h, /params/<name>):
+Forward with a weights file written by vitddp (src/io/weights_io.h, /params/<name>):
 
     python3 tests/reference/torch_twin.py --load vitddp_vit_b_32.h5 --input twin_vit_b_32.h5 \\
         --out torch_load_vit_b_32.h5

@@ -1,0 +1,57 @@
+// Multi-head self-attention core softmax(Q K^T / sqrt(dh)) V, forward and backward, fp32
+// arithmetic on fp32 or bf16 activations.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace vitddp {
+
+/// Layout (torch.nn.MultiheadAttention with packed in_proj): qkv is [B*T, 3D] row-major, D = H*dh;
+/// for batch b, token t, head h: q = qkv[b*T+t, h*dh : (h+1)*dh], k = the same columns + D,
+/// v = the same columns + 2D. Output o is [B*T, D] with head h in columns h*dh..(h+1)*dh-1
+/// (heads concatenated, ready for out_proj). probs is [B, H, T, T]: probs[b,h,i,j] = softmax_j
+/// (q_i . k_j / sqrt(dh)). Limits: 1 <= T <= 512, 1 <= dh <= 128, 1 <= B, H <= 65535 (grid
+/// dimensions), and the shared memory of the larger shapes' kernels within the GPU's per-block
+/// limit (H200, 227 KiB: T <= 416 at dh 64, 320 at dh 80, 192 at dh 128); other shapes throw
+/// std::invalid_argument naming the shape, forward included when only backward's kernels would not
+/// fit (a shape that cannot train).
+/// Three implementations:
+///  - bf16 (and fp32 with `tf32`) with T <= 64, dh == 64 and 16-byte aligned buffers (vit_l_32,
+///    vit_b_32): tensor-core kernels (cuda/kernels/attention_mma.h), one block per (batch, head), mma.sync
+///    with bf16 (tf32) operands and fp32 accumulation; P and dS enter their products as hi + lo
+///    pairs (about 16 bits in bf16, 21 in tf32).
+///  - otherwise T <= 64 and dh <= 64: one block per (batch, head) with Q, K, V, P in shared memory
+///    and 4x4 register tiles, fp32 arithmetic;
+///  - larger shapes: one warp per query / key row over query or key tiles, fp32 arithmetic.
+/// All accumulate in fp32 and use exact expf.
+/// bf16 overloads: qkv, o, dout and dqkv are bf16 (autocast's scaled_dot_product_attention on
+/// bf16 inputs); values are widened to fp32 (or kept as exact bf16 operands) on load, probs stay
+/// fp32, results are rounded to bf16 once on store.
+
+/// Forward: writes probs (kept for the backward) and o. fp32 accumulation, exact expf.
+/// `tf32` (fp32 overloads, --precision tf32): the shapes of the tensor-core kernels (T <= 64,
+/// dh == 64, 16-byte aligned buffers) run on TF32 tensor cores (attention_forward_mma_tf32:
+/// inputs rounded to tf32 as a TF32 GEMM does); false keeps fp32 arithmetic (--precision fp32).
+void attention_forward(const float* qkv, float* probs, float* out, int batch, int T, int heads,
+                       int head_dim, cudaStream_t stream, bool tf32 = false);
+void attention_forward(const __nv_bfloat16* qkv, float* probs, __nv_bfloat16* out, int batch,
+                       int T, int heads, int head_dim, cudaStream_t stream);
+
+/// Floats of scratch attention_backward needs (the score gradients, [B, H, T, T]).
+size_t attention_backward_scratch_floats(int batch, int T, int heads);
+
+/// Backward given dout = dL/do ([B*T, D]): with s = q k^T / sqrt(dh), p = softmax(s),
+///   dv_j = sum_i p_ij do_i,  dp_ij = do_i . v_j,  ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik),
+///   dq_i = sum_j ds_ij k_j / sqrt(dh),  dk_j = sum_i ds_ij q_i / sqrt(dh).
+/// Writes (overwrites) dqkv [B*T, 3D] in the qkv layout. Deterministic (no atomics).
+/// scratch: attention_backward_scratch_floats.
+void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv,
+                        float* scratch, int batch, int T, int heads, int head_dim,
+                        cudaStream_t stream, bool tf32 = false);
+void attention_backward(const __nv_bfloat16* qkv, const float* probs, const __nv_bfloat16* dout,
+                        __nv_bfloat16* dqkv, float* scratch, int batch, int T, int heads,
+                        int head_dim, cudaStream_t stream);
+
+}  // namespace vitddp

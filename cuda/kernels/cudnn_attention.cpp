@@ -1,0 +1,237 @@
+// cuDNN fused attention (SDPA forward / backward graphs of the cudnn-frontend) on the packed qkv
+// layout; see cuda/kernels/cudnn_attention.h. Compiled by the host compiler: the frontend is header-only
+// C++ over cudnn_graph.h (libcudnn).
+#include "cuda/kernels/cudnn_attention.h"
+
+#include <cudnn.h>
+#include <cudnn_frontend.h>
+
+#include <cmath>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+#include <tuple>
+#include <unordered_map>
+
+#include "cuda/check/check_cudnn.h"
+#include "cuda/check/cudnn_version.h"
+#include "cuda/model/device_buffer.h"
+
+namespace vitddp {
+namespace {
+namespace fe = cudnn_frontend;
+
+// Tensor uids of the variant packs.
+enum : int64_t { kQ = 1, kK, kV, kO, kStats, kdO, kdQ, kdK, kdV };
+
+/// (batch, T, heads, head_dim, backward?)
+using GraphKey = std::tuple<int, int, int, int, bool>;
+
+std::string shape_text(int B, int T, int H, int dh) {
+  return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
+         " dh=" + std::to_string(dh);
+}
+
+void check_shape(int B, int T, int H, int dh, const char* what) {
+  if (B < 1 || T < 1 || H < 1 || dh < 1 || dh > 256 || dh % 8 != 0)
+    throw std::invalid_argument(std::string(what) + ": unsupported shape " + shape_text(B, T, H, dh) +
+                                " (needs B, T, H >= 1 and head_dim a multiple of 8 up to 256)");
+}
+
+/// Throws naming the operation, the stage and cuDNN's message when `e` is an error.
+void fe_check(fe::error_t e, const std::string& op, const char* stage) {
+  if (e.is_bad())
+    throw std::runtime_error(launcher_rank_label() + ": cuDNN " + op + ": " + stage + " failed: " +
+                             e.get_message() + " (cuDNN " + cudnn_runtime_version() + ")");
+}
+
+/// Q, K or V (offset 0, D or 2D elements into qkv) as [B, H, T, dh] with the packed strides.
+std::shared_ptr<fe::graph::Tensor_attributes> qkv_view(fe::graph::Graph& g, const char* name,
+                                                       int64_t uid, int64_t B, int64_t T,
+                                                       int64_t H, int64_t dh) {
+  const int64_t D = H * dh;
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim({B, H, T, dh})
+                      .set_stride({T * 3 * D, dh, 3 * D, 1}));
+}
+
+/// O or dO: [B, H, T, dh] inside the [B*T, D] heads-concatenated layout.
+std::vector<int64_t> out_strides(int64_t T, int64_t H, int64_t dh) {
+  const int64_t D = H * dh;
+  return {T * D, dh, D, 1};
+}
+
+std::vector<int64_t> stats_strides(int64_t T, int64_t H) { return {H * T, T, 1, 1}; }
+
+/// A new SDPA graph (bf16 tensors, fp32 intermediates and compute) with the packed Q, K and V of
+/// [B, T, 3 H dh] declared as its inputs.
+struct QkvGraph {
+  std::shared_ptr<fe::graph::Graph> g;
+  std::shared_ptr<fe::graph::Tensor_attributes> Q, K, V;
+};
+QkvGraph new_qkv_graph(int64_t B, int64_t T, int64_t H, int64_t dh) {
+  QkvGraph q;
+  q.g = std::make_shared<fe::graph::Graph>();
+  q.g->set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  q.Q = qkv_view(*q.g, "Q", kQ, B, T, H, dh);
+  q.K = qkv_view(*q.g, "K", kK, B, T, H, dh);
+  q.V = qkv_view(*q.g, "V", kV, B, T, H, dh);
+  return q;
+}
+
+}  // namespace
+
+struct CudnnAttention::Impl {
+  cudaStream_t stream = nullptr;
+  bool deterministic = false;
+  cudnnHandle_t handle = nullptr;
+  std::map<GraphKey, std::shared_ptr<fe::graph::Graph>> graphs;
+  DeviceBuffer<char> workspace;
+  std::vector<DeviceBuffer<char>> retired;  // outgrown workspaces, alive as long as this object
+
+  ~Impl() {
+    if (handle) cudnnDestroy(handle);
+  }
+
+  std::shared_ptr<fe::graph::Graph> build_forward(int B, int T, int H, int dh) {
+    auto [g, Q, K, V] = new_qkv_graph(B, T, H, dh);
+    auto opts = fe::graph::SDPA_attributes()
+                    .set_name("vit_attention_forward")
+                    .set_generate_stats(true)
+                    .set_attn_scale(1.0f / std::sqrt((float)dh));
+    auto [O, Stats] = g->sdpa(Q, K, V, opts);
+    O->set_output(true).set_uid(kO).set_dim({B, H, T, dh}).set_stride(out_strides(T, H, dh));
+    Stats->set_output(true)
+        .set_uid(kStats)
+        .set_data_type(fe::DataType_t::FLOAT)
+        .set_dim({B, H, T, 1})
+        .set_stride(stats_strides(T, H));
+    return g;
+  }
+
+  std::shared_ptr<fe::graph::Graph> build_backward(int B, int T, int H, int dh) {
+    auto [g, Q, K, V] = new_qkv_graph(B, T, H, dh);
+    auto O = g->tensor(fe::graph::Tensor_attributes().set_name("O").set_uid(kO).set_dim({B, H, T, dh}).set_stride(out_strides(T, H, dh)));
+    auto dO = g->tensor(fe::graph::Tensor_attributes().set_name("dO").set_uid(kdO).set_dim({B, H, T, dh}).set_stride(out_strides(T, H, dh)));
+    auto Stats = g->tensor(fe::graph::Tensor_attributes()
+                               .set_name("Stats")
+                               .set_uid(kStats)
+                               .set_dim({B, H, T, 1})
+                               .set_stride(stats_strides(T, H))
+                               .set_data_type(fe::DataType_t::FLOAT));
+    auto opts = fe::graph::SDPA_backward_attributes()
+                    .set_name("vit_attention_backward")
+                    .set_attn_scale(1.0f / std::sqrt((float)dh));
+    if (deterministic) opts.set_deterministic_algorithm(true);
+    auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, opts);
+    const int64_t D = (int64_t)H * dh;
+    const std::vector<int64_t> dims{B, H, T, dh}, strides{(int64_t)T * 3 * D, dh, 3 * D, 1};
+    dQ->set_output(true).set_uid(kdQ).set_dim(dims).set_stride(strides);
+    dK->set_output(true).set_uid(kdK).set_dim(dims).set_stride(strides);
+    dV->set_output(true).set_uid(kdV).set_dim(dims).set_stride(strides);
+    return g;
+  }
+
+  /// The cached graph of this key, built (and the workspace grown) on first use.
+  fe::graph::Graph& graph(int B, int T, int H, int dh, bool backward) {
+    const GraphKey key{B, T, H, dh, backward};
+    auto it = graphs.find(key);
+    if (it != graphs.end()) return *it->second;
+    const std::string op = std::string(backward ? "SDPA backward" : "SDPA forward") + " graph (" +
+                           shape_text(B, T, H, dh) + ", bf16)";
+    std::shared_ptr<fe::graph::Graph> g;
+    try {
+      g = backward ? build_backward(B, T, H, dh) : build_forward(B, T, H, dh);
+    } catch (const std::exception& e) {  // the frontend throws on some attribute errors
+      throw std::runtime_error(launcher_rank_label() + ": cuDNN " + op + ": definition failed: " + e.what());
+    }
+    fe_check(g->validate(), op, "validate");
+    fe_check(g->build_operation_graph(handle), op, "build_operation_graph");
+    fe_check(g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), op,
+             "create_execution_plans");
+    fe_check(g->check_support(), op, "check_support (no engine of this cuDNN supports the graph on this GPU)");
+    fe_check(g->build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), op, "build_plans");
+    int64_t ws = 0;
+    fe_check(g->get_workspace_size(ws), op, "get_workspace_size");
+    if ((size_t)ws > workspace.size()) {
+      // The old workspace is kept, not freed: queued work or a captured CUDA graph (the trainer's
+      // step graph, captured at max_batch; a later evaluation batch may need a new graph) may
+      // still use its address.
+      retired.push_back(std::move(workspace));
+      workspace = DeviceBuffer<char>((size_t)ws, "cuDNN attention workspace");
+    }
+    graphs.emplace(key, g);
+    return *g;
+  }
+
+  void execute(fe::graph::Graph& g, std::unordered_map<int64_t, void*>& pack, int B, int T, int H,
+               int dh, bool backward) {
+    const fe::error_t e = g.execute(handle, pack, workspace.get());
+    if (e.is_bad())
+      fe_check(e, std::string(backward ? "SDPA backward" : "SDPA forward") + " (" + shape_text(B, T, H, dh) + ")",
+               "execute");
+  }
+};
+
+CudnnAttention::CudnnAttention(cudaStream_t stream, bool deterministic_backward) : impl_(new Impl) {
+  impl_->stream = stream;
+  impl_->deterministic = deterministic_backward;
+  CUDNN_CHECK(cudnnCreate(&impl_->handle));
+  CUDNN_CHECK(cudnnSetStream(impl_->handle, stream));
+}
+
+CudnnAttention::~CudnnAttention() = default;
+
+size_t CudnnAttention::stats_floats(int batch, int T, int heads) {
+  return (size_t)batch * heads * T;
+}
+
+void CudnnAttention::prepare(int batch, int T, int heads, int head_dim) {
+  check_shape(batch, T, heads, head_dim, "CudnnAttention::prepare");
+  impl_->graph(batch, T, heads, head_dim, false);
+  impl_->graph(batch, T, heads, head_dim, true);
+}
+
+void CudnnAttention::forward(const __nv_bfloat16* qkv, float* stats, __nv_bfloat16* out, int batch,
+                             int T, int heads, int head_dim) {
+  check_shape(batch, T, heads, head_dim, "CudnnAttention::forward");
+  fe::graph::Graph& g = impl_->graph(batch, T, heads, head_dim, false);
+  const size_t D = (size_t)heads * head_dim;
+  auto* q = const_cast<__nv_bfloat16*>(qkv);
+  std::unordered_map<int64_t, void*> pack{{kQ, q}, {kK, q + D}, {kV, q + 2 * D}, {kO, out}, {kStats, stats}};
+  impl_->execute(g, pack, batch, T, heads, head_dim, false);
+}
+
+void CudnnAttention::backward(const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* stats,
+                              const __nv_bfloat16* dout, __nv_bfloat16* dqkv, int batch, int T,
+                              int heads, int head_dim) {
+  check_shape(batch, T, heads, head_dim, "CudnnAttention::backward");
+  fe::graph::Graph& g = impl_->graph(batch, T, heads, head_dim, true);
+  const size_t D = (size_t)heads * head_dim;
+  auto* q = const_cast<__nv_bfloat16*>(qkv);
+  std::unordered_map<int64_t, void*> pack{{kQ, q},
+                                          {kK, q + D},
+                                          {kV, q + 2 * D},
+                                          {kO, const_cast<__nv_bfloat16*>(out)},
+                                          {kdO, const_cast<__nv_bfloat16*>(dout)},
+                                          {kStats, const_cast<float*>(stats)},
+                                          {kdQ, dqkv},
+                                          {kdK, dqkv + D},
+                                          {kdV, dqkv + 2 * D}};
+  impl_->execute(g, pack, batch, T, heads, head_dim, true);
+}
+
+size_t CudnnAttention::device_bytes() const {
+  size_t b = impl_->workspace.size();
+  for (const auto& r : impl_->retired) b += r.size();
+  return b;
+}
+
+size_t CudnnAttention::graph_count() const { return impl_->graphs.size(); }
+
+}  // namespace vitddp

@@ -1,0 +1,263 @@
+#include "cuda/kernels/gelu.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "cuda/check/check_cuda.h"
+#include "cuda/kernels/reduce.h"
+#include "cuda/kernels/vec4.cuh"
+
+namespace vitddp {
+namespace {
+
+constexpr float kInvSqrt2 = 0.70710678118654752440f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+
+__device__ __forceinline__ float gelu(float u) { return 0.5f * u * (1.0f + erff(u * kInvSqrt2)); }
+
+__device__ __forceinline__ float gelu_grad(float u) {
+  const float cdf = 0.5f * (1.0f + erff(u * kInvSqrt2));
+  const float pdf = kInvSqrt2Pi * expf(-0.5f * u * u);
+  return fmaf(u, pdf, cdf);
+}
+
+// Vectorised bodies (float4) when n and every pointer allow it; scalar tails otherwise.
+__global__ void gelu_forward_kernel(const float* u, float* y, size_t n, bool vec4) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (vec4) {
+    const size_t n4 = n / 4;
+    for (size_t i = start; i < n4; i += stride) {
+      float4 v = reinterpret_cast<const float4*>(u)[i];
+      v.x = gelu(v.x);
+      v.y = gelu(v.y);
+      v.z = gelu(v.z);
+      v.w = gelu(v.w);
+      reinterpret_cast<float4*>(y)[i] = v;
+    }
+    start += n4 * 4;
+  }
+  for (size_t i = start; i < n; i += stride) y[i] = gelu(u[i]);
+}
+
+__global__ void gelu_backward_kernel(const float* dy, const float* u, float* du, size_t n,
+                                     bool vec4) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (vec4) {
+    const size_t n4 = n / 4;
+    for (size_t i = start; i < n4; i += stride) {
+      const float4 g = reinterpret_cast<const float4*>(dy)[i];
+      const float4 v = reinterpret_cast<const float4*>(u)[i];
+      float4 r;
+      r.x = g.x * gelu_grad(v.x);
+      r.y = g.y * gelu_grad(v.y);
+      r.z = g.z * gelu_grad(v.z);
+      r.w = g.w * gelu_grad(v.w);
+      reinterpret_cast<float4*>(du)[i] = r;
+    }
+    start += n4 * 4;
+  }
+  for (size_t i = start; i < n; i += stride) du[i] = dy[i] * gelu_grad(u[i]);
+}
+
+// bf16: 8 values (16 bytes) per vector access.
+union Pack8 {
+  uint4 u;
+  __nv_bfloat162 h[4];
+};
+
+__global__ void gelu_forward_bf16_kernel(const __nv_bfloat16* u, __nv_bfloat16* y, size_t n,
+                                         bool vec8) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (vec8) {
+    const size_t n8 = n / 8;
+    for (size_t i = start; i < n8; i += stride) {
+      Pack8 v;
+      v.u = reinterpret_cast<const uint4*>(u)[i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __bfloat1622float2(v.h[j]);
+        v.h[j] = __floats2bfloat162_rn(gelu(f.x), gelu(f.y));
+      }
+      reinterpret_cast<uint4*>(y)[i] = v.u;
+    }
+    start += n8 * 8;
+  }
+  for (size_t i = start; i < n; i += stride) y[i] = __float2bfloat16_rn(gelu(__bfloat162float(u[i])));
+}
+
+__global__ void gelu_backward_bf16_kernel(const __nv_bfloat16* dy, const __nv_bfloat16* u,
+                                          __nv_bfloat16* du, size_t n, bool vec8) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (vec8) {
+    const size_t n8 = n / 8;
+    for (size_t i = start; i < n8; i += stride) {
+      Pack8 g, v, r;
+      g.u = reinterpret_cast<const uint4*>(dy)[i];
+      v.u = reinterpret_cast<const uint4*>(u)[i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 gf = __bfloat1622float2(g.h[j]), vf = __bfloat1622float2(v.h[j]);
+        r.h[j] = __floats2bfloat162_rn(gf.x * gelu_grad(vf.x), gf.y * gelu_grad(vf.y));
+      }
+      reinterpret_cast<uint4*>(du)[i] = r.u;
+    }
+    start += n8 * 8;
+  }
+  for (size_t i = start; i < n; i += stride)
+    du[i] = __float2bfloat16_rn(__bfloat162float(dy[i]) * gelu_grad(__bfloat162float(u[i])));
+}
+
+// gelu_backward_bias: thread (x, y) of a (kGbThreads, kGbGroups) block owns 8 contiguous columns
+// (one 16-byte bf16 or two fp32 accesses) of kGbBatch rows, all loaded before any store (du may
+// alias dy, element for element), so each thread makes one round trip to memory; the kGbGroups
+// row groups' column sums are then added in shared memory in a fixed order. A block covers
+// kGbThreads x 8 columns and kGbGroups x kGbBatch rows. (A first version, 128 x 1 threads walking
+// 16 rows in 4 batches, took 31 us under ncu for 1600 x 4096 bf16, against 17 us for gelu_backward.)
+constexpr int kGbThreads = 64, kGbVec = 8, kGbGroups = 4, kGbBatch = 4, kGbRows = kGbGroups * kGbBatch;
+
+__device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[8]) {
+  Pack8 q;
+  q.u = *reinterpret_cast<const uint4*>(p);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(q.h[j]);
+    v[2 * j] = f.x, v[2 * j + 1] = f.y;
+  }
+}
+// Stores v and leaves in v what was stored (bf16: the rounded values).
+__device__ __forceinline__ void store8(float* p, float (&v)[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void store8(__nv_bfloat16* p, float (&v)[8]) {
+  Pack8 q;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    q.h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+    v[2 * j] = __low2float(q.h[j]), v[2 * j + 1] = __high2float(q.h[j]);
+  }
+  *reinterpret_cast<uint4*>(p) = q.u;
+}
+
+template <typename T>
+__global__ void gelu_backward_bias_kernel(const T* dy, const T* u, T* du, int rows, int cols,
+                                          float* __restrict__ partial) {
+  __shared__ float sums[kGbGroups][kGbThreads * kGbVec];
+  const int c0 = (blockIdx.x * kGbThreads + threadIdx.x) * kGbVec;
+  const int r0 = blockIdx.y * kGbRows + threadIdx.y * kGbBatch, r1 = min(rows, r0 + kGbBatch);
+  const bool in_c = c0 < cols;
+  float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  float g[kGbBatch][8], v[kGbBatch][8];
+#pragma unroll
+  for (int b = 0; b < kGbBatch; ++b)
+    if (in_c && r0 + b < r1) {
+      load8(dy + (size_t)(r0 + b) * cols + c0, g[b]);
+      load8(u + (size_t)(r0 + b) * cols + c0, v[b]);
+    }
+#pragma unroll
+  for (int b = 0; b < kGbBatch; ++b)
+    if (in_c && r0 + b < r1) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) g[b][j] *= gelu_grad(v[b][j]);
+      store8(du + (size_t)(r0 + b) * cols + c0, g[b]);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] += g[b][j];
+    }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) sums[threadIdx.y][threadIdx.x * kGbVec + j] = acc[j];
+  __syncthreads();
+  if (threadIdx.y == 0 && in_c) {
+#pragma unroll
+    for (int k = 1; k < kGbGroups; ++k)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] += sums[k][threadIdx.x * kGbVec + j];
+    store8(partial + (size_t)blockIdx.y * cols + c0, acc);
+  }
+}
+
+template <typename T>
+void gelu_backward_bias_impl(const T* dy, const T* u, T* du, int rows, int cols, float* db, bool accumulate,
+                             float* scratch, cudaStream_t stream) {
+  if (rows < 0 || cols < 0)
+    throw std::invalid_argument("gelu_backward_bias: bad shape rows=" + std::to_string(rows) +
+                                " cols=" + std::to_string(cols));
+  if (cols == 0) return;
+  const int nchunks = (rows + kGbRows - 1) / kGbRows;
+  if (cols % kGbVec != 0 || !aligned16(dy) || !aligned16(u) || !aligned16(du) || !aligned16(scratch) ||
+      nchunks > 65535) {  // 65535: the grid's y limit
+    gelu_backward(dy, u, du, (size_t)rows * cols, stream);
+    column_sum(du, rows, cols, cols, db, accumulate, scratch, stream);
+    return;
+  }
+  if (nchunks > 0) {
+    const dim3 grid((cols / kGbVec + kGbThreads - 1) / kGbThreads, nchunks);
+    gelu_backward_bias_kernel<T><<<grid, dim3(kGbThreads, kGbGroups), 0, stream>>>(dy, u, du, rows, cols, scratch);
+    CUDA_CHECK_LAUNCH();
+  }
+  column_sum_partials(scratch, nchunks, cols, db, accumulate, stream);
+}
+
+int grid_for(size_t n, int threads) {
+  return static_cast<int>(std::max<size_t>(1, std::min<size_t>((n + threads - 1) / threads, 132 * 32)));
+}
+
+}  // namespace
+
+void gelu_forward(const float* u, float* y, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  const bool vec4 = aligned16(u) && aligned16(y);
+  gelu_forward_kernel<<<grid_for(vec4 ? n / 4 + 1 : n, 256), 256, 0, stream>>>(u, y, n, vec4);
+  CUDA_CHECK_LAUNCH();
+}
+
+void gelu_backward(const float* dy, const float* u, float* du, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  const bool vec4 = aligned16(dy) && aligned16(u) && aligned16(du);
+  gelu_backward_kernel<<<grid_for(vec4 ? n / 4 + 1 : n, 256), 256, 0, stream>>>(dy, u, du, n, vec4);
+  CUDA_CHECK_LAUNCH();
+}
+
+void gelu_forward(const __nv_bfloat16* u, __nv_bfloat16* y, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  const bool vec8 = aligned16(u) && aligned16(y);
+  gelu_forward_bf16_kernel<<<grid_for(vec8 ? n / 8 + 1 : n, 256), 256, 0, stream>>>(u, y, n, vec8);
+  CUDA_CHECK_LAUNCH();
+}
+
+void gelu_backward(const __nv_bfloat16* dy, const __nv_bfloat16* u, __nv_bfloat16* du, size_t n,
+                   cudaStream_t stream) {
+  if (n == 0) return;
+  const bool vec8 = aligned16(dy) && aligned16(u) && aligned16(du);
+  gelu_backward_bf16_kernel<<<grid_for(vec8 ? n / 8 + 1 : n, 256), 256, 0, stream>>>(dy, u, du, n,
+                                                                                      vec8);
+  CUDA_CHECK_LAUNCH();
+}
+
+size_t gelu_backward_bias_scratch_floats(int rows, int cols) {
+  if (rows <= 0 || cols <= 0) return 0;
+  // The fused kernel's partials, or column_sum's when the shape takes the unfused path.
+  const size_t fused = (size_t)((rows + kGbRows - 1) / kGbRows) * cols;
+  return std::max(fused, column_sum_scratch_floats(rows, cols));
+}
+
+void gelu_backward_bias(const float* dy, const float* u, float* du, int rows, int cols, float* db,
+                        bool accumulate, float* scratch, cudaStream_t stream) {
+  gelu_backward_bias_impl(dy, u, du, rows, cols, db, accumulate, scratch, stream);
+}
+
+void gelu_backward_bias(const __nv_bfloat16* dy, const __nv_bfloat16* u, __nv_bfloat16* du, int rows,
+                        int cols, float* db, bool accumulate, float* scratch, cudaStream_t stream) {
+  gelu_backward_bias_impl(dy, u, du, rows, cols, db, accumulate, scratch, stream);
+}
+
+}  // namespace vitddp

@@ -1,0 +1,456 @@
+#include "cuda/kernels/lt_gemm.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "cuda/check/check_cuda.h"
+#include "cuda/check/check_cublaslt.h"
+#include "cuda/model/device_arena.h"
+
+namespace vitddp {
+namespace {
+
+/// Largest power of two (<= 16) dividing the address: the alignment cuBLASLt may assume. (Never
+/// below 2; fp32 pointers always give >= 4.)
+uint32_t alignment_of(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 16;
+  while (a > 2 && (v % a) != 0) a /= 2;
+  return a;
+}
+
+// Spins until `cycles` SM clock cycles have passed: the stand-in for a concurrent stream's kernels
+// (NCCL's) while candidates are timed for a reduced SM count target. Its thread blocks are small,
+// so the scheduler may place several on one SM, and the hold may end before a slow candidate's
+// timed runs do (about 3 ms); both make it a rough stand-in (results/h200x2/overlap).
+__global__ void hold_sms_kernel(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
+size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+
+const char* type_name(cudaDataType_t t) {
+  return t == CUDA_R_32F ? "fp32" : t == CUDA_R_16BF ? "bf16" : "other";
+}
+
+// Everything that determines the descriptors and the algorithm choice.
+// Epilogue kinds: 0 none, 1 bias (D += bias[n] per row), 2 row sums of op(A) (cuBLASLt BGRADB).
+// The last element is the SM count target (0 = the device's).
+using PlanKey = std::tuple<bool, bool, int, int, int, int, int, int, int, bool, int, uint32_t,
+                           uint32_t, uint32_t, uint32_t, int, int, int>;
+
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool supported = true;  ///< false: cuBLASLt offered no algorithm (descriptors destroyed)
+};
+
+std::string shape_string(const GemmTypes& t, bool ta, bool tb, int m, int n, int k, int lda,
+                         int ldb, int ldc, int ldd) {
+  return std::string("gemm(") + type_name(t.ab) + " x " + type_name(t.ab) + " -> " +
+         type_name(t.cd) + ", trans_a=" + (ta ? "1" : "0") + ", trans_b=" + (tb ? "1" : "0") +
+         ", m=" + std::to_string(m) + ", n=" + std::to_string(n) + ", k=" + std::to_string(k) +
+         ", lda=" + std::to_string(lda) + ", ldb=" + std::to_string(ldb) +
+         ", ldc=" + std::to_string(ldc) + ", ldd=" + std::to_string(ldd) + ")";
+}
+
+}  // namespace
+
+// The operands of one call (used by autotuning).
+struct Operands {
+  const void *a, *b, *c;
+  void* d;
+  const void* epi_ptr;  // bias or bias-gradient output, as CUBLASLT_MATMUL_DESC_BIAS_POINTER
+  float alpha, beta;
+};
+
+struct LtGemm::Impl {
+  cudaStream_t stream = nullptr;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  int autotune = 0;
+  int sm_target = 0;  // CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET of plans built now (0: all SMs)
+  int device_sms = 0, clock_khz = 0;
+  cudaStream_t hold_stream = nullptr;  // autotuning under a reduced target: the SM-holding kernel's stream
+  cublasLtHandle_t handle = nullptr;
+  DeviceArena arena;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::map<PlanKey, Plan> plans;
+  // GEMM timing: event pairs [0, timed_used) hold the GEMMs since the last take_timed_ms().
+  bool timing = false;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> timed;
+  size_t timed_used = 0;
+
+  ~Impl() {
+    for (auto& kv : plans) destroy(kv.second);
+    for (auto& e : timed) {
+      cudaEventDestroy(e.first);
+      cudaEventDestroy(e.second);
+    }
+    if (handle) cublasLtDestroy(handle);
+    if (hold_stream) cudaStreamDestroy(hold_stream);
+  }
+
+  static void destroy(Plan& p) {
+    if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+    if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+    if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+    if (p.d) cublasLtMatrixLayoutDestroy(p.d);
+    if (p.op) cublasLtMatmulDescDestroy(p.op);
+    p = Plan{};
+  }
+
+  // Column-major view of the row-major problem: D^T[n,m] = op(B)^T[n,k] @ op(A)^T[k,m], so
+  // cuBLASLt's "A" is our B buffer and its "B" is our A buffer.
+  Plan& plan_for(const PlanKey& key, const Operands& ops) {
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second;
+    const auto [ta, tb, m, n, k, lda, ldb, ldc, ldd, beta_nonzero, epi_kind, al_a, al_b, al_c,
+                al_d, ab_type, cd_type, sms] = key;
+    (void)beta_nonzero;
+    const auto ab = static_cast<cudaDataType_t>(ab_type), cd = static_cast<cudaDataType_t>(cd_type);
+    Plan p;
+    try {
+      CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, compute, CUDA_R_32F));
+      const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // on our B buffer
+      const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // on our A buffer
+      const cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_HOST;
+      const cublasLtEpilogue_t epi = epi_kind == 1   ? CUBLASLT_EPILOGUE_BIAS
+                                     : epi_kind == 2 ? CUBLASLT_EPILOGUE_BGRADB
+                                                     : CUBLASLT_EPILOGUE_DEFAULT;
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof(pm)));
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+      if (sms > 0) {
+        const int32_t target = sms;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target, sizeof(target)));
+      }
+      // cuBLASLt "A" = our B: op_a(A_cm) is [n,k]; stored [n,k] (N) or [k,n] (T), ld = ldb.
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, tb ? k : n, tb ? n : k, ldb));
+      // cuBLASLt "B" = our A: op_b(B_cm) is [k,m]; stored [k,m] (N) or [m,k] (T), ld = lda.
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, ta ? m : k, ta ? k : m, lda));
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, cd, n, m, ldc));
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, cd, n, m, ldd));
+
+      cublasLtMatmulPreference_t pref = nullptr;
+      CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      constexpr int kMaxCandidates = 32;
+      cublasLtMatmulHeuristicResult_t results[kMaxCandidates] = {};
+      const int want = std::max(1, std::min(autotune, kMaxCandidates));
+      int found = 0;
+      cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+      {
+        const uint64_t ws = workspace_bytes;
+        const uint32_t aa = al_b, ab_al = al_a, ac = al_c, ad = al_d;  // swapped: cm A is our B
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+        if (st == CUBLAS_STATUS_SUCCESS)
+          st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa));
+        if (st == CUBLAS_STATUS_SUCCESS)
+          st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab_al, sizeof(ab_al));
+        if (st == CUBLAS_STATUS_SUCCESS)
+          st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac));
+        if (st == CUBLAS_STATUS_SUCCESS)
+          st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof(ad));
+        if (st == CUBLAS_STATUS_SUCCESS)
+          st = cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.d, pref, want, results, &found);
+      }
+      cublasLtMatmulPreferenceDestroy(pref);
+      if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found < 1)) {
+        destroy(p);
+        p.supported = false;  // remembered: try_gemm answers false, gemm throws
+        return plans.emplace(key, p).first->second;
+      }
+      CUBLAS_CHECK(st);
+      p.algo = results[0].algo;
+      if (found > 1) p.algo = results[fastest(p, results, found, ops, m, ldd, cd, sms)].algo;
+    } catch (...) {
+      destroy(p);
+      throw;
+    }
+    return plans.emplace(key, p).first->second;
+  }
+
+  // Times the candidates writing to a temporary output and returns the index of the fastest (0,
+  // the heuristic's first choice, when none can run). Each candidate that fits the workspace runs
+  // once as a warm-up (one that fails to launch is skipped), then in kRounds
+  // interleaved rounds (so a clock ramp or other drift touches every candidate alike) a batch of
+  // kRuns back-to-back runs queued behind a short spin kernel (so the batch times the GPU, not the
+  // host's launch rate, which for 20-us bf16 GEMMs is the same order); a candidate's time is its
+  // fastest batch.
+  int fastest(Plan& p, const cublasLtMatmulHeuristicResult_t* results, int found,
+              const Operands& ops, int m, int ldd, cudaDataType_t cd, int sms) {
+    constexpr int kRounds = 3, kRuns = 3;
+    DeviceBuffer<char> tmp((size_t)m * ldd * type_bytes(cd), "cuBLASLt autotuning output");
+    if (ops.epi_ptr)
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                  &ops.epi_ptr, sizeof(ops.epi_ptr)));
+    cudaEvent_t e0 = nullptr, e1 = nullptr;  // created in the try block, destroyed on every way out
+    auto destroy_events = [&] {
+      if (e0) cudaEventDestroy(e0);
+      if (e1) cudaEventDestroy(e1);
+    };
+    std::vector<float> best_ms(found, -1.0f);  // -1: not runnable
+    // Plans for a reduced SM count are timed the way they will run: while (device SMs - target)
+    // SMs are held by another stream's kernel (as NCCL's kernels hold them during backward).
+    const int held = sms > 0 ? device_sms - sms : 0;
+    try {
+      CUDA_CHECK(cudaEventCreate(&e0));
+      CUDA_CHECK(cudaEventCreate(&e1));
+      if (held > 0 && !hold_stream) {
+        int lo = 0, hi = 0;
+        CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&hold_stream, cudaStreamNonBlocking, hi));
+      }
+      auto run = [&](int i) {
+        return cublasLtMatmul(handle, p.op, &ops.alpha, ops.b, p.a, ops.a, p.b, &ops.beta, ops.c, p.c, tmp.get(),
+                              p.d, &results[i].algo, workspace, workspace_bytes, stream);
+      };
+      for (int i = 0; i < found; ++i) {
+        if (results[i].workspaceSize > workspace_bytes) continue;
+        if (run(i) == CUBLAS_STATUS_SUCCESS) best_ms[i] = 0.0f;
+        else (void)cudaGetLastError();  // a launch error of a skipped candidate must not surface later
+      }
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      for (int round = 0; round < kRounds; ++round)
+        for (int i = 0; i < found; ++i) {
+          if (best_ms[i] < 0) continue;
+          if (held > 0) {
+            hold_sms_kernel<<<held, 128, 0, hold_stream>>>((long long)clock_khz * 3);  // ~3 ms at the peak clock
+            CUDA_CHECK(cudaGetLastError());
+          }
+          hold_sms_kernel<<<1, 32, 0, stream>>>((long long)clock_khz / 20);  // ~50 us: the runs queue up behind it
+          CUDA_CHECK(cudaGetLastError());
+          CUDA_CHECK(cudaEventRecord(e0, stream));
+          for (int r = 0; r < kRuns; ++r) CUBLAS_CHECK(run(i));
+          CUDA_CHECK(cudaEventRecord(e1, stream));
+          CUDA_CHECK(cudaEventSynchronize(e1));
+          if (held > 0) CUDA_CHECK(cudaStreamSynchronize(hold_stream));
+          float ms = 0;
+          CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+          if (round == 0 || ms < best_ms[i]) best_ms[i] = ms;
+        }
+    } catch (...) {
+      destroy_events();
+      throw;
+    }
+    destroy_events();
+    int best = 0;
+    for (int i = 0; i < found; ++i)
+      if (best_ms[i] >= 0 && (best_ms[best] < 0 || best_ms[i] < best_ms[best])) best = i;
+    return best;
+  }
+
+  // Validates the arguments, finds (or builds) the plan; nullptr when unsupported.
+  Plan* prepare(const GemmTypes& t, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                const void* a, int lda, const void* b, int ldb, float beta, const void*& c, int& ldc,
+                void* d, int ldd, const void* bias, void* a_row_sums, const void*& epi_ptr) {
+    if (bias && a_row_sums)
+      throw std::invalid_argument("LtGemm::gemm: bias and a_row_sums are exclusive");
+    const bool types_ok = (t.ab == CUDA_R_32F && t.cd == CUDA_R_32F) ||
+                          (t.ab == CUDA_R_16BF && (t.cd == CUDA_R_16BF || t.cd == CUDA_R_32F));
+    if (!types_ok)
+      throw std::invalid_argument("LtGemm::gemm: unsupported element types " +
+                                  shape_string(t, trans_a, trans_b, m, n, k, lda, ldb, ldc, ldd));
+    if (beta == 0.0f || c == nullptr) {
+      if (beta != 0.0f) throw std::invalid_argument("LtGemm::gemm: beta != 0 needs C");
+      c = d;
+      ldc = ldd;
+    }
+    const bool bad = m < 1 || n < 1 || k < 1 || lda < (trans_a ? m : k) ||
+                     ldb < (trans_b ? k : n) || ldc < n || ldd < n || (c == d && ldc != ldd) ||
+                     !a || !b || !d;
+    if (bad)
+      throw std::invalid_argument("LtGemm: bad arguments " +
+                                  shape_string(t, trans_a, trans_b, m, n, k, lda, ldb, ldc, ldd));
+    const int epi_kind = bias ? 1 : a_row_sums ? 2 : 0;
+    epi_ptr = bias ? bias : static_cast<const void*>(a_row_sums);
+    const PlanKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, ldd, beta != 0.0f, epi_kind,
+                      alignment_of(a), alignment_of(b), alignment_of(c), alignment_of(d),
+                      static_cast<int>(t.ab), static_cast<int>(t.cd), sm_target};
+    Plan& p = plan_for(key, Operands{a, b, c, d, epi_ptr, alpha, beta});
+    return p.supported ? &p : nullptr;
+  }
+
+  void enqueue(Plan& p, float alpha, const void* a, const void* b, float beta, const void* c,
+               void* d, const void* epi_ptr) {
+    if (epi_ptr)
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi_ptr,
+                                                  sizeof(epi_ptr)));
+    std::pair<cudaEvent_t, cudaEvent_t>* ev = nullptr;
+    if (timing) {
+      if (timed_used == timed.size()) {
+        std::pair<cudaEvent_t, cudaEvent_t> e{nullptr, nullptr};
+        CUDA_CHECK(cudaEventCreate(&e.first));
+        const cudaError_t err = cudaEventCreate(&e.second);
+        if (err != cudaSuccess) cudaEventDestroy(e.first);
+        CUDA_CHECK(err);
+        timed.push_back(e);
+      }
+      ev = &timed[timed_used++];
+      CUDA_CHECK(cudaEventRecord(ev->first, stream));
+    }
+    CUBLAS_CHECK(cublasLtMatmul(handle, p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, d, p.d,
+                                &p.algo, workspace, workspace_bytes, stream));
+    if (ev) CUDA_CHECK(cudaEventRecord(ev->second, stream));
+  }
+};
+
+LtGemm::LtGemm(cudaStream_t stream, const LtGemmOptions& o) : impl_(new Impl) {
+  if (o.compute != CUBLAS_COMPUTE_32F && o.compute != CUBLAS_COMPUTE_32F_PEDANTIC &&
+      o.compute != CUBLAS_COMPUTE_32F_FAST_TF32)
+    throw std::invalid_argument(
+        "LtGemm: compute type must be CUBLAS_COMPUTE_32F, _32F_PEDANTIC or _32F_FAST_TF32");
+  const size_t workspace_bytes = o.workspace_bytes;
+  impl_->stream = stream;
+  impl_->compute = o.compute;
+  impl_->autotune = o.autotune_candidates;
+  CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&impl_->device_sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&impl_->clock_khz, cudaDevAttrClockRate, dev));
+  impl_->workspace_bytes = workspace_bytes;
+  if (workspace_bytes > 0)
+    impl_->workspace = impl_->arena.alloc<char>(workspace_bytes, "cuBLASLt workspace");
+}
+
+LtGemm::~LtGemm() = default;
+
+size_t LtGemm::device_bytes() const { return impl_->arena.bytes(); }
+size_t LtGemm::plan_count() const { return impl_->plans.size(); }
+
+void LtGemm::set_sm_count_target(int n) {
+  if (n < 0 || n > impl_->device_sms)
+    throw std::invalid_argument("LtGemm::set_sm_count_target: " + std::to_string(n) + " outside [0, " +
+                                std::to_string(impl_->device_sms) + "] (the device's SM count)");
+  impl_->sm_target = n;
+}
+int LtGemm::sm_count_target() const { return impl_->sm_target; }
+int LtGemm::device_sm_count() const { return impl_->device_sms; }
+
+void LtGemm::set_timing(bool on) { impl_->timing = on; }
+
+double LtGemm::take_timed_ms() {
+  double total = 0;
+  for (size_t i = 0; i < impl_->timed_used; ++i) {
+    CUDA_CHECK(cudaEventSynchronize(impl_->timed[i].second));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, impl_->timed[i].first, impl_->timed[i].second));
+    total += ms;
+  }
+  impl_->timed_used = 0;
+  return total;
+}
+
+void LtGemm::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                  int lda, const float* b, int ldb, float beta, const float* c, int ldc, float* d,
+                  int ldd, const float* bias, float* a_row_sums) {
+  gemm(GemmTypes{}, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, d, ldd, bias,
+       a_row_sums);
+}
+
+void LtGemm::gemm(const GemmTypes& types, bool trans_a, bool trans_b, int m, int n, int k,
+                  float alpha, const void* a, int lda, const void* b, int ldb, float beta,
+                  const void* c, int ldc, void* d, int ldd, const void* bias, void* a_row_sums) {
+  const int ldc_in = ldc;
+  if (!try_gemm(types, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, d, ldd, bias,
+                a_row_sums))
+    throw std::runtime_error(
+        launcher_rank_label() + ": cuBLASLt found no algorithm for " +
+        shape_string(types, trans_a, trans_b, m, n, k, lda, ldb, ldc_in, ldd) +
+        (bias ? " with bias epilogue" : a_row_sums ? " with bias-gradient epilogue" : ""));
+}
+
+bool LtGemm::try_gemm(const GemmTypes& types, bool trans_a, bool trans_b, int m, int n, int k,
+                      float alpha, const void* a, int lda, const void* b, int ldb, float beta,
+                      const void* c, int ldc, void* d, int ldd, const void* bias, void* a_row_sums) {
+  const void* epi_ptr = nullptr;
+  Plan* p = impl_->prepare(types, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                           d, ldd, bias, a_row_sums, epi_ptr);
+  if (!p) return false;
+  impl_->enqueue(*p, alpha, a, b, beta, c, d, epi_ptr);
+  return true;
+}
+
+// ---- nn.Linear forms ----
+namespace {
+constexpr GemmTypes kF32{CUDA_R_32F, CUDA_R_32F};
+constexpr GemmTypes kBF16{CUDA_R_16BF, CUDA_R_16BF};
+constexpr GemmTypes kBF16toF32{CUDA_R_16BF, CUDA_R_32F};
+
+void forward_impl(LtGemm& lt, const GemmTypes& t, const void* x, const void* w, const void* bias,
+                  const void* residual, void* y, int m, int n, int k, int ldx) {
+  lt.gemm(t, false, true, m, n, k, 1.0f, x, ldx > 0 ? ldx : k, w, k, residual ? 1.0f : 0.0f,
+          residual, n, y, n, bias);
+}
+
+void weight_impl(LtGemm& lt, const GemmTypes& t, const void* dy, const void* x, float* dw, int m,
+                 int n, int k, bool accumulate, int ldx) {
+  lt.gemm(t, true, false, n, k, m, 1.0f, dy, n, x, ldx > 0 ? ldx : k, accumulate ? 1.0f : 0.0f,
+          accumulate ? dw : nullptr, k, dw, k);
+}
+
+bool weight_bias_impl(LtGemm& lt, const GemmTypes& t, const void* dy, const void* x, float* dw,
+                      float* db, int m, int n, int k, int ldx) {
+  return lt.try_gemm(t, true, false, n, k, m, 1.0f, dy, n, x, ldx > 0 ? ldx : k, 0.0f, nullptr, k,
+                     dw, k, nullptr, db);
+}
+
+void input_impl(LtGemm& lt, const GemmTypes& t, const void* dy, const void* w, void* dx, int m,
+                int n, int k) {
+  lt.gemm(t, false, false, m, k, n, 1.0f, dy, n, w, k, 0.0f, nullptr, k, dx, k);
+}
+}  // namespace
+
+void linear_forward(LtGemm& lt, const float* x, const float* w, const float* bias,
+                    const float* residual, float* y, int m, int n, int k, int ldx) {
+  forward_impl(lt, kF32, x, w, bias, residual, y, m, n, k, ldx);
+}
+void linear_forward(LtGemm& lt, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                    const __nv_bfloat16* bias, const __nv_bfloat16* residual, __nv_bfloat16* y,
+                    int m, int n, int k, int ldx) {
+  forward_impl(lt, kBF16, x, w, bias, residual, y, m, n, k, ldx);
+}
+void linear_forward(LtGemm& lt, const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias,
+                    const float* residual, float* y, int m, int n, int k, int ldx) {
+  forward_impl(lt, kBF16toF32, x, w, bias, residual, y, m, n, k, ldx);
+}
+
+void linear_backward_weight(LtGemm& lt, const float* dy, const float* x, float* dw, int m, int n,
+                            int k, bool accumulate, int ldx) {
+  weight_impl(lt, kF32, dy, x, dw, m, n, k, accumulate, ldx);
+}
+void linear_backward_weight(LtGemm& lt, const __nv_bfloat16* dy, const __nv_bfloat16* x, float* dw,
+                            int m, int n, int k, bool accumulate, int ldx) {
+  weight_impl(lt, kBF16toF32, dy, x, dw, m, n, k, accumulate, ldx);
+}
+
+bool linear_backward_weight_bias(LtGemm& lt, const float* dy, const float* x, float* dw, float* db,
+                                 int m, int n, int k, int ldx) {
+  return weight_bias_impl(lt, kF32, dy, x, dw, db, m, n, k, ldx);
+}
+bool linear_backward_weight_bias(LtGemm& lt, const __nv_bfloat16* dy, const __nv_bfloat16* x,
+                                 float* dw, float* db, int m, int n, int k, int ldx) {
+  return weight_bias_impl(lt, kBF16toF32, dy, x, dw, db, m, n, k, ldx);
+}
+
+void linear_backward_input(LtGemm& lt, const float* dy, const float* w, float* dx, int m, int n,
+                           int k) {
+  input_impl(lt, kF32, dy, w, dx, m, n, k);
+}
+void linear_backward_input(LtGemm& lt, const __nv_bfloat16* dy, const __nv_bfloat16* w,
+                           __nv_bfloat16* dx, int m, int n, int k) {
+  input_impl(lt, kBF16, dy, w, dx, m, n, k);
+}
+
+}  // namespace vitddp

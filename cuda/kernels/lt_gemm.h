@@ -1,0 +1,152 @@
+// Row-major GEMMs through cuBLASLt (fp32, TF32 or bf16 operands, fp32 accumulation), with a
+// per-shape plan cache.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+
+namespace vitddp {
+
+/// cuBLASLt handle + workspace + plan cache, bound to one stream. All matrices are row-major,
+/// with an explicit leading dimension (elements between consecutive rows), so a view of every
+/// T-th row of a [B*T, D] buffer is (ptr, ld = T*D).
+///
+/// Element types per call (GemmTypes): fp32 A/B/C/D (the float overloads), bf16 A/B with bf16 or
+/// fp32 C/D. Scale type fp32, pointer mode host. The compute type is one per object
+/// (LtGemmOptions::compute): CUBLAS_COMPUTE_32F_PEDANTIC or CUBLAS_COMPUTE_32F (strict fp32 for
+/// fp32 operands: TF32 is never enabled by them), CUBLAS_COMPUTE_32F_FAST_TF32 (fp32 operands
+/// rounded to TF32 inside the tensor cores, fp32 accumulation). bf16 operands always accumulate in
+/// fp32 (use CUBLAS_COMPUTE_32F for them).
+/// The first call of each shape (types, transposes, sizes, leading dims, pointer alignments,
+/// epilogue) builds a plan (descriptors + heuristic algorithm); later calls only set the bias
+/// pointer and enqueue. No host synchronisation (unless autotuning, see LtGemmOptions).
+///
+/// Errors: cuBLASLt / CUDA failures throw std::runtime_error (cuda/check/check_cublaslt.h, cuda/check/check_cuda.h); bad sizes throw
+/// std::invalid_argument naming the shape.
+struct LtGemmOptions {
+  size_t workspace_bytes = size_t(32) << 20;     ///< device workspace for split-K etc.
+  /// CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_PEDANTIC or CUBLAS_COMPUTE_32F_FAST_TF32.
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  /// 0 or 1: take cuBLASLt's first heuristic choice (deterministic, no synchronisation).
+  /// n > 1: when a plan is built, time up to n heuristic candidates on the real operands (output
+  /// to a temporary buffer) and keep the fastest; this synchronises `stream` once per new shape.
+  int autotune_candidates = 0;
+};
+
+/// Element types of one GEMM: A and B share `ab`; C, D and the bias (or bias-gradient) vector
+/// share `cd` (cuBLASLt's default bias type is the D type). Supported: {fp32, fp32} with any
+/// compute type of LtGemmOptions; {bf16, bf16} and {bf16, fp32} with CUBLAS_COMPUTE_32F.
+struct GemmTypes {
+  cudaDataType_t ab = CUDA_R_32F;
+  cudaDataType_t cd = CUDA_R_32F;
+};
+
+class LtGemm {
+ public:
+  /// Creates the handle and the device workspace; every GEMM goes to `stream`.
+  explicit LtGemm(cudaStream_t stream, const LtGemmOptions& options = LtGemmOptions());
+  ~LtGemm();
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+
+  /// D[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C[m,n] (+ bias[n] added to every row).
+  ///  - op(A) = A (stored [m,k], lda >= k) or A^T when trans_a (A stored [k,m], lda >= m);
+  ///  - op(B) = B (stored [k,n], ldb >= n) or B^T when trans_b (B stored [n,k], ldb >= k);
+  ///  - C, D stored [m,n] with ldc, ldd >= n; C may equal D (in place, then ldc == ldd) and is
+  ///    ignored when beta == 0 (pass nullptr);
+  ///  - bias: nullptr or n floats, fused as the cuBLASLt BIAS epilogue;
+  ///  - a_row_sums: nullptr or m floats, overwritten with sum_p op(A)[i, p] (the cuBLASLt BGRADB
+  ///    epilogue: the bias gradient of a weight-gradient GEMM dW = dY^T X). Exclusive with bias.
+  /// m, n, k >= 1 (k == 0 is not supported).
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+            const float* b, int ldb, float beta, const float* c, int ldc, float* d, int ldd,
+            const float* bias = nullptr, float* a_row_sums = nullptr);
+
+  /// The same with explicit element types (`types`): a and b point to elements of types.ab; c, d,
+  /// bias and a_row_sums to elements of types.cd. Throws std::runtime_error when cuBLASLt has no
+  /// algorithm for the configuration.
+  void gemm(const GemmTypes& types, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+            const void* a, int lda, const void* b, int ldb, float beta, const void* c, int ldc,
+            void* d, int ldd, const void* bias = nullptr, void* a_row_sums = nullptr);
+
+  /// As the typed gemm, but returns false (enqueuing nothing) where cuBLASLt offers no algorithm
+  /// for the configuration (e.g. an epilogue not available for these types); the answer is cached
+  /// per shape. Bad arguments still throw std::invalid_argument.
+  bool try_gemm(const GemmTypes& types, bool trans_a, bool trans_b, int m, int n, int k,
+                float alpha, const void* a, int lda, const void* b, int ldb, float beta,
+                const void* c, int ldc, void* d, int ldd, const void* bias = nullptr,
+                void* a_row_sums = nullptr);
+
+  /// SMs the GEMMs planned from now on should run on (cuBLASLt's CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
+  /// the mechanism behind PyTorch's torch._C._set_sm_carveout_experimental): 0 = every SM of the
+  /// device; n > 0 = plan (tile shape, split-K, persistent grid size) as if the GPU had n SMs,
+  /// because a concurrent stream (NCCL's all-reduce kernels during backward) holds the others. A
+  /// persistent GEMM sized for all SMs would otherwise run its last CTAs in a second wave.
+  /// Part of the plan key: GEMMs of the same shape under two targets have two plans. With
+  /// autotuning, the candidates of such a plan are timed while a kernel on another stream holds
+  /// the (device SMs - n) other SMs, so the choice is the algorithm that is fastest with them
+  /// taken (persistent kernels sized for every SM are not).
+  /// Throws std::invalid_argument for n < 0 or n > device_sm_count().
+  void set_sm_count_target(int n);
+  /// The SM count target of plans built from now on (0: the device's).
+  int sm_count_target() const;
+  /// The device's SM count (cudaDevAttrMultiProcessorCount), read when the object was created.
+  int device_sm_count() const;
+
+  /// GEMM timing (for benchmarks): while on, every GEMM is bracketed by two CUDA events on the
+  /// stream. Off by default (no events are recorded).
+  void set_timing(bool on);
+  /// Milliseconds of GPU time of the GEMMs enqueued with timing on since the last call (waits for
+  /// them to finish), then forgets them. 0 when none.
+  double take_timed_ms();
+
+  /// Device bytes held (the workspace).
+  size_t device_bytes() const;
+  /// Number of cached plans (one per distinct shape seen).
+  size_t plan_count() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// nn.Linear forward: Y[m,n] = X[m,k] @ W[n,k]^T + bias[n] (+ residual[m,n] when not null).
+/// X has leading dimension ldx (>= k; default k), W is row-major [n,k] (torch layout), Y and
+/// residual are [m,n] with leading dimension n. bias may be null. residual may equal Y.
+/// Overloads: all fp32; bf16 X/W with bf16 bias/residual/Y; bf16 X/W with fp32 bias/residual/Y
+/// (fp32 accumulation in every case).
+void linear_forward(LtGemm& lt, const float* x, const float* w, const float* bias,
+                    const float* residual, float* y, int m, int n, int k, int ldx = 0);
+void linear_forward(LtGemm& lt, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                    const __nv_bfloat16* bias, const __nv_bfloat16* residual, __nv_bfloat16* y,
+                    int m, int n, int k, int ldx = 0);
+void linear_forward(LtGemm& lt, const __nv_bfloat16* x, const __nv_bfloat16* w, const float* bias,
+                    const float* residual, float* y, int m, int n, int k, int ldx = 0);
+
+/// nn.Linear weight gradient: dW[n,k] = dY[m,n]^T @ X[m,k] (accumulate=false) or
+/// dW += dY^T @ X (accumulate=true). dY has leading dimension n, X has ldx (>= k; default k).
+/// dW is fp32 in both overloads (bf16 dY and X: fp32 accumulation, fp32 output).
+void linear_backward_weight(LtGemm& lt, const float* dy, const float* x, float* dw, int m, int n,
+                            int k, bool accumulate, int ldx = 0);
+void linear_backward_weight(LtGemm& lt, const __nv_bfloat16* dy, const __nv_bfloat16* x, float* dw,
+                            int m, int n, int k, bool accumulate, int ldx = 0);
+
+/// nn.Linear weight and bias gradients in one GEMM (overwrite only): dW[n,k] = dY[m,n]^T @ X[m,k]
+/// and db[n] = sum_i dY[i, n] (the cuBLASLt BGRADB epilogue; dW and db fp32). Returns false,
+/// enqueuing nothing, where cuBLASLt offers no such algorithm (then use linear_backward_weight
+/// and column_sum).
+bool linear_backward_weight_bias(LtGemm& lt, const float* dy, const float* x, float* dw, float* db,
+                                 int m, int n, int k, int ldx = 0);
+bool linear_backward_weight_bias(LtGemm& lt, const __nv_bfloat16* dy, const __nv_bfloat16* x,
+                                 float* dw, float* db, int m, int n, int k, int ldx = 0);
+
+/// nn.Linear input gradient: dX[m,k] = dY[m,n] @ W[n,k] (overwrites dX, leading dimension k).
+void linear_backward_input(LtGemm& lt, const float* dy, const float* w, float* dx, int m, int n,
+                           int k);
+void linear_backward_input(LtGemm& lt, const __nv_bfloat16* dy, const __nv_bfloat16* w,
+                           __nv_bfloat16* dx, int m, int n, int k);
+
+}  // namespace vitddp

@@ -1,0 +1,493 @@
+// GpuViT: torchvision VisionTransformer forward/backward on one stream, in fp32, TF32 or bf16.
+//
+// Activations (row-major, N = B*T token rows, all sized for max_batch). "op" marks a GEMM operand,
+// stored in the operand type T (float in fp32/tf32, bf16 in bf16 mode); the rest is always fp32:
+//   patches [B*Np, C*P*P] op  im2col of the images (input of the conv-as-GEMM; gemm patch
+//                             embedding only: the cuDNN convolution keeps its own image copy)
+//   emb     [B*Np, D]         conv_proj output
+//   x[l]    [N, D]            residual stream entering block l (x[L] leaves the last block)
+//   per block l: y1 (LN1 out, op), mean1/rstd1, qkv [N,3D] (op), probs [B,H,T,T] (custom
+//   attention; cuDNN attention keeps the softmax log-sum-exp [B,H,T] there instead), attn [N,D] (op,
+//   heads concatenated), xmid [N,D] (= x[l] + out_proj), z (LN2 out, op), mean2/rstd2, u [N,M]
+//   (fc1 out, op), g [N,M] (GELU(u), op).  x[l+1] = xmid + fc2(g).
+//   xf [B, D] final LN of the class-token rows only (the head sees nothing else), logits [B, K].
+// All of them live in one device allocation, the activation arena, at the offsets that
+// plan_gpu_vit_arena (cuda/model/gpu_vit_arena.h) computes; the memory estimate sums the same plan.
+// GEMMs are nn.Linear forms (lt_gemm.h): biases and residual adds are fused into the cuBLASLt
+// epilogue (D = A@B^T + bias + C); in backward, the bias gradients of fc2 and out_proj are
+// column sums taken by the LayerNorm backward that writes their output gradient, fc1's by the
+// GELU backward, the others' by the weight-gradient GEMM's BGRADB epilogue (or column_sum when
+// accumulating, or everywhere with fused_bias_grad off). The residual-stream gradient lives in
+// one fp32 [N, D] buffer that each LayerNorm backward adds into (the residual branch's identity
+// path); in bf16 mode the LayerNorm backward also writes its bf16 copy for the GEMMs.
+// One templated pass (forward_pass<T>, backward_pass<T>) serves all precisions; with T = float it
+// is exactly the original fp32 sequence of kernels and GEMMs.
+#include "cuda/model/gpu_vit.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "cuda/kernels/attention.h"
+#include "cuda/kernels/cast.h"
+#include "cuda/check/check_cuda.h"
+#include "cuda/kernels/cudnn_attention.h"
+#include "cuda/kernels/cudnn_conv.h"
+#include "cuda/model/device_buffer.h"
+#include "cuda/kernels/gelu.h"
+#include "cuda/model/gpu_vit_arena.h"
+#include "cuda/kernels/layernorm.h"
+#include "cuda/kernels/loss.h"
+#include "cuda/kernels/lt_gemm.h"
+#include "cuda/kernels/patch_embed.h"
+#include "cuda/kernels/reduce.h"
+
+namespace vitddp {
+
+namespace {
+using bf16 = __nv_bfloat16;
+
+/// Activations of one encoder block; T is the GEMM-operand type.
+template <typename T>
+struct BlockActs {
+  T *y1 = nullptr, *qkv = nullptr, *attn = nullptr, *z = nullptr, *u = nullptr, *g = nullptr;
+  float *mean1 = nullptr, *rstd1 = nullptr, *xmid = nullptr, *mean2 = nullptr, *rstd2 = nullptr;
+  float* probs = nullptr;  // custom attention: [B,H,T,T] probabilities; cuDNN: [B,H,T] statistics
+};
+
+/// Every buffer whose element type is the GEMM-operand type T.
+template <typename T>
+struct OperandBuffers {
+  T* patches = nullptr;
+  std::vector<BlockActs<T>> blocks;
+  T* dwide = nullptr;    // [N, max(M, 3D)] gradient of g/u, or of qkv
+  T* dnarrow = nullptr;  // [N, D] gradient of z, attn or y1
+  T* demb = nullptr;     // [B*Np, D]
+  T* dx_op = nullptr;    // residual-stream gradient as a GEMM operand (fp32: the fp32 buffer itself)
+};
+
+cublasComputeType_t compute_type(Precision p) {
+  switch (p) {
+    case Precision::fp32: return CUBLAS_COMPUTE_32F_PEDANTIC;  // plain fp32 FMA, no shortcuts
+    case Precision::tf32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case Precision::bf16: return CUBLAS_COMPUTE_32F;  // bf16 operands, fp32 accumulation
+  }
+  return CUBLAS_COMPUTE_32F_PEDANTIC;
+}
+}  // namespace
+
+struct GpuViT::Impl {
+  ParamLayout layout;
+  ViTConfig cfg;
+  int max_batch = 0;
+  cudaStream_t stream = nullptr;
+  Precision precision = Precision::fp32;
+  GpuViTArenaPlan plan;       // where each buffer lives in `arena`
+  DeviceBuffer<char> arena;   // every activation buffer, one allocation
+  LtGemm lt;
+  AttentionImpl attention = AttentionImpl::custom;
+  PatchEmbedImpl patch_embed = PatchEmbedImpl::gemm;
+  std::unique_ptr<CudnnAttention> cudnn_attention;  // attention == cudnn
+  std::unique_ptr<CudnnPatchEmbed> cudnn_conv;      // patch_embed == cudnn
+
+  // fp32 activations.
+  float* emb = nullptr;
+  std::vector<float*> x;  // layers + 1
+  float *xf = nullptr, *meanf = nullptr, *rstdf = nullptr, *logits = nullptr, *dlogits = nullptr;
+  // Operand-typed activations: f32 in fp32/tf32, b16 in bf16 (only one is allocated).
+  OperandBuffers<float> f32;
+  OperandBuffers<bf16> b16;
+  bf16* weights16 = nullptr;  // bf16 working copy of the parameters (bf16 mode)
+  // Backward scratch (shared by all blocks; everything runs in order on one stream).
+  float* dx = nullptr;       // [N, D] gradient of the residual stream (fp32)
+  float* dscores = nullptr;  // [B, H, T, T] (attention's large-shape path)
+  float* dxf = nullptr;      // [B, D]
+  float* reduce_scratch = nullptr;  // column sums / LN partials / loss rows
+  size_t reduce_scratch_floats = 0;
+
+  bool fused_bias_grad = true;
+  bool refresh_bf16 = true;
+  bool overlay_gradients = false;
+  int backward_sm_count = 0;  // cuBLASLt SM count target of backward's GEMMs (0: all SMs)
+  float* gradients = nullptr;  // the overlaid flat gradient buffer (overlay_gradients), else null
+  int batch = 0;  // of the last forward
+  bool have_forward = false;
+
+  static LtGemmOptions gemm_options(const GpuViTOptions& o) {
+    LtGemmOptions g;
+    g.compute = compute_type(o.precision);
+    g.autotune_candidates = o.gemm_autotune_candidates;
+    return g;
+  }
+
+  Impl(const ParamLayout& l, int mb, cudaStream_t s, const GpuViTOptions& o)
+      : layout(l), cfg(l.cfg), max_batch(mb), stream(s), precision(o.precision),
+        lt(s, gemm_options(o)), attention(o.attention), patch_embed(o.patch_embed),
+        fused_bias_grad(o.fused_bias_grad), refresh_bf16(o.refresh_bf16_weights),
+        overlay_gradients(o.overlay_gradients) {
+    if (o.backward_sm_carveout != 0) {
+      const int sms = lt.device_sm_count();
+      if (o.backward_sm_carveout < 0 || o.backward_sm_carveout >= sms)
+        throw std::invalid_argument("GpuViT: backward SM carveout " +
+                                    std::to_string(o.backward_sm_carveout) + " outside [0, " +
+                                    std::to_string(sms - 1) + "] on a GPU with " +
+                                    std::to_string(sms) + " SMs");
+      backward_sm_count = sms - o.backward_sm_carveout;
+    }
+    if (attention == AttentionImpl::cudnn) {
+      if (precision != Precision::bf16)
+        throw std::invalid_argument(std::string("GpuViT: cuDNN attention needs bf16 precision (got ") +
+                                    precision_name(precision) + ")");
+      cudnn_attention = std::make_unique<CudnnAttention>(s, o.deterministic);
+      cudnn_attention->prepare(max_batch, cfg.seq_len(), cfg.heads, cfg.head_dim());
+    }
+    if (patch_embed == PatchEmbedImpl::cudnn) {
+      cudnn_conv = std::make_unique<CudnnPatchEmbed>(geometry(max_batch), precision, s,
+                                                     o.gemm_autotune_candidates > 1);
+      cudnn_conv->prepare(max_batch);
+    }
+  }
+
+  template <typename T>
+  OperandBuffers<T>& ops() {
+    if constexpr (std::is_same_v<T, float>) return f32;
+    else return b16;
+  }
+
+  PatchGeometry geometry(int b) const {
+    PatchGeometry g;
+    g.batch = b;
+    g.channels = cfg.channels;
+    g.image = cfg.image_size;
+    g.patch = cfg.patch_size;
+    g.hidden = cfg.hidden;
+    return g;
+  }
+
+  /// Binds every buffer to its place in the one arena allocation (cuda/model/gpu_vit_arena.h: the
+  /// same plan the memory estimate sums).
+  template <typename T>
+  void bind_operands(char* base) {
+    const GpuViTArenaPlan& p = plan;
+    OperandBuffers<T>& o = ops<T>();
+    auto at = [base](size_t offset) { return reinterpret_cast<T*>(base + offset); };
+    o.patches = p.patches == GpuViTArenaPlan::npos ? nullptr : at(p.patches);
+    o.blocks.resize(cfg.layers);
+    for (int l = 0; l < cfg.layers; ++l) {
+      BlockActs<T>& a = o.blocks[l];
+      const GpuViTArenaPlan::Block& b = p.blocks[l];
+      a.y1 = at(b.y1);
+      a.qkv = at(b.qkv);
+      a.attn = at(b.attn);
+      a.z = at(b.z);
+      a.u = at(b.u);
+      a.g = at(b.g);
+      auto f = [base](size_t offset) { return reinterpret_cast<float*>(base + offset); };
+      a.mean1 = f(b.mean1);
+      a.rstd1 = f(b.rstd1);
+      a.probs = f(b.probs);
+      a.xmid = f(b.xmid);
+      a.mean2 = f(b.mean2);
+      a.rstd2 = f(b.rstd2);
+    }
+    o.dwide = at(p.dwide);
+    o.dnarrow = at(p.dnarrow);
+    o.demb = at(p.demb);
+    if constexpr (std::is_same_v<T, float>) o.dx_op = dx;
+    else o.dx_op = at(p.dx16);
+  }
+
+  void allocate() {
+    plan = plan_gpu_vit_arena(cfg, layout.total, max_batch, precision, overlay_gradients, attention, patch_embed);
+    arena = DeviceBuffer<char>(plan.total_bytes, "the activation arena (" + cfg.name + ", batch " +
+                                                     std::to_string(max_batch) + ", " +
+                                                     precision_name(precision) + ")");
+    char* base = arena.get();
+    auto f = [base](size_t offset) { return reinterpret_cast<float*>(base + offset); };
+    emb = f(plan.emb);
+    x.clear();
+    for (size_t off : plan.x) x.push_back(f(off));
+    xf = f(plan.xf);
+    meanf = f(plan.meanf);
+    rstdf = f(plan.rstdf);
+    logits = f(plan.logits);
+    dlogits = f(plan.dlogits);
+    dx = f(plan.dx);
+    dscores = plan.dscores == GpuViTArenaPlan::npos ? nullptr : f(plan.dscores);
+    dxf = f(plan.dxf);
+    reduce_scratch = f(plan.reduce_scratch);
+    reduce_scratch_floats = plan.reduce_scratch_floats;
+    if (plan.gradients != GpuViTArenaPlan::npos) gradients = f(plan.gradients);
+    if (precision == Precision::bf16) {
+      weights16 = reinterpret_cast<bf16*>(base + plan.weights16);
+      bind_operands<bf16>(base);
+    } else {
+      bind_operands<float>(base);
+    }
+  }
+
+  /// The GEMM-operand view of an fp32 parameter tensor p inside the flat buffer `params`:
+  /// p itself (T = float) or the same offset in the bf16 working copy.
+  template <typename T>
+  const T* operand(const float* params, const float* p) const {
+    if constexpr (std::is_same_v<T, float>) return p;
+    else return weights16 + (p - params);
+  }
+
+  /// The attention core of one block (custom kernels or cuDNN; cuDNN only with T = bf16).
+  template <typename T>
+  void attention_core_forward(BlockActs<T>& a, int B) {
+    const int T_ = cfg.seq_len(), H = cfg.heads, dh = cfg.head_dim();
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (cudnn_attention) return cudnn_attention->forward(a.qkv, a.probs, a.attn, B, T_, H, dh);
+    }
+    if constexpr (std::is_same_v<T, bf16>) attention_forward(a.qkv, a.probs, a.attn, B, T_, H, dh, stream);
+    else attention_forward(a.qkv, a.probs, a.attn, B, T_, H, dh, stream, precision == Precision::tf32);
+  }
+  template <typename T>
+  void attention_core_backward(BlockActs<T>& a, const T* dout, T* dqkv, int B) {
+    const int T_ = cfg.seq_len(), H = cfg.heads, dh = cfg.head_dim();
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (cudnn_attention) return cudnn_attention->backward(a.qkv, a.attn, a.probs, dout, dqkv, B, T_, H, dh);
+    }
+    if constexpr (std::is_same_v<T, bf16>) attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream);
+    else attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream, precision == Precision::tf32);
+  }
+
+  template <typename T>
+  void forward_pass(const float* d_params, const float* d_images, const int32_t* d_labels, int B,
+                    float* d_loss);
+  template <typename T>
+  void backward_pass(const float* d_params, float* d_grads, bool acc, const GradReadyFn& on_ready);
+};
+
+template <typename T>
+void GpuViT::Impl::forward_pass(const float* d_params, const float* d_images,
+                                const int32_t* d_labels, int B, float* d_loss) {
+  const ViTConfig& c = cfg;
+  const ViTTensors<const float> p = bind_tensors(layout, d_params);
+  OperandBuffers<T>& o = ops<T>();
+  const int T_ = c.seq_len(), D = c.hidden, M = c.mlp_dim, K = c.num_classes,
+            Np = c.num_patches(), PD = c.patch_dim();
+  const int N = B * T_;
+  const float eps = (float)c.ln_eps;
+  cudaStream_t st = stream;
+  const PatchGeometry geo = geometry(B);
+  auto W = [&](const float* w) { return operand<T>(d_params, w); };
+  if constexpr (!std::is_same_v<T, float>) {
+    if (refresh_bf16) convert_to_bf16(d_params, weights16, layout.total, st);
+  }
+
+  // Patch embedding: conv_proj as im2col + GEMM (+ bias) or as a cuDNN convolution, then class
+  // token and positions.
+  if (cudnn_conv) {
+    cudnn_conv->forward(d_images, W(p.conv_w), p.conv_b, emb, B);
+  } else {
+    patch_im2col(d_images, o.patches, geo, st);
+    linear_forward(lt, o.patches, W(p.conv_w), p.conv_b, nullptr, emb, B * Np, D, PD);
+  }
+  assemble_tokens(emb, p.class_token, p.pos_embedding, x[0], geo, st);
+
+  for (int l = 0; l < c.layers; ++l) {
+    const BlockTensors<const float>& w = p.blocks[l];
+    BlockActs<T>& a = o.blocks[l];
+    layernorm_forward(x[l], D, w.ln1_w, w.ln1_b, a.y1, D, a.mean1, a.rstd1, N, D, eps, st);
+    linear_forward(lt, a.y1, W(w.qkv_w), W(w.qkv_b), nullptr, a.qkv, N, 3 * D, D);
+    attention_core_forward(a, B);
+    linear_forward(lt, a.attn, W(w.proj_w), w.proj_b, x[l], a.xmid, N, D, D);
+    layernorm_forward(a.xmid, D, w.ln2_w, w.ln2_b, a.z, D, a.mean2, a.rstd2, N, D, eps, st);
+    linear_forward(lt, a.z, W(w.fc1_w), W(w.fc1_b), nullptr, a.u, N, M, D);
+    gelu_forward(a.u, a.g, (size_t)N * M, st);
+    linear_forward(lt, a.g, W(w.fc2_w), w.fc2_b, a.xmid, x[l + 1], N, D, M);
+  }
+
+  // Final LayerNorm on the class-token rows (row stride T*D), head, loss: fp32 in every mode.
+  const float* xl = x[c.layers];
+  layernorm_forward(xl, T_ * D, p.ln_w, p.ln_b, xf, D, meanf, rstdf, B, D, eps, st);
+  linear_forward(lt, xf, p.head_w, p.head_b, nullptr, logits, B, K, D);
+  softmax_xent(logits, d_labels, B, K, d_loss, dlogits, reduce_scratch, st);
+}
+
+template <typename T>
+void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc,
+                                 const GradReadyFn& on_ready) {
+  const ViTConfig& c = cfg;
+  const ParamLayout& L = layout;
+  const ViTTensors<const float> p = bind_tensors(L, d_params);
+  const ViTTensors<float> gr = bind_tensors(L, d_grads);
+  OperandBuffers<T>& o = ops<T>();
+  const int B = batch, T_ = c.seq_len(), D = c.hidden, M = c.mlp_dim,
+            K = c.num_classes, Np = c.num_patches(), PD = c.patch_dim();
+  const int N = B * T_;
+  cudaStream_t st = stream;
+  float* scratch = reduce_scratch;
+  auto W = [&](const float* w) { return operand<T>(d_params, w); };
+  // bf16 copy of the residual-stream gradient written by every LayerNorm backward (bf16 mode).
+  bf16* dx16 = nullptr;
+  if constexpr (!std::is_same_v<T, float>) dx16 = o.dx_op;
+  T* const dxo = o.dx_op;  // the residual-stream gradient as a GEMM operand
+
+  // Finished gradients are reported by registration index (L.named, looked up by torchvision
+  // name): groups in gradient-ready order, each bias before its weight (model/grad_ready.h).
+  const ModelParams& mp = L.named;
+  auto ready = [&](const ParamRef& a, const ParamRef& b) {
+    if (on_ready) on_ready({a.index, b.index});
+  };
+  // nn.Linear weight and bias gradients (fp32): dW (+)= dY^T X, db (+)= colsum(dY); dY is [m, n].
+  auto linear_grads = [&](const auto* dy, const auto* xin, float* dw, float* db, int m, int n,
+                          int k) {
+    if (!acc && fused_bias_grad && linear_backward_weight_bias(lt, dy, xin, dw, db, m, n, k)) return;
+    linear_backward_weight(lt, dy, xin, dw, m, n, k, acc);
+    column_sum(dy, m, n, n, db, acc, scratch, st);
+  };
+  // With fused_bias_grad, the bias gradients of fc2 and out_proj come from the LayerNorm backward
+  // that writes their output gradient (the residual-stream gradient, dx_colsum), and fc1's from
+  // the GELU backward (gelu_backward_bias): no pass over dY of their own, and a plain weight GEMM.
+  // Measured on an H200 (results/h200/kernels/bias-fusion).
+  const bool fuse = fused_bias_grad;
+  auto weight_grad = [&](const auto* dy, const auto* xin, float* dw, int m, int n, int k) {
+    linear_backward_weight(lt, dy, xin, dw, m, n, k, acc);
+  };
+
+  // Head (fp32): dW = dlogits^T @ xf, db = colsum(dlogits), dxf = dlogits @ W.
+  linear_grads(dlogits, xf, gr.head_w, gr.head_b, B, K, D);
+  ready(mp.head_b, mp.head_w);
+  linear_backward_input(lt, dlogits, p.head_w, dxf, B, K, D);
+
+  // Final LayerNorm: only the class-token rows of dx are non-zero.
+  CUDA_CHECK(cudaMemsetAsync(dx, 0, sizeof(float) * (size_t)N * D, st));
+  if (dx16) CUDA_CHECK(cudaMemsetAsync(dx16, 0, sizeof(bf16) * (size_t)N * D, st));
+  // dx's non-zero rows are the class tokens', so its column sums are the last fc2's bias gradient.
+  layernorm_backward(dxf, D, x[c.layers], T_ * D, meanf, rstdf, p.ln_w, dx, T_ * D, false,
+                     gr.ln_w, gr.ln_b, acc, B, D, scratch, st, dx16,
+                     fuse && c.layers > 0 ? gr.blocks[c.layers - 1].fc2_b : nullptr);
+  ready(mp.ln_b, mp.ln_w);
+
+  for (int l = c.layers - 1; l >= 0; --l) {
+    const BlockTensors<const float>& w = p.blocks[l];
+    const BlockTensors<float>& g = gr.blocks[l];
+    const BlockParams& bp = mp.blocks[l];
+    BlockActs<T>& a = o.blocks[l];
+    // dx = dL/dx[l+1]. MLP down-projection (mlp.3).
+    if (fuse) weight_grad(dxo, a.g, g.fc2_w, N, D, M);  // fc2_b: by the LayerNorm backward above
+    else linear_grads(dxo, a.g, g.fc2_w, g.fc2_b, N, D, M);
+    ready(bp.fc2_b, bp.fc2_w);
+    linear_backward_input(lt, dxo, W(w.fc2_w), o.dwide, N, D, M);
+    // MLP up-projection (mlp.0).
+    if (fuse) {
+      gelu_backward_bias(o.dwide, a.u, o.dwide, N, M, g.fc1_b, acc, scratch, st);
+      weight_grad(o.dwide, a.z, g.fc1_w, N, M, D);
+    } else {
+      gelu_backward(o.dwide, a.u, o.dwide, (size_t)N * M, st);
+      linear_grads(o.dwide, a.z, g.fc1_w, g.fc1_b, N, M, D);
+    }
+    ready(bp.fc1_b, bp.fc1_w);
+    linear_backward_input(lt, o.dwide, W(w.fc1_w), o.dnarrow, N, M, D);
+    // ln_2, plus the residual path: dx becomes dL/dxmid.
+    layernorm_backward(o.dnarrow, D, a.xmid, D, a.mean2, a.rstd2, w.ln2_w, dx, D, true, g.ln2_w,
+                       g.ln2_b, acc, N, D, scratch, st, dx16, fuse ? g.proj_b : nullptr);
+    ready(bp.ln2_b, bp.ln2_w);
+    // out_proj.
+    if (fuse) weight_grad(dxo, a.attn, g.proj_w, N, D, D);  // proj_b: by ln_2's backward
+    else linear_grads(dxo, a.attn, g.proj_w, g.proj_b, N, D, D);
+    ready(bp.proj_b, bp.proj_w);
+    linear_backward_input(lt, dxo, W(w.proj_w), o.dnarrow, N, D, D);
+    // Attention core, then in_proj.
+    attention_core_backward(a, o.dnarrow, o.dwide, B);
+    linear_grads(o.dwide, a.y1, g.qkv_w, g.qkv_b, N, 3 * D, D);
+    ready(bp.qkv_b, bp.qkv_w);
+    linear_backward_input(lt, o.dwide, W(w.qkv_w), o.dnarrow, N, 3 * D, D);
+    // ln_1, plus the residual path: dx becomes dL/dx[l].
+    // dx becomes block l-1's output gradient: its column sums are block l-1's fc2 bias gradient.
+    layernorm_backward(o.dnarrow, D, x[l], D, a.mean1, a.rstd1, w.ln1_w, dx, D, true, g.ln1_w,
+                       g.ln1_b, acc, N, D, scratch, st, dx16,
+                       fuse && l > 0 ? gr.blocks[l - 1].fc2_b : nullptr);
+    ready(bp.ln1_b, bp.ln1_w);
+  }
+
+  // Token assembly: positional embedding and class token, then conv_proj.
+  const PatchGeometry geo = geometry(B);
+  assemble_tokens_backward(dx, o.demb, gr.class_token, gr.pos_embedding, acc, geo, st);
+  ready(mp.pos, mp.cls);
+  if (cudnn_conv) {
+    cudnn_conv->backward_weight(o.demb, gr.conv_w, acc, B);
+    column_sum(o.demb, B * Np, D, D, gr.conv_b, acc, scratch, st);
+  } else {
+    linear_grads(o.demb, o.patches, gr.conv_w, gr.conv_b, B * Np, D, PD);
+  }
+  ready(mp.conv_b, mp.conv_w);
+}
+
+GpuViT::GpuViT(const ParamLayout& layout, int max_batch, cudaStream_t stream,
+               const GpuViTOptions& options) {
+  const ViTConfig& c = layout.cfg;
+  if (max_batch < 1) throw std::invalid_argument("GpuViT: max_batch must be >= 1");
+  if (c.hidden % c.heads != 0 || c.image_size % c.patch_size != 0)
+    throw std::invalid_argument("GpuViT: inconsistent config " + c.name);
+  if (layout.named.blocks.size() != (size_t)c.layers)
+    throw std::invalid_argument("GpuViT: parameter table does not match config " + c.name +
+                                " (build it with make_param_layout)");
+  if (c.seq_len() > 512 || c.head_dim() > 128 || c.hidden > 4096)
+    throw std::invalid_argument("GpuViT: " + c.name +
+                                " exceeds the kernels' limits (T <= 512, head_dim <= 128, D <= 4096)");
+  if (options.overlay_gradients && layout.total != layout.parameter_count())
+    throw std::invalid_argument("GpuViT: overlay_gradients needs a layout without padding (" + c.name + " has " +
+                                std::to_string(layout.total - layout.parameter_count()) + " padding elements)");
+  impl_.reset(new Impl(layout, max_batch, stream, options));
+  impl_->allocate();
+}
+
+GpuViT::~GpuViT() = default;
+
+const float* GpuViT::logits() const { return impl_->logits; }
+
+float* GpuViT::gradients() const { return impl_->gradients; }
+
+size_t GpuViT::device_bytes() const { return impl_->arena.size() + impl_->lt.device_bytes() + cudnn_bytes(); }
+
+size_t GpuViT::cudnn_bytes() const {
+  const Impl& s = *impl_;
+  return (s.cudnn_attention ? s.cudnn_attention->device_bytes() : 0) + (s.cudnn_conv ? s.cudnn_conv->device_bytes() : 0);
+}
+
+size_t GpuViT::workspace_bytes(const GpuViTOptions& options) {
+  return Impl::gemm_options(options).workspace_bytes;
+}
+
+Precision GpuViT::precision() const { return impl_->precision; }
+
+__nv_bfloat16* GpuViT::bf16_weights() const { return impl_->weights16; }
+
+void GpuViT::set_gemm_timing(bool on) { impl_->lt.set_timing(on); }
+
+double GpuViT::take_gemm_ms() { return impl_->lt.take_timed_ms(); }
+
+void GpuViT::forward(const float* d_params, const float* d_images, const int32_t* d_labels,
+                     int batch, float* d_loss) {
+  Impl& s = *impl_;
+  if (batch < 1 || batch > s.max_batch)
+    throw std::invalid_argument("GpuViT::forward: batch " + std::to_string(batch) +
+                                " outside [1, max_batch=" + std::to_string(s.max_batch) + "]");
+  if (s.precision == Precision::bf16) s.forward_pass<bf16>(d_params, d_images, d_labels, batch, d_loss);
+  else s.forward_pass<float>(d_params, d_images, d_labels, batch, d_loss);
+  s.batch = batch;
+  s.have_forward = true;
+}
+
+void GpuViT::backward(const float* d_params, float* d_grads, bool accumulate,
+                      const GradReadyFn& on_ready) {
+  Impl& s = *impl_;
+  if (!s.have_forward) throw std::logic_error("GpuViT::backward called before forward");
+  // Backward's GEMMs are planned for the SMs NCCL leaves free; forward's for all of them.
+  struct SmTarget {
+    LtGemm& lt;
+    ~SmTarget() { lt.set_sm_count_target(0); }
+  } restore{s.lt};
+  s.lt.set_sm_count_target(s.backward_sm_count);
+  if (s.precision == Precision::bf16) s.backward_pass<bf16>(d_params, d_grads, accumulate, on_ready);
+  else s.backward_pass<float>(d_params, d_grads, accumulate, on_ready);
+}
+
+}  // namespace vitddp

@@ -1,0 +1,193 @@
+#include "cuda/model/gpu_vit_arena.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "cuda/kernels/attention.h"
+#include "cuda/kernels/cudnn_attention.h"
+#include "cuda/kernels/gelu.h"
+#include "cuda/kernels/layernorm.h"
+#include "cuda/kernels/loss.h"
+#include "cuda/kernels/reduce.h"
+#include "model/param_layout.h"
+
+namespace vitddp {
+namespace {
+
+/// Appends buffers to a plan, each at the next kArenaAlign boundary.
+class Planner {
+ public:
+  explicit Planner(GpuViTArenaPlan& p) : p_(p) {}
+  /// Reserves max(count, 1) elements of `elem_bytes` bytes; returns the byte offset.
+  size_t add(size_t count, size_t elem_bytes, const std::string& name) {
+    const size_t offset = (p_.total_bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+    const size_t bytes = std::max<size_t>(count, 1) * elem_bytes;
+    p_.slots.push_back(ArenaSlot{name, offset, bytes});
+    p_.total_bytes = offset + bytes;
+    return offset;
+  }
+
+ private:
+  GpuViTArenaPlan& p_;
+};
+
+}  // namespace
+
+namespace {
+
+/// Byte offsets of one encoder block's buffers relative to the block's start (its input x[l]
+/// first, then everything backward reads of it); returns the block's bytes (aligned).
+size_t plan_block(const ViTConfig& cfg, size_t B, size_t op, bool cudnn_attention, GpuViTArenaPlan::Block& b,
+                  size_t& x_in) {
+  const size_t T = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim, H = cfg.heads, N = B * T, f32 = 4;
+  size_t off = 0;
+  auto take = [&](size_t count, size_t elem) {
+    const size_t o = (off + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+    off = o + std::max<size_t>(count, 1) * elem;
+    return o;
+  };
+  x_in = take(N * D, f32);
+  b.y1 = take(N * D, op);
+  b.mean1 = take(N, f32);
+  b.rstd1 = take(N, f32);
+  b.qkv = take(N * 3 * D, op);
+  b.probs = take(cudnn_attention ? CudnnAttention::stats_floats((int)B, (int)T, (int)H) : B * H * T * T, f32);
+  b.attn = take(N * D, op);
+  b.xmid = take(N * D, f32);
+  b.z = take(N * D, op);
+  b.mean2 = take(N, f32);
+  b.rstd2 = take(N, f32);
+  b.u = take(N * M, op);
+  b.g = take(N * M, op);
+  return (off + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+}
+
+/// Shifts every offset of a block plan by `base`.
+void shift(GpuViTArenaPlan::Block& b, size_t base) {
+  for (size_t* o : {&b.y1, &b.qkv, &b.attn, &b.z, &b.u, &b.g, &b.mean1, &b.rstd1, &b.probs, &b.xmid, &b.mean2, &b.rstd2})
+    *o += base;
+}
+
+}  // namespace
+
+GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int max_batch, Precision precision,
+                                   bool overlay_gradients, AttentionImpl attention, PatchEmbedImpl patch_embed) {
+  if (max_batch < 1) throw std::invalid_argument("plan_gpu_vit_arena: max_batch must be >= 1");
+  GpuViTArenaPlan p;
+  Planner a(p);
+  const size_t B = max_batch, T = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim, H = cfg.heads,
+               K = cfg.num_classes, Np = cfg.num_patches(), PD = cfg.patch_dim();
+  const size_t N = B * T, f32 = 4, bf16 = 2;
+  const bool half = precision == Precision::bf16;
+  const size_t op = dtype_bytes(operand_dtype(precision));  // GEMM-operand element size
+  const int L = cfg.layers;
+
+  // Buffers outside the encoder blocks.
+  p.emb = a.add(B * Np * D, f32, "patch embeddings");
+  p.x.assign(L + 1, 0);
+  p.x[L] = a.add(N * D, f32, "residual stream x[" + std::to_string(L) + "]");
+  p.xf = a.add(B * D, f32, "final LayerNorm output (class tokens)");
+  p.meanf = a.add(B, f32, "final LayerNorm mean");
+  p.rstdf = a.add(B, f32, "final LayerNorm rstd");
+  p.logits = a.add(B * K, f32, "logits");
+  p.dlogits = a.add(B * K, f32, "logits gradient");
+  p.dx = a.add(N * D, f32, "residual-stream gradient");
+  const bool cudnn_attention = attention == AttentionImpl::cudnn;
+  p.dscores = cudnn_attention ? GpuViTArenaPlan::npos
+                              : a.add(attention_backward_scratch_floats(max_batch, (int)T, (int)H), f32,
+                                      "attention score gradient");
+  p.dxf = a.add(B * D, f32, "final LayerNorm output gradient");
+  if (half) {
+    p.weights16 = a.add(param_total, bf16, "bf16 copy of the parameters");
+    p.weights16_bytes = p.slots.back().bytes;
+  }
+  p.patches = patch_embed == PatchEmbedImpl::cudnn ? GpuViTArenaPlan::npos : a.add(B * Np * PD, op, "patches");
+  p.dwide = a.add(N * std::max(M, 3 * D), op, "wide gradient scratch");
+  p.dnarrow = a.add(N * D, op, "narrow gradient scratch");
+  p.demb = a.add(B * Np * D, op, "patch embedding gradient");
+  if (half) p.dx16 = a.add(N * D, bf16, "residual-stream gradient (bf16 copy)");
+  const int Ni = (int)N, Di = (int)D, Mi = (int)M, Ki = (int)K;
+  size_t r = 0;
+  r = std::max(r, layernorm_backward_scratch_floats(Ni, Di));
+  r = std::max(r, layernorm_backward_scratch_floats(max_batch, Di));
+  r = std::max(r, column_sum_scratch_floats(Ni, std::max({Di, Mi, 3 * Di})));
+  r = std::max(r, gelu_backward_bias_scratch_floats(Ni, Mi));
+  r = std::max(r, column_sum_scratch_floats(max_batch * (int)Np, Di));
+  r = std::max(r, column_sum_scratch_floats(max_batch, Ki));
+  r = std::max(r, softmax_xent_scratch_floats(max_batch));
+  p.reduce_scratch_floats = r;
+  p.reduce_scratch = a.add(r, f32, "reduction scratch");
+
+  // The encoder blocks, each in one contiguous piece of the block region. With the gradient
+  // overlay, the flat gradient buffer starts the region and block m sits above the end of the
+  // gradients of blocks m..L-1 (written while block m is still to be read: the flat layout is in
+  // gradient-ready order, block L-1 lowest), so it shares memory only with the gradients of
+  // blocks < m and of the patch embedding, written after block m's backward.
+  p.blocks.resize(L);
+  std::vector<size_t> x_rel(L);
+  size_t per_block = 0;
+  for (int l = 0; l < L; ++l) per_block = plan_block(cfg, B, op, cudnn_attention, p.blocks[l], x_rel[l]);
+  std::vector<size_t> start(L);
+  size_t region = 0;
+  if (overlay_gradients) {
+    const ParamLayout layout = make_param_layout(cfg);
+    if (layout.total != param_total || layout.total != layout.parameter_count())
+      throw std::invalid_argument("plan_gpu_vit_arena: the gradient overlay needs " + cfg.name +
+                                  "'s own layout without padding");
+    size_t prev_end = 0;
+    for (int m = L - 1; m >= 0; --m) {
+      size_t grad_end = 0;  // the end of block m's parameters (layout.named, found by name)
+      for (const ParamRef& r : layout.named.blocks[m].all()) grad_end = std::max(grad_end, (r.offset + r.numel) * f32);
+      start[m] = (std::max(prev_end, grad_end) + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+      prev_end = start[m] + per_block;
+    }
+    region = std::max(prev_end, (param_total * f32 + kArenaAlign - 1) / kArenaAlign * kArenaAlign);
+  } else {
+    for (int m = 0; m < L; ++m) start[m] = (size_t)m * per_block;
+    region = (size_t)L * per_block;
+  }
+  // The region follows the other buffers; one slot per block buffer (and one for the overlaid
+  // gradients, which overlaps block slots by design).
+  const size_t base = (p.total_bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+  p.total_bytes = base + region;
+  if (overlay_gradients) {
+    p.gradients = base;
+    p.slots.push_back(ArenaSlot{"gradients (overlaid on block activations)", base, param_total * f32});
+  }
+  for (int m = 0; m < L; ++m) {
+    p.x[m] = base + start[m] + x_rel[m];
+    GpuViTArenaPlan::Block& b = p.blocks[m];
+    shift(b, base + start[m]);
+    const std::string s = " of block " + std::to_string(m);
+    const size_t nd = N * D * f32;
+    const std::pair<const char*, std::pair<size_t, size_t>> bufs[] = {
+        {"residual stream x[l]", {p.x[m], nd}}, {"ln_1 output", {b.y1, N * D * op}},
+        {"ln_1 mean", {b.mean1, N * f32}},     {"ln_1 rstd", {b.rstd1, N * f32}},
+        {"qkv", {b.qkv, N * 3 * D * op}},       {cudnn_attention ? "attention softmax statistics" : "attention probabilities",
+         {b.probs, (cudnn_attention ? CudnnAttention::stats_floats((int)B, (int)T, (int)H) : B * H * T * T) * f32}},
+        {"attention output", {b.attn, N * D * op}}, {"post-attention residual", {b.xmid, nd}},
+        {"ln_2 output", {b.z, N * D * op}},     {"ln_2 mean", {b.mean2, N * f32}},
+        {"ln_2 rstd", {b.rstd2, N * f32}},      {"mlp.0 output", {b.u, N * M * op}},
+        {"GELU output", {b.g, N * M * op}}};
+    for (const auto& [name, ob] : bufs) p.slots.push_back(ArenaSlot{std::string(name) + s, ob.first, ob.second});
+  }
+  p.block_bytes = per_block;
+  return p;
+}
+
+size_t gpu_vit_autotune_scratch_bytes(const ViTConfig& cfg, int max_batch, Precision precision) {
+  const size_t B = max_batch, T = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim, K = cfg.num_classes,
+               Np = cfg.num_patches(), PD = cfg.patch_dim();
+  const size_t N = B * T, f32 = 4, op = dtype_bytes(operand_dtype(precision));
+  // Output [rows, cols] and element size of every GEMM in forward_pass / backward_pass.
+  const size_t outputs[] = {
+      B * Np * D * f32, N * 3 * D * op, N * D * f32, N * M * op, N * D * f32, B * K * f32,  // forward
+      K * D * f32, D * M * f32, M * D * f32, D * D * f32, 3 * D * D * f32, D * PD * f32,    // weight gradients
+      B * D * f32, N * M * op, N * D * op,                                                  // input gradients
+  };
+  return *std::max_element(std::begin(outputs), std::end(outputs));
+}
+
+}  // namespace vitddp

@@ -1,0 +1,191 @@
+// The CPU backend: the double-accumulating reference model, MPI all-reduce, the host optimizer (src/engines/optimizer.h). It runs the
+// same trainer as the GPU backend for CI, tests and machines without a GPU.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "src/io/nvtx.h"
+#include "model/cpu_vit.h"
+#include "model/init.h"
+#include "mpi/reducer/cpu_reducer.h"
+#include "src/engines/engine.h"
+#include "src/engines/optimizer.h"
+#include "src/app/evaluation.h"
+
+namespace vitddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
+ public:
+  CpuEngine(const Options& o, const World& w, const ParamLayout& layout, std::vector<Bucket> buckets,
+            const std::vector<float>* initial_params)
+      : opts_(o), world_(w), layout_(layout), buckets_(std::move(buckets)), model_(layout, o.batch_size),
+        params_(layout.total), grads_(layout.total, 0.0f),
+        optimizer_(make_host_optimizer(o, params_.data(), grads_.data(), layout.total)), lr_(o.lr) {
+    if (initial_params) params_ = *initial_params;
+    else init_params(layout, o.init, o.seed, params_.data());
+    const auto& c = layout.cfg;
+    images_.resize((size_t)o.batch_size * c.channels * c.image_size * c.image_size);
+    labels_.resize(o.batch_size);
+    if (o.ddp) reducer_ = std::make_unique<CpuReducer>(layout, buckets_, grads_.data(), w.world_size, reducer_options(o));
+  }
+
+  void* alloc_host(size_t bytes) override {
+    void* p = std::malloc(bytes);
+    if (!p) throw std::runtime_error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+  void free_host(void* p) override { std::free(p); }
+
+  void stage(const HostBatch& b) override {
+    std::memcpy(images_.data(), b.images, images_.size() / opts_.batch_size * b.batch * sizeof(float));
+    std::memcpy(labels_.data(), b.labels, b.batch * sizeof(int32_t));
+    batch_ = b.batch;
+  }
+
+  void stage_generated(uint64_t, int, uint64_t, int) override {
+    throw std::logic_error("--data device needs the GPU backend");
+  }
+
+  void run_micro_step(int micro, int micro_steps) override {
+    const bool last = micro == micro_steps - 1;
+    if (micro == 0) {
+      rec_ = StepRecord{};
+      step_start_ = Clock::now();
+      if (!origin_set_) {
+        origin_ = step_start_;
+        origin_set_ = true;
+      }
+      rec_.start_ms = ms_between(origin_, step_start_);
+    }
+    const auto t0 = Clock::now();
+    {
+      NvtxRange r("forward", NvtxColor::Green);
+      rec_.loss += model_.forward(params_.data(), images_.data(), labels_.data(), batch_) / micro_steps;
+    }
+    const auto t1 = Clock::now();
+    Clock::time_point t2;
+    {
+      NvtxRange r("backward", NvtxColor::Purple);
+      if (reducer_ && last) {
+        reducer_->prepare_for_backward(step_start_);
+        model_.backward(params_.data(), grads_.data(), micro > 0,
+                        [this](const std::vector<size_t>& p) { reducer_->mark_ready(p); });
+        t2 = Clock::now();
+        reducer_->finalize();
+      } else {
+        model_.backward(params_.data(), grads_.data(), micro > 0);
+        t2 = Clock::now();
+      }
+    }
+    rec_.forward_ms += ms_between(t0, t1);
+    rec_.backward_ms += ms_between(t1, t2);
+    if (!last) return;
+    const auto t3 = Clock::now();
+    {
+      NvtxRange r("optimizer step", NvtxColor::Yellow);
+      rec_.nonfinite = !std::isfinite(rec_.loss);
+      for (size_t i = 0; i < grads_.size() && !rec_.nonfinite; ++i) rec_.nonfinite = !std::isfinite(grads_[i]);
+      // A non-finite step is skipped, as on the GPU, and not counted (AdamW's step number stays).
+      if (!rec_.nonfinite) optimizer_->step(lr_, 1.0 / micro_steps);
+      optimizer_->end_step(!rec_.nonfinite);
+    }
+    const auto t4 = Clock::now();
+    rec_.exposed_comm_ms = ms_between(t2, t3);
+    rec_.optimizer_ms = ms_between(t3, t4);
+    rec_.step_ms = ms_between(step_start_, t4);
+    rec_.backward_end_ms = ms_between(step_start_, t2);
+    if (reducer_) rec_.buckets = reducer_->times();
+  }
+
+  EvalResult evaluate(const HostBatch& b) override {
+    if (b.batch < 1 || b.batch > opts_.batch_size)
+      throw std::invalid_argument("CpuEngine::evaluate: batch " + std::to_string(b.batch) + " outside [1, " +
+                                  std::to_string(opts_.batch_size) + "]");
+    // Straight from the caller's buffers: the staged training batch (images_, labels_) stays.
+    model_.forward(params_.data(), b.images, b.labels, b.batch);
+    return logits_metrics(model_.logits().data(), b.labels, b.batch, layout_.cfg.num_classes);
+  }
+
+  void wait_staged_copy() override {}
+
+  void finish_step(StepRecord* rec) override {
+    *rec = rec_;
+  }
+
+  std::vector<float> parameters() const override { return params_; }
+  void set_lr(double lr) override { lr_ = lr; }
+
+  TrainState train_state() const override {
+    return TrainState{params_, optimizer_->state(), optimizer_->applied_steps()};
+  }
+
+  void load_train_state(const TrainState& s) override {
+    check_train_state(s, optimizer_->spec(), layout_.total);
+    std::copy(s.params.begin(), s.params.end(), params_.begin());  // in place: the optimizer holds params_.data()
+    optimizer_->load_state(s);
+  }
+
+  EngineInfo info() const override {
+    EngineInfo i;
+    i.backend = "cpu";
+    i.device_name = cpu_model_name();
+    i.versions = "CPU reference (double accumulation), MPI all-reduce";
+    i.device_bytes = (params_.size() + grads_.size() + optimizer_->state_names().size() * layout_.total) * sizeof(float);
+    return i;
+  }
+
+  EngineDiagnostics& diagnostics() override { return *this; }
+  FaultTarget& fault_target() override { return *this; }
+
+  // EngineDiagnostics: no communicator of its own (the MPI all-reduce fails synchronously).
+  std::string async_error() override { return ""; }
+  std::string nccl_transport() override { return "none (CPU backend: MPI)"; }
+  void profiler(bool) override {}
+
+  // FaultTarget (abort_communicator: the default, which throws).
+  void poison_staged_batch() override { images_[0] = std::nanf(""); }
+
+ private:
+  Options opts_;
+  World world_;
+  const ParamLayout& layout_;
+  std::vector<Bucket> buckets_;
+  CpuViT<float> model_;
+  std::vector<float> params_, grads_, images_;
+  std::unique_ptr<Optimizer> optimizer_;  // over params_ and grads_ (sizes never change)
+  double lr_;                             // set_lr (the schedule)
+  std::vector<int32_t> labels_;
+  int batch_ = 0;
+  std::unique_ptr<CpuReducer> reducer_;
+  StepRecord rec_;
+  Clock::time_point step_start_, origin_;
+  bool origin_set_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cpu_engine(const Options& o, const World& w, const ParamLayout& layout,
+                                        std::vector<Bucket> buckets, const std::vector<float>* initial_params) {
+  return std::make_unique<CpuEngine>(o, w, layout, std::move(buckets), initial_params);
+}
+
+}  // namespace vitddp

@@ -1,0 +1,75 @@
+// The GPU memory estimate (src/engines/memory_estimate.h): the sizes come from the GPU model's and the
+// GPU reducer's own planning functions (cuda/model/gpu_vit_arena.h, GpuReducer::planned_device_bytes),
+// so this part is built with the GPU backend only.
+#include "src/engines/memory_estimate.h"
+
+#include "src/engines/gpu_model_options.h"
+#include "src/engines/optimizer.h"
+
+#include <cstdint>
+#include <cstdio>
+
+#include "cuda/model/gpu_vit.h"
+#include "cuda/model/gpu_vit_arena.h"
+#include "model/precision.h"
+#include "mpi/reducer/gpu_reducer_gpu.h"
+
+namespace vitddp {
+
+MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, const std::vector<Bucket>& buckets,
+                                   int world_size) {
+  const Precision p = o.precision;
+  const ViTConfig& c = layout.cfg;
+  const size_t n = layout.total, f32 = sizeof(float);
+  MemoryEstimate e;
+  e.model = c.name;
+  e.parameter_count = layout.parameter_count();
+  e.batch = o.batch_size;
+  e.precision = precision_name(p);
+  // The order of GpuEngine::allocate, then GpuViT (workspace, arena), then the reducer.
+  e.items.push_back({"parameters", "fp32 master weights, " + std::to_string(n) + " elements", n * f32});
+  // The model settings GpuEngine uses. Without gradient accumulation the gradients live inside the
+  // activation arena (overlay_gradients), sharing memory with activations backward is done with.
+  const GpuViTOptions vo = gpu_model_options(o, layout);
+  const bool overlay = vo.overlay_gradients;
+  e.items.push_back({"gradients", overlay ? "fp32, the DDP buckets, inside the activation arena (overlaid on activations "
+                                            "backward has finished with)"
+                                          : "fp32, the DDP buckets (gradient_as_bucket_view)",
+                     overlay ? 0 : n * f32});
+  const std::vector<std::string> state = optimizer_state_names(optimizer_spec(o));
+  std::string state_list;
+  for (const auto& s : state) state_list += (state_list.empty() ? "" : ", ") + s;
+  e.items.push_back({"optimizer state", state.empty() ? "none (SGD without momentum)" : "fp32 " + state_list,
+                     state.size() * n * f32});
+  const size_t images = (size_t)o.batch_size * c.channels * c.image_size * c.image_size;
+  e.items.push_back({"inputs", "2 input slots of images and labels, loss per micro-step, non-finite flag",
+                     2 * (images * f32 + (size_t)o.batch_size * sizeof(int32_t)) + (size_t)o.grad_accum_steps * f32 +
+                         sizeof(int)});
+  e.items.push_back({"cuBLASLt workspace", "scratch of the cuBLASLt GEMMs (split-K etc.)", GpuViT::workspace_bytes(vo)});
+  const GpuViTArenaPlan plan = plan_gpu_vit_arena(c, n, o.batch_size, p, overlay, vo.attention, vo.patch_embed);
+  std::string arena = "the activation arena: " + std::to_string(plan.slots.size()) + " buffers for batch " +
+                      std::to_string(o.batch_size);
+  if (plan.weights16_bytes) arena += ", including the bf16 parameter copy (" + gib(plan.weights16_bytes) + " GiB)";
+  e.items.push_back({"activations", arena, plan.total_bytes});
+  std::string reducer = "none";
+  if (o.ddp) {
+    reducer = o.grad_as_bucket_view ? "" : "bucket buffer (--grad-as-bucket-view off)";
+    if (o.compression != Compression::None) reducer += std::string(reducer.empty() ? "" : ", ") + to_string(o.compression) + " buffers";
+    if (uses_copy_engine(reducer_options(o), world_size))
+      reducer += std::string(reducer.empty() ? "" : ", ") + "copy-engine scratch and flags";
+    if (reducer.empty()) reducer = "no buffers (in-place all-reduce of the gradients)";
+  }
+  e.items.push_back({"reducer", reducer, o.ddp ? GpuReducer::planned_device_bytes(layout, buckets, reducer_options(o), world_size) : 0});
+  e.transient = {"cuBLASLt autotuning", "largest GEMM output, allocated while timing each new shape in the tuning pass before training",
+                 vo.gemm_autotune_candidates > 1 ? gpu_vit_autotune_scratch_bytes(c, o.batch_size, p) : 0};
+  return e;
+}
+
+MemoryEstimate estimate_gpu_memory(const Options& o, int world_size) {
+  const ParamLayout layout = make_param_layout(vit_config(o.model, o.num_classes));
+  const std::vector<Bucket> buckets = assign_buckets(layout, (size_t)(o.first_bucket_mb * 1048576.0),
+                                                     (size_t)(o.bucket_cap_mb * 1048576.0));
+  return estimate_gpu_memory(o, layout, buckets, world_size);
+}
+
+}  // namespace vitddp

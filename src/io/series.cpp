@@ -1,0 +1,293 @@
+#include "src/io/series.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <stdexcept>
+
+namespace vitddp {
+namespace {
+
+// Accessors. A StepRecord holds milliseconds; the file holds seconds: scalars are divided by 1e3,
+// per-bucket values multiplied by 1e-3 (the two are not always the same double).
+template <double StepRecord::*F>
+double ms_get(const StepRecord& r, size_t) {
+  return r.*F / 1e3;
+}
+template <double StepRecord::*F>
+void ms_set(StepRecord& r, size_t, double v) {
+  r.*F = v * 1e3;
+}
+double loss_get(const StepRecord& r, size_t) { return r.loss; }
+void loss_set(StepRecord& r, size_t, double v) { r.loss = v; }
+double nonfinite_get(const StepRecord& r, size_t) { return r.nonfinite ? 1.0 : 0.0; }
+void nonfinite_set(StepRecord& r, size_t, double v) { r.nonfinite = v != 0; }
+
+/// Bucket vector F of StepRecord::buckets, times `scale` (1e-3 for milliseconds, 1 for counts).
+template <auto F, int kMilli>
+double bucket_get(const StepRecord& r, size_t b) {
+  const auto& v = r.buckets.*F;
+  return b < v.size() ? (double)v[b] * (kMilli ? 1e-3 : 1.0) : 0.0;
+}
+template <auto F, int kMilli>
+void bucket_set(StepRecord& r, size_t b, double v) {
+  auto& vec = r.buckets.*F;
+  vec[b] = static_cast<typename std::decay_t<decltype(vec)>::value_type>(kMilli ? v * 1e3 : v);
+}
+
+constexpr auto kRank = SeriesAxes::RankStep;
+constexpr auto kBucket = SeriesAxes::RankStepBucket;
+constexpr auto kF = H5Dtype::f64;
+constexpr auto kI = H5Dtype::i64;
+
+double busbw_derived(const StepRow& layout, const double* row, size_t b, int world_size) {
+  return allreduce_busbw_gbps(row[layout.offset("buckets/bytes_sent") + b], row[layout.offset("buckets/allreduce_time") + b],
+                              world_size);
+}
+
+#define VITDDP_MS(field) &ms_get<&StepRecord::field>, &ms_set<&StepRecord::field>, nullptr, nullptr
+#define VITDDP_BUCKET(field, milli) \
+  &bucket_get<&BucketTimes::field, milli>, &bucket_set<&BucketTimes::field, milli>, nullptr, nullptr
+
+const std::vector<SeriesDef> kStepSeries = {
+    {"timing/data_wait", "s", kF, kRank, "host time blocked waiting for the data source ('get batch')", "data wait", 6,
+     VITDDP_MS(data_wait_ms)},
+    {"timing/input_wait", "s", kF, kRank, "compute stream waiting for the batch's host-to-device copy", nullptr, 0,
+     VITDDP_MS(input_wait_ms)},
+    {"timing/forward", "s", kF, kRank, "forward pass and loss (CUDA events on the compute stream)", "fwd", 2,
+     VITDDP_MS(forward_ms)},
+    {"timing/backward", "s", kF, kRank, "backward compute; the all-reduces it overlaps run meanwhile on the comm stream",
+     "bwd", 3, VITDDP_MS(backward_ms)},
+    {"timing/exposed_comm", "s", kF, kRank, "after backward compute, time the compute stream waited for the last all-reduce",
+     "exposed comm", 4, VITDDP_MS(exposed_comm_ms)},
+    {"timing/optimizer", "s", kF, kRank, "optimizer step (SGD or AdamW) over the flat parameter buffer", "opt", 5,
+     VITDDP_MS(optimizer_ms)},
+    {"timing/step_time", "s", kF, kRank, "device time of the step, step-start event to step-end event", "step", 1,
+     VITDDP_MS(step_ms)},
+    {"timing/wall_time", "s", kF, kRank, "host wall time of the step, get batch to step end", nullptr, 0,
+     VITDDP_MS(wall_ms)},
+    {"training/loss", "1", kF, kRank, "this rank's mean cross-entropy of the step (mean over micro-steps)", nullptr, 0,
+     &loss_get, &loss_set, nullptr, nullptr},
+    {"timing/step_start", "s", kF, kRank, "step-start event, from the first step's start event on the same rank",
+     nullptr, 0, VITDDP_MS(start_ms)},
+    {"timing/backward_end", "s", kF, kRank, "end of backward compute (last micro-step), from the step-start event",
+     nullptr, 0, VITDDP_MS(backward_end_ms)},
+    {"training/nonfinite", "1", kI, kRank,
+     "1 if the step's loss or averaged gradients held NaN/Inf (update not applied)", nullptr, 0, &nonfinite_get,
+     &nonfinite_set, nullptr, nullptr},
+    {"buckets/allreduce_start", "s", kF, kBucket,
+     "start of the bucket's communication work on the comm stream, from the step-start event", nullptr, 0,
+     VITDDP_BUCKET(start_ms, 1)},
+    {"buckets/allreduce_end", "s", kF, kBucket,
+     "end of the bucket's communication work on the comm stream, from the step-start event", nullptr, 0,
+     VITDDP_BUCKET(end_ms, 1)},
+    {"buckets/bytes_sent", "bytes", kI, kBucket,
+     "payload bytes of this rank's all-reduce calls for the bucket (fp32 numel*4; fp16/bf16 numel*2; PowerSGD "
+     "uncompressed + P + Q)",
+     nullptr, 0, VITDDP_BUCKET(bytes_sent, 0)},
+    {"buckets/compressed", "1", kI, kBucket,
+     "1 if the bucket's payload was compressed this step (fp16/bf16; PowerSGD from its start step)", nullptr, 0,
+     VITDDP_BUCKET(compressed, 0)},
+    {"buckets/compress_time", "s", kF, kBucket, "compression + decompression work of the bucket (comm stream)", nullptr,
+     0, VITDDP_BUCKET(compress_ms, 1)},
+    {"buckets/allreduce_time", "s", kF, kBucket, "time inside the bucket's all-reduce calls (summed)", nullptr, 0,
+     VITDDP_BUCKET(allreduce_ms, 1)},
+    {"buckets/copy_time", "s", kF, kBucket,
+     "gradient <-> bucket buffer copies (--grad-as-bucket-view off; 0 otherwise)", nullptr, 0,
+     VITDDP_BUCKET(copy_ms, 1)},
+    {"buckets/busbw", "GB/s", kF, kBucket,
+     "bus bandwidth of the bucket's all-reduce, nccl-tests: bytes_sent / allreduce_time / 1e9 x 2(n-1)/n on n "
+     "ranks (0 for one rank or no recorded time)",
+     nullptr, 0, nullptr, nullptr, nullptr, nullptr, &busbw_derived},
+    {"steps/timed", "1", kI, SeriesAxes::Step, "1 for the steps of the timed window, 0 for warm-up and cool-down",
+     nullptr, 0, nullptr, nullptr, [](const StepContext& c) { return c.timed ? 1.0 : 0.0; }, nullptr},
+    {"training/lr", "1", kF, SeriesAxes::Step,
+     "learning rate of the step's optimizer update (--lr-schedule; also for a skipped step)", nullptr, 0, nullptr,
+     nullptr, [](const StepContext& c) { return c.lr; }, nullptr},
+};
+
+#undef VITDDP_MS
+#undef VITDDP_BUCKET
+
+SeriesDef eval_def(const char* name, const char* units, H5Dtype dtype, const char* description,
+                   double (*value)(const EvalSample&)) {
+  return {name, units, dtype, SeriesAxes::Eval, description, nullptr, 0, nullptr, nullptr, nullptr, value};
+}
+
+const std::vector<SeriesDef> kEvalSeries = {
+    eval_def("eval/step", "1", kI, "the step after which the evaluation ran (0-based, as the console and the per-step series)",
+             [](const EvalSample& e) { return (double)e.step; }),
+    eval_def("eval/accuracy", "1", kF, "top-1 accuracy over the whole evaluation split, fraction in [0, 1]",
+             [](const EvalSample& e) { return e.result.accuracy(); }),
+    eval_def("eval/loss", "1", kF, "mean cross-entropy over the whole evaluation split (nats)",
+             [](const EvalSample& e) { return e.result.mean_loss(); }),
+    eval_def("eval/samples", "1", kI, "samples evaluated over all ranks (equals the split size)",
+             [](const EvalSample& e) { return (double)e.result.count; }),
+    eval_def("eval/time", "s", kF, "host wall time of the evaluation pass (all batches and the MPI reduction), rank 0",
+             [](const EvalSample& e) { return e.seconds; }),
+};
+
+/// Appends `values` (one per rank, or per rank and bucket) to series `s` in its dtype.
+void append_values(ResultsFile& f, const SeriesDef& s, const std::vector<double>& values) {
+  if (s.dtype == H5Dtype::i64) {
+    f.append_step(s.name, std::vector<int64_t>(values.begin(), values.end()));
+  } else {
+    f.append_step(s.name, values);
+  }
+}
+
+}  // namespace
+
+const std::vector<SeriesDef>& step_series() { return kStepSeries; }
+const std::vector<SeriesDef>& eval_series() { return kEvalSeries; }
+
+const char* axes_shape(SeriesAxes axes) {
+  switch (axes) {
+    case SeriesAxes::RankStep: return "[ranks, steps]";
+    case SeriesAxes::RankStepBucket: return "[ranks, steps, buckets]";
+    case SeriesAxes::Step: return "[1, steps]";
+    case SeriesAxes::Eval: return "[1, evals]";
+  }
+  throw std::logic_error("axes_shape: unknown SeriesAxes");
+}
+
+const char* dtype_name(H5Dtype dtype) { return dtype == H5Dtype::i64 ? "i64" : "f64"; }
+
+StepRow::StepRow(size_t buckets) : buckets_(buckets), size_(0) {
+  for (const SeriesDef& s : kStepSeries) {
+    if (s.derived) continue;
+    if (s.axes == SeriesAxes::RankStep) size_ += 1;
+    if (s.axes == SeriesAxes::RankStepBucket) size_ += buckets;
+  }
+}
+
+std::vector<double> StepRow::pack(const StepRecord& r) const {
+  std::vector<double> v;
+  v.reserve(size_);
+  for (const SeriesDef& s : kStepSeries) {
+    if (s.derived) continue;
+    if (s.axes == SeriesAxes::RankStep) v.push_back(s.get(r, 0));
+    if (s.axes == SeriesAxes::RankStepBucket)
+      for (size_t b = 0; b < buckets_; ++b) v.push_back(s.get(r, b));
+  }
+  return v;
+}
+
+StepRecord StepRow::unpack(const double* row) const {
+  StepRecord r;
+  r.buckets.resize(buckets_);
+  for (const SeriesDef& s : kStepSeries) {
+    if (s.derived) continue;
+    if (s.axes == SeriesAxes::RankStep) s.set(r, 0, *row++);
+    if (s.axes == SeriesAxes::RankStepBucket)
+      for (size_t b = 0; b < buckets_; ++b) s.set(r, b, *row++);
+  }
+  return r;
+}
+
+size_t StepRow::offset(const std::string& name) const {
+  size_t at = 0;
+  for (const SeriesDef& s : kStepSeries) {
+    if (s.derived || s.axes == SeriesAxes::Step) continue;
+    if (name == s.name) return at;
+    at += s.axes == SeriesAxes::RankStep ? 1 : buckets_;
+  }
+  throw std::invalid_argument("StepRow::offset: no gathered series '" + name + "'");
+}
+
+void create_step_series(ResultsFile& f, int64_t ranks, int64_t buckets) {
+  for (const SeriesDef& s : kStepSeries) {
+    const int64_t rows = s.axes == SeriesAxes::Step ? 1 : ranks;
+    f.create_series(s.name, s.units, s.description, rows, s.axes == SeriesAxes::RankStepBucket ? buckets : 0, s.dtype);
+  }
+}
+
+void append_step_series(ResultsFile& f, const double* rows, int ranks, size_t buckets, const StepContext& ctx) {
+  const StepRow layout(buckets);
+  const size_t stride = layout.size();
+  std::vector<double> values;
+  size_t offset = 0;  // of the series in a packed row
+  for (const SeriesDef& s : kStepSeries) {
+    values.clear();
+    if (s.axes == SeriesAxes::Step) {
+      values.push_back(s.step_value(ctx));
+    } else if (s.derived) {
+      for (int r = 0; r < ranks; ++r)
+        for (size_t b = 0; b < buckets; ++b) values.push_back(s.derived(layout, rows + (size_t)r * stride, b, ranks));
+    } else {
+      const size_t n = s.axes == SeriesAxes::RankStep ? 1 : buckets;
+      for (int r = 0; r < ranks; ++r) {
+        const double* first = rows + (size_t)r * stride + offset;
+        values.insert(values.end(), first, first + n);
+      }
+      offset += n;
+    }
+    append_values(f, s, values);
+  }
+}
+
+void create_eval_series(ResultsFile& f) {
+  for (const SeriesDef& s : kEvalSeries) f.create_series(s.name, s.units, s.description, 1, 0, s.dtype);
+}
+
+void append_eval_series(ResultsFile& f, const EvalSample& sample) {
+  for (const SeriesDef& s : kEvalSeries) append_values(f, s, {s.eval_value(sample)});
+}
+
+double allreduce_busbw_gbps(double bytes, double seconds, int world_size) {
+  if (seconds <= 0 || world_size < 2) return 0.0;
+  return bytes / seconds / 1e9 * (2.0 * (world_size - 1) / world_size);
+}
+
+double step_busbw_gbps(const double* rows, int ranks, size_t buckets) {
+  const StepRow layout(buckets);
+  const size_t time = layout.offset("buckets/allreduce_time"), sent = layout.offset("buckets/bytes_sent");
+  double bytes = 0, seconds = 0;
+  if (ranks < 1) return std::numeric_limits<double>::quiet_NaN();
+  for (size_t b = 0; b < buckets; ++b) {
+    double mean_s = 0;  // as numpy's mean over the rank axis: the sum, then / ranks
+    for (int r = 0; r < ranks; ++r) mean_s += rows[(size_t)r * layout.size() + time + b];
+    mean_s /= ranks;
+    if (mean_s <= 0) continue;
+    bytes += rows[sent + b];  // rank 0's
+    seconds += mean_s;
+  }
+  if (seconds <= 0) return std::numeric_limits<double>::quiet_NaN();
+  return allreduce_busbw_gbps(bytes, seconds, ranks);
+}
+
+std::string format_duration(double seconds) {
+  char buf[64];
+  if (!(seconds >= 0)) seconds = 0;
+  if (seconds < 60) {
+    std::snprintf(buf, sizeof(buf), "%.1f s", seconds);
+  } else {
+    const long long t = std::llround(seconds), h = t / 3600, m = t / 60 % 60, sec = t % 60;
+    if (h == 0) std::snprintf(buf, sizeof(buf), "%lldm%02llds", m, sec);
+    else std::snprintf(buf, sizeof(buf), "%lldh%02lldm%02llds", h, m, sec);
+  }
+  return buf;
+}
+
+std::string progress_line(const StepRecord& r, const StepContext& ctx, int total, const char* phase,
+                          const Progress& p) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "[vitddp] step %d (%d/%d done, %s) elapsed %s, ETA %s, %.2f steps/s, %.1f images/s, loss %.4f, lr %.3g |",
+                ctx.step, p.done, total, phase, format_duration(p.elapsed_s).c_str(), format_duration(p.eta_s).c_str(),
+                p.steps_per_s, p.images_per_s, r.loss, ctx.lr);
+  std::string line = buf;
+  std::vector<const SeriesDef*> shown;
+  for (const SeriesDef& s : kStepSeries)
+    if (s.progress) shown.push_back(&s);
+  std::sort(shown.begin(), shown.end(), [](auto a, auto b) { return a->progress_pos < b->progress_pos; });
+  for (size_t i = 0; i < shown.size(); ++i) {
+    std::snprintf(buf, sizeof(buf), "%s %s %.1f%s", i == 0 ? "" : i == 1 ? "" : ",", shown[i]->progress,
+                  shown[i]->get(r, 0) * 1e3, i == 0 ? " ms:" : "");
+    line += buf;
+  }
+  return line;
+}
+
+}  // namespace vitddp
