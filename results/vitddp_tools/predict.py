@@ -13,7 +13,6 @@ The model: predict_core's module doc; the link-table file: predict_link's.
 import argparse
 import glob
 import os
-import sys
 import tempfile
 
 import numpy as np
@@ -21,7 +20,7 @@ import numpy as np
 from .bandwidth import bus_factor
 from .predict_core import Baseline, Reference, Scenario, predict, prediction_dict, prediction_text, transport_of
 from .predict_link import LinkTable, curve_rows, default_table, load_table
-from .reader import ResultsError, Run
+from .reader import ResultsError, Run, write_output
 
 # options whose differences between a run and its reference the model covers (or that do not change
 # the device's work); any other difference is named in the validation's notes
@@ -276,16 +275,6 @@ def validation_plot(rows, path):
     plt.close(fig)
 
 
-def _write(text, output):
-    sys.stdout.write(text)
-    if output:
-        d = os.path.dirname(os.path.abspath(output))
-        if not os.path.isdir(d):
-            raise ResultsError("-o %s: directory '%s' does not exist" % (output, d))
-        with open(output, "w") as f:
-            f.write(text)
-
-
 def parser(prog):
     ap = argparse.ArgumentParser(prog=prog, description=(
         "What-if prediction of a vitddp configuration from one results file: the comm stream in bucket order "
@@ -327,7 +316,7 @@ def main(argv=None, prog="vitddp-report predict"):
         if not rows:
             raise ResultsError("--validate: no group with a reference run")
         cmd = "vitddp-report predict --validate %s%s" % (" ".join(a.validate), " --leave-one-out" if a.leave_one_out else "")
-        _write(validation_text(rows, tables, notes, cmd, a.leave_one_out), a.output)
+        write_output(validation_text(rows, tables, notes, cmd, a.leave_one_out), a.output)
         if a.plot:
             validation_plot(rows, a.plot)
         return 0
@@ -359,7 +348,7 @@ def main(argv=None, prog="vitddp-report predict"):
     p = predict(ref, sc, table, baseline)
     if a.json:
         import json
-        _write(json.dumps(prediction_dict(p), indent=1) + "\n", a.output)
+        write_output(json.dumps(prediction_dict(p), indent=1) + "\n", a.output)
     else:
-        _write(prediction_text(p), a.output)
+        write_output(prediction_text(p), a.output)
     return 0

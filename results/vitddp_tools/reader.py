@@ -7,6 +7,7 @@ Errors a user can act on (missing file, dataset or attribute, a file that is not
 `ResultsError` with one line naming the file and what is wrong.
 """
 import os
+import sys
 
 import h5py
 import numpy as np
@@ -314,3 +315,14 @@ def open_runs(paths):
             r.name = "/".join(p[-depth:])
             r.label = r.name[:-3] if r.name.endswith(".h5") else r.name
     return runs
+
+
+def write_output(text, output):
+    """Prints `text` and, with -o, writes it to `output` too (ResultsError for a missing folder)."""
+    sys.stdout.write(text)
+    if output:
+        d = os.path.dirname(os.path.abspath(output))
+        if not os.path.isdir(d):
+            raise ResultsError("-o %s: directory '%s' does not exist" % (output, d))
+        with open(output, "w") as f:
+            f.write(text)

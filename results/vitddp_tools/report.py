@@ -14,12 +14,11 @@
 line naming it and exit with status 2.
 """
 import argparse
-import os
 import sys
 
 from . import article, buckets, kernels, losses, overlap, power, predict, speed
 from .bandwidth import read_probe
-from .reader import ResultsError
+from .reader import ResultsError, write_output
 from .runs_report import compare_text, collect, summary_text
 
 TABLES = {  # subcommand -> (module main, one-line help)
@@ -32,17 +31,6 @@ TABLES = {  # subcommand -> (module main, one-line help)
     "predict": (predict.main, "what-if step time, exposed comm and steps/s from one run and a link table"),
     "article": (article.main, "the article's table and plots from article_table.sh's folders or tars"),
 }
-
-
-def _write(text, output):
-    """Prints `text` and, with -o, writes it to `output` too (ResultsError for a missing folder)."""
-    sys.stdout.write(text)
-    if output:
-        d = os.path.dirname(os.path.abspath(output))
-        if not os.path.isdir(d):
-            raise ResultsError("-o %s: directory '%s' does not exist" % (output, d))
-        with open(output, "w") as f:
-            f.write(text)
 
 
 def cmd_summary(argv, prog):
@@ -62,7 +50,7 @@ def cmd_summary(argv, prog):
                     "probe's all-reduce busbw at that size (interpolated in log2 bytes) next to the run's busbw")
     a = ap.parse_args(argv)
     ms, _ = collect(a.files, read_probe(a.probe) if a.probe else None)
-    _write(summary_text(ms, "json" if a.json else "csv" if a.csv else "markdown"), a.output)
+    write_output(summary_text(ms, "json" if a.json else "csv" if a.csv else "markdown"), a.output)
     return 0
 
 
@@ -78,7 +66,7 @@ def cmd_compare(argv, prog):
     a = ap.parse_args(argv)
     if len(a.files) < 2:
         raise ResultsError("compare: give at least two files (the first is the reference)")
-    _write(compare_text(a.files, a.format), a.output)
+    write_output(compare_text(a.files, a.format), a.output)
     return 0
 
 
