@@ -477,12 +477,19 @@ attn_bwd_small_kernel(const TE* __restrict__ qkv, const float* __restrict__ prob
 
 bool use_small(int T, int dh) { return T <= 64 && dh <= 64; }
 
+// The fp32 overloads' precision: true for tf32 (tensor cores), false for fp32; bf16 is refused.
+bool fp32_storage_tf32(const char* what, Precision p) {
+  if (p == Precision::bf16)
+    throw std::invalid_argument(std::string(what) + ": fp32 buffers with precision bf16 (bf16 storage takes the bf16 overload)");
+  return p == Precision::tf32;
+}
+
 template <typename TE>
 void forward_impl(const TE* qkv, float* probs, TE* out, int batch, int T_, int heads, int head_dim,
-                  cudaStream_t stream, bool tf32 = false) {
+                  cudaStream_t stream, bool tf32_cores = false) {
   const int T = T_;
   check(batch, T, heads, head_dim, "attention_forward");
-  if (std::is_same_v<TE, __nv_bfloat16> || tf32) {
+  if (std::is_same_v<TE, __nv_bfloat16> || tf32_cores) {
     if (attention_mma_fits(T, head_dim, qkv, out, out)) {
       if constexpr (std::is_same_v<TE, __nv_bfloat16>) return attention_forward_mma(qkv, probs, out, batch, T, heads, stream);
       else return attention_forward_mma_tf32(qkv, probs, out, batch, T, heads, stream);
@@ -505,10 +512,10 @@ void forward_impl(const TE* qkv, float* probs, TE* out, int batch, int T_, int h
 
 template <typename TE>
 void backward_impl(const TE* qkv, const float* probs, const TE* dout, TE* dqkv, float* scratch,
-                   int batch, int T_, int heads, int head_dim, cudaStream_t stream, bool tf32 = false) {
+                   int batch, int T_, int heads, int head_dim, cudaStream_t stream, bool tf32_cores = false) {
   const int T = T_;
   check(batch, T, heads, head_dim, "attention_backward");
-  if (std::is_same_v<TE, __nv_bfloat16> || tf32) {
+  if (std::is_same_v<TE, __nv_bfloat16> || tf32_cores) {
     if (attention_mma_fits(T, head_dim, qkv, dout, dqkv)) {
       if constexpr (std::is_same_v<TE, __nv_bfloat16>)
         return attention_backward_mma(qkv, probs, dout, dqkv, batch, T, heads, stream);
@@ -538,8 +545,8 @@ void backward_impl(const TE* qkv, const float* probs, const TE* dout, TE* dqkv, 
 }  // namespace
 
 void attention_forward(const float* qkv, float* probs, float* out, int batch, int T, int heads,
-                       int head_dim, cudaStream_t stream, bool tf32) {
-  forward_impl(qkv, probs, out, batch, T, heads, head_dim, stream, tf32);
+                       int head_dim, cudaStream_t stream, Precision precision) {
+  forward_impl(qkv, probs, out, batch, T, heads, head_dim, stream, fp32_storage_tf32("attention_forward", precision));
 }
 
 void attention_forward(const __nv_bfloat16* qkv, float* probs, __nv_bfloat16* out, int batch,
@@ -553,8 +560,9 @@ size_t attention_backward_scratch_floats(int batch, int T, int heads) {
 
 void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv,
                         float* scratch, int batch, int T, int heads, int head_dim,
-                        cudaStream_t stream, bool tf32) {
-  backward_impl(qkv, probs, dout, dqkv, scratch, batch, T, heads, head_dim, stream, tf32);
+                        cudaStream_t stream, Precision precision) {
+  backward_impl(qkv, probs, dout, dqkv, scratch, batch, T, heads, head_dim, stream,
+                fp32_storage_tf32("attention_backward", precision));
 }
 
 void attention_backward(const __nv_bfloat16* qkv, const float* probs, const __nv_bfloat16* dout,

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 
+#include "model/precision.h"
+
 namespace vitddp {
 
 /// Layout (torch.nn.MultiheadAttention with packed in_proj): qkv is [B*T, 3D] row-major, D = H*dh;
@@ -18,7 +20,7 @@ namespace vitddp {
 /// std::invalid_argument naming the shape, forward included when only backward's kernels would not
 /// fit (a shape that cannot train).
 /// Three implementations:
-///  - bf16 (and fp32 with `tf32`) with T <= 64, dh == 64 and 16-byte aligned buffers (vit_l_32,
+///  - bf16 (and fp32 storage under Precision::tf32) with T <= 64, dh == 64 and 16-byte aligned buffers (vit_l_32,
 ///    vit_b_32): tensor-core kernels (cuda/kernels/attention_mma.h), one block per (batch, head), mma.sync
 ///    with bf16 (tf32) operands and fp32 accumulation; P and dS enter their products as hi + lo
 ///    pairs (about 16 bits in bf16, 21 in tf32).
@@ -31,11 +33,13 @@ namespace vitddp {
 /// fp32, results are rounded to bf16 once on store.
 
 /// Forward: writes probs (kept for the backward) and o. fp32 accumulation, exact expf.
-/// `tf32` (fp32 overloads, --precision tf32): the shapes of the tensor-core kernels (T <= 64,
-/// dh == 64, 16-byte aligned buffers) run on TF32 tensor cores (attention_forward_mma_tf32:
-/// inputs rounded to tf32 as a TF32 GEMM does); false keeps fp32 arithmetic (--precision fp32).
+/// `precision` (fp32 overloads: Precision::fp32 or Precision::tf32, as --precision): under tf32 the
+/// shapes of the tensor-core kernels (T <= 64, dh == 64, 16-byte aligned buffers) run on TF32
+/// tensor cores (attention_forward_mma_tf32: inputs rounded to tf32 as a TF32 GEMM does); fp32
+/// keeps fp32 arithmetic. Precision::bf16 throws std::invalid_argument (bf16 storage takes the
+/// bf16 overload).
 void attention_forward(const float* qkv, float* probs, float* out, int batch, int T, int heads,
-                       int head_dim, cudaStream_t stream, bool tf32 = false);
+                       int head_dim, cudaStream_t stream, Precision precision = Precision::fp32);
 void attention_forward(const __nv_bfloat16* qkv, float* probs, __nv_bfloat16* out, int batch,
                        int T, int heads, int head_dim, cudaStream_t stream);
 
@@ -46,10 +50,11 @@ size_t attention_backward_scratch_floats(int batch, int T, int heads);
 ///   dv_j = sum_i p_ij do_i,  dp_ij = do_i . v_j,  ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik),
 ///   dq_i = sum_j ds_ij k_j / sqrt(dh),  dk_j = sum_i ds_ij q_i / sqrt(dh).
 /// Writes (overwrites) dqkv [B*T, 3D] in the qkv layout. Deterministic (no atomics).
+/// `precision` as for attention_forward (the fp32 overload).
 /// scratch: attention_backward_scratch_floats.
 void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv,
                         float* scratch, int batch, int T, int heads, int head_dim,
-                        cudaStream_t stream, bool tf32 = false);
+                        cudaStream_t stream, Precision precision = Precision::fp32);
 void attention_backward(const __nv_bfloat16* qkv, const float* probs, const __nv_bfloat16* dout,
                         __nv_bfloat16* dqkv, float* scratch, int batch, int T, int heads,
                         int head_dim, cudaStream_t stream);

@@ -244,7 +244,7 @@ struct GpuViT::Impl {
       if (cudnn_attention) return cudnn_attention->forward(a.qkv, a.probs, a.attn, B, T_, H, dh);
     }
     if constexpr (std::is_same_v<T, bf16>) attention_forward(a.qkv, a.probs, a.attn, B, T_, H, dh, stream);
-    else attention_forward(a.qkv, a.probs, a.attn, B, T_, H, dh, stream, precision == Precision::tf32);
+    else attention_forward(a.qkv, a.probs, a.attn, B, T_, H, dh, stream, precision);
   }
   template <typename T>
   void attention_core_backward(BlockActs<T>& a, const T* dout, T* dqkv, int B) {
@@ -253,7 +253,7 @@ struct GpuViT::Impl {
       if (cudnn_attention) return cudnn_attention->backward(a.qkv, a.attn, a.probs, dout, dqkv, B, T_, H, dh);
     }
     if constexpr (std::is_same_v<T, bf16>) attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream);
-    else attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream, precision == Precision::tf32);
+    else attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream, precision);
   }
 
   template <typename T>

@@ -32,19 +32,19 @@ std::vector<float> gather(const std::vector<float>& v, int m, int n, int ld) {
   return out;
 }
 
-/// Norm-relative errors of the fp32 attention kernels (`tf32`: on TF32 tensor cores where the
-/// shape allows) against attention_reference in double, on normal inputs (stream `s`).
+/// Norm-relative errors of the fp32 attention kernels (`precision` fp32, or tf32: on TF32 tensor
+/// cores where the shape allows) against attention_reference in double, on normal inputs (stream `s`).
 struct AttentionErrors {
   double probs, out, dqkv;
 };
-AttentionErrors attention_errors(cudaStream_t s, int B, int H, int T, int dh, bool tf32) {
+AttentionErrors attention_errors(cudaStream_t s, int B, int H, int T, int dh, Precision precision) {
   const int D = H * dh;
   const auto hqkv = normal_vec((size_t)B * T * 3 * D, 4, 0), hdo = normal_vec((size_t)B * T * D, 4, 1);
   const AttentionRef ref = attention_reference(hqkv, hdo, B, T, H, dh);
   DevVec<float> qkv(hqkv), probs(ref.probs.size()), out(ref.out.size()), dout(hdo), dqkv(ref.dqkv.size()),
       scratch(attention_backward_scratch_floats(B, T, H));
-  attention_forward(qkv.get(), probs.get(), out.get(), B, T, H, dh, s, tf32);
-  attention_backward(qkv.get(), probs.get(), dout.get(), dqkv.get(), scratch.get(), B, T, H, dh, s, tf32);
+  attention_forward(qkv.get(), probs.get(), out.get(), B, T, H, dh, s, precision);
+  attention_backward(qkv.get(), probs.get(), dout.get(), dqkv.get(), scratch.get(), B, T, H, dh, s, precision);
   return {norm_rel_err(probs.download(), ref.probs), norm_rel_err(out.download(), ref.out),
           norm_rel_err(dqkv.download(), ref.dqkv)};
 }
@@ -252,14 +252,16 @@ TEST_CASE("attention: forward and backward match host loops", "[gpu][attention]"
   struct Shape { int B, H, T, dh; };
   for (const Shape sh : {Shape{2, 3, 50, 64}, Shape{1, 2, 7, 16}, Shape{2, 1, 70, 80}, Shape{1, 2, 197, 64}}) {
     INFO("B=" << sh.B << " H=" << sh.H << " T=" << sh.T << " dh=" << sh.dh);
-    const AttentionErrors e = attention_errors(st.s, sh.B, sh.H, sh.T, sh.dh, false);
+    const AttentionErrors e = attention_errors(st.s, sh.B, sh.H, sh.T, sh.dh, Precision::fp32);
     CHECK(e.probs < 1e-5);
     CHECK(e.out < 1e-5);
     CHECK(e.dqkv < 1e-5);
   }
   DevVec<float> dummy(16);
-  CHECK_THROWS_AS(attention_forward(dummy.get(), dummy.get(), dummy.get(), 1, 513, 1, 64, st.s, true),
+  CHECK_THROWS_AS(attention_forward(dummy.get(), dummy.get(), dummy.get(), 1, 513, 1, 64, st.s, Precision::tf32),
                   std::invalid_argument);
+  CHECK_THROWS_AS(attention_forward(dummy.get(), dummy.get(), dummy.get(), 1, 50, 1, 64, st.s, Precision::bf16),
+                  std::invalid_argument);  // fp32 buffers: fp32 or tf32 only
   CHECK_THROWS_AS(attention_forward(dummy.get(), dummy.get(), dummy.get(), 1, 513, 1, 64, st.s),
                   std::invalid_argument);
   CHECK_THROWS_AS(attention_forward(dummy.get(), dummy.get(), dummy.get(), 1, 50, 1, 129, st.s),
@@ -295,7 +297,7 @@ TEST_CASE("attention: tf32 tensor cores (--precision tf32) match host loops with
                          Shape{1, 2, 7, 16}, Shape{2, 1, 70, 80}}) {
     const bool tensor_cores = sh.T <= 64 && sh.dh == 64;
     INFO("B=" << sh.B << " H=" << sh.H << " T=" << sh.T << " dh=" << sh.dh);
-    const AttentionErrors e = attention_errors(st.s, sh.B, sh.H, sh.T, sh.dh, true);
+    const AttentionErrors e = attention_errors(st.s, sh.B, sh.H, sh.T, sh.dh, Precision::tf32);
     std::printf("attention tf32 B=%d H=%d T=%d dh=%d: norm-relative errors probs %.2e out %.2e dqkv %.2e\n", sh.B, sh.H,
                 sh.T, sh.dh, e.probs, e.out, e.dqkv);
     const double tol = tensor_cores ? 3e-3 : 1e-5;
