@@ -1,6 +1,6 @@
 // The series of the results file, declared once: name, units, dtype, axes, description and where
 // each value comes from. The trainer's rows (the MPI gather of a step), the HDF5 writer, the
-// progress line and the evaluation's records all read these tables, and tests/cpu/test_schema_doc.cpp
+// progress line and the evaluation's records all read these tables, and tests/cpu/test_series.cpp
 // checks docs/schema.md against them.
 #pragma once
 #include <cstddef>

@@ -25,6 +25,7 @@
 #include "model/init.h"
 #include "tests/catch.h"
 #include "tests/gpu/attention_reference.h"
+#include "tests/gpu/bf16_test_util.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/test_util.h"
 
@@ -33,21 +34,6 @@ using namespace vitddp_test;
 using bf16 = __nv_bfloat16;
 
 namespace {
-
-std::vector<bf16> to_bf16(const std::vector<float>& v) {
-  std::vector<bf16> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = __float2bfloat16_rn(v[i]);
-  return out;
-}
-
-std::vector<float> to_float(const std::vector<bf16>& v) {
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = __bfloat162float(v[i]);
-  return out;
-}
-
-/// v rounded to bf16 and back (the exact values the bf16 kernels see).
-std::vector<float> rounded(const std::vector<float>& v) { return to_float(to_bf16(v)); }
 
 /// Columns [which*D, (which+1)*D) of a [rows, 3D] matrix (Q, K or V part of qkv / dqkv).
 template <typename V>

@@ -6,13 +6,13 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "src/engines/optimizer.h"
 #include "src/engines/optimizer_gpu.h"
 #include "tests/catch.h"
+#include "tests/gpu/bf16_test_util.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/test_util.h"
 
@@ -20,14 +20,6 @@ using namespace vitddp;
 using namespace vitddp_test;
 
 namespace {
-
-/// The bits of bf16(x), round to nearest even (what the kernels write).
-uint16_t bf16_bits(float x) {
-  const __nv_bfloat16 b = __float2bfloat16_rn(x);
-  uint16_t u;
-  std::memcpy(&u, &b, sizeof(u));
-  return u;
-}
 
 /// Four updates of options `o` on the GPU and host optimizers from the same parameters and
 /// gradients, the second one skipped by the device flag (the host one is then not called, as the

@@ -1,4 +1,4 @@
-// Parsing NCCL's INFO log for the transport of each channel.
+// Parsing NCCL's INFO log for the transport of each channel (mpi/world/nccl_log.h: read_nccl_transport).
 #include <cstdio>
 #include <fstream>
 

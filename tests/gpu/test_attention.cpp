@@ -1,0 +1,128 @@
+// Attention of cuda/kernels/attention.h (attention_forward, attention_backward; on tensor cores,
+// cuda/kernels/attention_mma.h) in fp32, tf32 and bf16, against attention_reference of
+// tests/gpu/attention_reference.h in double (on the same bf16-rounded inputs for bf16). CPU twin:
+// CpuViT's attention_fwd and attention_bwd in model/cpu_vit.cpp.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cuda/kernels/attention.h"
+#include "tests/catch.h"
+#include "tests/gpu/attention_reference.h"
+#include "tests/gpu/bf16_test_util.h"
+#include "tests/gpu/gpu_test_util.h"
+
+using namespace vitddp;
+using namespace vitddp_test;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+/// Norm-relative errors of the fp32 attention kernels (`precision` fp32, or tf32: on TF32 tensor
+/// cores where the shape allows) against attention_reference in double, on normal inputs (stream `s`).
+struct AttentionErrors {
+  double probs, out, dqkv;
+};
+AttentionErrors attention_errors(cudaStream_t s, int B, int H, int T, int dh, Precision precision) {
+  const int D = H * dh;
+  const auto hqkv = normal_vec((size_t)B * T * 3 * D, 4, 0), hdo = normal_vec((size_t)B * T * D, 4, 1);
+  const AttentionRef ref = attention_reference(hqkv, hdo, B, T, H, dh);
+  DevVec<float> qkv(hqkv), probs(ref.probs.size()), out(ref.out.size()), dout(hdo), dqkv(ref.dqkv.size()),
+      scratch(attention_backward_scratch_floats(B, T, H));
+  attention_forward(qkv.get(), probs.get(), out.get(), B, T, H, dh, s, precision);
+  attention_backward(qkv.get(), probs.get(), dout.get(), dqkv.get(), scratch.get(), B, T, H, dh, s, precision);
+  return {norm_rel_err(probs.download(), ref.probs), norm_rel_err(out.download(), ref.out),
+          norm_rel_err(dqkv.download(), ref.dqkv)};
+}
+
+}  // namespace
+
+TEST_CASE("attention: forward and backward match host loops", "[gpu][attention]") {
+  REQUIRE_GPU();
+  Stream st;
+  struct Shape { int B, H, T, dh; };
+  for (const Shape sh : {Shape{2, 3, 50, 64}, Shape{1, 2, 7, 16}, Shape{2, 1, 70, 80}, Shape{1, 2, 197, 64}}) {
+    INFO("B=" << sh.B << " H=" << sh.H << " T=" << sh.T << " dh=" << sh.dh);
+    const AttentionErrors e = attention_errors(st.s, sh.B, sh.H, sh.T, sh.dh, Precision::fp32);
+    CHECK(e.probs < 1e-5);
+    CHECK(e.out < 1e-5);
+    CHECK(e.dqkv < 1e-5);
+  }
+  DevVec<float> dummy(16);
+  CHECK_THROWS_AS(attention_forward(dummy.get(), dummy.get(), dummy.get(), 1, 513, 1, 64, st.s, Precision::tf32),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(attention_forward(dummy.get(), dummy.get(), dummy.get(), 1, 50, 1, 64, st.s, Precision::bf16),
+                  std::invalid_argument);  // fp32 buffers: fp32 or tf32 only
+  CHECK_THROWS_AS(attention_forward(dummy.get(), dummy.get(), dummy.get(), 1, 513, 1, 64, st.s),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(attention_forward(dummy.get(), dummy.get(), dummy.get(), 1, 50, 1, 129, st.s),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(attention_forward(dummy.get(), dummy.get(), dummy.get(), 65536, 50, 1, 64, st.s),
+                  std::invalid_argument);  // grid limit: refused before any launch
+  // Within both bounds, but the larger kernels' shared memory (532 KiB at T 512, head_dim 128)
+  // exceeds any GPU's per-block limit (227 KiB on an H200): refused by name, in both directions.
+  std::string msg;
+  try {
+    attention_forward(dummy.get(), dummy.get(), dummy.get(), 1, 512, 1, 128, st.s);
+  } catch (const std::invalid_argument& e) {
+    msg = e.what();
+  }
+  INFO(msg);
+  CHECK(msg.find("T=512") != std::string::npos);
+  CHECK(msg.find("shared memory") != std::string::npos);
+  CHECK_THROWS_AS(attention_backward(dummy.get(), dummy.get(), dummy.get(), dummy.get(), dummy.get(), 1, 512, 1, 128,
+                                     st.s),
+                  std::invalid_argument);
+  CUDA_CHECK(cudaStreamSynchronize(st.s));  // no launch error is left behind
+}
+
+TEST_CASE("attention: tf32 tensor cores (--precision tf32) match host loops within tf32 rounding",
+          "[gpu][attention][tf32]") {
+  REQUIRE_GPU();
+  Stream st;
+  struct Shape { int B, H, T, dh; };
+  // head_dim 64 with T <= 64 runs the tensor-core kernels (cuda/kernels/attention_mma.h): the inputs are
+  // rounded to tf32 (10-bit mantissa, relative 2^-11), so the error is visible but small. The
+  // other shapes keep fp32 arithmetic even with tf32 on.
+  for (const Shape sh : {Shape{2, 3, 50, 64}, Shape{1, 2, 64, 64}, Shape{3, 2, 1, 64}, Shape{2, 2, 17, 64},
+                         Shape{1, 2, 7, 16}, Shape{2, 1, 70, 80}}) {
+    const bool tensor_cores = sh.T <= 64 && sh.dh == 64;
+    INFO("B=" << sh.B << " H=" << sh.H << " T=" << sh.T << " dh=" << sh.dh);
+    const AttentionErrors e = attention_errors(st.s, sh.B, sh.H, sh.T, sh.dh, Precision::tf32);
+    std::printf("attention tf32 B=%d H=%d T=%d dh=%d: norm-relative errors probs %.2e out %.2e dqkv %.2e\n", sh.B, sh.H,
+                sh.T, sh.dh, e.probs, e.out, e.dqkv);
+    const double tol = tensor_cores ? 3e-3 : 1e-5;
+    CHECK(e.probs < tol);
+    CHECK(e.out < tol);
+    CHECK(e.dqkv < tol);
+    if (tensor_cores) CHECK(e.out > 1e-6);  // tf32 rounding is there: the tensor-core path ran (T = 1: probs are 1)
+  }
+}
+
+TEST_CASE("attention: bf16 activations match host loops", "[gpu][attention][bf16]") {
+  REQUIRE_GPU();
+  Stream st;
+  struct Shape { int B, H, T, dh; };
+  // head_dim 64 with T <= 64 runs the tensor-core kernels (cuda/kernels/attention_mma.h): full, partial and
+  // single-row tiles; head_dim 32 and T = 70 run the fp32 small-shape and general kernels.
+  for (const Shape sh : {Shape{2, 3, 50, 64}, Shape{1, 2, 64, 64}, Shape{3, 2, 1, 64}, Shape{2, 2, 17, 64},
+                         Shape{1, 1, 33, 64}, Shape{2, 2, 50, 32}, Shape{2, 1, 70, 80}}) {
+    const int B = sh.B, H = sh.H, T = sh.T, dh = sh.dh, D = H * dh;
+    INFO("B=" << B << " H=" << H << " T=" << T << " dh=" << dh);
+    const auto hqkv = rounded(normal_vec((size_t)B * T * 3 * D, 25, 0)),
+               hdo = rounded(normal_vec((size_t)B * T * D, 25, 1));
+    const AttentionRef ref = attention_reference(hqkv, hdo, B, T, H, dh);
+    const std::vector<double>&P = ref.probs, &O = ref.out, &dQKV = ref.dqkv;
+    DevVec<bf16> qkv(to_bf16(hqkv)), out(O.size()), dout(to_bf16(hdo)), dqkv(dQKV.size());
+    DevVec<float> probs(P.size()), scratch(attention_backward_scratch_floats(B, T, H));
+    attention_forward(qkv.get(), probs.get(), out.get(), B, T, H, dh, st.s);
+    CHECK(norm_rel_err(probs.download(), P) < 1e-5);  // fp32 softmax of exact bf16 inputs
+    CHECK(norm_rel_err(to_float(out.download()), O) < 4e-3);
+    attention_backward(qkv.get(), probs.get(), dout.get(), dqkv.get(), scratch.get(), B, T, H, dh, st.s);
+    CHECK(norm_rel_err(to_float(dqkv.download()), dQKV) < 4e-3);
+  }
+}

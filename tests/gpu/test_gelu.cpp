@@ -1,0 +1,112 @@
+// Exact (erf) GELU of cuda/kernels/gelu.h (gelu_forward, gelu_backward, gelu_backward_bias with
+// the fused bias gradient) in fp32 and bf16, against host loops in double written here
+// (torch.nn.GELU()). CPU twin: gelu and gelu_grad of model/cpu_vit.cpp.
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <vector>
+
+#include "cuda/kernels/gelu.h"
+#include "tests/catch.h"
+#include "tests/gpu/bf16_test_util.h"
+#include "tests/gpu/gpu_test_util.h"
+
+using namespace vitddp;
+using namespace vitddp_test;
+using bf16 = __nv_bfloat16;
+
+TEST_CASE("gelu: exact erf GELU forward and backward match host loops", "[gpu][gelu]") {
+  REQUIRE_GPU();
+  Stream st;
+  const size_t n = 100003;
+  const auto hu = normal_vec(n, 5, 0, 3.0), hdy = normal_vec(n, 5, 1);
+  std::vector<double> y(n), du(n);
+  for (size_t i = 0; i < n; ++i) {
+    const double u = hu[i];
+    y[i] = 0.5 * u * (1.0 + std::erf(u / std::sqrt(2.0)));
+    du[i] = hdy[i] * (0.5 * (1.0 + std::erf(u / std::sqrt(2.0))) + u * std::exp(-0.5 * u * u) / std::sqrt(2 * M_PI));
+  }
+  DevVec<float> u(hu), yd(n), dy(hdy);
+  gelu_forward(u.get(), yd.get(), n, st.s);
+  CHECK(norm_rel_err(yd.download(), y) < 1e-6);
+  gelu_backward(dy.get(), u.get(), dy.get(), n, st.s);  // in place
+  CHECK(norm_rel_err(dy.download(), du) < 1e-6);
+}
+
+TEST_CASE("gelu: backward fused with the bias gradient matches host loops", "[gpu][gelu][reduce]") {
+  REQUIRE_GPU();
+  Stream st;
+  struct Shape { int rows, cols; };
+  // 37 x 4096: the fused kernel (rows not a multiple of its 16-row chunks or 4-row batches);
+  // 5 x 20: cols not a multiple of 8, gelu_backward + column_sum.
+  for (const Shape sh : {Shape{37, 4096}, Shape{5, 20}, Shape{1, 1032}}) {
+    const int R = sh.rows, C = sh.cols;
+    INFO("rows=" << R << " cols=" << C);
+    const size_t n = (size_t)R * C;
+    const auto hu = normal_vec(n, 9, 0, 3.0), hdy = normal_vec(n, 9, 1), hdb0 = normal_vec(C, 9, 2);
+    std::vector<double> du(n), db(C, 0.0), db_acc(hdb0.begin(), hdb0.end());
+    for (size_t i = 0; i < n; ++i) {
+      const double u = hu[i];
+      du[i] = hdy[i] * (0.5 * (1.0 + std::erf(u / std::sqrt(2.0))) + u * std::exp(-0.5 * u * u) / std::sqrt(2 * M_PI));
+      db[i % C] += du[i];
+      db_acc[i % C] += du[i];
+    }
+    DevVec<float> u(hu), dy(hdy), out(n), dbd(hdb0), scratch(gelu_backward_bias_scratch_floats(R, C));
+    gelu_backward_bias(dy.get(), u.get(), out.get(), R, C, dbd.get(), true, scratch.get(), st.s);
+    CHECK(norm_rel_err(out.download(), du) < 1e-6);
+    CHECK(norm_rel_err(dbd.download(), db_acc) < 1e-6);
+    gelu_backward_bias(dy.get(), u.get(), dy.get(), R, C, dbd.get(), false, scratch.get(), st.s);  // in place
+    CHECK(norm_rel_err(dy.download(), du) < 1e-6);
+    CHECK(norm_rel_err(dbd.download(), db) < 1e-6);
+  }
+}
+
+TEST_CASE("gelu: bf16 forward and backward match host loops", "[gpu][gelu][bf16]") {
+  REQUIRE_GPU();
+  Stream st;
+  for (size_t n : {size_t(100003), size_t(64)}) {
+    const auto hu = rounded(normal_vec(n, 24, 0, 3.0)), hdy = rounded(normal_vec(n, 24, 1));
+    std::vector<double> y(n), du(n);
+    for (size_t i = 0; i < n; ++i) {
+      const double u = hu[i];
+      y[i] = 0.5 * u * (1.0 + std::erf(u / std::sqrt(2.0)));
+      du[i] = hdy[i] * (0.5 * (1.0 + std::erf(u / std::sqrt(2.0))) + u * std::exp(-0.5 * u * u) / std::sqrt(2 * M_PI));
+    }
+    DevVec<bf16> u(to_bf16(hu)), yd(n), dy(to_bf16(hdy));
+    gelu_forward(u.get(), yd.get(), n, st.s);
+    CHECK(norm_rel_err(to_float(yd.download()), y) < 4e-3);
+    gelu_backward(dy.get(), u.get(), dy.get(), n, st.s);  // in place
+    CHECK(norm_rel_err(to_float(dy.download()), du) < 4e-3);
+    // Unaligned (scalar) path.
+    gelu_forward(u.get() + 1, yd.get() + 1, n - 1, st.s);
+    std::vector<double> y1(y.begin() + 1, y.end());
+    const auto all = to_float(yd.download());
+    CHECK(norm_rel_err(std::vector<float>(all.begin() + 1, all.end()), y1) < 4e-3);
+  }
+}
+
+TEST_CASE("gelu: bf16 backward fused with the bias gradient sums the stored bf16 values", "[gpu][gelu][bf16]") {
+  REQUIRE_GPU();
+  Stream st;
+  struct Shape { int rows, cols; };
+  for (const Shape sh : {Shape{37, 4096}, Shape{5, 20}}) {  // fused kernel; gelu_backward + column_sum
+    const int R = sh.rows, C = sh.cols;
+    INFO("rows=" << R << " cols=" << C);
+    const size_t n = (size_t)R * C;
+    const auto hu = rounded(normal_vec(n, 25, 0, 3.0)), hdy = rounded(normal_vec(n, 25, 1));
+    std::vector<double> du(n);
+    for (size_t i = 0; i < n; ++i) {
+      const double u = hu[i];
+      du[i] = hdy[i] * (0.5 * (1.0 + std::erf(u / std::sqrt(2.0))) + u * std::exp(-0.5 * u * u) / std::sqrt(2 * M_PI));
+    }
+    DevVec<bf16> u(to_bf16(hu)), dy(to_bf16(hdy));
+    DevVec<float> dbd(C), scratch(gelu_backward_bias_scratch_floats(R, C));
+    gelu_backward_bias(dy.get(), u.get(), dy.get(), R, C, dbd.get(), false, scratch.get(), st.s);  // in place
+    const auto got = to_float(dy.download());
+    CHECK(norm_rel_err(got, du) < 4e-3);
+    // db is the column sum of the bf16 values stored in du, up to fp32 summation.
+    std::vector<double> stored(C, 0.0);
+    for (size_t i = 0; i < n; ++i) stored[i % C] += got[i];
+    CHECK(norm_rel_err(dbd.download(), stored) < 1e-5);
+  }
+}

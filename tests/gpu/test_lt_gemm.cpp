@@ -1,0 +1,180 @@
+// The cuBLASLt GEMMs of cuda/kernels/lt_gemm.h (LtGemm, linear_forward, linear_backward_weight /
+// _bias, linear_backward_input) in fp32, bf16 operands and TF32 compute, against host_gemm of
+// tests/gpu/gemm_reference.h in double (on the same bf16-rounded inputs for bf16). CPU twin: the
+// linear layers of model/cpu_vit.cpp (linear_fwd, linear_bwd, gemm_acc).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <stdexcept>
+#include <vector>
+
+#include "cuda/kernels/lt_gemm.h"
+#include "tests/catch.h"
+#include "tests/gpu/bf16_test_util.h"
+#include "tests/gpu/gemm_reference.h"
+#include "tests/gpu/gpu_test_util.h"
+
+using namespace vitddp;
+using namespace vitddp_test;
+using bf16 = __nv_bfloat16;
+
+TEST_CASE("lt_gemm: nn.Linear forward, weight gradient and input gradient match host loops",
+          "[gpu][lt_gemm]") {
+  REQUIRE_GPU();
+  Stream st;
+  LtGemm lt(st.s);
+  struct Shape { int m, n, k; };
+  for (const Shape sh : {Shape{37, 29, 45}, Shape{200, 256, 512}, Shape{4, 1000, 768}}) {
+    const int M = sh.m, N = sh.n, K = sh.k, ldx = K + 3;
+    INFO("M=" << M << " N=" << N << " K=" << K);
+    const auto hx = normal_vec((size_t)M * ldx, 1, 0), hw = normal_vec((size_t)N * K, 1, 1),
+               hb = normal_vec(N, 1, 2), hr = normal_vec((size_t)M * N, 1, 3),
+               hdy = normal_vec((size_t)M * N, 1, 4), hdw0 = normal_vec((size_t)N * K, 1, 5);
+    DevVec<float> x(hx), w(hw), b(hb), r(hr), dy(hdy), y((size_t)M * N), dw(hdw0),
+        dx((size_t)M * K);
+
+    // Y = X W^T + b + R (X strided), and Y = X W^T alone.
+    linear_forward(lt, x.get(), w.get(), b.get(), r.get(), y.get(), M, N, K, ldx);
+    CHECK(norm_rel_err(y.download(), host_gemm(false, true, M, N, K, 1, hx, ldx, hw, K, 1, &hr, N, &hb)) < 1e-6);
+    linear_forward(lt, x.get(), w.get(), nullptr, nullptr, y.get(), M, N, K, ldx);
+    CHECK(norm_rel_err(y.download(), host_gemm(false, true, M, N, K, 1, hx, ldx, hw, K, 0, nullptr, N, nullptr)) < 1e-6);
+    // In-place residual: Y = X W^T + b + Y.
+    y.upload(hr);
+    linear_forward(lt, x.get(), w.get(), b.get(), y.get(), y.get(), M, N, K, ldx);
+    CHECK(norm_rel_err(y.download(), host_gemm(false, true, M, N, K, 1, hx, ldx, hw, K, 1, &hr, N, &hb)) < 1e-6);
+
+    // dW += dY^T X, then dW = dY^T X.
+    linear_backward_weight(lt, dy.get(), x.get(), dw.get(), M, N, K, true, ldx);
+    CHECK(norm_rel_err(dw.download(), host_gemm(true, false, N, K, M, 1, hdy, N, hx, ldx, 1, &hdw0, K, nullptr)) < 1e-6);
+    linear_backward_weight(lt, dy.get(), x.get(), dw.get(), M, N, K, false, ldx);
+    const auto ref_dw = host_gemm(true, false, N, K, M, 1, hdy, N, hx, ldx, 0, nullptr, K, nullptr);
+    CHECK(norm_rel_err(dw.download(), ref_dw) < 1e-6);
+
+    // dX = dY W.
+    linear_backward_input(lt, dy.get(), w.get(), dx.get(), M, N, K);
+    CHECK(norm_rel_err(dx.download(), host_gemm(false, false, M, K, N, 1, hdy, N, hw, K, 0, nullptr, K, nullptr)) < 1e-6);
+
+    // General form with both transposes and alpha/beta: D = 0.5 A^T B^T + 2 C.
+    const auto ha = normal_vec((size_t)K * M, 2, 0), hbb = normal_vec((size_t)N * K, 2, 1);
+    DevVec<float> a2(ha), b2(hbb), c2(hr), d2((size_t)M * N);
+    lt.gemm(true, true, M, N, K, 0.5f, a2.get(), M, b2.get(), K, 2.0f, c2.get(), N, d2.get(), N);
+    CHECK(norm_rel_err(d2.download(), host_gemm(true, true, M, N, K, 0.5, ha, M, hbb, K, 2, &hr, N, nullptr)) < 1e-6);
+
+    // dW = dY^T X with the bias gradient db[n] = sum_m dY[m, n] fused (BGRADB epilogue).
+    {
+      DevVec<float> db(N);
+      lt.gemm(true, false, N, K, M, 1.0f, dy.get(), N, x.get(), ldx, 0.0f, nullptr, K, dw.get(), K,
+              nullptr, db.get());
+      std::vector<double> ref_db(N, 0.0);
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) ref_db[j] += hdy[(size_t)i * N + j];
+      CHECK(norm_rel_err(dw.download(), ref_dw) < 1e-6);
+      CHECK(norm_rel_err(db.download(), ref_db) < 1e-6);
+    }
+    // Repeated calls reuse the cached plans.
+    const size_t plans = lt.plan_count();
+    linear_backward_weight(lt, dy.get(), x.get(), dw.get(), M, N, K, false, ldx);
+    CHECK(lt.plan_count() == plans);
+    CHECK(norm_rel_err(dw.download(), ref_dw) < 1e-6);
+  }
+  // A reduced SM count target (autotuned while another stream holds the other SMs) gives a new
+  // plan per shape and the same products.
+  {
+    LtGemm tuned(st.s, LtGemmOptions{size_t(32) << 20, CUBLAS_COMPUTE_32F, 8});
+    const int M = 200, N = 256, K = 512;
+    const auto hx = normal_vec((size_t)M * K, 3, 0), hw = normal_vec((size_t)N * K, 3, 1);
+    DevVec<float> x(hx), w(hw), y((size_t)M * N);
+    const auto ref = host_gemm(false, true, M, N, K, 1, hx, K, hw, K, 0, nullptr, N, nullptr);
+    auto product = [&] {  // y cleared first, so a GEMM that did not run cannot pass
+      CUDA_CHECK(cudaMemset(y.get(), 0, (size_t)M * N * sizeof(float)));
+      linear_forward(tuned, x.get(), w.get(), nullptr, nullptr, y.get(), M, N, K);
+      return norm_rel_err(y.download(), ref);
+    };
+    CHECK(product() < 1e-6);
+    CHECK(tuned.plan_count() == 1);
+    tuned.set_sm_count_target(tuned.device_sm_count() / 2);  // tuned while the other half is held
+    CHECK(tuned.sm_count_target() == tuned.device_sm_count() / 2);
+    CHECK(product() < 1e-6);
+    CHECK(tuned.plan_count() == 2);
+    tuned.set_sm_count_target(0);
+    CHECK(product() < 1e-6);
+    CHECK(tuned.plan_count() == 2);
+    CHECK_THROWS_AS(tuned.set_sm_count_target(-1), std::invalid_argument);
+    CHECK_THROWS_AS(tuned.set_sm_count_target(tuned.device_sm_count() + 1), std::invalid_argument);
+  }
+  CHECK_THROWS_AS(lt.gemm(false, false, 4, 4, 4, 1, nullptr, 4, nullptr, 4, 0, nullptr, 4, nullptr, 4),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(linear_forward(lt, static_cast<const float*>(nullptr), nullptr, nullptr, nullptr, nullptr, 4, 4, 0),
+                  std::invalid_argument);
+}
+
+TEST_CASE("lt_gemm: bf16 operands with bf16 and fp32 outputs, TF32 compute", "[gpu][lt_gemm][bf16]") {
+  REQUIRE_GPU();
+  Stream st;
+  LtGemmOptions o32;
+  o32.compute = CUBLAS_COMPUTE_32F;
+  LtGemm lt(st.s, o32);
+  struct Shape { int m, n, k; };
+  for (const Shape sh : {Shape{37, 24, 48}, Shape{200, 256, 512}, Shape{4, 1000, 768}}) {
+    const int M = sh.m, N = sh.n, K = sh.k;
+    INFO("M=" << M << " N=" << N << " K=" << K);
+    const auto hx = rounded(normal_vec((size_t)M * K, 21, 0)), hw = rounded(normal_vec((size_t)N * K, 21, 1)),
+               hb = rounded(normal_vec(N, 21, 2)), hr = normal_vec((size_t)M * N, 21, 3),
+               hdy = rounded(normal_vec((size_t)M * N, 21, 4)), hdw0 = normal_vec((size_t)N * K, 21, 5);
+    DevVec<bf16> x(to_bf16(hx)), w(to_bf16(hw)), b16(to_bf16(hb)), dy(to_bf16(hdy)), y16((size_t)M * N),
+        dx16((size_t)M * K);
+    DevVec<float> b32(hb), r(hr), y32((size_t)M * N), dw(hdw0), db(N);
+
+    // Y(bf16) = X W^T + b(bf16): one rounding of an fp32-accumulated result.
+    linear_forward(lt, x.get(), w.get(), b16.get(), nullptr, y16.get(), M, N, K);
+    const auto ref_y = host_gemm(false, true, M, N, K, 1, hx, K, hw, K, 0, nullptr, N, &hb);
+    CHECK(norm_rel_err(to_float(y16.download()), ref_y) < 4e-3);
+    // Y(fp32) = X W^T + b(fp32) + R(fp32): exact products, fp32 accumulation.
+    linear_forward(lt, x.get(), w.get(), b32.get(), r.get(), y32.get(), M, N, K);
+    CHECK(norm_rel_err(y32.download(), host_gemm(false, true, M, N, K, 1, hx, K, hw, K, 1, &hr, N, &hb)) < 1e-5);
+    // dW(fp32) += dY^T X, then the BGRADB form (or its fallback) dW = dY^T X, db = colsum(dY).
+    linear_backward_weight(lt, dy.get(), x.get(), dw.get(), M, N, K, true);
+    CHECK(norm_rel_err(dw.download(), host_gemm(true, false, N, K, M, 1, hdy, N, hx, K, 1, &hdw0, K, nullptr)) < 1e-5);
+    const auto ref_dw = host_gemm(true, false, N, K, M, 1, hdy, N, hx, K, 0, nullptr, K, nullptr);
+    std::vector<double> ref_db(N, 0.0);
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) ref_db[j] += hdy[(size_t)i * N + j];
+    const bool fused = linear_backward_weight_bias(lt, dy.get(), x.get(), dw.get(), db.get(), M, N, K);
+    std::printf("lt_gemm bf16 BGRADB epilogue (M=%d N=%d K=%d): %s\n", M, N, K,
+                fused ? "supported" : "not offered by cuBLASLt (column_sum fallback)");
+    if (fused) {
+      CHECK(norm_rel_err(dw.download(), ref_dw) < 1e-5);
+      CHECK(norm_rel_err(db.download(), ref_db) < 1e-5);
+    }
+    // dX(bf16) = dY W.
+    linear_backward_input(lt, dy.get(), w.get(), dx16.get(), M, N, K);
+    CHECK(norm_rel_err(to_float(dx16.download()), host_gemm(false, false, M, K, N, 1, hdy, N, hw, K, 0, nullptr, K, nullptr)) < 4e-3);
+  }
+  // Unsupported type combinations are refused before reaching cuBLASLt.
+  DevVec<float> f(16);
+  CHECK_THROWS_AS(lt.gemm(GemmTypes{CUDA_R_32F, CUDA_R_16BF}, false, false, 4, 4, 4, 1, f.get(), 4,
+                          f.get(), 4, 0, nullptr, 4, f.get(), 4),
+                  std::invalid_argument);
+
+  // TF32: fp32 operands rounded to 10-bit mantissas, fp32 accumulation: about 1e-3 relative.
+  LtGemmOptions otf;
+  otf.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  LtGemm tf(st.s, otf);
+  const int M = 300, N = 256, K = 1024;
+  const auto hx = normal_vec((size_t)M * K, 22, 0), hw = normal_vec((size_t)N * K, 22, 1);
+  DevVec<float> x(hx), w(hw), y((size_t)M * N);
+  linear_forward(tf, x.get(), w.get(), nullptr, nullptr, y.get(), M, N, K);
+  const double e = norm_rel_err(y.download(), host_gemm(false, true, M, N, K, 1, hx, K, hw, K, 0, nullptr, N, nullptr));
+  std::printf("lt_gemm TF32 %dx%dx%d norm-rel error %.3g\n", M, N, K, e);
+  CHECK(e < 2e-3);
+  CHECK(e > 2e-5);  // TF32 is really on (strict fp32 gives about 1e-7)
+
+  // GEMM timing: events around each GEMM, summed and reset by take_timed_ms().
+  tf.set_timing(true);
+  for (int i = 0; i < 3; ++i) linear_forward(tf, x.get(), w.get(), nullptr, nullptr, y.get(), M, N, K);
+  const double ms = tf.take_timed_ms();
+  CHECK(ms > 0);
+  CHECK(tf.take_timed_ms() == 0);
+  tf.set_timing(false);
+}
