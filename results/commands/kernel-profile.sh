@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Where a training step's GPU time goes, per kernel family, against floors (one GPU).
+#   For each model of MODELS: Nsight Compute over exactly one timed step of vitddp (--no-ddp,
+#   batch BATCH, PRECISION, data on the GPU, CUDA graph off so that each kernel is its own launch;
+#   vitddp brackets its timed steps with cudaProfilerStart/Stop, so --profile-from-start off keeps
+#   that step), at the application clocks (--clock-control none); the GEMM ceilings at the model's
+#   shapes (results/peers/torch_peers.py --gemm-ceilings, needs torch); then
+#   results/peers/kernel_table.py writes one table per model into OUT/kernel_tables.md.
+# Usage: bash results/commands/kernel-profile.sh OUT  |  bash results/commands/kernel-profile.sh --readme DIR
+#   VITDDP [build/vitddp]  PYTHON [python3]  MODELS [vit_b_16 vit_l_32 vit_l_16]  BATCH [32]
+#   PRECISION [bf16]  NCU [ncu]. About 40 s a model on an H200.
+# Writes OUT/ncu-<model>-<precision>-b<batch>.csv.xz (ncu's CSV), gemm-<model>-b<batch>.json, kernel_tables.md,
+# log.txt, README.md. Exit 2 on bad settings, 1 when a profile or a table failed.
+set -u -o pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+VITDDP=${VITDDP:-build/vitddp}
+PY=${PYTHON:-python3}
+MODELS=${MODELS:-vit_b_16 vit_l_32 vit_l_16}
+BATCH=${BATCH:-32}
+PRECISION=${PRECISION:-bf16}
+NCU=${NCU:-ncu}
+die() { echo "kernel-profile.sh: $*" >&2; exit 2; }
+export NCCL_NVLS_ENABLE=0
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+
+tables() {  # tables DIR: DIR/kernel_tables.md from DIR's ncu and GEMM files
+  local dir=$1 f m g rc=0
+  : > "$dir/kernel_tables.md"
+  for f in "$dir"/ncu-*.csv "$dir"/ncu-*.csv.xz; do
+    [ -e "$f" ] || continue
+    local stem p b; stem=$(basename "$f" | sed -E 's/\.csv(\.xz)?$//')  # ncu-<model>-<precision>-b<batch>
+    m=$(sed -E 's/^ncu-(.*)-(bf16|tf32|fp32)-b[0-9]+$/\1/' <<<"$stem")
+    p=$(sed -E 's/.*-(bf16|tf32|fp32)-b[0-9]+$/\1/' <<<"$stem"); b=$(sed -E 's/.*-b([0-9]+)$/\1/' <<<"$stem")
+    g=(); [ -e "$dir/gemm-$m-b$b.json" ] && g=(--gemm "$dir/gemm-$m-b$b.json")
+    "$PY" "$ROOT/results/peers/kernel_table.py" "$f" "${g[@]}" --model "$m" --precision "$p" --batch-size "$b" \
+      --title "$m, batch $b, $p: one training step" >> "$dir/kernel_tables.md" || rc=1
+  done
+  return $rc
+}
+
+readme() {  # readme DIR
+  local dir=$1
+  tables "$dir" || return 1
+  {
+    echo "# Where a training step's GPU time goes, per kernel family (one GPU)"
+    echo
+    echo "Written by \`bash results/commands/kernel-profile.sh OUT\` (rewrite: \`bash results/commands/kernel-profile.sh --readme DIR\`)."
+    echo "Nsight Compute timed each kernel of one step of \`vitddp --no-ddp --data device --cuda-graph off\` at the"
+    echo "application clocks; \`x floor\` is a family's time over its floor: GEMMs against the same GEMMs at their"
+    echo "measured ceilings (torch.matmul at the model's shapes, \`gemm-*.json\`), attention against the larger of its"
+    echo "matrix products at the forward GEMM ceiling and its DRAM bytes, everything else against its DRAM bytes at"
+    echo "4300 GB/s (a large device-to-device copy). Kernel by kernel, as ncu runs them, the step is longer than"
+    echo "in a CUDA-graph run (no overlap between launches); the shares are what to read."
+    echo
+    cat "$dir/kernel_tables.md"
+  } > "$dir/README.md"
+  echo "wrote $dir/README.md"
+}
+
+if [ "${1:-}" = --readme ]; then
+  [ $# -eq 2 ] && [ -d "$2" ] || die "usage: kernel-profile.sh --readme DIR (an existing folder)"
+  readme "$2"; exit $?
+fi
+[ $# -eq 1 ] || die "usage: kernel-profile.sh OUT  |  kernel-profile.sh --readme DIR"
+OUT=$1
+[ -x "$VITDDP" ] || die "VITDDP=$VITDDP: not an executable (build it: cmake --build build --target vitddp)"
+command -v "$NCU" >/dev/null || die "NCU=$NCU: Nsight Compute not found"
+[[ $BATCH =~ ^[1-9][0-9]*$ ]] || die "BATCH: '$BATCH' is not a positive integer"
+case $PRECISION in bf16|tf32|fp32) ;; *) die "PRECISION: '$PRECISION' is not bf16, tf32 or fp32";; esac
+mkdir -p "$OUT" || die "$OUT: cannot create the folder"
+status=0
+{
+  date -u; nvidia-smi -L
+  for m in $MODELS; do
+    csv=$OUT/ncu-$m-$PRECISION-b$BATCH.csv
+    timeout 300 "$NCU" --profile-from-start off --clock-control none --csv \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+      "$VITDDP" --no-ddp --model "$m" --precision "$PRECISION" --batch-size "$BATCH" --data device \
+      --warmup-steps 3 --steps 1 --cooldown-steps 0 --cuda-graph off --overwrite --out "$OUT/ncu-$m.h5" > "$csv" ||
+      { echo "kernel-profile.sh: ncu failed for $m"; status=1; }
+    rm -f "$OUT/ncu-$m.h5"
+    xz -9f "$csv"
+    "$PY" "$ROOT/results/peers/torch_peers.py" --gemm-ceilings --model "$m" --batch-size "$BATCH" \
+      --gemm-precisions "$PRECISION" --json "$OUT/gemm-$m-b$BATCH.json" ||
+      echo "kernel-profile.sh: no GEMM ceilings for $m (torch_peers.py failed): the GEMM floor stays empty"
+  done
+  date -u
+} > >(tee "$OUT/log.txt") 2>&1
+readme "$OUT" || status=1
+exit $status

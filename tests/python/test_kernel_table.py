@@ -1,0 +1,79 @@
+"""Tests of results/peers/kernel_table.py (a step's GPU time per kernel family against floors) on a
+hand-made Nsight Compute CSV: families, sums, floors and the .xz reader."""
+import json
+import lzma
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "results", "peers"))
+import kernel_table  # noqa: E402
+
+HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+          '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n')
+
+
+def row(i, name, metric, unit, value):
+    return (f'"{i}","1","vitddp","h","{name}","1","13","(256, 1, 1)","(8, 1, 1)","0","9.0",'
+            f'"Command line profiler metrics","{metric}","{unit}","{value}"\n')
+
+
+def write_csv(path):
+    lines = ["[vitddp] a line of the program's own output\n", HEADER]
+    kernels = [(0, "nvjet_sm90_tst_256x96_bias_TNT", 2_000_000, 1000), (1, "nvjet_sm90_tss_128x64_NTT", 1_000_000, 500),
+               (2, "void vitddp::gelu_backward_bias_kernel<__nv_bfloat16>(const T1 *)", 4_300_000, 300),
+               (3, "void ln_warp::forward<6, float>(const float *)", 860_000, 1_000)]
+    for i, name, nbytes, ns in kernels:
+        lines += [row(i, name, "dram__bytes_read.sum", "byte", f"{nbytes // 2:,}"),
+                  row(i, name, "dram__bytes_write.sum", "byte", f"{nbytes - nbytes // 2:,}"),
+                  row(i, name, "gpu__time_duration.sum", "ns" if i != 3 else "us", f"{ns if i != 3 else 1:,}")]
+    with open(path, "w") as f:
+        f.writelines(lines)
+
+
+def test_families_sums_and_floors(tmp_path):
+    csv_path = str(tmp_path / "step.csv")
+    write_csv(csv_path)
+    kernels = kernel_table.read_ncu(csv_path)
+    assert len(kernels) == 4 and kernels["3"]["ns"] == 1000.0 and kernels["0"]["bytes"] == 2_000_000
+    rows, total = kernel_table.table(kernels, gemm_us=0.75, hbm_gbps=4300.0)
+    by = {r[0]: r for r in rows}
+    assert total == pytest.approx(2.8)  # (1000 + 500 + 300 + 1000) ns
+    gemm = by["GEMM (cuBLASLt)"]
+    assert gemm[1] == 2 and gemm[2] == pytest.approx(1.5) and gemm[5] == 0.75 and gemm[6] == pytest.approx(2.0)
+    gelu = by["GELU backward + bias gradient"]
+    assert gelu[5] == pytest.approx(1.0) and gelu[6] == pytest.approx(0.3)  # 4.3 MB at 4300 GB/s = 1 us
+    ln = by["LayerNorm forward"]
+    assert ln[5] == pytest.approx(0.2) and ln[6] == pytest.approx(5.0)
+    assert [r[0] for r in rows][0] == "GEMM (cuBLASLt)"  # sorted by time
+    assert sum(r[3] for r in rows) == pytest.approx(1.0)
+
+
+def test_gemm_and_attention_floors_from_the_ceilings_file(tmp_path):
+    g = tmp_path / "gemm.json"
+    g.write_text(json.dumps({"ceilings": {"bf16": {"forward_tflops": 500.0, "gemms": [{"ms": 0.01}, {"ms": 0.02}]}}}))
+    assert kernel_table.gemm_floor_us(str(g), "vit_l_32", "bf16") == pytest.approx(24 * 30.0)
+    # vit_l_32: T = 50, D = 1024, 24 blocks; batch 2: forward 4 T^2 D B L FLOPs at 500 TFLOP/s
+    fwd = kernel_table.attention_floor_us(str(g), "vit_l_32", "bf16", 2, False)
+    assert fwd == pytest.approx(4 * 50 ** 2 * 1024 * 2 * 24 / 500e6)
+    assert kernel_table.attention_floor_us(str(g), "vit_l_32", "bf16", 2, True) == pytest.approx(2 * fwd)
+
+
+def test_xz_input_and_main(tmp_path, capsys):
+    csv_path = str(tmp_path / "step.csv")
+    write_csv(csv_path)
+    with open(csv_path, "rb") as f, lzma.open(csv_path + ".xz", "wb") as out:
+        out.write(f.read())
+    assert kernel_table.main([csv_path + ".xz", "--model", "vit_b_16"]) == 0
+    text = capsys.readouterr().out
+    assert "| GELU backward + bias gradient | 1 | 0.3 |" in text and "| **step** | 4 | 2.8 | 100% |" in text
+
+
+def test_unreadable_file_is_one_line_and_exit_2(tmp_path, capsys):
+    bad = tmp_path / "not-ncu.csv"
+    bad.write_text("hello\n")
+    assert kernel_table.main([str(bad)]) == 2
+    assert "no ncu --csv metrics" in capsys.readouterr().err
+    assert kernel_table.main([str(tmp_path / "missing.csv")]) == 2
