@@ -26,39 +26,45 @@ unsigned grid_for(size_t n) {
 #define GRID_STRIDE(i, n) \
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
-__device__ __forceinline__ uint16_t to16(float v, bool bf16) {
-  return bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
+// The 16-bit payload types as raw bits: T is DType::F16 or DType::BF16 (round to nearest even).
+template <DType T>
+__device__ __forceinline__ uint16_t to16(float v) {
+  if constexpr (T == DType::BF16) return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  else return __half_as_ushort(__float2half_rn(v));
 }
-__device__ __forceinline__ float from16(uint16_t h, bool bf16) {
-  return bf16 ? __bfloat162float(__ushort_as_bfloat16(h)) : __half2float(__ushort_as_half(h));
+template <DType T>
+__device__ __forceinline__ float from16(uint16_t h) {
+  if constexpr (T == DType::BF16) return __bfloat162float(__ushort_as_bfloat16(h));
+  else return __half2float(__ushort_as_half(h));
 }
 
 // Four elements per thread when both pointers are 16 / 8-byte aligned (bucket offsets are
 // multiples of 4 elements), then the tail; element-wise the same arithmetic as one at a time.
-__global__ void to16_kernel(const float* __restrict__ x, size_t n, float divisor, bool bf16, uint16_t* __restrict__ out,
-                            bool vec) {
+template <DType T>
+__global__ void to16_kernel(const float* __restrict__ x, size_t n, float divisor, uint16_t* __restrict__ out, bool vec) {
   const size_t n4 = vec ? n / 4 : 0;
   GRID_STRIDE(i, n4) {
     const float4 v = reinterpret_cast<const float4*>(x)[i];
     ushort4 o;
-    o.x = to16(v.x / divisor, bf16);
-    o.y = to16(v.y / divisor, bf16);
-    o.z = to16(v.z / divisor, bf16);
-    o.w = to16(v.w / divisor, bf16);
+    o.x = to16<T>(v.x / divisor);
+    o.y = to16<T>(v.y / divisor);
+    o.z = to16<T>(v.z / divisor);
+    o.w = to16<T>(v.w / divisor);
     reinterpret_cast<ushort4*>(out)[i] = o;
   }
   for (size_t i = 4 * n4 + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    out[i] = to16(x[i] / divisor, bf16);
+    out[i] = to16<T>(x[i] / divisor);
 }
 
-__global__ void from16_kernel(const uint16_t* __restrict__ h, size_t n, bool bf16, float* __restrict__ x, bool vec) {
+template <DType T>
+__global__ void from16_kernel(const uint16_t* __restrict__ h, size_t n, float* __restrict__ x, bool vec) {
   const size_t n4 = vec ? n / 4 : 0;
   GRID_STRIDE(i, n4) {
     const ushort4 v = reinterpret_cast<const ushort4*>(h)[i];
-    reinterpret_cast<float4*>(x)[i] = make_float4(from16(v.x, bf16), from16(v.y, bf16), from16(v.z, bf16), from16(v.w, bf16));
+    reinterpret_cast<float4*>(x)[i] = make_float4(from16<T>(v.x), from16<T>(v.y), from16<T>(v.z), from16<T>(v.w));
   }
   for (size_t i = 4 * n4 + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    x[i] = from16(h[i], bf16);
+    x[i] = from16<T>(h[i]);
 }
 
 bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
@@ -215,19 +221,19 @@ void check_matrix(const char* fn, int n, int m, int r) {
 
 void cast_to_16bit(const float* x, size_t n, float divisor, DType t, uint16_t* out, cudaStream_t stream) {
   require_16bit(t, "cast_to_16bit");
-  const bool bf16 = t == DType::BF16;
   if (n == 0) return;
   const bool vec = aligned(x, 16) && aligned(out, 8);
-  to16_kernel<<<grid_for(vec ? n / 4 + 1 : n), kThreads, 0, stream>>>(x, n, divisor, bf16, out, vec);
+  auto* kernel = t == DType::BF16 ? to16_kernel<DType::BF16> : to16_kernel<DType::F16>;
+  kernel<<<grid_for(vec ? n / 4 + 1 : n), kThreads, 0, stream>>>(x, n, divisor, out, vec);
   CUDA_CHECK_LAUNCH();
 }
 
 void cast_from_16bit(const uint16_t* h, size_t n, DType t, float* x, cudaStream_t stream) {
   require_16bit(t, "cast_from_16bit");
-  const bool bf16 = t == DType::BF16;
   if (n == 0) return;
   const bool vec = aligned(x, 16) && aligned(h, 8);
-  from16_kernel<<<grid_for(vec ? n / 4 + 1 : n), kThreads, 0, stream>>>(h, n, bf16, x, vec);
+  auto* kernel = t == DType::BF16 ? from16_kernel<DType::BF16> : from16_kernel<DType::F16>;
+  kernel<<<grid_for(vec ? n / 4 + 1 : n), kThreads, 0, stream>>>(h, n, x, vec);
   CUDA_CHECK_LAUNCH();
 }
 
