@@ -55,6 +55,9 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
     if (o.compression != Compression::None) reducer += std::string(reducer.empty() ? "" : ", ") + to_string(o.compression) + " buffers";
     if (uses_copy_engine(reducer_options(o), world_size))
       reducer += std::string(reducer.empty() ? "" : ", ") + "copy-engine scratch and flags";
+    if (o.shard_optimizer)
+      reducer += std::string(reducer.empty() ? "" : ", ") +
+                 "this rank's shard of the averaged gradients (ZeRO-1), a padded bucket when one does not divide by the ranks";
     if (reducer.empty()) reducer = "no buffers (in-place all-reduce of the gradients)";
   }
   e.items.push_back({"reducer", reducer, o.ddp ? GpuReducer::planned_device_bytes(layout, buckets, reducer_options(o), world_size) : 0});

@@ -21,63 +21,23 @@
 #include "tests/catch.h"
 #include "tests/mpi_test_util.h"
 #include "tests/test_util.h"
+#include "tests/zero_check.h"
 
 using namespace vitddp;
 using vitddp_test::parse_args;
 using vitddp_test::world_rank;
 using vitddp_test::world_size;
+using vitddp_test::max_abs_diff;
+using vitddp_test::zero_buckets;
+using vitddp_test::run_zero_steps;
+using vitddp_test::zero_world;
 
 namespace {
-
-World this_world() {
-  World w;
-  w.rank = world_rank();
-  w.world_size = world_size();
-  w.local_rank = w.rank;
-  w.local_size = w.world_size;
-  return w;
-}
 
 /// vit_micro's buckets with tiny caps: several buckets, the first a single small tensor.
 std::vector<Bucket> micro_buckets(const ParamLayout& L) { return assign_buckets(L, 16, 600); }
 
-/// The command line of the engine tests: vit_micro, batch 2, random init, tiny buckets, `extra`.
-Options engine_options(std::vector<std::string> extra) {
-  std::vector<std::string> a = {"--backend", "cpu", "--model", "vit_micro", "--batch-size", "2", "--init", "random",
-                                "--first-bucket-mb", "0.00002", "--bucket-cap-mb", "0.0006", "--seed", "3"};
-  a.insert(a.end(), extra.begin(), extra.end());
-  return parse_args(a);
-}
-
-/// Largest |a - b| over two equal-sized vectors.
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs((double)a[i] - b[i]));
-  return m;
-}
-
-/// Runs `steps` optimizer steps of `micro` micro-steps on `engines`, each engine fed the same
-/// batches: rank r's own batch (seeded by step, micro-step and rank), rank 0's of step `poisoned`
-/// with a NaN pixel. Returns each engine's records of the last step.
-std::vector<StepRecord> run_steps(const std::vector<Engine*>& engines, const ParamLayout& L, int steps, int micro,
-                                  int poisoned = -1) {
-  std::vector<StepRecord> last(engines.size());
-  for (int s = 0; s < steps; ++s)
-    for (size_t e = 0; e < engines.size(); ++e) {
-      engines[e]->set_lr(s == 0 ? 0.02 : 0.05);
-      for (int k = 0; k < micro; ++k) {
-        const uint64_t seed = 1000 + 100 * s + 10 * k + world_rank();
-        const auto images = vitddp_test::random_images(L.cfg, 2, seed);
-        const auto labels = vitddp_test::random_labels(L.cfg, 2, seed);
-        engines[e]->stage(HostBatch{images.data(), labels.data(), 2});
-        if (s == poisoned && k == 0 && world_rank() == 0) engines[e]->fault_target().poison_staged_batch();
-        engines[e]->run_micro_step(k, micro);
-      }
-      engines[e]->finish_step(&last[e]);
-    }
-  return last;
-}
+Options engine_options(const std::vector<std::string>& extra) { return vitddp_test::zero_options("cpu", extra); }
 
 }  // namespace
 
@@ -141,7 +101,7 @@ TEST_CASE("ZeRO-1 reducer: each rank receives the average of its chunks; the all
 TEST_CASE("ZeRO-1 engine equals the DDP engine: SGD with momentum and AdamW, with and without accumulation",
           "[mpi][zero][engine]") {
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
-  const World w = this_world();
+  const World w = zero_world();
   struct Case {
     std::vector<std::string> args;
     int micro;
@@ -156,12 +116,12 @@ TEST_CASE("ZeRO-1 engine equals the DDP engine: SGD with momentum and AdamW, wit
     std::vector<std::string> zero_args = c.args;
     zero_args.push_back("--shard-optimizer");
     const Options od = engine_options(c.args), oz = engine_options(zero_args);
-    const auto buckets = assign_buckets(L, (size_t)(od.first_bucket_mb * 1048576.0), (size_t)(od.bucket_cap_mb * 1048576.0));
+    const auto buckets = zero_buckets(od, L);
     auto ddp = make_cpu_engine(od, w, L, buckets, nullptr);
     auto zero = make_cpu_engine(oz, w, L, buckets, nullptr);
     const std::vector<float> p0 = ddp->parameters();
     REQUIRE(zero->parameters() == p0);
-    const auto recs = run_steps({ddp.get(), zero.get()}, L, 4, c.micro);
+    const auto recs = run_zero_steps({ddp.get(), zero.get()}, L, 4, c.micro);
     INFO(to_string(oz.optimizer) << ", " << c.micro << " micro-step(s), " << w.world_size << " ranks");
     const double d = max_abs_diff(zero->parameters(), ddp->parameters());
     CHECK(d <= 1e-6);
@@ -192,19 +152,19 @@ TEST_CASE("ZeRO-1 engine equals the DDP engine: SGD with momentum and AdamW, wit
 TEST_CASE("ZeRO-1 engine: a non-finite step on one rank is skipped on every rank, as DDP skips it",
           "[mpi][zero][engine]") {
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
-  const World w = this_world();
+  const World w = zero_world();
   const Options od = engine_options({"--optimizer", "adamw"}), oz = engine_options({"--optimizer", "adamw", "--shard-optimizer"});
-  const auto buckets = assign_buckets(L, (size_t)(od.first_bucket_mb * 1048576.0), (size_t)(od.bucket_cap_mb * 1048576.0));
+  const auto buckets = zero_buckets(od, L);
   auto ddp = make_cpu_engine(od, w, L, buckets, nullptr);
   auto zero = make_cpu_engine(oz, w, L, buckets, nullptr);
-  run_steps({ddp.get(), zero.get()}, L, 2, 1);
+  run_zero_steps({ddp.get(), zero.get()}, L, 2, 1);
   const std::vector<float> before = zero->parameters();
-  const auto poisoned = run_steps({ddp.get(), zero.get()}, L, 1, 1, 0);  // rank 0's batch holds a NaN
+  const auto poisoned = run_zero_steps({ddp.get(), zero.get()}, L, 1, 1, 0);  // rank 0's batch holds a NaN
   CHECK(poisoned[0].nonfinite);
   CHECK(poisoned[1].nonfinite);  // on every rank, though only rank 0's loss is NaN
   CHECK(zero->parameters() == before);  // nothing applied, nothing all-gathered
   for (size_t b = 0; b < buckets.size(); ++b) CHECK(poisoned[1].buckets.allgather_bytes[b] == 0);
-  run_steps({ddp.get(), zero.get()}, L, 2, 1);
+  run_zero_steps({ddp.get(), zero.get()}, L, 2, 1);
   const TrainState sz = zero->train_state(), sd = ddp->train_state();
   CHECK(sz.optimizer_steps == 4);  // 5 steps, the skipped one not counted
   CHECK(sd.optimizer_steps == 4);
@@ -215,9 +175,9 @@ TEST_CASE("ZeRO-1 engine: a full state loads into this rank count's shards and g
           "[mpi][zero][engine][checkpoint]") {
   // A state as a checkpoint of any rank count (sharded or not) holds it: full buffers.
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
-  const World w = this_world();
+  const World w = zero_world();
   const Options od = engine_options({"--optimizer", "adamw"}), oz = engine_options({"--optimizer", "adamw", "--shard-optimizer"});
-  const auto buckets = assign_buckets(L, (size_t)(od.first_bucket_mb * 1048576.0), (size_t)(od.bucket_cap_mb * 1048576.0));
+  const auto buckets = zero_buckets(od, L);
   TrainState full;
   full.params = vitddp_test::random_params(L, 41);
   std::vector<float> m = vitddp_test::random_params(L, 42), v = vitddp_test::random_params(L, 43);
@@ -239,7 +199,7 @@ TEST_CASE("ZeRO-1 engine: a full state loads into this rank count's shards and g
     CHECK(back.optimizer[1].second == v);
   }
   // Both continue from it alike (AdamW's step 8 onwards).
-  run_steps({ddp.get(), zero.get()}, L, 3, 1);
+  run_zero_steps({ddp.get(), zero.get()}, L, 3, 1);
   CHECK(max_abs_diff(zero->parameters(), ddp->parameters()) <= 1e-6);
   CHECK(max_abs_diff(zero->parameters(), full.params) > 1e-4);
   const TrainState sz = zero->train_state(), sd = ddp->train_state();
@@ -250,7 +210,7 @@ TEST_CASE("ZeRO-1 engine: a full state loads into this rank count's shards and g
 TEST_CASE("ZeRO-1 memory: the estimate's sharded items equal what the engine and reducer allocate",
           "[mpi][zero][memory]") {
   const ParamLayout L = make_param_layout(vit_config("vit_tiny", 10));
-  const World w = this_world();
+  const World w = zero_world();
   for (const char* opt : {"sgd", "adamw"}) {
     const bool adamw = std::string(opt) == "adamw";
     const Options o = parse_args({"--backend", "cpu", "--model", "vit_tiny", "--num-classes", "10", "--batch-size", "4",
