@@ -174,7 +174,7 @@ EXPECT_ARGS="$MODEL $BUCKETS" NP=3 expect_error "a 2-rank sharded checkpoint on 
 
 # ---- the results file and the summary
 if [ -f "$TMP/zero-sgd-np3.h5" ] && [ -f "$TMP/ddp-sgd-np3.h5" ]; then
-  check=$("$PY" - "$TMP/zero-sgd-np3.h5" "$TMP/ddp-sgd-np3.h5" <<'PY' 2>&1
+  check=$("$PY" - "$TMP/zero-sgd-np3.h5" "$TMP/ddp-sgd-np3.h5" "$(dirname "$0")/../results" <<'PY' 2>&1
 import sys, h5py, numpy as np
 z, d = sys.argv[1:3]
 with h5py.File(z, "r") as f, h5py.File(d, "r") as g:
@@ -200,8 +200,15 @@ with h5py.File(z, "r") as f, h5py.File(d, "r") as g:
     bw_ddp = g["buckets/busbw"][()]
     tt, by = g["buckets/allreduce_time"][()], g["buckets/bytes_sent"][()]
     assert np.allclose(bw_ddp, np.where(tt > 0, by / np.where(tt > 0, tt, 1) / 1e9 * 4 / 3, 0), rtol=1e-12, atol=0)
-    print("ok: %d buckets of %d..%d bytes reduce-scattered and all-gathered in every step on 3 ranks, busbw x 2/3"
-          % (n, bb.min(), bb.max()))
+    summary = float(f["summary/busbw_median"][()])
+sys.path.insert(0, sys.argv[3])
+from vitddp_tools.bandwidth import BucketBandwidth
+from vitddp_tools.reader import Run
+with Run(z) as run:
+    tools = BucketBandwidth(run).median_busbw()
+assert abs(tools - summary) <= 1e-9 * summary, (tools, summary)
+print("ok: %d buckets of %d..%d bytes reduce-scattered and all-gathered in every step on 3 ranks, busbw x 2/3, "
+      "summary busbw %.4g GB/s = vitddp_tools'" % (n, bb.min(), bb.max(), summary))
 PY
 )
   if [[ "$check" == ok* ]]; then ok "results file of a 3-rank ZeRO-1 run: $check"; else bad "results file: $check"; fi
