@@ -67,7 +67,8 @@ const std::vector<SeriesDef> kStepSeries = {
      "bwd", 3, VITDDP_MS(backward_ms)},
     {"timing/exposed_comm", "s", kF, kRank, "after backward compute, time the compute stream waited for the last all-reduce",
      "exposed comm", 4, VITDDP_MS(exposed_comm_ms)},
-    {"timing/optimizer", "s", kF, kRank, "optimizer step (SGD or AdamW) over the flat parameter buffer", "opt", 5,
+    {"timing/optimizer", "s", kF, kRank, "optimizer step (SGD or AdamW) over the flat parameter buffer; with --shard-optimizer over the rank's "
+     "shard, and the parameters' all-gathers", "opt", 5,
      VITDDP_MS(optimizer_ms)},
     {"timing/step_time", "s", kF, kRank, "device time of the step, step-start event to step-end event", "step", 1,
      VITDDP_MS(step_ms)},
