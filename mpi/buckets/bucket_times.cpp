@@ -10,6 +10,11 @@ void BucketTimes::resize(size_t n) {
   compress_ms.assign(n, 0.0);
   allreduce_ms.assign(n, 0.0);
   copy_ms.assign(n, 0.0);
+  reduce_scattered.assign(n, 0);
+  allgather_start_ms.assign(n, 0.0);
+  allgather_end_ms.assign(n, 0.0);
+  allgather_ms.assign(n, 0.0);
+  allgather_bytes.assign(n, 0);
 }
 
 }  // namespace vitddp

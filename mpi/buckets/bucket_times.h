@@ -7,17 +7,20 @@
 
 namespace vitddp {
 
-/// What one bucket's communication did in one step.
+/// What one bucket's gradient communication did in one step.
 struct BucketCommReport {
-  uint64_t bytes_sent = 0;   ///< sum over this rank's all-reduce calls of their payload bytes
+  uint64_t bytes_sent = 0;   ///< sum over this rank's all-reduce (or reduce-scatter) calls of their payload bytes
   bool compressed = false;   ///< the payload was compressed (see BucketTimes::compressed)
   double compress_ms = 0;    ///< compression + decompression work
-  double allreduce_ms = 0;   ///< inside the all-reduce calls
+  double allreduce_ms = 0;   ///< inside the all-reduce (or reduce-scatter) calls
 };
 
 /// Per-step record of every bucket's communication, one entry per bucket (index = bucket index).
 /// Times are milliseconds; start/end are relative to the step's start (GPU: the step-start CUDA
-/// event on the compute stream; CPU: the host clock at step start).
+/// event on the compute stream; CPU: the host clock at step start). The gradient collective is an
+/// all-reduce, or with --shard-optimizer (ZeRO-1) a reduce-scatter (`reduce_scattered`), whose
+/// interval and bytes the all-reduce fields then hold; the parameters' all-gather after the
+/// shard's update has its own fields.
 struct BucketTimes {
   /// First / last event of the bucket's communication work (hook + all-reduce calls; the bucket
   /// copies of grad_as_bucket_view=false are not included, see copy_ms).
@@ -38,6 +41,14 @@ struct BucketTimes {
   /// grad_as_bucket_view=false only (else 0): gradients -> bucket buffer before the all-reduce
   /// plus bucket buffer -> gradients in finalize() (GPU: device-to-device copies on the compute stream).
   std::vector<double> copy_ms;
+  /// 1 when the bucket's gradients were reduce-scattered (--shard-optimizer), 0 for an all-reduce.
+  std::vector<uint8_t> reduce_scattered;
+  /// --shard-optimizer: the all-gather of the bucket's updated parameters (GPU: CUDA events
+  /// around the call on the comm stream; CPU: from MPI_Iallgatherv to the return of its
+  /// MPI_Wait), start and end from the step's start, and its payload bytes (the whole bucket's
+  /// fp32 bytes, nccl-tests' all-gather size); 0 without sharding or for a skipped step.
+  std::vector<double> allgather_start_ms, allgather_end_ms, allgather_ms;
+  std::vector<uint64_t> allgather_bytes;
 
   /// Sizes every vector to `buckets` entries of zero.
   void resize(size_t buckets);

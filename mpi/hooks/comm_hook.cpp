@@ -17,8 +17,9 @@ BucketCommReport GradBucket::report() const {
   return r;
 }
 
-void GradBucket::reset(float* buffer) {
+void GradBucket::reset(float* buffer, float* shard) {
   buffer_ = buffer;
+  shard_ = shard;
   last_mark_ = -1;
   fresh_ = false;
   compress_.clear();

@@ -25,16 +25,16 @@ class CpuReducer::HostBucket final : public GradBucket {
   uint16_t* staging_16bit() override { return staging_.empty() ? nullptr : staging_.data(); }
 
   void all_reduce(void* data, size_t count, DType t, ReduceOp op) override {
-    int issued = start_mark();
-    if (op == ReduceOp::Avg) {  // DDP's _allreduce_fut: divide first, then sum
-      if (t != DType::F32) throw std::invalid_argument("CpuReducer: an average of fp32 buffers only");
-      auto* x = static_cast<float*>(data);
-      const float ws = static_cast<float>(world_size());
-      for (size_t i = 0; i < count; ++i) x[i] /= ws;
-      enqueued();
-      issued = mark();
-    }
+    const int issued = divide_for(op, data, count, t);
     pending_.push_back(Pending{transport_.start_sum(data, count, t), issued, count * dtype_bytes(t), {}});
+  }
+
+  void reduce_scatter(void* data, size_t count, DType t, ReduceOp op, void* out) override {
+    const int issued = divide_for(op, data, count, t);
+    std::vector<size_t> counts;
+    for (int r = 0; r < world_size(); ++r) counts.push_back(shard_count(count, world_size(), r));
+    pending_.push_back(
+        Pending{transport_.start_reduce_scatter(data, out, counts, t), issued, count * dtype_bytes(t), {}});
   }
 
   bool all_reduce_16bit_fused(float*, uint16_t*, size_t, DType, float) override { return false; }
@@ -66,6 +66,18 @@ class CpuReducer::HostBucket final : public GradBucket {
     uint64_t bytes;
     std::vector<std::function<void()>> then;
   };
+  /// The mark a collective's interval starts at; for Avg, after dividing `data` by the world size
+  /// first (DDP's _allreduce_fut: divide, then sum).
+  int divide_for(ReduceOp op, void* data, size_t count, DType t) {
+    const int issued = start_mark();
+    if (op != ReduceOp::Avg) return issued;
+    if (t != DType::F32) throw std::invalid_argument("CpuReducer: an average of fp32 buffers only");
+    auto* x = static_cast<float*>(data);
+    const float ws = static_cast<float>(world_size());
+    for (size_t i = 0; i < count; ++i) x[i] /= ws;
+    enqueued();
+    return mark();
+  }
   void do_cast_to_16bit(const float* x, size_t n, float divisor, DType t, uint16_t* out) override {
     require_16bit(t, "cast_to_16bit");
     if (t == DType::F16) {
@@ -126,12 +138,20 @@ CpuReducer::CpuReducer(const ParamLayout& layout, std::vector<Bucket> buckets, f
   if (!opts_.grad_as_bucket_view) bucket_buf_.assign(layout.total, 0.0f);
   hook_buckets_ = hook_buckets(layout, core_.buckets());
   transport_ = make_host_transport("mpi");
+  if (opts_.shard_optimizer) {
+    if (!opts_.grad_as_bucket_view)
+      throw std::invalid_argument("CpuReducer: the sharded optimizer needs grad_as_bucket_view (the reduce-scatter "
+                                  "writes the shard's gradients, there is no averaged bucket to copy back)");
+    shard_ = std::make_unique<ShardPlan>(core_.buckets(), world_size_, transport_->rank());
+    shard_grads_.assign(shard_->slot_numel(), 0.0f);
+  }
   hook_ = make_comm_hook(opts_.compression, HookArgs{hook_buckets_, opts_, world_size_, *this});
   hook_->allocate();
   for (size_t b = 0; b < hook_buckets_.size(); ++b)
     bucket_.push_back(std::make_unique<HostBucket>(b, hook_buckets_[b], world_size_, *this, *transport_,
                                                    hook_->uses_16bit_staging()));
   copy_ms_.assign(bucket_.size(), 0.0);
+  gather_.resize(bucket_.size());
   core_.attach(*hook_, *this);
 }
 
@@ -153,6 +173,7 @@ void CpuReducer::prepare_for_backward(std::chrono::steady_clock::time_point step
   step_start_ = step_start;
   copy_ms_.assign(bucket_.size(), 0.0);
   for (auto& b : bucket_) b->clear_marks();
+  gather_.resize(bucket_.size());
 }
 
 GradBucket& CpuReducer::start_bucket(size_t b) {
@@ -164,9 +185,33 @@ GradBucket& CpuReducer::start_bucket(size_t b) {
     copy_ms_[b] += now_ms() - t0;
   }
   HostBucket& hb = *bucket_[b];
-  hb.reset(p);
+  hb.reset(p, shard_ ? shard_grads_.data() + shard_->slices()[b].slot_offset : nullptr);
   hb.clear_marks();
   return hb;
+}
+
+void CpuReducer::all_gather(const float* shard_params, float* params) {
+  if (!shard_) throw std::logic_error("CpuReducer::all_gather without --shard-optimizer");
+  const int n = world_size_;
+  std::vector<std::unique_ptr<HostWork>> work;
+  for (const ShardSlice& s : shard_->slices()) {
+    const Bucket& bk = core_.buckets()[s.bucket];
+    std::vector<size_t> counts, displs;  // relative to the bucket's first element
+    for (int r = 0; r < n; ++r) {
+      const ShardSlice o = shard_->slice_of(s.bucket, r);
+      counts.push_back(o.count);
+      displs.push_back(o.flat_offset - bk.offset);
+    }
+    gather_.allgather_start_ms[s.bucket] = now_ms();
+    work.push_back(transport_->start_all_gather(shard_params + s.slot_offset, params + bk.offset, counts, displs,
+                                                DType::F32));
+  }
+  for (size_t b = 0; b < work.size(); ++b) {
+    work[b]->wait();
+    gather_.allgather_end_ms[b] = now_ms();
+    gather_.allgather_ms[b] = gather_.allgather_end_ms[b] - gather_.allgather_start_ms[b];
+    gather_.allgather_bytes[b] = core_.buckets()[b].bytes();
+  }
 }
 
 void CpuReducer::finish_buckets() {
@@ -188,7 +233,14 @@ BucketTimes CpuReducer::times() const {
   for (size_t b = 0; b < bucket_.size(); ++b) {
     const HostBucket& hb = *bucket_[b];
     t.copy_ms[b] = copy_ms_[b];
+    if (b < gather_.allgather_ms.size()) {
+      t.allgather_start_ms[b] = gather_.allgather_start_ms[b];
+      t.allgather_end_ms[b] = gather_.allgather_end_ms[b];
+      t.allgather_ms[b] = gather_.allgather_ms[b];
+      t.allgather_bytes[b] = gather_.allgather_bytes[b];
+    }
     if (hb.empty()) continue;
+    t.reduce_scattered[b] = shard_ ? 1 : 0;
     t.start_ms[b] = hb.start_ms();
     t.end_ms[b] = hb.end_ms();
     const BucketCommReport r = hb.report();

@@ -8,6 +8,7 @@
 #include "model/param_layout.h"
 #include "mpi/buckets/bucket_times.h"
 #include "mpi/buckets/buckets.h"
+#include "mpi/buckets/shard_plan.h"
 #include "mpi/hooks/comm_hook.h"
 #include "mpi/hooks/powersgd_host.h"
 #include "mpi/reducer/reducer.h"
@@ -22,15 +23,20 @@ namespace vitddp {
 ///  - fp16/bf16: cast (divided) into the bucket's 16-bit buffer, MPI_Iallreduce with a
 ///    user-defined op that adds pairs in fp32 and rounds back to 16 bits (what NCCL does per
 ///    reduction step), cast back in finalize();
-///  - powersgd: PowerSgdHost with blocking MPI_Allreduce calls, run when the bucket launches.
+///  - powersgd: PowerSgdHost with blocking MPI_Allreduce calls, run when the bucket launches;
+///  - --shard-optimizer (ZeRO-1, options.shard_optimizer): each complete bucket is divided by
+///    world_size and reduce-scattered with MPI_Ireduce_scatter(MPI_SUM) into this rank's slot of
+///    shard_grads() (shard_plan()); all_gather() brings the updated parameters back.
 /// finalize() waits for all requests in bucket order (running the hooks' then() work), copies the
 /// bucket buffer back (grad_as_bucket_view=false) and counts the step for PowerSGD.
 /// Timings: host clock, relative to prepare_for_backward's `step_start`.
 class CpuReducer : private ReducerBackend, private HookBackend {
  public:
-  /// `grads`: layout.total host floats. Throws std::runtime_error on MPI failure,
-  /// std::invalid_argument for an unknown compression, bad PowerSGD options or a bucket of more
-  /// than INT_MAX elements.
+  /// `grads`: layout.total host floats. With options.shard_optimizer it also allocates the
+  /// shard-gradient buffer (ShardPlan of the buckets on world_size ranks, this rank from MPI:
+  /// slot_numel() floats, zero). Throws std::runtime_error on MPI failure, std::invalid_argument
+  /// for an unknown compression, a compression without a sharded form, sharding with
+  /// grad_as_bucket_view=false, bad PowerSGD options or a bucket of more than INT_MAX elements.
   CpuReducer(const ParamLayout& layout, std::vector<Bucket> buckets, float* grads, int world_size,
              const ReducerOptions& options = ReducerOptions());
   ~CpuReducer() override;
@@ -45,6 +51,20 @@ class CpuReducer : private ReducerBackend, private HookBackend {
   const ReducerOptions& options() const { return opts_; }
   /// The PowerSGD state (null unless compression == "powersgd"), for its iteration counter and error.
   const PowerSgdHost* powersgd() const { return powersgd_; }
+
+  // ---- ZeRO-1 (--shard-optimizer); null / throwing without options.shard_optimizer
+  /// This rank's shard of the buckets.
+  const ShardPlan* shard_plan() const { return shard_.get(); }
+  /// The averaged gradients of this rank's shard after finalize() (shard_plan()->slot_numel()
+  /// floats, compact, padding 0).
+  float* shard_grads() { return shard_grads_.data(); }
+  const float* shard_grads() const { return shard_grads_.data(); }
+  /// After the shard's update: every rank's owned chunk of its `shard_params` (compact, the
+  /// ShardPlan layout) is gathered into `params` (layout.total floats) on every rank, one
+  /// MPI_Iallgatherv per bucket, started in bucket order and waited for in that order; times()
+  /// then holds each bucket's all-gather. Collective. Throws std::logic_error without sharding,
+  /// std::runtime_error on MPI failure.
+  void all_gather(const float* shard_params, float* params);
 
  private:
   class HostBucket;
@@ -67,6 +87,9 @@ class CpuReducer : private ReducerBackend, private HookBackend {
   std::vector<double> copy_ms_;    ///< per bucket, this step
   const PowerSgdHost* powersgd_ = nullptr;
   std::chrono::steady_clock::time_point step_start_;
+  std::unique_ptr<ShardPlan> shard_;
+  std::vector<float> shard_grads_;
+  BucketTimes gather_;  ///< the all-gather fields of this step (all_gather)
 };
 
 }  // namespace vitddp

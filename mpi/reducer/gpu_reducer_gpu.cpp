@@ -5,10 +5,12 @@
 #include <string>
 
 #include "cuda/check/check_cuda.h"
+#include "cuda/kernels/cast.h"
 #include "cuda/kernels/compression.h"
 #include "cuda/model/step_graph.h"
 #include "mpi/buckets/bucket_timeline_gpu.h"
 #include "mpi/world/nccl_check_gpu.h"
+#include "src/io/nvtx.h"
 
 namespace vitddp {
 
@@ -38,6 +40,13 @@ class GpuReducer::DeviceBucket final : public GradBucket {
   void all_reduce(void* data, size_t count, DType t, ReduceOp op) override {
     const int start = start_mark();
     owner_.transport_->all_reduce(index(), data, count, t, op, stream_);
+    enqueued();
+    allreduce(start, mark(), count * dtype_bytes(t));
+  }
+
+  void reduce_scatter(void* data, size_t count, DType t, ReduceOp op, void* out) override {
+    const int start = start_mark();
+    owner_.transport_->reduce_scatter(index(), data, count, t, op, out, stream_);
     enqueued();
     allreduce(start, mark(), count * dtype_bytes(t));
   }
@@ -109,6 +118,12 @@ GpuReducer::GpuReducer(const ParamLayout& layout, std::vector<Bucket> buckets, f
     throw std::invalid_argument(std::string("GpuReducer: the ") + hook_->name() +
                                 " hook all-reduces buffers of its own on the first comm stream, which the " +
                                 transport.name + " all-reduce cannot reach; they cannot be combined");
+  if (opts_.shard_optimizer && !plan_.shards)
+    throw std::invalid_argument(std::string("GpuReducer: the ") + transport.name +
+                                " transport has no reduce-scatter and all-gather for the sharded optimizer");
+  if (opts_.shard_optimizer && !opts_.grad_as_bucket_view)
+    throw std::invalid_argument("GpuReducer: the sharded optimizer needs grad_as_bucket_view (the reduce-scatter "
+                                "writes the shard's gradients, there is no averaged bucket to copy back)");
   try {
     create(layout);
   } catch (...) {
@@ -144,6 +159,17 @@ void GpuReducer::create(const ParamLayout& layout) {
                                                      half_.empty() ? nullptr : half_[si].get(), *this));
   }
   CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
+  if (opts_.shard_optimizer) {
+    int rank = 0;
+    NCCL_CHECK(ncclCommUserRank(comm_, &rank));
+    shard_ = std::make_unique<ShardPlan>(core_.buckets(), world_size_, rank);
+    d_shard_grads_ = DeviceBuffer<float>(shard_->slot_numel(), "ZeRO-1 shard gradients");
+    CUDA_CHECK(cudaMemset(d_shard_grads_.get(), 0, d_shard_grads_.size() * sizeof(float)));
+    gather_ev_.resize(2 * nb);
+    for (auto& e : gather_ev_) CUDA_CHECK(cudaEventCreate(&e));
+    for (cudaEvent_t* e : {&gather_go_, &params_ready_, &flag_go_, &flag_done_})
+      CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  }
   if (!opts_.grad_as_bucket_view) {
     copy_ev_.resize(4 * nb);
     for (auto& e : copy_ev_) CUDA_CHECK(cudaEventCreate(&e));
@@ -167,13 +193,16 @@ void GpuReducer::release() {
   hook_.reset();
   powersgd_ = nullptr;
   bucket_.clear();
-  for (auto* v : {&ready_, &copy_ev_, &comm_joined_})
+  for (auto* v : {&ready_, &copy_ev_, &comm_joined_, &gather_ev_})
     for (auto e : *v) cudaEventDestroy(e);
   ready_.clear();
   copy_ev_.clear();
   comm_joined_.clear();
-  if (comm_done_) cudaEventDestroy(comm_done_);
-  comm_done_ = nullptr;
+  gather_ev_.clear();
+  for (cudaEvent_t* e : {&comm_done_, &gather_go_, &params_ready_, &flag_go_, &flag_done_}) {
+    if (*e) cudaEventDestroy(*e);
+    *e = nullptr;
+  }
   for (auto st : comm_streams_) cudaStreamDestroy(st);
   comm_streams_.clear();
 }
@@ -192,7 +221,7 @@ size_t GpuReducer::planned_powersgd_bytes(const std::vector<HookBucket>& buckets
 size_t GpuReducer::device_bytes() const {
   size_t half = 0;
   for (const auto& h : half_) half += h.size() * sizeof(uint16_t);
-  return d_bucket_.size() * sizeof(float) + half + (hook_ ? hook_->device_bytes() : 0) +
+  return (d_bucket_.size() + d_shard_grads_.size()) * sizeof(float) + half + (hook_ ? hook_->device_bytes() : 0) +
          (transport_ ? transport_->device_bytes() : 0);
 }
 
@@ -206,12 +235,41 @@ size_t GpuReducer::planned_device_bytes(const ParamLayout& layout, const std::ve
   if (!options.grad_as_bucket_view) n += layout.total * sizeof(float);
   if (hook->uses_16bit_staging())  // one 16-bit staging buffer per comm stream
     n += static_cast<size_t>(std::max(plan.comm_streams, 1)) * max_bucket_numel(buckets) * sizeof(uint16_t);
+  if (options.shard_optimizer) n += ShardPlan(buckets, world_size, 0).slot_numel() * sizeof(float);  // same on every rank
   return n + hook->planned_device_bytes() + plan.device_bytes;
 }
 
 void GpuReducer::prepare_for_backward() {
   core_.prepare_for_backward();
   step_started_ = false;
+  gathered_ = false;
+}
+
+void GpuReducer::agree_nonfinite(int* d_flag, cudaStream_t stream) {
+  if (!shard_) throw std::logic_error("GpuReducer::agree_nonfinite without --shard-optimizer");
+  CUDA_CHECK(cudaEventRecord(flag_go_, stream));
+  CUDA_CHECK(cudaStreamWaitEvent(comm_stream(), flag_go_, 0));
+  transport_->max_over_ranks(d_flag, comm_stream());
+  CUDA_CHECK(cudaEventRecord(flag_done_, comm_stream()));
+  CUDA_CHECK(cudaStreamWaitEvent(stream, flag_done_, 0));
+}
+
+void GpuReducer::all_gather(const float* d_shard_params, float* d_params, __nv_bfloat16* d_bf16, cudaStream_t stream) {
+  if (!shard_) throw std::logic_error("GpuReducer::all_gather without --shard-optimizer");
+  cudaStream_t cs = comm_stream();
+  CUDA_CHECK(cudaEventRecord(gather_go_, stream));
+  CUDA_CHECK(cudaStreamWaitEvent(cs, gather_go_, 0));
+  for (const ShardSlice& s : shard_->slices()) {
+    const Bucket& bk = core_.buckets()[s.bucket];
+    NvtxRange range("all-gather bucket " + std::to_string(s.bucket), NvtxColor::Orange);
+    CUDA_CHECK(cudaEventRecord(gather_ev_[2 * s.bucket], cs));
+    transport_->all_gather(s.bucket, d_shard_params + s.slot_offset, d_params + bk.offset, bk.numel, DType::F32, cs);
+    CUDA_CHECK(cudaEventRecord(gather_ev_[2 * s.bucket + 1], cs));
+    // The model's bf16 working copy follows the gathered parameters (it is not the optimizer's).
+    if (d_bf16) convert_to_bf16(d_params + bk.offset, d_bf16 + bk.offset, bk.numel, cs);
+  }
+  CUDA_CHECK(cudaEventRecord(params_ready_, cs));
+  gathered_ = true;
 }
 
 GradBucket& GpuReducer::start_bucket(size_t b) {
@@ -237,7 +295,7 @@ GradBucket& GpuReducer::start_bucket(size_t b) {
   CUDA_CHECK(cudaStreamWaitEvent(cs, ready_[b], 0));
   DeviceBucket& db = *bucket_[b];
   db.timeline().reset();
-  db.reset(p);
+  db.reset(p, shard_ ? d_shard_grads_.get() + shard_->slices()[b].slot_offset : nullptr);
   return db;
 }
 
@@ -270,7 +328,17 @@ BucketTimes GpuReducer::times(cudaEvent_t step_start) const {
   for (size_t b = 0; b < bucket_.size(); ++b) {
     const DeviceBucket& db = *bucket_[b];
     const BucketTimeline& tl = db.timeline();
+    if (gathered_) {
+      float a = 0, e = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&a, step_start, gather_ev_[2 * b]));
+      CUDA_CHECK(cudaEventElapsedTime(&e, step_start, gather_ev_[2 * b + 1]));
+      t.allgather_start_ms[b] = a;
+      t.allgather_end_ms[b] = e;
+      t.allgather_ms[b] = e - a;
+      t.allgather_bytes[b] = core_.buckets()[b].bytes();
+    }
     if (tl.empty()) continue;
+    t.reduce_scattered[b] = shard_ ? 1 : 0;
     t.start_ms[b] = tl.start_ms(step_start);
     t.end_ms[b] = tl.end_ms(step_start);
     const BucketCommReport r = db.report();

@@ -1,6 +1,7 @@
 // The GPU backend's reducer: the Reducer core (mpi/reducer/reducer.h) with gradients in device
 // memory, the comm hook's work enqueued on comm streams and moved by a GPU transport.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -11,6 +12,7 @@
 #include "cuda/model/device_buffer.h"
 #include "mpi/buckets/bucket_times.h"
 #include "mpi/buckets/buckets.h"
+#include "mpi/buckets/shard_plan.h"
 #include "mpi/hooks/comm_hook.h"
 #include "mpi/hooks/powersgd_gpu.h"
 #include "mpi/reducer/reducer.h"
@@ -46,6 +48,13 @@ namespace vitddp {
 /// optimizer reads averaged gradients; it also counts the step for PowerSGD. Everything is
 /// enqueued on streams (no host synchronisation inside a step): a step can be captured in a CUDA
 /// graph (PowerSGD aside).
+///
+/// With ReducerOptions::shard_optimizer (--shard-optimizer, ZeRO-1; transports whose plan
+/// shards: NCCL) the sharded hook reduce-scatters each bucket (ncclReduceScatter(ncclAvg), padded
+/// to N equal chunks when needed) into this rank's slot of shard_grads() (shard_plan()); after the
+/// optimizer, all_gather() brings every rank's updated chunks back into the full parameters on the
+/// comm stream, eagerly (outside the step's CUDA graph), and agree_nonfinite() makes the ranks
+/// agree on a skipped step.
 class GpuReducer : private ReducerBackend, private HookBackend {
  public:
   /// `d_grads`: layout.total device floats. `comm`: this rank's NCCL communicator (its size is
@@ -88,15 +97,37 @@ class GpuReducer : private ReducerBackend, private HookBackend {
   const ReducerOptions& options() const { return opts_; }
   /// The PowerSGD state (null unless compression == "powersgd"), for its iteration counter and error.
   const PowerSgdGpu* powersgd() const { return powersgd_; }
+
+  // ---- ZeRO-1 (--shard-optimizer); null / throwing std::logic_error without options.shard_optimizer
+  /// This rank's shard of the buckets (its rank: the communicator's).
+  const ShardPlan* shard_plan() const { return shard_.get(); }
+  /// The averaged gradients of this rank's shard once the compute stream passed finalize()
+  /// (device, shard_plan()->slot_numel() fp32, compact, padding 0).
+  float* shard_grads() const { return d_shard_grads_.get(); }
+  /// ZeRO-1's agreement on a skipped step: the device int *d_flag (set on `stream` for this rank's
+  /// loss and shard) becomes its maximum over the ranks: the comm stream waits for `stream`, runs a
+  /// one-int ncclAllReduce(max) (GpuTransport::max_over_ranks), and `stream` waits for it.
+  void agree_nonfinite(int* d_flag, cudaStream_t stream);
+  /// After the shard's update, enqueued on `stream` (the compute stream): the comm stream waits for
+  /// it, then per bucket in order all-gathers every rank's chunk of `d_shard_params` (compact, the
+  /// ShardPlan layout) into `d_params` (layout.total fp32) between timing events (an NVTX range
+  /// "all-gather bucket k" each), followed, when `d_bf16` is given, by the refresh of the bucket's
+  /// part of the model's bf16 working copy (convert_to_bf16); finally records params_ready(). The
+  /// step's times() then hold the all-gathers.
+  void all_gather(const float* d_shard_params, float* d_params, __nv_bfloat16* d_bf16, cudaStream_t stream);
+  /// Recorded on the comm stream after the last all_gather() work: the next forward waits for it.
+  cudaEvent_t params_ready() const { return params_ready_; }
   /// Device bytes the reducer allocated (bucket buffer, 16-bit staging per comm stream, the
   /// hook's state, the transport's scratch and flags).
   size_t device_bytes() const;
   /// Device bytes a reducer built with these arguments allocates (what device_bytes() then
   /// reports), computed without any CUDA call, for the memory estimate: layout.total fp32 for the
   /// bucket buffer (--grad-as-bucket-view off), the largest bucket in 16 bit per comm stream
-  /// (fp16/bf16 compression), the hook's planned_device_bytes (PowerSgdGpu::planned_device_bytes)
-  /// and the transport plan's device_bytes (CopyEngineAllReduce::planned_device_bytes on
-  /// `world_size` > 1 ranks). Throws std::invalid_argument for an unknown compression or transport.
+  /// (fp16/bf16 compression), the shard's gradients (--shard-optimizer: ShardPlan::slot_numel
+  /// fp32), the hook's planned_device_bytes (PowerSgdGpu::planned_device_bytes) and the transport
+  /// plan's device_bytes (CopyEngineAllReduce::planned_device_bytes on `world_size` > 1 ranks; the
+  /// NCCL transport's padded bucket scratch with --shard-optimizer). Throws std::invalid_argument
+  /// for an unknown compression or transport.
   static size_t planned_device_bytes(const ParamLayout& layout, const std::vector<Bucket>& buckets,
                                      const ReducerOptions& options, int world_size);
 
@@ -140,6 +171,12 @@ class GpuReducer : private ReducerBackend, private HookBackend {
   const PowerSgdGpu* powersgd_ = nullptr;
   std::unique_ptr<GpuTransport> transport_;
   bool step_started_ = false;         ///< a bucket of this step was launched
+  // ZeRO-1 (--shard-optimizer)
+  std::unique_ptr<ShardPlan> shard_;
+  DeviceBuffer<float> d_shard_grads_;
+  std::vector<cudaEvent_t> gather_ev_;  ///< per bucket 2 timing events: all-gather start, end
+  cudaEvent_t gather_go_ = nullptr, params_ready_ = nullptr, flag_go_ = nullptr, flag_done_ = nullptr;
+  bool gathered_ = false;             ///< all_gather() ran in this step
 };
 
 }  // namespace vitddp

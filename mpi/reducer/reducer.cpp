@@ -18,7 +18,7 @@ void Reducer::mark_ready(const std::vector<size_t>& params) {
 
 void Reducer::launch(size_t b) {
   if (!hook_ || !backend_) throw std::logic_error("Reducer: launch before attach()");
-  NvtxRange range("all-reduce bucket " + std::to_string(b), NvtxColor::Orange);
+  NvtxRange range(std::string(hook_->collective()) + " bucket " + std::to_string(b), NvtxColor::Orange);
   hook_->run(backend_->start_bucket(b));
 }
 

@@ -29,7 +29,8 @@ class ReducerBackend {
 /// Buckets launch strictly in bucket order (c10d::Reducer): mark_ready() launches each bucket
 /// that became complete once the earlier ones are (with overlap), finalize() launches the rest
 /// (all of them with --no-overlap), lets the backend complete the step, then calls the hook's
-/// end_step(). Each launch is an NVTX range "all-reduce bucket k".
+/// end_step(). Each launch is an NVTX range "all-reduce bucket k" ("reduce-scatter bucket k" with
+/// --shard-optimizer: CommHook::collective()).
 class Reducer {
  public:
   /// `hook` and `backend` must outlive the reducer.

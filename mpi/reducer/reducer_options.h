@@ -65,6 +65,11 @@ struct ReducerOptions {
   /// one bucket's sum and all-gather overlap the next one's reduce-scatter. 1 to 4, checked by
   /// GpuReducer always; used only by the copy-engine transport on more than one rank.
   int comm_streams = 1;
+  /// --shard-optimizer (ZeRO stage 1): each bucket is reduce-scattered (averaged) into this rank's
+  /// shard of the gradients (mpi/buckets/shard_plan.h) by the hook's sharded form instead of
+  /// all-reduced; after the shard's update the reducer all-gathers the parameters. Only
+  /// compression "none" has a sharded form; grad_as_bucket_view must be true.
+  bool shard_optimizer = false;
 };
 
 /// One parameter tensor of a bucket as a comm hook sees it (bucket.gradients() in PyTorch).

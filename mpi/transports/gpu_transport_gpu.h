@@ -1,6 +1,7 @@
 // Transports of the GPU backend: who moves a bucket between the GPUs, enqueued on a comm stream
-// (nccl-tests' per-collective view: one all-reduce of `count` elements of a dtype). Registered
-// by --allreduce value in mpi/transports/gpu_registry_gpu.cpp.
+// (nccl-tests' per-collective view: one all-reduce of `count` elements of a dtype; with
+// --shard-optimizer a reduce-scatter and an all-gather). Registered by --allreduce value in
+// mpi/transports/gpu_registry_gpu.cpp.
 #pragma once
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -49,6 +50,23 @@ class GpuTransport {
   virtual void flag_nonfinite(int* d_flag, cudaStream_t stream) const;
   /// True when the buckets move by the copy engines (the engine's transport description).
   virtual bool uses_copy_engines() const { return false; }
+
+  // ---- ZeRO-1 (--shard-optimizer); the defaults throw std::logic_error naming the transport
+  /// True when reduce_scatter(), all_gather() and max_over_ranks() are available.
+  virtual bool shards() const { return false; }
+  /// ZeRO-1's exchange of bucket `bucket`: the `count` elements of `t` at `data` summed or averaged
+  /// over the ranks, of which this rank's chunk (mpi/buckets/shard_plan.h: c = shard_chunk(count,
+  /// N) elements from r c) lands in `out`, which has room for c elements (the chunk's padding past
+  /// count becomes 0). Enqueued on `stream`; `data` is left as it was.
+  virtual void reduce_scatter(size_t bucket, const void* data, size_t count, DType t, ReduceOp op, void* out,
+                              cudaStream_t stream);
+  /// ZeRO-1's all-gather of bucket `bucket`: every rank's chunk (c = shard_chunk(count, N) elements
+  /// of `t` at its `in`, of which shard_count are its own) lands at out + r c (elements) for rank
+  /// r, on every rank; `out` holds `count` elements (nothing is written past them). Enqueued on `stream`.
+  virtual void all_gather(size_t bucket, const void* in, void* out, size_t count, DType t, cudaStream_t stream);
+  /// ZeRO-1's agreement on a skipped step: the device int *d_value becomes its maximum over the
+  /// ranks (in place). Enqueued on `stream`.
+  virtual void max_over_ranks(int* d_value, cudaStream_t stream);
   /// Device bytes this transport allocated.
   virtual size_t device_bytes() const { return 0; }
 };
@@ -61,6 +79,9 @@ struct GpuTransportPlan {
   /// True when all_reduce() reaches only the buffers registered at construction (the reducer's
   /// gradient, bucket and staging buffers): a hook that reduces its own buffers is refused.
   bool registered_buffers_only = false;
+  /// True when the transport has ZeRO-1's collectives (GpuTransport::shards()); the reducer refuses
+  /// options.shard_optimizer otherwise.
+  bool shards = false;
 };
 
 /// What a GPU transport factory gets.

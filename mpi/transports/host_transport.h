@@ -1,5 +1,5 @@
 // Transports of the CPU backend (CUDA-free): a process group over host memory, in the vocabulary
-// of c10d's ProcessGroup::allreduce and Work. Registered by --allreduce-style name in
+// of c10d's ProcessGroup (allreduce, reduce_scatter, allgather) and Work. Registered by --allreduce-style name in
 // mpi/transports/host_registry.cpp; the CPU reducer uses "mpi" (mpi/transports/mpi_transport.h).
 #pragma once
 #include <cstddef>
@@ -19,20 +19,34 @@ class HostWork {
   virtual void wait() = 0;
 };
 
-/// Sums over the ranks of host buffers. 16-bit payloads (raw bits) are summed as NCCL does per
-/// reduction step: each pair added in fp32, the sum rounded back to the 16-bit type.
+/// Sums over the ranks of host buffers, and ZeRO-1's reduce-scatter and all-gather
+/// (--shard-optimizer). 16-bit payloads (raw bits) are summed as NCCL does per reduction step:
+/// each pair added in fp32, the sum rounded back to the 16-bit type.
 class HostTransport {
  public:
   virtual ~HostTransport() = default;
   /// The registry name.
   virtual const char* name() const = 0;
   virtual int world_size() const = 0;
+  /// This process's rank among world_size().
+  virtual int rank() const = 0;
   /// Starts `data` (count elements of `t`) = the sum over ranks, in place; the result is there
   /// once the returned work's wait() returned. Throws std::invalid_argument for a count the
   /// transport cannot address, std::runtime_error on failure.
   virtual std::unique_ptr<HostWork> start_sum(void* data, size_t count, DType t) = 0;
   /// The same, blocking.
   virtual void sum(void* data, size_t count, DType t) = 0;
+  /// Starts a reduce-scatter (MPI_Reduce_scatter with MPI_SUM): `data` holds the sum of
+  /// counts[0] + ... + counts[N-1] elements of `t`, cut in that order into one contiguous chunk per
+  /// rank; this rank's chunk of the sum over the ranks (counts[rank()] elements) lands in `out`,
+  /// which must not overlap `data`. A count may be 0. Both buffers stay untouched by the caller
+  /// until wait() returned. Throws as start_sum.
+  virtual std::unique_ptr<HostWork> start_reduce_scatter(const void* data, void* out, const std::vector<size_t>& counts,
+                                                         DType t) = 0;
+  /// Starts an all-gather (MPI_Allgatherv): rank r's counts[r] elements of `t` at its `in` land at
+  /// out + displs[r] (elements) on every rank. `in` must not overlap `out`. Throws as start_sum.
+  virtual std::unique_ptr<HostWork> start_all_gather(const void* in, void* out, const std::vector<size_t>& counts,
+                                                     const std::vector<size_t>& displs, DType t) = 0;
 };
 
 /// A registry entry: name and factory (the world size is the transport's own).

@@ -3,6 +3,7 @@
 #include <climits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "mpi/hooks/half_host.h"
 #include "mpi/transports/host_transport.h"
@@ -28,14 +29,19 @@ void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
 class MpiWork final : public HostWork {
  public:
   MPI_Request request = MPI_REQUEST_NULL;
+  std::vector<int> counts, displs;  ///< a nonblocking collective's arrays live until its completion (MPI 4.0, 6.12)
   void wait() override { MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE)); }
 };
 
 class MpiTransport final : public HostTransport {
  public:
-  MpiTransport() { MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size_)); }
+  MpiTransport() {
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size_));
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  }
   const char* name() const override { return "mpi"; }
   int world_size() const override { return world_size_; }
+  int rank() const override { return rank_; }
 
   std::unique_ptr<HostWork> start_sum(void* data, size_t count, DType t) override {
     auto w = std::make_unique<MpiWork>();
@@ -46,6 +52,22 @@ class MpiTransport final : public HostTransport {
   void sum(void* data, size_t count, DType t) override {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), mpi_datatype(t), op(t), MPI_COMM_WORLD));
   }
+  std::unique_ptr<HostWork> start_reduce_scatter(const void* data, void* out, const std::vector<size_t>& counts,
+                                                 DType t) override {
+    auto w = std::make_unique<MpiWork>();
+    w->counts = per_rank(counts, "reduce-scatter counts");
+    MPI_CHECK(MPI_Ireduce_scatter(data, out, w->counts.data(), mpi_datatype(t), op(t), MPI_COMM_WORLD, &w->request));
+    return w;
+  }
+  std::unique_ptr<HostWork> start_all_gather(const void* in, void* out, const std::vector<size_t>& counts,
+                                             const std::vector<size_t>& displs, DType t) override {
+    auto w = std::make_unique<MpiWork>();
+    w->counts = per_rank(counts, "all-gather counts");
+    w->displs = per_rank(displs, "all-gather displacements");
+    MPI_CHECK(MPI_Iallgatherv(in, w->counts[rank_], mpi_datatype(t), out, w->counts.data(), w->displs.data(),
+                              mpi_datatype(t), MPI_COMM_WORLD, &w->request));
+    return w;
+  }
 
  private:
   static int checked_count(size_t count) {
@@ -53,9 +75,18 @@ class MpiTransport final : public HostTransport {
       throw std::invalid_argument("mpi transport: " + std::to_string(count) + " elements exceed MPI's int count");
     return static_cast<int>(count);
   }
+  /// One int per rank (MPI's counts and displacements); std::invalid_argument otherwise.
+  std::vector<int> per_rank(const std::vector<size_t>& v, const char* what) const {
+    if (v.size() != (size_t)world_size_)
+      throw std::invalid_argument(std::string("mpi transport: ") + what + " for " + std::to_string(v.size()) +
+                                  " ranks, the world has " + std::to_string(world_size_));
+    std::vector<int> out;
+    for (size_t x : v) out.push_back(checked_count(x));
+    return out;
+  }
   MPI_Op op(DType t) const { return t == DType::F32 ? MPI_SUM : half_ops_.op(t); }
 
-  int world_size_ = 1;
+  int world_size_ = 1, rank_ = 0;
   Mpi16BitSumOps half_ops_;
 };
 

@@ -1,4 +1,10 @@
-// The NCCL transport: ncclAllReduce on the comm stream (SM-driven kernels).
+// The NCCL transport: ncclAllReduce on the comm stream (SM-driven kernels); with --shard-optimizer
+// (ZeRO-1) ncclReduceScatter and ncclAllGather, and a one-int ncclAllReduce(max) for the skip flag.
+#include <algorithm>
+
+#include "cuda/check/check_cuda.h"
+#include "cuda/model/device_buffer.h"
+#include "mpi/buckets/shard_plan.h"
 #include "mpi/transports/gpu_transport_gpu.h"
 #include "mpi/world/nccl_check_gpu.h"
 
@@ -15,25 +21,82 @@ ncclDataType_t nccl_type(DType t) {
   return ncclFloat32;
 }
 
+/// ZeRO-1: NCCL's reduce-scatter and all-gather take N equal chunks, so a bucket whose size n is
+/// not a multiple of N goes through a scratch buffer padded to N c elements (c = ceil(n / N)):
+/// the bytes of the largest such fp32 bucket; 0 when every bucket divides (or without sharding).
+size_t padded_scratch_bytes(const ReducerOptions& o, int world_size, const std::vector<size_t>& bucket_bytes) {
+  if (!o.shard_optimizer) return 0;
+  size_t most = 0;
+  for (size_t bytes : bucket_bytes) {
+    const size_t n = bytes / sizeof(float), c = shard_chunk(n, world_size);
+    if (c * (size_t)world_size != n) most = std::max(most, c * (size_t)world_size * sizeof(float));
+  }
+  return most;
+}
+
 class NcclTransport final : public GpuTransport {
  public:
-  explicit NcclTransport(ncclComm_t comm) : comm_(comm) {}
+  NcclTransport(ncclComm_t comm, int world_size, size_t scratch_bytes)
+      : comm_(comm), world_size_(world_size),
+        scratch_(scratch_bytes, "ZeRO-1 padded bucket scratch (buckets not divisible by the rank count)") {}
   const char* name() const override { return "nccl"; }
   void all_reduce(size_t, void* data, size_t count, DType t, ReduceOp op, cudaStream_t s) override {
     NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(t), op == ReduceOp::Avg ? ncclAvg : ncclSum, comm_, s));
   }
+  size_t device_bytes() const override { return scratch_.size(); }
+
+  bool shards() const override { return true; }
+  void reduce_scatter(size_t, const void* data, size_t count, DType t, ReduceOp op, void* out, cudaStream_t s) override {
+    const size_t c = shard_chunk(count, world_size_), bytes = dtype_bytes(t);
+    const void* send = data;
+    if (c * world_size_ != count) {  // the bucket, then zeros up to N c
+      char* pad = padded(c, bytes);
+      CUDA_CHECK(cudaMemcpyAsync(pad, data, count * bytes, cudaMemcpyDeviceToDevice, s));
+      CUDA_CHECK(cudaMemsetAsync(pad + count * bytes, 0, (c * world_size_ - count) * bytes, s));
+      send = pad;
+    }
+    NCCL_CHECK(ncclReduceScatter(send, out, c, nccl_type(t), op == ReduceOp::Avg ? ncclAvg : ncclSum, comm_, s));
+  }
+  void all_gather(size_t, const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
+    const size_t c = shard_chunk(count, world_size_), bytes = dtype_bytes(t);
+    if (c * world_size_ == count) {
+      NCCL_CHECK(ncclAllGather(in, out, c, nccl_type(t), comm_, s));
+      return;
+    }
+    char* pad = padded(c, bytes);  // N c elements gathered, the first `count` copied out
+    NCCL_CHECK(ncclAllGather(in, pad, c, nccl_type(t), comm_, s));
+    CUDA_CHECK(cudaMemcpyAsync(out, pad, count * bytes, cudaMemcpyDeviceToDevice, s));
+  }
+  void max_over_ranks(int* d_value, cudaStream_t s) override {
+    NCCL_CHECK(ncclAllReduce(d_value, d_value, 1, ncclInt32, ncclMax, comm_, s));
+  }
 
  private:
+  /// The scratch for N c elements of `bytes` each; std::logic_error when the plan left it too small.
+  char* padded(size_t c, size_t bytes) {
+    if (c * world_size_ * bytes > scratch_.size())
+      throw std::logic_error("nccl transport: the padded bucket scratch is smaller than the bucket");
+    return scratch_.get();
+  }
+
   ncclComm_t comm_;
+  int world_size_;
+  DeviceBuffer<char> scratch_;
 };
 
 }  // namespace
 
 // The registry's plan and factory (mpi/transports/gpu_registry_gpu.cpp).
-GpuTransportPlan plan_nccl_transport(const ReducerOptions&, int, const std::vector<size_t>&) { return {}; }
+GpuTransportPlan plan_nccl_transport(const ReducerOptions& o, int world_size, const std::vector<size_t>& bucket_bytes) {
+  GpuTransportPlan p;
+  p.device_bytes = padded_scratch_bytes(o, world_size, bucket_bytes);
+  p.shards = true;
+  return p;
+}
 
 std::unique_ptr<GpuTransport> make_nccl_transport(const GpuTransportArgs& a) {
-  return std::make_unique<NcclTransport>(a.comm);
+  return std::make_unique<NcclTransport>(a.comm, a.world_size,
+                                         padded_scratch_bytes(a.options, a.world_size, a.bucket_bytes));
 }
 
 }  // namespace vitddp

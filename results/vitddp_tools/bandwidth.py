@@ -13,6 +13,8 @@ For one bucket in one step:
           over the ranks, as nccl-tests averages its operation time over the ranks.
 A rank that reaches the all-reduce first also waits for its peer inside it, so the figure is a
 lower bound of the link's bandwidth when ranks are skewed.
+A run with --shard-optimizer (ZeRO-1, buckets/reduce_scattered) reduce-scatters its buckets: the
+same series then describe the reduce-scatter, and the factor is (n-1)/n (gradient_collective).
 One rank has no bus: busbw is None (nccl-tests prints 0, factor 0).
 vitddp writes the same figures itself (docs/schema.md): buckets/busbw is per_rank_busbw() (each
 rank's own bytes and time), summary/busbw_median is BucketBandwidth(run).median_busbw().
@@ -36,6 +38,15 @@ def bus_factor(world_size, collective="allreduce"):
     if world_size < 1:
         raise ValueError("world_size must be >= 1, got %r" % world_size)
     return BUS_FACTOR[collective](world_size)
+
+
+def gradient_collective(run):
+    """The collective of the run's gradient buckets, a BUS_FACTOR key: "reducescatter" when
+    buckets/reduce_scattered marks a bucket (--shard-optimizer, ZeRO-1), else "allreduce" (files
+    without the series included)."""
+    if run.has("buckets/reduce_scattered") and np.asarray(run.bucket_series("buckets/reduce_scattered")).any():
+        return "reducescatter"
+    return "allreduce"
 
 
 def algbw_gbps(nbytes, seconds):
@@ -65,9 +76,10 @@ class BucketBandwidth:
     whole file; `timed` is the bool mask [steps] of the timed window):
       nbytes (bytes), seconds (mean over ranks of buckets/allreduce_time, s),
       algbw and busbw (GB/s; NaN where no all-reduce time was recorded; busbw None for one rank).
+    `collective` (a BUS_FACTOR key) defaults to gradient_collective(run).
     ResultsError when the file has no buckets/allreduce_time (older files) or no buckets."""
 
-    def __init__(self, run, collective="allreduce"):
+    def __init__(self, run, collective=None):
         if not run.has("buckets/allreduce_time"):
             raise ResultsError("%s: missing dataset 'buckets/allreduce_time' (a file from before per-bucket "
                                "all-reduce times: no bandwidth)" % run.path)
@@ -81,7 +93,7 @@ class BucketBandwidth:
         if self.nbytes.shape != self.seconds.shape:
             raise ResultsError("%s: buckets/bytes_sent %s and buckets/allreduce_time %s differ in shape"
                                % (run.path, self.nbytes.shape, t.shape))
-        self.factor = bus_factor(self.world_size, collective)
+        self.factor = bus_factor(self.world_size, collective or gradient_collective(run))
         self.algbw = algbw_gbps(self.nbytes, self.seconds)
         self.busbw = self.algbw * self.factor if self.world_size > 1 else None
 
@@ -123,11 +135,11 @@ class BucketBandwidth:
         return float(np.median(v)) if v.size else None
 
 
-def per_rank_busbw(run, collective="allreduce"):
+def per_rank_busbw(run, collective=None):
     """Each rank's own busbw per step and bucket, float64 [ranks, steps, buckets] GB/s: that rank's
-    buckets/bytes_sent / its buckets/allreduce_time / 1e9 x factor(n); 0 where the time is 0 and
-    for one rank - what vitddp stores as buckets/busbw (docs/schema.md). ResultsError without
-    bytes_sent or allreduce_time."""
+    buckets/bytes_sent / its buckets/allreduce_time / 1e9 x factor(n) (`collective`: default
+    gradient_collective(run)); 0 where the time is 0 and for one rank - what vitddp stores as
+    buckets/busbw (docs/schema.md). ResultsError without bytes_sent or allreduce_time."""
     for name in ("buckets/bytes_sent", "buckets/allreduce_time"):
         if not run.has(name):
             raise ResultsError("%s: missing dataset '%s' (no per-rank bandwidth)" % (run.path, name))
@@ -136,7 +148,7 @@ def per_rank_busbw(run, collective="allreduce"):
     if run.world_size < 2:
         return np.zeros_like(secs)
     alg = algbw_gbps(nbytes, secs)
-    return np.where(secs > 0, alg * bus_factor(run.world_size, collective), 0.0)
+    return np.where(secs > 0, alg * bus_factor(run.world_size, collective or gradient_collective(run)), 0.0)
 
 
 def _nanmedian_cols(a):

@@ -120,7 +120,7 @@ int dry_run(Options o, const World& w) {
   if (o.backend == Backend::Gpu && !gpu_backend_built()) return input_error(w, gpu_backend_missing("--dry-run"));
   const std::string err = automatic && o.backend == Backend::Cpu ? error_of([&] { validate_options(o); }) : "";
   if (const std::string e = lowest_rank_error(err); !e.empty()) return input_error(w, e);
-  const MemoryEstimate e = o.backend == Backend::Gpu ? estimate_gpu_memory(o, w.world_size) : estimate_cpu_memory(o);
+  const MemoryEstimate e = o.backend == Backend::Gpu ? estimate_gpu_memory(o, w.world_size) : estimate_cpu_memory(o, w.world_size);
   if (w.rank == 0) std::printf("%s", memory_report(e).c_str());
   MPI_Finalize();
   return 0;
@@ -176,7 +176,7 @@ void warn_slow_cpu_model(const Options& o, const World& w) {
     std::printf("[vitddp] warning: %s has %.1f M parameters: on the CPU backend one step can take longer than "
                 "--step-timeout (%.0f s), and each rank needs %s GiB of host memory at batch %d (--dry-run lists it); "
                 "to try the CPU backend use a small model (--model vit_tiny or vit_micro)\n",
-                o.model.c_str(), params / 1e6, o.step_timeout_s, gib(estimate_cpu_memory(o).peak_bytes()).c_str(),
+                o.model.c_str(), params / 1e6, o.step_timeout_s, gib(estimate_cpu_memory(o, w.world_size).peak_bytes()).c_str(),
                 o.batch_size);
 }
 
@@ -212,7 +212,7 @@ std::optional<int> check_before_training(Options* o, const World& w) {
   // Every rank must run the same configuration (same command line, same environment defaults).
   if (!all_ranks_equal(options_fingerprint(*o))) return input_error(w, "ranks were started with different options: every rank must get the same command line");
   // The CPU backend's host memory, before it allocates: every rank of this host at once.
-  const std::string mem = o->backend == Backend::Cpu ? host_memory_refusal(estimate_cpu_memory(*o), w.local_size, mem_available_bytes()) : "";
+  const std::string mem = o->backend == Backend::Cpu ? host_memory_refusal(estimate_cpu_memory(*o, w.world_size), w.local_size, mem_available_bytes()) : "";
   if (const std::string e = lowest_rank_error(mem); !e.empty()) return input_error(w, e);
   return std::nullopt;
 }

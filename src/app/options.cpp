@@ -184,6 +184,9 @@ const std::vector<Spec>& table() {
       {"no-overlap", nullptr, Group::Ddp, "all-reduce every bucket after backward instead of as soon as it is ready",
        [](Options& o, const std::string&) { o.overlap = false; },
        [](const Options& o) { return true_false(!o.overlap); }},
+      {"shard-optimizer", nullptr, Group::Ddp, "ZeRO stage 1: reduce-scatter each bucket instead of all-reducing it, update only this rank's 1/N shard (optimizer state for it alone), then all-gather the parameters; --compression none only",
+       [](Options& o, const std::string&) { o.shard_optimizer = true; },
+       [](const Options& o) { return true_false(o.shard_optimizer); }},
       {"grad-as-bucket-view", "on|off", Group::Ddp, "on: gradients are the buckets, all-reduced in place (gradient_as_bucket_view=True); off: a bucket buffer, copies",
        [](Options& o, const std::string& v) { o.grad_as_bucket_view = one_of("--grad-as-bucket-view", v, {"on", "off"}) == "on"; },
        [](const Options& o) { return on_off(o.grad_as_bucket_view); }},
@@ -396,6 +399,23 @@ void check_schedule(const Options& o) {
                                  ", got " + std::to_string(o.lr_warmup_steps));
 }
 
+/// --shard-optimizer (ZeRO-1) against the options its reduce-scatter and all-gather cannot serve.
+void check_shard_optimizer(const Options& o) {
+  if (!o.shard_optimizer || !o.ddp) return;  // with --no-ddp the no-effect rule refuses it
+  if (o.compression == Compression::PowerSgd)
+    bad("--compression", "powersgd: not with --shard-optimizer (PowerSGD all-reduces the low-rank factors P and Q of "
+                         "whole gradient matrices; a reduce-scatter leaves each rank only its shard of the gradients)");
+  if (o.compression != Compression::None)
+    bad("--compression", to_string(o.compression) + ": not with --shard-optimizer (its reduce-scatter averages fp32 "
+                         "buckets; a 16-bit reduce-scatter is not implemented): use --compression none");
+  if (!o.grad_as_bucket_view)
+    bad("--grad-as-bucket-view", "off: not with --shard-optimizer (the reduce-scatter writes each rank's shard of the "
+                                 "averaged gradients to a buffer of its own: there is no averaged bucket to copy back)");
+  if (o.allreduce == AllReduceImpl::CopyEngine)
+    bad("--allreduce", "copy-engine: not with --shard-optimizer (the copy-engine transport has no reduce-scatter and "
+                       "all-gather into per-rank shards): use --allreduce nccl");
+}
+
 /// Combinations that cannot work together (as opposed to options without effect).
 void check_combinations(const Options& o) {
   if (o.first_bucket_mb > o.bucket_cap_mb)
@@ -407,6 +427,7 @@ void check_combinations(const Options& o) {
     bad("--init-from", "cannot be combined with --resume (the checkpoint holds the parameters)");
   if (o.allreduce == AllReduceImpl::CopyEngine && o.compression == Compression::PowerSgd)
     bad("--allreduce", "copy-engine: not with --compression powersgd (its all-reduces of P and Q use NCCL)");
+  check_shard_optimizer(o);
   if (o.eval_every > 0 && o.data.kind != DataSpec::Kind::idx)
     throw OptionError("--eval-every: --data " + to_string(o.data) + " has no --eval-split " + to_string(o.eval_split) +
                       " to evaluate; use --data idx:DIR (an MNIST-format data set with its t10k test files)");
@@ -457,6 +478,7 @@ const std::vector<EffectRule>& effect_rules() {
       {"bucket-cap-mb", ddp, no_ddp},
       {"first-bucket-mb", ddp, no_ddp},
       {"no-overlap", ddp, no_ddp},
+      {"shard-optimizer", ddp, no_ddp},
       {"grad-as-bucket-view", ddp, no_ddp},
       {"compression", ddp, no_ddp},
       {"powersgd-rank", ddp, no_ddp},
@@ -620,6 +642,7 @@ ReducerOptions reducer_options(const Options& o) {
   ReducerOptions r;
   r.overlap = o.overlap;
   r.grad_as_bucket_view = o.grad_as_bucket_view;
+  r.shard_optimizer = o.shard_optimizer && o.ddp;
   r.compression = to_string(o.compression);  // a name of mpi/hooks/registry.cpp
   r.allreduce = to_string(o.allreduce);      // a name of mpi/transports/gpu_registry_gpu.cpp
   if (o.comm_streams) r.comm_streams = *o.comm_streams;

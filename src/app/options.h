@@ -39,6 +39,7 @@ struct Options {
   AllReduceImpl allreduce = AllReduceImpl::Nccl;  ///< nccl | copy-engine (GPU reducer's all-reduce; mpi/transports/)
   std::optional<int> comm_streams;  ///< 1..4 copy-engine comm streams (ReducerOptions::comm_streams); empty: auto
   bool grad_as_bucket_view = true;  ///< off: separate bucket buffer + copies (--grad-as-bucket-view)
+  bool shard_optimizer = false;     ///< --shard-optimizer: ZeRO stage 1 (reduce-scatter, shard update, all-gather)
   Compression compression = Compression::None;  ///< none | fp16 | bf16 | powersgd (DDP comm hook)
   bool cuda_graph = true;           ///< GPU: replay forward + backward + all-reduces as a CUDA graph (--cuda-graph)
   Precision precision = Precision::fp32;  ///< fp32 | tf32 | bf16 (GPU model numerics; model/precision.h)
@@ -117,7 +118,7 @@ std::string help_text();
 std::vector<std::pair<std::string, std::string>> option_values(const Options& o);
 
 /// The reducer settings of a run (overlap, --grad-as-bucket-view, --compression and the
-/// --powersgd-* options; PowerSGD's seed is --seed), for GpuReducer / CpuReducer.
+/// --powersgd-* options, --shard-optimizer; PowerSGD's seed is --seed), for GpuReducer / CpuReducer.
 ReducerOptions reducer_options(const Options& o);
 
 /// The start-up warning rank 0 prints when --compression powersgd would never compress because

@@ -58,6 +58,13 @@ std::string mpi_library_version() {
   return nl == std::string::npos ? s : s.substr(0, nl);
 }
 
+/// The collectives a run's buckets go through: "all-reduce" (DDP), "reduce-scatter + all-gather
+/// (ZeRO-1)" (--shard-optimizer), "none (no DDP)".
+std::string collectives(const Options& o) {
+  if (!o.ddp) return "none (no DDP)";
+  return o.shard_optimizer ? "reduce-scatter + all-gather (ZeRO-1)" : "all-reduce";
+}
+
 /// Rank 0: writes the configuration, the bucket tables and the empty step series to the new file.
 void write_header(ResultsFile& f, const Options& o, const World& w, const ParamLayout& layout,
                   const std::vector<Bucket>& buckets, const EngineInfo& info, const std::string& cmd,
@@ -85,6 +92,7 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   f.set_attr("overlap", (int64_t)o.overlap);
   f.set_attr("gradient_as_bucket_view", (int64_t)(o.grad_as_bucket_view ? 1 : 0));
   f.set_attr("compression", to_string(o.compression));
+  f.set_attr("collectives", collectives(o));
   f.set_attr("optimizer", to_string(o.optimizer));
   f.set_attr("num_buckets", (int64_t)buckets.size());
   f.set_attr("forward_flops_per_image", forward_flops_per_image(layout.cfg));
@@ -475,7 +483,8 @@ void write_timing_summary(ResultsFile& f, const Options& o, const World& w, cons
   if (!std::isnan(busbw))
     f.write_summary("busbw_median", busbw, "GB/s",
                     "median over the timed steps of the step's bus bandwidth: rank 0's bytes_sent / the ranks' mean "
-                    "allreduce_time over the buckets / 1e9 x 2(n-1)/n (nccl-tests)");
+                    "allreduce_time over the buckets / 1e9 x 2(n-1)/n (nccl-tests; x (n-1)/n for the reduce-scatter "
+                    "of --shard-optimizer)");
   f.close();
   if (!o.trace.empty())  // written by write_whole_files
     std::printf("[vitddp] Chrome trace (%zu events) written to %s\n", run.trace().size(), o.trace.c_str());
@@ -485,8 +494,9 @@ void write_timing_summary(ResultsFile& f, const Options& o, const World& w, cons
               median_ms, spread.min, spread.p90, spread.max, spread.cv,
               std::isnan(busbw) ? "" : ("; median busbw " + format_gbps(busbw) + " GB/s").c_str());
   if (o.ddp && w.world_size > 1)
-    std::printf("[vitddp] %d of %d bucket all-reduces started after backward compute ended\n", win.late_buckets(),
-                win.buckets());
+    std::printf("[vitddp] collectives: %s; %d of %d bucket %s started after backward compute ended\n",
+                collectives(o).c_str(), win.late_buckets(), win.buckets(),
+                o.shard_optimizer ? "reduce-scatters" : "all-reduces");
 }
 
 /// Collective, at the end of a run: rank 0 writes the whole-file outputs, --save-weights and (after

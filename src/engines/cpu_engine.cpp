@@ -1,5 +1,8 @@
 // The CPU backend: the double-accumulating reference model, MPI all-reduce, the host optimizer (src/engines/optimizer.h). It runs the
-// same trainer as the GPU backend for CI, tests and machines without a GPU.
+// same trainer as the GPU backend for CI, tests and machines without a GPU. With --shard-optimizer
+// (ZeRO-1) the reducer reduce-scatters the gradients, the optimizer updates this rank's shard
+// (compact master parameters, gradients and state: mpi/buckets/shard_plan.h) and the reducer
+// all-gathers the parameters.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,6 +17,7 @@
 #include "mpi/reducer/cpu_reducer.h"
 #include "src/engines/engine.h"
 #include "src/engines/optimizer.h"
+#include "src/engines/zero_state.h"
 #include "src/app/evaluation.h"
 
 namespace vitddp {
@@ -38,14 +42,21 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   CpuEngine(const Options& o, const World& w, const ParamLayout& layout, std::vector<Bucket> buckets,
             const std::vector<float>* initial_params)
       : opts_(o), world_(w), layout_(layout), buckets_(std::move(buckets)), model_(layout, o.batch_size),
-        params_(layout.total), grads_(layout.total, 0.0f),
-        optimizer_(make_host_optimizer(o, params_.data(), grads_.data(), layout.total)), lr_(o.lr) {
+        params_(layout.total), grads_(layout.total, 0.0f), lr_(o.lr) {
     if (initial_params) params_ = *initial_params;
     else init_params(layout, o.init, o.seed, params_.data());
     const auto& c = layout.cfg;
     images_.resize((size_t)o.batch_size * c.channels * c.image_size * c.image_size);
     labels_.resize(o.batch_size);
     if (o.ddp) reducer_ = std::make_unique<CpuReducer>(layout, buckets_, grads_.data(), w.world_size, reducer_options(o));
+    if (const ShardPlan* plan = shard_plan()) {
+      // ZeRO-1: the optimizer runs over this rank's compact shard only.
+      shard_params_.resize(plan->slot_numel());
+      plan->take(params_.data(), shard_params_.data());
+      optimizer_ = make_host_optimizer(o, shard_params_.data(), reducer_->shard_grads(), plan->slot_numel());
+    } else {
+      optimizer_ = make_host_optimizer(o, params_.data(), grads_.data(), layout.total);
+    }
   }
 
   void* alloc_host(size_t bytes) override {
@@ -102,11 +113,12 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     const auto t3 = Clock::now();
     {
       NvtxRange r("optimizer step", NvtxColor::Yellow);
-      rec_.nonfinite = !std::isfinite(rec_.loss);
-      for (size_t i = 0; i < grads_.size() && !rec_.nonfinite; ++i) rec_.nonfinite = !std::isfinite(grads_[i]);
+      rec_.nonfinite = step_nonfinite();
       // A non-finite step is skipped, as on the GPU, and not counted (AdamW's step number stays).
       if (!rec_.nonfinite) optimizer_->step(lr_, 1.0 / micro_steps);
       optimizer_->end_step(!rec_.nonfinite);
+      // ZeRO-1: the updated shards back into every rank's full parameters (a skipped step changed none).
+      if (shard_plan() && !rec_.nonfinite) reducer_->all_gather(shard_params_.data(), params_.data());
     }
     const auto t4 = Clock::now();
     rec_.exposed_comm_ms = ms_between(t2, t3);
@@ -135,13 +147,21 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   void set_lr(double lr) override { lr_ = lr; }
 
   TrainState train_state() const override {
+    if (const ShardPlan* plan = shard_plan())  // collective: the shards gathered to rank 0
+      return gather_train_state(TrainState{shard_params_, optimizer_->state(), optimizer_->applied_steps()}, *plan);
     return TrainState{params_, optimizer_->state(), optimizer_->applied_steps()};
   }
 
   void load_train_state(const TrainState& s) override {
     check_train_state(s, optimizer_->spec(), layout_.total);
     std::copy(s.params.begin(), s.params.end(), params_.begin());  // in place: the optimizer holds params_.data()
-    optimizer_->load_state(s);
+    if (const ShardPlan* plan = shard_plan()) {  // this rank's shard of the full state, whatever wrote it
+      const TrainState shard = shard_of(s, *plan);
+      std::copy(shard.params.begin(), shard.params.end(), shard_params_.begin());
+      optimizer_->load_state(shard);
+    } else {
+      optimizer_->load_state(s);
+    }
   }
 
   EngineInfo info() const override {
@@ -149,7 +169,9 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     i.backend = "cpu";
     i.device_name = cpu_model_name();
     i.versions = "CPU reference (double accumulation), MPI all-reduce";
-    i.device_bytes = (params_.size() + grads_.size() + optimizer_->state_names().size() * layout_.total) * sizeof(float);
+    const size_t state = shard_plan() ? shard_plan()->slot_numel() : layout_.total;
+    i.device_bytes =
+        (params_.size() + grads_.size() + optimizer_->state_names().size() * state + shard_params_.size()) * sizeof(float);
     return i;
   }
 
@@ -165,13 +187,29 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   void poison_staged_batch() override { images_[0] = std::nanf(""); }
 
  private:
+  /// This rank's ZeRO-1 shard (--shard-optimizer), else null.
+  const ShardPlan* shard_plan() const { return reducer_ ? reducer_->shard_plan() : nullptr; }
+
+  /// Whether the step's loss or averaged gradients hold NaN/Inf. DDP: this rank's loss and its
+  /// all-reduced gradients (the same on every rank). ZeRO-1: each rank checks its loss and its
+  /// shard, then the ranks agree (MPI_Allreduce, MPI_MAX), so every rank skips the same steps.
+  bool step_nonfinite() const {
+    int bad = !std::isfinite(rec_.loss);
+    const float* g = shard_plan() ? reducer_->shard_grads() : grads_.data();
+    const size_t n = shard_plan() ? shard_plan()->slot_numel() : grads_.size();
+    for (size_t i = 0; i < n && !bad; ++i) bad = !std::isfinite(g[i]);
+    if (shard_plan()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    return bad != 0;
+  }
+
   Options opts_;
   World world_;
   const ParamLayout& layout_;
   std::vector<Bucket> buckets_;
   CpuViT<float> model_;
   std::vector<float> params_, grads_, images_;
-  std::unique_ptr<Optimizer> optimizer_;  // over params_ and grads_ (sizes never change)
+  std::vector<float> shard_params_;       // ZeRO-1: this rank's master shard (ShardPlan layout); else empty
+  std::unique_ptr<Optimizer> optimizer_;  // over params_ and grads_, or the shard (sizes never change)
   double lr_;                             // set_lr (the schedule)
   std::vector<int32_t> labels_;
   int batch_ = 0;

@@ -146,12 +146,17 @@ class Engine {
   virtual EvalResult evaluate(const HostBatch& b) = 0;
   /// A host copy of the flat parameter buffer (layout.total floats); waits for the device.
   virtual std::vector<float> parameters() const = 0;
-  /// A host copy of the parameters and optimizer state (see TrainState); waits for the device.
-  /// Call between steps (after finish_step).
+  /// A host copy of the parameters and optimizer state (see TrainState, the full model's); waits
+  /// for the device. Call between steps (after finish_step). With --shard-optimizer it is
+  /// collective: every rank calls it, the ranks' shards are gathered to rank 0
+  /// (gather_train_state, src/engines/zero_state.h), which gets the full state; the other ranks get
+  /// empty buffers (and the optimizer_steps).
   virtual TrainState train_state() const = 0;
   /// Replaces parameters and optimizer state (e.g. from a checkpoint); call before the first step.
-  /// Throws std::invalid_argument when a buffer has the wrong size or the optimizer buffers do not
-  /// match optimizer_state_names of the engine's optimizer (names and order).
+  /// `s` is the full state on every rank, as any run wrote it (sharded or not, any rank count);
+  /// with --shard-optimizer each rank keeps its shard of it (shard_of). Throws
+  /// std::invalid_argument when a buffer has the wrong size or the optimizer buffers do not match
+  /// optimizer_state_names of the engine's optimizer (names and order).
   virtual void load_train_state(const TrainState& s) = 0;
   virtual EngineInfo info() const = 0;
   /// The engine's diagnostics, alive as long as the engine.

@@ -1,5 +1,9 @@
 // The GPU backend: GpuViT on this rank's device, NCCL reducer on a comm stream, the GPU optimizer
-// (src/engines/optimizer_gpu.h: fused SGD or AdamW).
+// (src/engines/optimizer_gpu.h: fused SGD or AdamW). With --shard-optimizer (ZeRO-1) the reducer
+// reduce-scatters the gradients, the optimizer updates this rank's compact shard on the device
+// (master parameters, gradients, state: mpi/buckets/shard_plan.h) and the reducer all-gathers
+// the parameters on the comm stream; the compute stream waits for them before the step ends, so
+// the next forward sees them (every bucket's, not only its block's).
 #include <cublasLt.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -22,6 +26,7 @@
 #include "cuda/model/step_graph.h"
 #include "cuda/kernels/synthetic_data.h"
 #include "model/init.h"
+#include "mpi/buckets/shard_plan.h"
 #include "mpi/reducer/gpu_reducer_gpu.h"
 #include "mpi/world/nccl_comm_gpu.h"
 #include "mpi/world/nccl_log.h"
@@ -29,6 +34,7 @@
 #include "src/engines/gpu_model_options.h"
 #include "src/engines/memory_estimate.h"
 #include "src/engines/optimizer_gpu.h"
+#include "src/engines/zero_state.h"
 #include "cuda/model/device_buffer.h"
 #include "cuda/kernels/eval_metrics.h"
 
@@ -70,6 +76,9 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       nccl_log_ = redirect_nccl_info_log(w.rank);
       comm_ = std::make_unique<NcclComm>(w, o.nccl_max_ctas);
       reducer_ = std::make_unique<GpuReducer>(layout, buckets_, grads_, comm_->get(), compute_, reducer_options(o));
+      // ZeRO-1: the optimizer updates the master shard from the reducer's shard of the gradients;
+      // the bf16 working copy is refreshed after the all-gather instead (GpuReducer::all_gather).
+      if (shard_) optimizer_->bind(shard_params_.get(), reducer_->shard_grads(), nonfinite_.get(), nullptr);
     }
     const size_t allocated = info().device_bytes - model_->cudnn_bytes();  // cuDNN sizes its own at set-up
     if (allocated != need.persistent_bytes())
@@ -181,14 +190,26 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       // since the all-reduce spreads a non-finite value everywhere); finish_step() then does not
       // count the update (AdamW's step number stays, as PyTorch's GradScaler skipping step()).
       CUDA_CHECK(cudaMemsetAsync(nonfinite_.get(), 0, sizeof(int), compute_));
-      // The copy-engine all-reduce checked the averaged gradients while summing them.
-      if (reducer_ && reducer_->checks_nonfinite()) reducer_->flag_nonfinite(nonfinite_.get(), compute_);
-      else flag_nonfinite(grads_, layout_.total, nonfinite_.get(), compute_);
+      if (shard_) {
+        // ZeRO-1: each rank sees only its shard, so the ranks agree on the flag (its loss included).
+        flag_nonfinite(reducer_->shard_grads(), shard_->slot_numel(), nonfinite_.get(), compute_);
+        flag_nonfinite(loss_.get(), micro_steps, nonfinite_.get(), compute_);
+        reducer_->agree_nonfinite(nonfinite_.get(), compute_);
+      } else if (reducer_ && reducer_->checks_nonfinite()) {
+        reducer_->flag_nonfinite(nonfinite_.get(), compute_);  // the copy engine checked while summing
+      } else {
+        flag_nonfinite(grads_, layout_.total, nonfinite_.get(), compute_);
+      }
       // The kernels read the flag (bound in allocate()) and refresh the bf16 working copy.
       optimizer_->step(lr_, 1.0 / micro_steps);
+      // ZeRO-1: every rank's updated chunks back into the full parameters (and their bf16 copy) on
+      // the comm stream; a skipped step gathers the unchanged shard, which changes nothing.
+      if (shard_) reducer_->all_gather(shard_params_.get(), params_.get(), model_->bf16_weights(), compute_);
     }
     CUDA_CHECK(cudaMemcpyAsync(loss_host_, loss_.get(), micro_steps * sizeof(float), cudaMemcpyDeviceToHost, compute_));
     CUDA_CHECK(cudaMemcpyAsync(nonfinite_host_, nonfinite_.get(), sizeof(int), cudaMemcpyDeviceToHost, compute_));
+    // The step ends with the parameters in place: the next forward waits for every all-gather.
+    if (shard_) CUDA_CHECK(cudaStreamWaitEvent(compute_, reducer_->params_ready(), 0));
     CUDA_CHECK(cudaEventRecord(ev_end_, compute_));
     micro_steps_ = micro_steps;
     ++steps_enqueued_;
@@ -253,10 +274,16 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
 
   TrainState train_state() const override {
     TrainState s;
-    s.params = download(params_.get());
     s.optimizer = optimizer_->state();
     s.optimizer_steps = optimizer_->applied_steps();
-    return s;
+    if (!shard_) {
+      s.params = download(params_.get());
+      return s;
+    }
+    // ZeRO-1, collective: the master shard and the shard's state, gathered to rank 0.
+    s.params.resize(shard_->slot_numel());
+    CUDA_CHECK(cudaMemcpy(s.params.data(), shard_params_.get(), s.params.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return gather_train_state(s, *shard_);
   }
 
   void load_train_state(const TrainState& s) override {
@@ -264,7 +291,14 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     CUDA_CHECK(cudaStreamSynchronize(compute_));
     const size_t bytes = layout_.total * sizeof(float);
     CUDA_CHECK(cudaMemcpy(params_.get(), s.params.data(), bytes, cudaMemcpyHostToDevice));
-    optimizer_->load_state(s);
+    if (shard_) {  // this rank's shard of the full state, whatever wrote it
+      const TrainState part = shard_of(s, *shard_);
+      CUDA_CHECK(cudaMemcpy(shard_params_.get(), part.params.data(), part.params.size() * sizeof(float),
+                            cudaMemcpyHostToDevice));
+      optimizer_->load_state(part);
+    } else {
+      optimizer_->load_state(s);
+    }
     if (model_->bf16_weights()) {  // the model's bf16 working copy follows the restored parameters
       convert_to_bf16(params_.get(), model_->bf16_weights(), layout_.total, compute_);
       CUDA_CHECK(cudaStreamSynchronize(compute_));
@@ -289,8 +323,9 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     i.versions = "CUDA driver " + std::to_string(drv) + ", CUDA runtime " + std::to_string(rt) + ", NCCL " +
                  nccl_version_string() + ", cuBLASLt " + std::to_string(cublasLtGetVersion()) + ", cuDNN " +
                  std::to_string(cudnnGetVersion());
-    i.device_bytes = (params_.size() + own_grads_.size() + optimizer_->state_names().size() * layout_.total +
-                      loss_.size()) * sizeof(float) +
+    const size_t state = shard_ ? shard_->slot_numel() : layout_.total;  // ZeRO-1: the shard's state only
+    i.device_bytes = (params_.size() + own_grads_.size() + optimizer_->state_names().size() * state +
+                      shard_params_.size() + loss_.size()) * sizeof(float) +
                      nonfinite_.size() * sizeof(int) + model_->device_bytes() + (reducer_ ? reducer_->device_bytes() : 0);
     for (int s = 0; s < 2; ++s) i.device_bytes += images_[s].size() * sizeof(float) + labels_[s].size() * sizeof(int32_t);
     return i;
@@ -367,7 +402,11 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
 
     const size_t n = layout.total;
     params_ = DeviceBuffer<float>(n, "parameters");
-    optimizer_ = make_gpu_optimizer(o, n, compute_);  // its zeroed state buffers
+    // ZeRO-1: the optimizer's state and master parameters cover this rank's shard only (the NCCL
+    // communicator's rank is the MPI rank, so the reducer's plan is the same).
+    if (o.shard_optimizer && o.ddp) shard_ = std::make_unique<ShardPlan>(buckets_, w.world_size, w.rank);
+    optimizer_ = make_gpu_optimizer(o, shard_ ? shard_->slot_numel() : n, compute_);  // its zeroed state buffers
+    if (shard_) shard_params_ = DeviceBuffer<float>(shard_->slot_numel(), "ZeRO-1 shard parameters");
     nonfinite_ = DeviceBuffer<int>(1, "non-finite flag");
     CUDA_CHECK(cudaMallocHost(&nonfinite_host_, sizeof(int)));
     const size_t img = (size_t)o.batch_size * layout.cfg.channels * layout.cfg.image_size * layout.cfg.image_size;
@@ -379,12 +418,17 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     CUDA_CHECK(cudaMallocHost(&loss_host_, o.grad_accum_steps * sizeof(float)));
 
     // Same seed on every rank -> identical replicas (what DDP's initial broadcast guarantees).
-    if (initial_params_) {
-      CUDA_CHECK(cudaMemcpy(params_.get(), initial_params_->data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    } else {
-      std::vector<float> host(n);
+    std::vector<float> host;
+    if (!initial_params_) {
+      host.resize(n);
       init_params(layout, o.init, o.seed, host.data());
-      CUDA_CHECK(cudaMemcpy(params_.get(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    const float* first = initial_params_ ? initial_params_->data() : host.data();
+    CUDA_CHECK(cudaMemcpy(params_.get(), first, n * sizeof(float), cudaMemcpyHostToDevice));
+    if (shard_) {  // the master shard starts as this rank's part of the parameters
+      std::vector<float> part(shard_->slot_numel());
+      shard_->take(first, part.data());
+      CUDA_CHECK(cudaMemcpy(shard_params_.get(), part.data(), part.size() * sizeof(float), cudaMemcpyHostToDevice));
     }
 
     // Precision, kernel choices, the engine-kept bf16 weight copy, the gradient overlay and the
@@ -396,7 +440,7 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       own_grads_ = DeviceBuffer<float>(n, "gradients");
       grads_ = own_grads_.get();
     }
-    optimizer_->bind(params_.get(), grads_, nonfinite_.get(), model_->bf16_weights());
+    if (!shard_) optimizer_->bind(params_.get(), grads_, nonfinite_.get(), model_->bf16_weights());  // ZeRO-1: after the reducer
     // On the compute stream (the overlaid gradients share memory with activations), then wait.
     CUDA_CHECK(cudaMemsetAsync(grads_, 0, n * sizeof(float), compute_));
     CUDA_CHECK(cudaStreamSynchronize(compute_));
@@ -537,6 +581,8 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   cudaEvent_t ev_consumed_[2];  // the micro-step reading input slot s is done with it (compute stream)
   DeviceBuffer<float> params_, own_grads_, loss_;
   float* grads_ = nullptr;  // own_grads_, or the model's overlaid buffer (GpuViT::gradients())
+  std::unique_ptr<ShardPlan> shard_;   // ZeRO-1 (--shard-optimizer): this rank's shard, else null
+  DeviceBuffer<float> shard_params_;   // ZeRO-1: the master shard (ShardPlan layout)
   std::unique_ptr<GpuOptimizer> optimizer_;   // counts applied updates (finish_step reads the skip flag)
   DeviceBuffer<float> eval_images_, eval_loss_, eval_row_loss_;  // Engine::evaluate
   DeviceBuffer<int32_t> eval_labels_, eval_row_correct_;

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "model/precision.h"
+#include "mpi/buckets/shard_plan.h"
 #include "mpi/hooks/powersgd_host.h"
 #include "mpi/reducer/reducer_options.h"
 #include "src/data/data.h"
@@ -61,7 +62,7 @@ namespace {
 
 /// The CPU reducer's buffers (mpi/reducer/cpu_reducer.cpp): {persistent item, PowerSGD's scratch bytes}.
 std::pair<MemoryItem, size_t> cpu_reducer_memory(const Options& o, const ParamLayout& layout,
-                                                 const std::vector<Bucket>& buckets) {
+                                                 const std::vector<Bucket>& buckets, int world_size) {
   MemoryItem r{"reducer", "none", 0};
   if (!o.ddp) return {r, 0};
   const ReducerOptions ro = reducer_options(o);
@@ -72,6 +73,8 @@ std::pair<MemoryItem, size_t> cpu_reducer_memory(const Options& o, const ParamLa
     r.bytes += bytes;
   };
   if (!ro.grad_as_bucket_view) add("bucket buffer (--grad-as-bucket-view off)", layout.total * sizeof(float));
+  if (ro.shard_optimizer)
+    add("this rank's shard of the averaged gradients (ZeRO-1)", ShardPlan(buckets, world_size, 0).slot_numel() * sizeof(float));
   size_t scratch = 0;
   if (o.compression == Compression::Fp16 || o.compression == Compression::Bf16) {
     size_t n = 0;
@@ -94,7 +97,26 @@ std::pair<MemoryItem, size_t> cpu_reducer_memory(const Options& o, const ParamLa
 
 }  // namespace
 
-MemoryEstimate estimate_cpu_memory(const Options& o, const ParamLayout& layout, const std::vector<Bucket>& buckets) {
+std::pair<MemoryItem, MemoryItem> optimizer_memory(const Options& o, const ParamLayout& layout,
+                                                   const std::vector<Bucket>& buckets, int world_size) {
+  const std::vector<std::string> state = optimizer_state_names(optimizer_spec(o));
+  std::string list;
+  for (const auto& s : state) list += (list.empty() ? "" : ", ") + s;
+  const bool sharded = o.shard_optimizer && o.ddp;
+  const size_t n = sharded ? ShardPlan(buckets, world_size, 0).slot_numel() : layout.total;
+  const std::string of = sharded ? " of this rank's shard (ZeRO-1, " + std::to_string(n) + " of " +
+                                       std::to_string(layout.total) + " elements on " + std::to_string(world_size) +
+                                       " rank(s))"
+                                 : "";
+  MemoryItem st{"optimizer state", state.empty() ? "none (SGD without momentum)" : "fp32 " + list + of,
+                state.size() * n * sizeof(float)};
+  MemoryItem shard{"shard parameters", "fp32 master copy" + of + ", updated by the optimizer and all-gathered",
+                   sharded ? n * sizeof(float) : 0};
+  return {st, shard};
+}
+
+MemoryEstimate estimate_cpu_memory(const Options& o, const ParamLayout& layout, const std::vector<Bucket>& buckets,
+                                   int world_size) {
   const ViTConfig& c = layout.cfg;
   const size_t n = layout.total, f32 = sizeof(float);
   MemoryEstimate e;
@@ -106,18 +128,16 @@ MemoryEstimate estimate_cpu_memory(const Options& o, const ParamLayout& layout, 
   // The order of CpuEngine's constructor (src/engines/cpu_engine.cpp), then the trainer's BatchFeed.
   e.items.push_back({"parameters", "fp32, " + std::to_string(n) + " elements", n * f32});
   e.items.push_back({"gradients", "fp32, the DDP buckets", n * f32});
-  const std::vector<std::string> state = optimizer_state_names(optimizer_spec(o));
-  std::string state_list;
-  for (const auto& s : state) state_list += (state_list.empty() ? "" : ", ") + s;
-  e.items.push_back({"optimizer state", state.empty() ? "none (SGD without momentum)" : "fp32 " + state_list,
-                     state.size() * n * f32});
+  const auto [state, shard] = optimizer_memory(o, layout, buckets, world_size);
+  e.items.push_back(state);
+  if (shard.bytes) e.items.push_back(shard);
   const BatchShape shape = batch_shape(c, o.batch_size);
   e.items.push_back({"inputs", "the staged batch: images and labels", shape.images_bytes() + shape.labels_bytes()});
   const CpuViTMemory m = cpu_vit_memory(layout, o.batch_size);
   e.items.push_back({"model weights", "the CPU model's double copy of the parameters and its transposed weights", m.weights});
   e.items.push_back({"activations", "double, saved by forward for backward, batch " + std::to_string(o.batch_size), m.activations});
   e.items.push_back({"activation grads", "double: the gradient accumulator and backward's activation gradients", m.backward});
-  const auto [reducer, scratch] = cpu_reducer_memory(o, layout, buckets);
+  const auto [reducer, scratch] = cpu_reducer_memory(o, layout, buckets, world_size);
   e.items.push_back(reducer);
   const bool feed = o.data.kind != DataSpec::Kind::device;
   e.items.push_back({"data workers", std::to_string(kDefaultRingSlots) + " batch buffers of the data workers' ring",
@@ -126,11 +146,11 @@ MemoryEstimate estimate_cpu_memory(const Options& o, const ParamLayout& layout, 
   return e;
 }
 
-MemoryEstimate estimate_cpu_memory(const Options& o) {
+MemoryEstimate estimate_cpu_memory(const Options& o, int world_size) {
   const ParamLayout layout = make_param_layout(vit_config(o.model, o.num_classes));
   const std::vector<Bucket> buckets = assign_buckets(layout, (size_t)(o.first_bucket_mb * 1048576.0),
                                                      (size_t)(o.bucket_cap_mb * 1048576.0));
-  return estimate_cpu_memory(o, layout, buckets);
+  return estimate_cpu_memory(o, layout, buckets, world_size);
 }
 
 size_t mem_available_bytes() {

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/param_layout.h"
@@ -43,10 +44,11 @@ struct MemoryEstimate {
 };
 
 /// The estimate for `o` (--model, --num-classes, --batch-size, --grad-accum-steps, --precision,
-/// --momentum, --no-ddp, --grad-as-bucket-view, --compression, --powersgd-*) with the parameter
-/// layout and buckets the run uses. Pure host arithmetic: no CUDA call. Throws
+/// --momentum, --no-ddp, --grad-as-bucket-view, --compression, --powersgd-*, --shard-optimizer)
+/// with the parameter layout and buckets the run uses. Pure host arithmetic: no CUDA call. Throws
 /// std::invalid_argument for an unknown precision or compression name. `world_size`: ranks of
-/// the run (sizes the copy-engine all-reduce's scratch, --allreduce copy-engine). Defined with the
+/// the run (sizes the copy-engine all-reduce's scratch, --allreduce copy-engine, and ZeRO-1's
+/// shard, --shard-optimizer). Defined with the
 /// GPU backend (src/engines/memory_estimate_gpu.cpp); in the CPU-only build (src/engines/gpu_backend_off.cpp) both
 /// overloads throw std::invalid_argument(gpu_backend_missing("--dry-run")).
 MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, const std::vector<Bucket>& buckets,
@@ -65,18 +67,29 @@ struct CpuViTMemory {
 CpuViTMemory cpu_vit_memory(const ParamLayout& layout, int max_batch);
 
 /// The host memory of one rank of the CPU backend for `o` (--model, --num-classes, --batch-size,
-/// --momentum/--optimizer, --no-ddp, --grad-as-bucket-view, --compression, --powersgd-*, --data),
-/// item by item in the order CpuEngine and the trainer allocate them: parameters, gradients,
-/// optimizer state (fp32), the engine's input batch, the CPU model's buffers (cpu_vit_memory),
-/// the reducer's (16-bit staging per bucket for fp16/bf16, the bucket buffer without
-/// gradient_as_bucket_view, PowerSGD's error, P and Q) and the data workers' ring of batch
-/// buffers (kDefaultRingSlots). Not counted: the --data idx training split held in memory, MPI's
-/// buffers, the program and its libraries, malloc's overhead. Pure arithmetic; throws
+/// --momentum/--optimizer, --no-ddp, --grad-as-bucket-view, --compression, --powersgd-*, --data,
+/// --shard-optimizer) on `world_size` ranks, item by item in the order CpuEngine and the trainer
+/// allocate them: parameters, gradients, optimizer state (fp32; with --shard-optimizer of this
+/// rank's shard only), the shard's master parameters (--shard-optimizer only), the engine's input
+/// batch, the CPU model's buffers (cpu_vit_memory), the reducer's (16-bit staging per bucket for
+/// fp16/bf16, the bucket buffer without gradient_as_bucket_view, PowerSGD's error, P and Q, the
+/// shard's gradients with --shard-optimizer) and the data workers' ring of batch buffers
+/// (kDefaultRingSlots). Not counted: the --data idx training split held in memory, MPI's buffers,
+/// the program and its libraries, malloc's overhead. Pure arithmetic; throws
 /// std::invalid_argument for bad PowerSGD options (make_powersgd_plan).
-MemoryEstimate estimate_cpu_memory(const Options& o, const ParamLayout& layout, const std::vector<Bucket>& buckets);
+MemoryEstimate estimate_cpu_memory(const Options& o, const ParamLayout& layout, const std::vector<Bucket>& buckets,
+                                   int world_size = 1);
 
 /// The same, building the layout and the buckets from `o` as run_training does.
-MemoryEstimate estimate_cpu_memory(const Options& o);
+MemoryEstimate estimate_cpu_memory(const Options& o, int world_size = 1);
+
+/// The optimizer's items, the same for both backends: {"optimizer state" (fp32, one buffer per
+/// optimizer_state_names of ParamLayout::total elements, or with --shard-optimizer of this rank's
+/// shard: ShardPlan::slot_numel of `buckets` on `world_size` ranks, the same on every rank),
+/// "shard parameters" (--shard-optimizer: the shard's fp32 master copy, slot_numel elements; else
+/// 0 bytes, and the estimates leave the item out)}.
+std::pair<MemoryItem, MemoryItem> optimizer_memory(const Options& o, const ParamLayout& layout,
+                                                   const std::vector<Bucket>& buckets, int world_size);
 
 /// Host memory available for new processes in bytes: MemAvailable of /proc/meminfo, or, when set,
 /// the environment variable VITDDP_TEST_MEMAVAILABLE_KB (kB; for tests only: it fakes the budget

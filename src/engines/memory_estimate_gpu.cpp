@@ -36,11 +36,9 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
                                             "backward has finished with)"
                                           : "fp32, the DDP buckets (gradient_as_bucket_view)",
                      overlay ? 0 : n * f32});
-  const std::vector<std::string> state = optimizer_state_names(optimizer_spec(o));
-  std::string state_list;
-  for (const auto& s : state) state_list += (state_list.empty() ? "" : ", ") + s;
-  e.items.push_back({"optimizer state", state.empty() ? "none (SGD without momentum)" : "fp32 " + state_list,
-                     state.size() * n * f32});
+  const auto [state, shard] = optimizer_memory(o, layout, buckets, world_size);
+  e.items.push_back(state);
+  if (shard.bytes) e.items.push_back(shard);
   const size_t images = (size_t)o.batch_size * c.channels * c.image_size * c.image_size;
   e.items.push_back({"inputs", "2 input slots of images and labels, loss per micro-step, non-finite flag",
                      2 * (images * f32 + (size_t)o.batch_size * sizeof(int32_t)) + (size_t)o.grad_accum_steps * f32 +
@@ -57,6 +55,9 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
     if (o.compression != Compression::None) reducer += std::string(reducer.empty() ? "" : ", ") + to_string(o.compression) + " buffers";
     if (uses_copy_engine(reducer_options(o), world_size))
       reducer += std::string(reducer.empty() ? "" : ", ") + "copy-engine scratch and flags";
+    if (o.shard_optimizer)
+      reducer += std::string(reducer.empty() ? "" : ", ") +
+                 "this rank's shard of the averaged gradients (ZeRO-1), a padded bucket when one does not divide by the ranks";
     if (reducer.empty()) reducer = "no buffers (in-place all-reduce of the gradients)";
   }
   e.items.push_back({"reducer", reducer, o.ddp ? GpuReducer::planned_device_bytes(layout, buckets, reducer_options(o), world_size) : 0});

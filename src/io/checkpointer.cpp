@@ -104,11 +104,20 @@ std::string Checkpointer::write(const Engine& engine, int64_t steps_done, int64_
                        MPI_COMM_WORLD));
   std::string error;
   const std::string file = checkpoint_file(opts_.checkpoint_path, steps_done);
-  if (world_.rank == 0) {
+  // All replicas hold the same parameters and optimizer state (same start, same averaged
+  // gradients, same updates): rank 0's are the run's. With --shard-optimizer each rank holds only
+  // its shard of the optimizer state, and train_state() is collective: every rank calls it and
+  // rank 0 receives the full state, so the file is the same as without sharding.
+  TrainState state;
+  if (world_.rank == 0 || (opts_.shard_optimizer && opts_.ddp)) {
     try {
-      // All replicas hold the same parameters and optimizer state (same start, same averaged
-      // gradients, same updates): rank 0's are the run's.
-      const TrainState state = engine.train_state();
+      state = engine.train_state();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (world_.rank == 0 && error.empty()) {
+    try {
       const bool crash = opts_.debug_crash_in_checkpoint && written_.empty();
       write_checkpoint(file, layout_, h, state, [crash]() {
         if (crash) ::kill(::getpid(), SIGKILL);  // fault injection: the .tmp is complete, not yet renamed

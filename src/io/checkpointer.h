@@ -55,7 +55,8 @@ class Checkpointer {
 
   /// Collective, every rank calls it between steps: gathers each rank's `batches_consumed` (data-
   /// source batches used by the completed steps) to rank 0, which takes the engine's state
-  /// (Engine::train_state) and writes checkpoint_file(--checkpoint-path, steps_done) crash-safely
+  /// (Engine::train_state; with --shard-optimizer every rank takes part, the shards are gathered
+  /// to rank 0) and writes checkpoint_file(--checkpoint-path, steps_done) crash-safely
   /// (write_checkpoint); then the ranks agree. Returns "" on every rank on success, else the
   /// error (rank 0's message; "failed on rank 0" elsewhere). --debug-crash-in-checkpoint kills
   /// rank 0 with SIGKILL between the .tmp file and the rename of the first checkpoint.

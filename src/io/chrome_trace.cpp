@@ -95,8 +95,14 @@ void ChromeTrace::add_step(int rank, int step, const StepRecord& r) {
   add_span(rank, Compute, "optimizer step", exposed_end, exposed_end + r.optimizer_ms);
   add_span(rank, HostData, "get batch (wait)", start - r.data_wait_ms, start);
   const BucketTimes& t = r.buckets;
-  for (size_t b = 0; b < t.start_ms.size(); ++b)
-    add_span(rank, Comm, "all-reduce bucket " + std::to_string(b), start + t.start_ms[b], start + t.end_ms[b]);
+  for (size_t b = 0; b < t.start_ms.size(); ++b) {
+    const bool scattered = b < t.reduce_scattered.size() && t.reduce_scattered[b];
+    add_span(rank, Comm, (scattered ? "reduce-scatter bucket " : "all-reduce bucket ") + std::to_string(b),
+             start + t.start_ms[b], start + t.end_ms[b]);
+    if (b < t.allgather_bytes.size() && t.allgather_bytes[b])  // --shard-optimizer, after the optimizer
+      add_span(rank, Comm, "all-gather bucket " + std::to_string(b), start + t.allgather_start_ms[b],
+               start + t.allgather_end_ms[b]);
+  }
 }
 
 std::string ChromeTrace::json(int world_size, const std::vector<double>& offsets_ms) const {

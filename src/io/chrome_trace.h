@@ -63,7 +63,9 @@ class ChromeTrace {
   /// start (start_ms); on the compute stream "input wait", "forward", "backward" (to
   /// backward_end_ms), "exposed comm" and "optimizer step" laid end to end; "get batch (wait)"
   /// (data_wait_ms) on the host-data stream, ending at the step start; "all-reduce bucket <b>"
-  /// (buckets.start_ms to end_ms) on the comm stream for every bucket of r.buckets.
+  /// ("reduce-scatter bucket <b>" where buckets.reduce_scattered) (buckets.start_ms to end_ms) on
+  /// the comm stream for every bucket of r.buckets, and "all-gather bucket <b>"
+  /// (allgather_start_ms to allgather_end_ms) where the bucket's parameters were all-gathered.
   void add_step(int rank, int step, const StepRecord& r);
   /// The trace as JSON text: metadata (process_name "rank r", thread_name per track, sort
   /// indices), then every event. `offsets_ms[r]` (TraceClock::offsets_ms; missing entries 0) is

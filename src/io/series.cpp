@@ -42,8 +42,14 @@ constexpr auto kF = H5Dtype::f64;
 constexpr auto kI = H5Dtype::i64;
 
 double busbw_derived(const StepRow& layout, const double* row, size_t b, int world_size) {
-  return allreduce_busbw_gbps(row[layout.offset("buckets/bytes_sent") + b], row[layout.offset("buckets/allreduce_time") + b],
-                              world_size);
+  const Collective c = row[layout.offset("buckets/reduce_scattered") + b] != 0 ? Collective::ReduceScatter : Collective::AllReduce;
+  return busbw_gbps(c, row[layout.offset("buckets/bytes_sent") + b], row[layout.offset("buckets/allreduce_time") + b],
+                    world_size);
+}
+
+double allgather_busbw_derived(const StepRow& layout, const double* row, size_t b, int world_size) {
+  return busbw_gbps(Collective::AllGather, row[layout.offset("buckets/allgather_bytes") + b],
+                    row[layout.offset("buckets/allgather_time") + b], world_size);
 }
 
 #define VITDDP_MS(field) &ms_get<&StepRecord::field>, &ms_set<&StepRecord::field>, nullptr, nullptr
@@ -61,7 +67,8 @@ const std::vector<SeriesDef> kStepSeries = {
      "bwd", 3, VITDDP_MS(backward_ms)},
     {"timing/exposed_comm", "s", kF, kRank, "after backward compute, time the compute stream waited for the last all-reduce",
      "exposed comm", 4, VITDDP_MS(exposed_comm_ms)},
-    {"timing/optimizer", "s", kF, kRank, "optimizer step (SGD or AdamW) over the flat parameter buffer", "opt", 5,
+    {"timing/optimizer", "s", kF, kRank, "optimizer step (SGD or AdamW) over the flat parameter buffer; with --shard-optimizer over the rank's "
+     "shard, and the parameters' all-gathers", "opt", 5,
      VITDDP_MS(optimizer_ms)},
     {"timing/step_time", "s", kF, kRank, "device time of the step, step-start event to step-end event", "step", 1,
      VITDDP_MS(step_ms)},
@@ -77,29 +84,50 @@ const std::vector<SeriesDef> kStepSeries = {
      "1 if the step's loss or averaged gradients held NaN/Inf (update not applied)", nullptr, 0, &nonfinite_get,
      &nonfinite_set, nullptr, nullptr},
     {"buckets/allreduce_start", "s", kF, kBucket,
-     "start of the bucket's communication work on the comm stream, from the step-start event", nullptr, 0,
-     VITDDP_BUCKET(start_ms, 1)},
+     "start of the bucket's gradient communication work (hook + all-reduce, or reduce-scatter with "
+     "--shard-optimizer) on the comm stream, from the step-start event",
+     nullptr, 0, VITDDP_BUCKET(start_ms, 1)},
     {"buckets/allreduce_end", "s", kF, kBucket,
-     "end of the bucket's communication work on the comm stream, from the step-start event", nullptr, 0,
+     "end of the bucket's gradient communication work on the comm stream, from the step-start event", nullptr, 0,
      VITDDP_BUCKET(end_ms, 1)},
     {"buckets/bytes_sent", "bytes", kI, kBucket,
-     "payload bytes of this rank's all-reduce calls for the bucket (fp32 numel*4; fp16/bf16 numel*2; PowerSGD "
-     "uncompressed + P + Q)",
+     "payload bytes of this rank's all-reduce (or reduce-scatter) calls for the bucket (fp32 numel*4; fp16/bf16 "
+     "numel*2; PowerSGD uncompressed + P + Q)",
      nullptr, 0, VITDDP_BUCKET(bytes_sent, 0)},
     {"buckets/compressed", "1", kI, kBucket,
      "1 if the bucket's payload was compressed this step (fp16/bf16; PowerSGD from its start step)", nullptr, 0,
      VITDDP_BUCKET(compressed, 0)},
     {"buckets/compress_time", "s", kF, kBucket, "compression + decompression work of the bucket (comm stream)", nullptr,
      0, VITDDP_BUCKET(compress_ms, 1)},
-    {"buckets/allreduce_time", "s", kF, kBucket, "time inside the bucket's all-reduce calls (summed)", nullptr, 0,
+    {"buckets/allreduce_time", "s", kF, kBucket,
+     "time inside the bucket's all-reduce (or reduce-scatter) calls (summed)", nullptr, 0,
      VITDDP_BUCKET(allreduce_ms, 1)},
     {"buckets/copy_time", "s", kF, kBucket,
      "gradient <-> bucket buffer copies (--grad-as-bucket-view off; 0 otherwise)", nullptr, 0,
      VITDDP_BUCKET(copy_ms, 1)},
     {"buckets/busbw", "GB/s", kF, kBucket,
-     "bus bandwidth of the bucket's all-reduce, nccl-tests: bytes_sent / allreduce_time / 1e9 x 2(n-1)/n on n "
-     "ranks (0 for one rank or no recorded time)",
+     "bus bandwidth of the bucket's gradient collective, nccl-tests: bytes_sent / allreduce_time / 1e9 x 2(n-1)/n "
+     "on n ranks, x (n-1)/n for a reduce-scatter (0 for one rank or no recorded time)",
      nullptr, 0, nullptr, nullptr, nullptr, nullptr, &busbw_derived},
+    {"buckets/reduce_scattered", "1", kI, kBucket,
+     "1 if the bucket's gradients were reduce-scattered (--shard-optimizer, ZeRO-1), 0 for an all-reduce", nullptr,
+     0, VITDDP_BUCKET(reduce_scattered, 0)},
+    {"buckets/allgather_start", "s", kF, kBucket,
+     "--shard-optimizer: start of the all-gather of the bucket's updated parameters, from the step-start event",
+     nullptr, 0, VITDDP_BUCKET(allgather_start_ms, 1)},
+    {"buckets/allgather_end", "s", kF, kBucket,
+     "--shard-optimizer: end of the all-gather of the bucket's updated parameters, from the step-start event", nullptr,
+     0, VITDDP_BUCKET(allgather_end_ms, 1)},
+    {"buckets/allgather_time", "s", kF, kBucket, "--shard-optimizer: time inside the bucket's all-gather call", nullptr,
+     0, VITDDP_BUCKET(allgather_ms, 1)},
+    {"buckets/allgather_bytes", "bytes", kI, kBucket,
+     "--shard-optimizer: payload bytes of the bucket's all-gather (the whole bucket's fp32 numel*4; 0 without "
+     "sharding or for a skipped step)",
+     nullptr, 0, VITDDP_BUCKET(allgather_bytes, 0)},
+    {"buckets/allgather_busbw", "GB/s", kF, kBucket,
+     "bus bandwidth of the bucket's all-gather, nccl-tests: allgather_bytes / allgather_time / 1e9 x (n-1)/n (0 "
+     "for one rank or no all-gather)",
+     nullptr, 0, nullptr, nullptr, nullptr, nullptr, &allgather_busbw_derived},
     {"steps/timed", "1", kI, SeriesAxes::Step, "1 for the steps of the timed window, 0 for warm-up and cool-down",
      nullptr, 0, nullptr, nullptr, [](const StepContext& c) { return c.timed ? 1.0 : 0.0; }, nullptr},
     {"training/lr", "1", kF, SeriesAxes::Step,
@@ -235,14 +263,28 @@ void append_eval_series(ResultsFile& f, const EvalSample& sample) {
   for (const SeriesDef& s : kEvalSeries) append_values(f, s, {s.eval_value(sample)});
 }
 
-double allreduce_busbw_gbps(double bytes, double seconds, int world_size) {
+double bus_factor(Collective c, int world_size) {
+  if (world_size < 2) return 0.0;
+  const double n = world_size;
+  return c == Collective::AllReduce ? 2.0 * (n - 1) / n : (n - 1) / n;
+}
+
+double busbw_gbps(Collective c, double bytes, double seconds, int world_size) {
   if (seconds <= 0 || world_size < 2) return 0.0;
-  return bytes / seconds / 1e9 * (2.0 * (world_size - 1) / world_size);
+  return bytes / seconds / 1e9 * bus_factor(c, world_size);
+}
+
+double allreduce_busbw_gbps(double bytes, double seconds, int world_size) {
+  return busbw_gbps(Collective::AllReduce, bytes, seconds, world_size);
 }
 
 double step_busbw_gbps(const double* rows, int ranks, size_t buckets) {
   const StepRow layout(buckets);
   const size_t time = layout.offset("buckets/allreduce_time"), sent = layout.offset("buckets/bytes_sent");
+  const size_t scattered = layout.offset("buckets/reduce_scattered");
+  Collective c = Collective::AllReduce;
+  for (size_t b = 0; b < buckets; ++b)
+    if (rows[scattered + b] != 0) c = Collective::ReduceScatter;  // rank 0's; one run uses one collective
   double bytes = 0, seconds = 0;
   if (ranks < 1) return std::numeric_limits<double>::quiet_NaN();
   for (size_t b = 0; b < buckets; ++b) {
@@ -254,7 +296,7 @@ double step_busbw_gbps(const double* rows, int ranks, size_t buckets) {
     seconds += mean_s;
   }
   if (seconds <= 0) return std::numeric_limits<double>::quiet_NaN();
-  return allreduce_busbw_gbps(bytes, seconds, ranks);
+  return busbw_gbps(c, bytes, seconds, ranks);
 }
 
 std::string format_duration(double seconds) {

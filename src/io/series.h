@@ -105,16 +105,27 @@ void append_step_series(ResultsFile& f, const double* rows, int ranks, size_t bu
 void create_eval_series(ResultsFile& f);
 void append_eval_series(ResultsFile& f, const EvalSample& sample);
 
-/// busbw of one all-reduce in GB/s (1e9 bytes/s), nccl-tests' definitions (doc/PERFORMANCE.md):
-/// algbw = bytes / seconds, busbw = algbw x 2(n-1)/n on n = `world_size` ranks. 0 when
-/// `seconds` <= 0 (no all-reduce recorded) or for one rank (nccl-tests' factor 0).
+/// The collectives of a bucket: DDP's all-reduce, ZeRO-1's reduce-scatter and all-gather.
+enum class Collective { AllReduce, ReduceScatter, AllGather };
+
+/// nccl-tests' bus factor (doc/PERFORMANCE.md of NVIDIA/nccl-tests) on n = `world_size` ranks:
+/// 2(n-1)/n for an all-reduce, (n-1)/n for a reduce-scatter or an all-gather; 0 for one rank.
+double bus_factor(Collective c, int world_size);
+
+/// busbw of one collective in GB/s (1e9 bytes/s), nccl-tests' definitions: algbw = bytes /
+/// seconds (bytes: the whole buffer, for a reduce-scatter or an all-gather all ranks' chunks),
+/// busbw = algbw x bus_factor. 0 when `seconds` <= 0 (nothing recorded) or for one rank.
+double busbw_gbps(Collective c, double bytes, double seconds, int world_size);
+/// busbw_gbps of an all-reduce.
 double allreduce_busbw_gbps(double bytes, double seconds, int world_size);
 
-/// The byte-weighted busbw of one step over all ranks, GB/s: rank 0's bytes_sent and the
-/// all-reduce time averaged over the ranks, summed over the buckets whose mean time is > 0:
-/// allreduce_busbw_gbps(sum bytes, sum mean seconds, ranks). `rows`: `ranks` packed rows of
-/// StepRow(buckets), as gathered. The figure vitddp_tools.bandwidth.BucketBandwidth.per_step()
-/// computes from the file. NaN when no bucket recorded a time (or no buckets); 0 for one rank.
+/// The byte-weighted busbw of one step's gradient collective over all ranks, GB/s: rank 0's
+/// bytes_sent and the all-reduce (or reduce-scatter) time averaged over the ranks, summed over the
+/// buckets whose mean time is > 0: busbw_gbps(sum bytes, sum mean seconds, ranks), with the
+/// reduce-scatter's factor when rank 0's buckets/reduce_scattered is set (--shard-optimizer).
+/// `rows`: `ranks` packed rows of StepRow(buckets), as gathered. The figure
+/// vitddp_tools.bandwidth.BucketBandwidth.per_step() computes from the file. NaN when no bucket
+/// recorded a time (or no buckets); 0 for one rank.
 double step_busbw_gbps(const double* rows, int ranks, size_t buckets);
 
 /// The run-level figures of rank 0's progress line (every rate over all ranks).

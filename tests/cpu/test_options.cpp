@@ -198,7 +198,7 @@ TEST_CASE("to_string gives the command-line names; option_values holds them as b
   CHECK(v["debug-fail-mode"] == "throw");
   CHECK(v["cuda-graph"] == "on");
   CHECK(v["no-ddp"] == "false");
-  CHECK(option_values(Options{}).size() == 62);
+  CHECK(option_values(Options{}).size() == 63);
   std::map<std::string, std::string> g;
   for (const auto& [k, x] : option_values(parse_args({"--data", "idx:/x", "--eval-every", "2", "--eval-split", "train",
                                                       "--allreduce", "copy-engine", "--comm-streams", "3", "--init", "random",
@@ -268,6 +268,7 @@ TEST_CASE("no-effect rule: one row per option, explicit defaults count as given"
       {{"--no-ddp", "--allreduce", "nccl"}, "--allreduce: has no effect with --no-ddp"},
       {{"--no-ddp", "--nccl-max-ctas", "0"}, "--nccl-max-ctas: has no effect with --no-ddp"},
       {{"--no-ddp", "--comm-streams", "auto"}, "--comm-streams: has no effect with --no-ddp"},
+      {{"--no-ddp", "--shard-optimizer"}, "--shard-optimizer: has no effect with --no-ddp (one replica, no reducer)"},
       {{"--powersgd-rank", "1"}, "--powersgd-rank: has no effect without --compression powersgd"},
       {{"--powersgd-start-step", "10"}, "--powersgd-start-step: has no effect without --compression powersgd"},
       {{"--powersgd-min-compression-rate", "2"}, "--powersgd-min-compression-rate: has no effect without --compression powersgd"},
@@ -325,6 +326,35 @@ TEST_CASE("combination rules: each names the option and the reason", "[options]"
             "--debug-fail-mode nccl-abort: with --allreduce copy-engine the gradients do not go through NCCL", 0) == 0);
 }
 
+TEST_CASE("--shard-optimizer: off by default; the options its reduce-scatter cannot serve are refused with the reason",
+          "[options][zero]") {
+  CHECK_FALSE(Options{}.shard_optimizer);
+  CHECK_FALSE(reducer_options(Options{}).shard_optimizer);
+  CHECK(reducer_options(parse_args({"--shard-optimizer"})).shard_optimizer);
+  CHECK(option_error({"--shard-optimizer", "--compression", "powersgd"}) ==
+        "--compression: powersgd: not with --shard-optimizer (PowerSGD all-reduces the low-rank factors P and Q of "
+        "whole gradient matrices; a reduce-scatter leaves each rank only its shard of the gradients)");
+  for (const char* c : {"fp16", "bf16"})
+    CHECK(option_error({"--shard-optimizer", "--compression", c}) ==
+          "--compression: " + std::string(c) + ": not with --shard-optimizer (its reduce-scatter averages fp32 buckets; "
+          "a 16-bit reduce-scatter is not implemented): use --compression none");
+  CHECK(option_error({"--shard-optimizer", "--grad-as-bucket-view", "off"}).rfind(
+            "--grad-as-bucket-view: off: not with --shard-optimizer (the reduce-scatter writes each rank's shard", 0) == 0);
+  CHECK(option_error({"--shard-optimizer", "--allreduce", "copy-engine"}) ==
+        "--allreduce: copy-engine: not with --shard-optimizer (the copy-engine transport has no reduce-scatter and "
+        "all-gather into per-rank shards): use --allreduce nccl");
+  // What it combines with.
+  for (const std::vector<std::string>& fine :
+       {std::vector<std::string>{"--shard-optimizer", "--compression", "none", "--grad-as-bucket-view", "on"},
+        {"--shard-optimizer", "--no-overlap", "--grad-accum-steps", "4", "--optimizer", "adamw"},
+        {"--shard-optimizer", "--allreduce", "nccl", "--checkpoint-every", "5", "--bucket-cap-mb", "3"},
+        {"--shard-optimizer", "--backend", "cpu", "--momentum", "0.9"}}) {
+    INFO(fine[1]);
+    CHECK(option_error(fine).empty());
+  }
+  CHECK(help_text().find("--shard-optimizer") < help_text().find("Precision and speed"));  // the DDP group
+}
+
 TEST_CASE("--help: sections in order, one to three lines per option, defaults, no history", "[options]") {
   const std::string h = help_text();
   size_t at = 0;
@@ -354,7 +384,7 @@ TEST_CASE("--help: sections in order, one to three lines per option, defaults, n
       current.clear();
     }
   }
-  CHECK(count.size() == 64);
+  CHECK(count.size() == 65);
   for (const auto& [name, n] : count) {
     INFO(name);
     CHECK(n <= 3);

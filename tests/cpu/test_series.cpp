@@ -105,6 +105,11 @@ StepRecord sample_record(size_t buckets) {
     r.buckets.compress_ms[b] = 0.125 * b;
     r.buckets.allreduce_ms[b] = 1.25 + b;
     r.buckets.copy_ms[b] = 0.5 * b;
+    r.buckets.reduce_scattered[b] = (uint8_t)(b % 2);
+    r.buckets.allgather_start_ms[b] = 40.0 + b;
+    r.buckets.allgather_end_ms[b] = 40.75 + b;
+    r.buckets.allgather_ms[b] = 0.5 + b;
+    r.buckets.allgather_bytes[b] = 4096 * (b + 1);
   }
   return r;
 }
@@ -159,7 +164,7 @@ TEST_CASE("series table: names unique, accessors as the axes say", "[series]") {
       CHECK((s.eval_value != nullptr) == (s.axes == SeriesAxes::Eval));
       CHECK((s.progress != nullptr) == (s.progress_pos > 0));
     }
-  CHECK(step_series().size() == 22);
+  CHECK(step_series().size() == 28);
   CHECK(eval_series().size() == 5);
 }
 
@@ -167,11 +172,12 @@ TEST_CASE("StepRow: the gathered row's layout, in seconds, and its inverse", "[s
   const size_t nb = 3;
   const StepRecord r = sample_record(nb);
   const StepRow row(nb);
-  REQUIRE(row.size() == 12 + 7 * nb);
+  REQUIRE(row.size() == 12 + 12 * nb);
   const std::vector<double> v = row.pack(r);
   REQUIRE(v.size() == row.size());
   // The row of the trainer before the table: 11 float series, the non-finite flag, then the
-  // per-bucket arrays start, end, bytes, compressed, compress, all-reduce, copy.
+  // per-bucket arrays start, end, bytes, compressed, compress, all-reduce, copy; then those of
+  // --shard-optimizer: reduce-scattered, all-gather start, end, time and bytes.
   const std::vector<double> scalars = {r.data_wait_ms / 1e3, r.input_wait_ms / 1e3, r.forward_ms / 1e3,
                                        r.backward_ms / 1e3,  r.exposed_comm_ms / 1e3, r.optimizer_ms / 1e3,
                                        r.step_ms / 1e3,      r.wall_ms / 1e3,         r.loss,
@@ -185,6 +191,11 @@ TEST_CASE("StepRow: the gathered row's layout, in seconds, and its inverse", "[s
     CHECK(v[12 + 4 * nb + b] == r.buckets.compress_ms[b] * 1e-3);
     CHECK(v[12 + 5 * nb + b] == r.buckets.allreduce_ms[b] * 1e-3);
     CHECK(v[12 + 6 * nb + b] == r.buckets.copy_ms[b] * 1e-3);
+    CHECK(v[12 + 7 * nb + b] == (double)r.buckets.reduce_scattered[b]);
+    CHECK(v[12 + 8 * nb + b] == r.buckets.allgather_start_ms[b] * 1e-3);
+    CHECK(v[12 + 9 * nb + b] == r.buckets.allgather_end_ms[b] * 1e-3);
+    CHECK(v[12 + 10 * nb + b] == r.buckets.allgather_ms[b] * 1e-3);
+    CHECK(v[12 + 11 * nb + b] == (double)r.buckets.allgather_bytes[b]);
   }
   const StepRecord u = row.unpack(v.data());
   CHECK(u.forward_ms == Approx(r.forward_ms));
@@ -230,13 +241,22 @@ TEST_CASE("append_step_series writes every rank's row into the right dataset and
   CHECK(read_i64(file, "buckets/bytes_sent") ==
         std::vector<int64_t>{4096, 8192, 4096, 8192, 4096, 123456789012, 4096, 123456789012});
   CHECK(read_f64(file, "buckets/allreduce_end")[3] == r0.buckets.end_ms[1] * 1e-3);
-  // buckets/busbw, derived: bytes_sent / allreduce_time / 1e9 x 2(n-1)/n, n = 2 (factor 1).
+  // buckets/busbw, derived: bytes_sent / allreduce_time / 1e9 x 2(n-1)/n, n = 2 (factor 1); bucket
+  // 1 of the sample is reduce-scattered: x (n-1)/n (factor 1/2).
   const std::vector<double> busbw = read_f64(file, "buckets/busbw");
   REQUIRE(busbw.size() == 8);
   CHECK(busbw[0] == Approx(4096.0 / 1.25e-3 / 1e9).epsilon(1e-12));
-  CHECK(busbw[1] == Approx(8192.0 / 2.25e-3 / 1e9).epsilon(1e-12));
-  CHECK(busbw[3] == Approx(8192.0 / 2.25e-3 / 1e9).epsilon(1e-12));                   // rank 0, step 1
-  CHECK(busbw[5] == Approx(123456789012.0 / 2.25e-3 / 1e9).epsilon(1e-12));           // rank 1's own bytes
+  CHECK(busbw[1] == Approx(0.5 * 8192.0 / 2.25e-3 / 1e9).epsilon(1e-12));
+  CHECK(busbw[3] == Approx(0.5 * 8192.0 / 2.25e-3 / 1e9).epsilon(1e-12));             // rank 0, step 1
+  CHECK(busbw[5] == Approx(0.5 * 123456789012.0 / 2.25e-3 / 1e9).epsilon(1e-12));     // rank 1's own bytes
+  CHECK(read_i64(file, "buckets/reduce_scattered") == std::vector<int64_t>{0, 1, 0, 1, 0, 1, 0, 1});
+  // buckets/allgather_busbw: allgather_bytes / allgather_time / 1e9 x (n-1)/n.
+  const std::vector<double> agbw = read_f64(file, "buckets/allgather_busbw");
+  REQUIRE(agbw.size() == 8);
+  CHECK(agbw[0] == Approx(0.5 * 4096.0 / 0.5e-3 / 1e9).epsilon(1e-12));
+  CHECK(agbw[1] == Approx(0.5 * 8192.0 / 1.5e-3 / 1e9).epsilon(1e-12));
+  CHECK(read_i64(file, "buckets/allgather_bytes") == std::vector<int64_t>{4096, 8192, 4096, 8192, 4096, 8192, 4096, 8192});
+  CHECK(read_f64(file, "buckets/allgather_end")[1] == r0.buckets.allgather_end_ms[1] * 1e-3);
   // [1, steps]
   CHECK(read_i64(file, "steps/timed") == std::vector<int64_t>{1, 0});
   CHECK(read_f64(file, "training/lr") == std::vector<double>{0.01, 0.02});
@@ -277,6 +297,11 @@ TEST_CASE("bus bandwidth: nccl-tests' all-reduce definitions, per bucket and per
   CHECK(allreduce_busbw_gbps(1e9, 1.0, 2) == Approx(1.0));
   CHECK(allreduce_busbw_gbps(1e9, 1.0, 1) == 0.0);
   CHECK(allreduce_busbw_gbps(1e9, 0.0, 2) == 0.0);
+  // Reduce-scatter and all-gather: x (n-1)/n (nccl-tests' reduce_scatter_perf, all_gather_perf).
+  CHECK(busbw_gbps(Collective::ReduceScatter, 1e9, 1.0, 4) == Approx(0.75));
+  CHECK(busbw_gbps(Collective::AllGather, 1e9, 0.5, 8) == Approx(1.75));
+  CHECK(busbw_gbps(Collective::AllGather, 1e9, 0.5, 1) == 0.0);
+  CHECK(bus_factor(Collective::AllReduce, 8) == Approx(1.75));
   // A step on 2 ranks, 2 buckets: rank 0 sends 4096 and 8192 bytes; the all-reduce times are
   // (1.25 ms, 2.25 ms) on rank 0 and (3.25 ms, 0.25 ms) on rank 1: means 2.25 ms and 1.25 ms.
   const size_t nb = 2;
@@ -287,7 +312,17 @@ TEST_CASE("bus bandwidth: nccl-tests' all-reduce definitions, per bucket and per
   std::vector<double> rows = row.pack(r0);
   const std::vector<double> p1 = row.pack(r1);
   rows.insert(rows.end(), p1.begin(), p1.end());
+  for (StepRecord* r : {&r0, &r1}) r->buckets.reduce_scattered = {0, 0};  // all-reduces
+  rows = row.pack(r0);
+  const std::vector<double> p1b = row.pack(r1);
+  rows.insert(rows.end(), p1b.begin(), p1b.end());
   CHECK(step_busbw_gbps(rows.data(), 2, nb) == Approx((4096.0 + 8192.0) / (2.25e-3 + 1.25e-3) / 1e9));
+  // The same step's buckets reduce-scattered (rank 0's flag): half the factor on 2 ranks.
+  r0.buckets.reduce_scattered = {1, 1};
+  rows = row.pack(r0);
+  rows.insert(rows.end(), p1b.begin(), p1b.end());
+  CHECK(step_busbw_gbps(rows.data(), 2, nb) == Approx(0.5 * (4096.0 + 8192.0) / (2.25e-3 + 1.25e-3) / 1e9));
+  r0.buckets.reduce_scattered = {0, 0};
   // A bucket without recorded time on any rank is left out; none at all gives NaN.
   r0.buckets.allreduce_ms = {0.0, 2.0};
   r1.buckets.allreduce_ms = {0.0, 4.0};

@@ -8,12 +8,13 @@ import pytest
 def write_run(path, *, world_size=2, batch_size=8, grad_accum=1, timed=(0, 1, 1, 0), step_time=None,
               exposed=None, bytes_sent=None, allreduce_time=None, bucket_bytes=None, compression="none",
               sps=10.0, summary_ips=None, precision="fp32", backend="cpu", options=None, attrs=None,
-              eval_curve=None, with_bucket_times=True):
+              eval_curve=None, with_bucket_times=True, reduce_scattered=None):
     """Writes a results file at `path`. Shapes: S = len(timed) steps, R = world_size ranks,
     B buckets (from bucket_bytes, default two). Arrays given as nested lists:
       step_time, exposed: [R, S] seconds (defaults: 0.1 s, 0.001 s everywhere);
       bytes_sent: [R, S, B] int bytes (default: bucket_bytes, halved for fp16/bf16);
-      allreduce_time: [R, S, B] seconds (default 0.001).
+      allreduce_time: [R, S, B] seconds (default 0.001);
+      reduce_scattered: 0 or 1 for every bucket (buckets/reduce_scattered, --shard-optimizer; default: absent).
     Returns `path`."""
     S, R = len(timed), world_size
     bucket_bytes = np.asarray(bucket_bytes if bucket_bytes is not None else [4_000_000, 1_000_000], dtype=np.int64)
@@ -57,6 +58,9 @@ def write_run(path, *, world_size=2, batch_size=8, grad_accum=1, timed=(0, 1, 1,
             if bytes_sent is not False:
                 series("buckets/bytes_sent", np.asarray(bytes_sent, dtype=np.int64), "bytes", "rank,step,bucket")
                 series("buckets/compressed", np.full((R, S, B), 1 if half else 0, dtype=np.int64), "1",
+                       "rank,step,bucket")
+            if reduce_scattered is not None:
+                series("buckets/reduce_scattered", np.full((R, S, B), reduce_scattered, dtype=np.int64), "1",
                        "rank,step,bucket")
         d = f.create_dataset("buckets/bytes", data=bucket_bytes)
         d.attrs["units"] = "bytes"

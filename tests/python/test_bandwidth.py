@@ -5,7 +5,7 @@ x (n-1)/n for reduce-scatter and all-gather; GB/s = 1e9 bytes/s."""
 import numpy as np
 import pytest
 
-from vitddp_tools.bandwidth import BucketBandwidth, bus_factor
+from vitddp_tools.bandwidth import BucketBandwidth, bus_factor, per_rank_busbw
 from vitddp_tools.reader import ResultsError, Run
 
 
@@ -49,6 +49,17 @@ def test_per_bucket_and_step_by_hand(make_run):
         assert steps["busbw"][1:] == pytest.approx([50.0, 25.0])
         assert bw.median_busbw() == pytest.approx(37.5)
         assert bw.median_algbw() == pytest.approx(25.0)
+
+
+def test_reduce_scattered_buckets_take_the_reduce_scatter_factor(make_run):
+    # --shard-optimizer (ZeRO-1): the same bytes and times on 4 ranks, factor 3/4 instead of 3/2
+    with Run(four_rank_file(make_run, reduce_scattered=1)) as run:
+        bw = BucketBandwidth(run)
+        assert bw.busbw[1] == pytest.approx([30.0, 15.0])  # 40 and 20 GB/s algbw x 0.75
+        assert bw.median_busbw() == pytest.approx(18.75)  # 37.5 / 1.5 x 0.75
+        assert per_rank_busbw(run)[0, 1] == pytest.approx([30.0, 0.75 * 1e8 / 0.004 / 1e9])
+    with Run(four_rank_file(make_run, reduce_scattered=0)) as run:
+        assert BucketBandwidth(run).median_busbw() == pytest.approx(37.5)  # all-reduces
 
 
 def test_compressed_bucket_counts_its_16_bit_payload(make_run):

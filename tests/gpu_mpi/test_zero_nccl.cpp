@@ -1,0 +1,267 @@
+// ZeRO stage 1 (--shard-optimizer) on the GPU backend, 2 GPUs (`mpirun -np 2`; the transport case
+// takes any rank count): the NCCL transport's reduce-scatter and all-gather, padded and not,
+// against hand-computed values; the GPU reducer's shard and flag exchange; the sharded GPU engine
+// against the DDP GPU engine (fp32 and bf16, SGD with momentum and AdamW, CUDA graph on and off,
+// accumulation, a non-finite step, the gathered state).
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/check/check_cuda.h"
+#include "cuda/model/device_buffer.h"
+#include "mpi/buckets/shard_plan.h"
+#include "mpi/reducer/gpu_reducer_gpu.h"
+#include "mpi/transports/gpu_transport_gpu.h"
+#include "mpi/world/nccl_comm_gpu.h"
+#include "src/engines/engine.h"
+#include "src/engines/memory_estimate.h"
+#include "tests/catch.h"
+#include "tests/gpu_mpi/gpu_mpi_test_util.h"
+#include "tests/test_util.h"
+#include "tests/zero_check.h"
+
+using namespace vitddp;
+using vitddp_test::max_abs_diff;
+using vitddp_test::run_zero_steps;
+using vitddp_test::test_world;
+using vitddp_test::zero_buckets;
+using vitddp_test::zero_options;
+
+namespace {
+
+template <typename T>
+std::vector<T> to_host(const T* d, size_t n) {
+  std::vector<T> h(n);
+  CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+template <typename T>
+DeviceBuffer<T> to_device(const std::vector<T>& h, const char* what) {
+  DeviceBuffer<T> d(h.size(), what);
+  CUDA_CHECK(cudaMemcpy(d.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("NCCL transport: ZeRO-1 reduce-scatter and all-gather of divisible and padded buckets",
+          "[gpu][mpi][zero]") {
+  const World w = test_world();
+  const int n = w.world_size, r = w.rank;
+  NcclComm comm(w);
+  ReducerOptions ro;
+  ro.shard_optimizer = true;
+  // Bucket 0 divides by any rank count up to 4 (12 elements), bucket 1 by none above 1 (7 elements).
+  const std::vector<size_t> counts = {12, 7};
+  std::vector<size_t> bytes;
+  for (size_t c : counts) bytes.push_back(c * sizeof(float));
+  const GpuTransportEntry& entry = gpu_transport("nccl");
+  const GpuTransportPlan plan = entry.plan(ro, n, bytes);
+  CHECK(plan.shards);
+  CHECK(plan.device_bytes == (n == 1 ? 0 : n * shard_chunk(7, n) * sizeof(float)));  // the 7-element bucket, padded
+  DeviceBuffer<float> region(1, "unused");
+  const std::unique_ptr<GpuTransport> t =
+      entry.make(GpuTransportArgs{comm.get(), n, ro, {{region.get(), sizeof(float)}}, bytes});
+  CHECK(t->device_bytes() == plan.device_bytes);
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (size_t count : counts) {
+    INFO(count << " elements on " << n << " ranks");
+    const size_t c = shard_chunk(count, n), mine = shard_count(count, n, r);
+    std::vector<float> x(count);
+    for (size_t i = 0; i < count; ++i) x[i] = (float)((r + 1) * (int)(i + 1));  // rank q: (q + 1)(i + 1)
+    DeviceBuffer<float> dx = to_device(x, "bucket");
+    DeviceBuffer<float> out = to_device(std::vector<float>(c, -1.0f), "chunk");
+    t->reduce_scatter(0, dx.get(), count, DType::F32, ReduceOp::Sum, out.get(), s);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    const std::vector<float> got = to_host(out.get(), c);
+    for (size_t j = 0; j < mine; ++j) CHECK(got[j] == (float)(n * (n + 1) / 2 * (int)(r * c + j + 1)));
+    for (size_t j = mine; j < c; ++j) CHECK(got[j] == 0.0f);  // the padding
+    CHECK(to_host(dx.get(), count) == x);                     // the bucket is left as it was
+    // All-gather: rank q's chunk holds 100 q + j; nothing is written past `count`.
+    std::vector<float> chunk(c, 0.0f);
+    for (size_t j = 0; j < mine; ++j) chunk[j] = (float)(100 * r + j);
+    DeviceBuffer<float> din = to_device(chunk, "chunk"), dout = to_device(std::vector<float>(count + 3, -5.0f), "out");
+    t->all_gather(0, din.get(), dout.get(), count, DType::F32, s);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    const std::vector<float> all = to_host(dout.get(), count + 3);
+    for (size_t i = 0; i < count; ++i) CHECK(all[i] == (float)(100 * (i / c) + i % c));
+    for (size_t i = count; i < count + 3; ++i) CHECK(all[i] == -5.0f);
+  }
+  // The flag exchange: the maximum over the ranks.
+  DeviceBuffer<int> flag = to_device(std::vector<int>{r == n - 1 ? 1 : 0}, "flag");
+  t->max_over_ranks(flag.get(), s);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CHECK(to_host(flag.get(), 1)[0] == 1);
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+TEST_CASE("GPU reducer, ZeRO-1: each rank's shard holds the average, the all-gather restores the parameters",
+          "[gpu][mpi][zero]") {
+  const World w = test_world();
+  REQUIRE(w.world_size == 2);
+  const ParamLayout L = make_param_layout(vit_config("vit_b_32"));
+  const auto buckets = assign_buckets(L, 1 << 20, 25 << 20);
+  DeviceBuffer<float> grads = to_device(std::vector<float>(L.total, (float)(w.rank + 1)), "gradients");
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  NcclComm comm(w);
+  {
+    ReducerOptions ro;
+    ro.shard_optimizer = true;
+    GpuReducer reducer(L, buckets, grads.get(), comm.get(), stream, ro);
+    const ShardPlan& plan = *reducer.shard_plan();
+    CHECK(reducer.device_bytes() == GpuReducer::planned_device_bytes(L, buckets, ro, 2));
+    cudaEvent_t start;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    reducer.prepare_for_backward();
+    for (size_t p : L.ready_order()) reducer.mark_ready({p});
+    reducer.finalize();
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::vector<float> shard = to_host(reducer.shard_grads(), plan.slot_numel());
+    size_t wrong = 0;
+    for (const ShardSlice& s : plan.slices())
+      for (size_t j = 0; j < s.chunk; ++j) wrong += shard[s.slot_offset + j] != (j < s.count ? 1.5f : 0.0f);
+    CHECK(wrong == 0u);
+    // All-gather: the parameters' shards hold 1000 rank + element index.
+    std::vector<float> mine(plan.slot_numel(), 0.0f);
+    for (const ShardSlice& s : plan.slices())
+      for (size_t j = 0; j < s.count; ++j) mine[s.slot_offset + j] = (float)(1000 * w.rank + (s.flat_offset + j) % 997);
+    DeviceBuffer<float> dshard = to_device(mine, "shard"), params = to_device(std::vector<float>(L.total, -1.0f), "params");
+    DeviceBuffer<__nv_bfloat16> bf16(L.total, "bf16 copy");
+    reducer.all_gather(dshard.get(), params.get(), bf16.get(), stream);
+    CUDA_CHECK(cudaStreamWaitEvent(stream, reducer.params_ready(), 0));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::vector<float> p = to_host(params.get(), L.total);
+    const std::vector<__nv_bfloat16> pb = to_host(bf16.get(), L.total);
+    wrong = 0;
+    size_t wrong16 = 0;
+    for (int q = 0; q < 2; ++q)
+      for (size_t b = 0; b < buckets.size(); ++b) {
+        const ShardSlice s = plan.slice_of(b, q);
+        for (size_t j = 0; j < s.count; ++j) {
+          const float want = (float)(1000 * q + (s.flat_offset + j) % 997);
+          wrong += p[s.flat_offset + j] != want;
+          wrong16 += __bfloat162float(pb[s.flat_offset + j]) != __bfloat162float(__float2bfloat16(want));
+        }
+      }
+    CHECK(wrong == 0u);
+    CHECK(wrong16 == 0u);  // the bf16 working copy follows the gathered parameters
+    const BucketTimes t = reducer.times(start);
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      CHECK(t.reduce_scattered[b] == 1);
+      CHECK(t.allgather_bytes[b] == buckets[b].bytes());
+      CHECK(t.allgather_end_ms[b] >= t.allgather_start_ms[b]);
+      CHECK(t.allgather_start_ms[b] >= t.end_ms[b]);  // after the reduce-scatter, on the same stream
+    }
+    // A flag raised on rank 1 only is raised on both.
+    DeviceBuffer<int> flag = to_device(std::vector<int>{w.rank}, "flag");
+    reducer.agree_nonfinite(flag.get(), stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CHECK(to_host(flag.get(), 1)[0] == 1);
+    cudaEventDestroy(start);
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST_CASE("GPU engine, ZeRO-1 on 2 GPUs equals DDP: fp32 and bf16, SGD and AdamW, graph on and off, accumulation",
+          "[gpu][mpi][zero]") {
+  const World w = test_world();
+  REQUIRE(w.world_size == 2);
+  const ParamLayout L = make_param_layout(vit_config("vit_micro"));
+  struct Case {
+    std::vector<std::string> args;
+    int micro;
+  };
+  const std::vector<Case> cases = {
+      {{"--momentum", "0.9", "--weight-decay", "0.01"}, 1},
+      {{"--optimizer", "adamw", "--weight-decay", "0.05", "--lr", "0.01", "--cuda-graph", "off"}, 1},
+      {{"--momentum", "0.9", "--precision", "bf16"}, 1},
+      {{"--optimizer", "adamw", "--precision", "bf16", "--grad-accum-steps", "2"}, 2},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> za = c.args;
+    za.push_back("--shard-optimizer");
+    const Options od = zero_options("gpu", c.args), oz = zero_options("gpu", za);
+    const auto buckets = zero_buckets(od, L);
+    auto ddp = make_gpu_engine(od, w, L, buckets, nullptr);
+    auto zero = make_gpu_engine(oz, w, L, buckets, nullptr);
+    const std::vector<float> p0 = ddp->parameters();
+    REQUIRE(zero->parameters() == p0);
+    const auto recs = run_zero_steps({ddp.get(), zero.get()}, L, 5, c.micro);  // steps 2.. replay CUDA graphs
+    INFO(to_string(oz.optimizer) << ", " << to_string(oz.precision) << ", cuda graph " << oz.cuda_graph << ", "
+                                 << c.micro << " micro-step(s)");
+    CHECK(max_abs_diff(zero->parameters(), ddp->parameters()) <= 1e-6);
+    CHECK(max_abs_diff(ddp->parameters(), p0) > 1e-3);  // not vacuous
+    CHECK(recs[1].loss == Approx(recs[0].loss).epsilon(1e-6));
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      CHECK(recs[1].buckets.reduce_scattered[b] == 1);
+      CHECK(recs[1].buckets.allgather_bytes[b] == buckets[b].bytes());
+    }
+    const TrainState sd = ddp->train_state(), sz = zero->train_state();  // collective for the sharded engine
+    CHECK(sz.optimizer_steps == sd.optimizer_steps);
+    if (w.rank == 0) {
+      CHECK(max_abs_diff(sz.params, sd.params) <= 1e-6);
+      for (size_t k = 0; k < sd.optimizer.size(); ++k) CHECK(max_abs_diff(sz.optimizer[k].second, sd.optimizer[k].second) <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("GPU engine, ZeRO-1: a NaN on rank 0 skips the step on both ranks; a full state loads and gathers back",
+          "[gpu][mpi][zero]") {
+  const World w = test_world();
+  const ParamLayout L = make_param_layout(vit_config("vit_micro"));
+  const Options od = zero_options("gpu", {"--optimizer", "adamw"}), oz = zero_options("gpu", {"--optimizer", "adamw", "--shard-optimizer"});
+  const auto buckets = zero_buckets(od, L);
+  auto ddp = make_gpu_engine(od, w, L, buckets, nullptr);
+  auto zero = make_gpu_engine(oz, w, L, buckets, nullptr);
+  run_zero_steps({ddp.get(), zero.get()}, L, 2, 1);
+  const std::vector<float> before = zero->parameters();
+  const auto rec = run_zero_steps({ddp.get(), zero.get()}, L, 1, 1, 0);
+  CHECK(rec[0].nonfinite);
+  CHECK(rec[1].nonfinite);
+  CHECK(zero->parameters() == before);
+  run_zero_steps({ddp.get(), zero.get()}, L, 2, 1);
+  const TrainState sz = zero->train_state(), sd = ddp->train_state();
+  CHECK(sz.optimizer_steps == 4);
+  CHECK(sd.optimizer_steps == 4);
+  CHECK(max_abs_diff(zero->parameters(), ddp->parameters()) <= 1e-6);
+  // The DDP engine's full state into a new sharded engine: gathered back bit for bit, then both on alike.
+  const TrainState full = ddp->train_state();
+  auto again = make_gpu_engine(oz, w, L, buckets, nullptr);
+  again->load_train_state(full);
+  const TrainState back = again->train_state();
+  if (w.rank == 0) {
+    CHECK(back.params == full.params);
+    CHECK(back.optimizer[0].second == full.optimizer[0].second);
+    CHECK(back.optimizer[1].second == full.optimizer[1].second);
+  }
+  run_zero_steps({ddp.get(), again.get()}, L, 2, 1);
+  CHECK(max_abs_diff(again->parameters(), ddp->parameters()) <= 1e-6);
+}
+
+TEST_CASE("GPU engine, ZeRO-1: the memory estimate equals the allocations, the state is the shard's",
+          "[gpu][mpi][zero][memory]") {
+  const World w = test_world();
+  const ParamLayout L = make_param_layout(vit_config("vit_micro"));
+  for (const char* opt : {"sgd", "adamw"}) {
+    const bool adamw = std::string(opt) == "adamw";
+    // --attention custom: cuDNN sizes its attention workspace itself (not in the estimate).
+    const Options o = zero_options("gpu", {adamw ? "--optimizer" : "--momentum", adamw ? "adamw" : "0.9", "--attention",
+                                           "custom", "--shard-optimizer"});
+    const auto buckets = zero_buckets(o, L);
+    const MemoryEstimate e = estimate_gpu_memory(o, L, buckets, w.world_size);
+    auto engine = make_gpu_engine(o, w, L, buckets, nullptr);
+    INFO(opt << " on " << w.world_size << " ranks");
+    CHECK(engine->info().device_bytes == e.persistent_bytes());
+    const size_t slot = ShardPlan(buckets, w.world_size, w.rank).slot_numel() * sizeof(float);
+    CHECK(e.bytes_of("optimizer state") == (adamw ? 2 : 1) * slot);
+    CHECK(e.bytes_of("shard parameters") == slot);
+  }
+}

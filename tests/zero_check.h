@@ -1,0 +1,78 @@
+// The ZeRO-1 (--shard-optimizer) engine checks shared by the CPU (mpi), GPU (gpu, gpu_mpi) tests:
+// the command line of a small sharded or DDP run, a driver feeding several engines the same
+// batches, and the largest difference of two parameter vectors. CUDA-free.
+#pragma once
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "src/engines/engine.h"
+#include "tests/catch.h"
+#include "tests/test_util.h"
+
+namespace vitddp_test {
+
+/// This process's World (rank and size of MPI_COMM_WORLD; every rank on one node).
+inline vitddp::World zero_world() {
+  vitddp::World w;
+  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &w.world_size);
+  w.local_rank = w.rank;
+  w.local_size = w.world_size;
+  return w;
+}
+
+/// The options of the engine tests: `backend` (cpu or gpu), vit_micro, batch 2, random init, tiny
+/// buckets (vit_micro's first bucket is one tensor, the others a few), seed 3, then `extra`.
+inline vitddp::Options zero_options(const std::string& backend, const std::vector<std::string>& extra) {
+  std::vector<std::string> a = {"--backend", backend, "--model", "vit_micro", "--batch-size", "2", "--init", "random",
+                                "--first-bucket-mb", "0.00002", "--bucket-cap-mb", "0.0006", "--seed", "3"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return parse_args(a);
+}
+
+/// The buckets of a run with options `o` on layout `L` (as run_training makes them).
+inline std::vector<vitddp::Bucket> zero_buckets(const vitddp::Options& o, const vitddp::ParamLayout& L) {
+  return vitddp::assign_buckets(L, (size_t)(o.first_bucket_mb * 1048576.0), (size_t)(o.bucket_cap_mb * 1048576.0));
+}
+
+/// Largest |a - b| over two equal-sized vectors (REQUIREd).
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs((double)a[i] - b[i]));
+  return m;
+}
+
+/// Runs `steps` optimizer steps of `micro` micro-steps on each of `engines`, all fed the same
+/// batches: this rank's own (seeded by step, micro-step and rank), rank 0's first micro-batch of
+/// step `poisoned` with a NaN pixel; learning rate 0.02 in the first step, 0.05 after. Returns each
+/// engine's record of the last step.
+inline std::vector<vitddp::StepRecord> run_zero_steps(const std::vector<vitddp::Engine*>& engines,
+                                                      const vitddp::ParamLayout& L, int steps, int micro,
+                                                      int poisoned = -1) {
+  using namespace vitddp;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::vector<StepRecord> last(engines.size());
+  for (int s = 0; s < steps; ++s)
+    for (size_t e = 0; e < engines.size(); ++e) {
+      engines[e]->set_lr(s == 0 ? 0.02 : 0.05);
+      for (int k = 0; k < micro; ++k) {
+        const uint64_t seed = 1000 + 100 * s + 10 * k + rank;
+        const auto images = random_images(L.cfg, 2, seed);
+        const auto labels = random_labels(L.cfg, 2, seed);
+        engines[e]->stage(HostBatch{images.data(), labels.data(), 2});
+        if (s == poisoned && k == 0 && rank == 0) engines[e]->fault_target().poison_staged_batch();
+        engines[e]->run_micro_step(k, micro);
+        engines[e]->wait_staged_copy();  // the batch's host buffers go out of scope
+      }
+      engines[e]->finish_step(&last[e]);
+    }
+  return last;
+}
+
+}  // namespace vitddp_test
