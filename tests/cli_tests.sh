@@ -142,6 +142,43 @@ lrs=$(/usr/bin/python3 -c "import h5py,sys; print(' '.join('%g' % x for x in h5p
 if [ $rc -eq 0 ] && [ "$lrs" = "0 0.005 0.01 0.0075 0.0025" ]; then ok "AdamW + cosine run, training/lr = $lrs"
 else bad "AdamW run rc=$rc lr='$lrs': $out"; fi
 
+# --record-grad-ready: when backward reported each gradient-ready group, on 2 DDP ranks and on 1
+# rank without DDP (the predictor's 1-GPU baseline). Every step's times increase along the group
+# axis and lie inside backward ([input_wait + forward, backward_end]); the groups' bytes sum to
+# the layout's total (the bucket table's bytes), the complete prefix ends there; 6 x 2 + 4 = 16
+# groups for vit_micro; a run without the option has no grad_ready group.
+grad_ready_check() {  # grad_ready_check FILE RANKS
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r") as f:
+    ranks = int(sys.argv[2])
+    d = f["grad_ready/ready_time"]
+    assert d.shape == (ranks, 5, 16) and d.attrs["axes"] == "rank,step,group" and d.attrs["units"] == "s", (d.shape, dict(d.attrs))
+    t = d[()]
+    start = (f["timing/input_wait"][()] + f["timing/forward"][()])[:, :, None]
+    end = f["timing/backward_end"][()][:, :, None]
+    assert (np.diff(t, axis=2) > 0).all(), t
+    assert (t >= start).all() and (t <= end).all(), (t.min(), start.min(), t.max(), end.max())
+    nbytes, prefix, buckets = f["grad_ready/bytes"][()], f["grad_ready/prefix_bytes"][()], f["buckets/bytes"][()]
+    assert nbytes.sum() == buckets.sum() == prefix[-1] == 4 * (1701 + 3), (nbytes.sum(), buckets.sum(), prefix[-1])
+    assert (np.diff(prefix) > 0).all() and list(f["grad_ready/num_tensors"][()]) == [2] * 16
+    first = f["grad_ready/first_param"].asstr()[()]
+    assert first[0] == "heads.head.bias" and first[-1] == "conv_proj.bias", first
+print("ok: %d ranks x 5 steps x 16 groups, %.3f-%.3f ms into backward, %d bytes" % (
+    ranks, (t - start).min() * 1e3, (t - start).max() * 1e3, nbytes.sum()))
+PY
+}
+out=$(timeout 300 $MPIRUN -np 2 "$BIN" --backend cpu --model vit_micro --batch-size 4 --warmup-steps 1 --steps 3 \
+      --cooldown-steps 1 --bucket-cap-mb 0.001 --first-bucket-mb 0.0005 --record-grad-ready --out "$TMP/ready.h5" 2>&1); rc=$?
+check=$(grad_ready_check "$TMP/ready.h5" 2 2>&1)
+if [ $rc -eq 0 ] && [[ "$check" == ok* ]]; then ok "--record-grad-ready on 2 ranks: $check"; else bad "--record-grad-ready rc=$rc: $check $out"; fi
+out=$(timeout 300 $MPIRUN -np 1 "$BIN" --backend cpu --model vit_micro --batch-size 4 --warmup-steps 1 --steps 3 \
+      --cooldown-steps 1 --no-ddp --record-grad-ready --out "$TMP/ready1.h5" 2>&1); rc=$?
+check=$(grad_ready_check "$TMP/ready1.h5" 1 2>&1)
+if [ $rc -eq 0 ] && [[ "$check" == ok* ]]; then ok "--record-grad-ready --no-ddp on 1 rank: $check"; else bad "--record-grad-ready --no-ddp rc=$rc: $check $out"; fi
+if ! h5ls -r "$TMP/run.h5" | grep -q "^/grad_ready"; then ok "no grad_ready/* without --record-grad-ready"
+else bad "grad_ready/* in a run without --record-grad-ready"; fi
+
 # The Chrome trace: valid JSON, 2 processes, 5 "Batch i" (i = 0..4) per rank, one all-reduce per
 # bucket and step; then tests/trace_check.py: ts >= 0, per track disjoint or nested, named ranks
 # and tracks (Perfetto draws it), with 6 buckets whose all-reduces overlap (MPI_Iallreduce).

@@ -9,11 +9,14 @@ work starts at max(ready_j, end_{j-1}) and lasts its compression work plus its c
 Step = input wait + forward + backward + exposed + optimizer (+ ZeRO-1's parameter all-gather) + the
 reference's host time per step outside the device step (1 / steps_per_second - median step time).
 
-Gradient-ready times come from the reference run: a bucket whose comm work started after the
-previous bucket's ended (the stream was idle) started when its last gradient was ready, so
-(cumulative bucket bytes, start - backward start) is a point of the ready curve; between points,
-and where the stream was never idle, the curve is linear in the cumulative gradient bytes, from
-(0, 0) to (all bytes, end of backward). The curve is kept as a fraction of backward.
+Gradient-ready times come from the reference run. Recorded ones first (vitddp --record-grad-ready,
+grad_ready/*): per gradient-ready group, (the flat-buffer bytes complete once it is reported,
+ready_time - backward start), the slowest rank per step, median over the timed steps. Otherwise
+inferred from the buckets: a bucket whose comm work started after the previous bucket's ended (the
+stream was idle) started when its last gradient was ready, so (cumulative bucket bytes, start -
+backward start) is a point of the ready curve. Between points, and where the stream was never idle,
+the curve is linear in the cumulative gradient bytes, from (0, 0) to (all bytes, end of backward).
+The curve is kept as a fraction of backward; the last bucket is ready at the end of backward.
 
 Backward's slowdown under concurrent traffic: with a 1-GPU baseline, backward = baseline backward +
 k x (comm-stream busy time inside backward), k = (reference backward - baseline backward) /
@@ -49,8 +52,10 @@ class Reference:
     """What a prediction takes from one results file (times in seconds, medians over the timed
     steps of the slowest rank): forward (input wait + forward), backward, optimizer, host_gap,
     ready_bytes / ready_frac (float64 [k] points of the gradient-ready curve: cumulative fp32 bytes
-    in gradient-ready order -> fraction of backward), busy_in_backward (comm-stream time inside
-    backward), and the configuration (model, ranks, batch, precision, transport, cap, compression)."""
+    in gradient-ready order -> fraction of backward), ready_source ('recorded': grad_ready/*, with
+    ready_groups groups; 'inferred': from idle comm-stream starts), busy_in_backward (comm-stream
+    time inside backward), and the configuration (model, ranks, batch, precision, transport, cap,
+    compression)."""
     path: str
     model: str
     num_classes: int
@@ -69,6 +74,8 @@ class Reference:
     steps_per_second: float
     ready_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
     ready_frac: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ready_source: str = "inferred"
+    ready_groups: int = 0
     idle_buckets: int = 0
     num_buckets: int = 0
     busy_in_backward: float = 0.0
@@ -98,6 +105,8 @@ class Reference:
                   backward=_med(bwd.max(axis=0)), optimizer=_med(g("timing/optimizer").max(axis=0)),
                   host_gap=max(0.0, 1.0 / sps - _med(step)), steps_per_second=sps, options=run.options())
         ref._read_buckets(run, t, fwd, bwd)
+        if run.has_grad_ready():
+            ref._read_grad_ready(run, t, fwd)
         return ref
 
     def _read_buckets(self, run, t, fwd, bwd):
@@ -124,6 +133,23 @@ class Reference:
         ys.append(1.0)
         ys = np.clip(np.maximum.accumulate(np.asarray(ys)), 0.0, 1.0)
         self.ready_bytes, self.ready_frac = np.asarray(xs), ys
+
+    def _read_grad_ready(self, run, t, fwd):
+        """The ready curve from the recorded times (grad_ready/ready_time, --record-grad-ready): per
+        group, ready_time - (input_wait + forward) (backward starts where forward ends), the slowest
+        rank per step, median over the timed steps, over the reference's backward, against the
+        flat-buffer bytes complete by then (grad_ready/prefix_bytes). Replaces the inferred curve."""
+        g = run.grad_ready()
+        into = g.ready_time[:, t] - fwd[:, :, None]               # [ranks, timed steps, groups]
+        med = np.median(into.max(axis=0), axis=0)                  # [groups]
+        total = 4.0 * sum(p.numel + (-p.numel) % 4 for p in vit_parameters(self.model, self.num_classes))
+        if int(g.prefix_bytes[-1]) != int(total):
+            raise ResultsError("%s: grad_ready/prefix_bytes ends at %d bytes, %s's gradients are %d bytes" % (
+                run.path, int(g.prefix_bytes[-1]), self.model, int(total)))
+        ys = np.clip(np.maximum.accumulate(np.concatenate([[0.0], med / self.backward])), 0.0, 1.0)
+        self.ready_bytes = np.concatenate([[0.0], g.prefix_bytes.astype(float)])
+        self.ready_frac = ys
+        self.ready_source, self.ready_groups = "recorded", g.groups
 
     def ready_fraction(self, cum_bytes):
         """Fraction of backward at which the gradients up to `cum_bytes` (fp32 bytes in ready order)
@@ -303,9 +329,7 @@ def _assumptions(ref, sc, table, nbuckets):
         "are the reference's (the slowest rank's medians)" % (ref.forward * 1e3, ref.optimizer * 1e3, ref.host_gap * 1e3),
         "buckets: %d (PyTorch DDP's rule over %s's parameters in reverse registration order, cap %g MiB, first "
         "%g MiB, a tensor never split)" % (nbuckets, ref.model, sc.cap_mb, sc.first_mb),
-        "gradient-ready times: %d of the reference's %d buckets started on an idle comm stream and give the "
-        "ready curve; elsewhere it is linear in the gradient bytes up to the end of backward" % (
-            ref.idle_buckets, ref.num_buckets),
+        _ready_assumption(ref),
         "one comm stream, buckets launched in order, each when its last gradient is ready; ranks in step "
         "(no skew between ranks)",
         "link table %s; alpha and busbw do not depend on the number of ranks (nccl-tests' busbw is meant to "
@@ -319,6 +343,19 @@ def _assumptions(ref, sc, table, nbuckets):
             out.append("the link table has no '%s' row: the compression's own work on the comm stream counts 0" % kind)
     out += table.notes
     return out
+
+
+def _ready_assumption(ref):
+    """Where the reference's gradient-ready curve came from (str)."""
+    if ref.ready_source == "recorded":
+        return ("gradient-ready times: recorded in the reference (--record-grad-ready, grad_ready/ready_time): "
+                "%d groups, the slowest rank's median over the timed steps, against the gradient bytes complete "
+                "at each (grad_ready/prefix_bytes); linear in the bytes between groups; the last bucket at the end "
+                "of backward" % ref.ready_groups)
+    return ("gradient-ready times: inferred (the reference has no grad_ready/ready_time; vitddp "
+            "--record-grad-ready records them): %d of its %d buckets started on an idle comm stream and give the "
+            "ready curve; elsewhere it is linear in the gradient bytes up to the end of backward" % (
+                ref.idle_buckets, ref.num_buckets))
 
 
 def prediction_text(p):

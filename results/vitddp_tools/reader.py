@@ -1,8 +1,10 @@
 """The one reader of vitddp results files (HDF5, layout: docs/schema.md).
 
 Every command of vitddp_tools reads through `Run`: root attributes and options, per-step series
-([ranks, steps] or [ranks, steps, buckets], numpy, with their units), the fixed bucket tables, the
-`/summary` scalars, the timed-window mask (`steps/timed`) and the evaluation series (`eval/*`).
+([ranks, steps], [ranks, steps, buckets] or [ranks, steps, groups], numpy, with their units), the
+fixed bucket tables, the gradient-ready times and their group table (`grad_ready/*`, runs with
+--record-grad-ready), the `/summary` scalars, the timed-window mask (`steps/timed`) and the
+evaluation series (`eval/*`).
 Errors a user can act on (missing file, dataset or attribute, a file that is not HDF5) raise
 `ResultsError` with one line naming the file and what is wrong.
 """
@@ -39,6 +41,27 @@ class Series:
 
     def __repr__(self):
         return "Series(shape=%s, units=%r, axes=%r)" % (self.values.shape, self.units, self.axes)
+
+
+class GradReady:
+    """The gradient-ready times of a --record-grad-ready run (docs/schema.md): `ready_time`
+    (float64 [ranks, steps, groups], seconds from the step start: when backward reported each
+    group's gradients final), and per group in the order reported: `bytes` (int64, fp32 bytes of
+    its tensors), `prefix_bytes` (int64, the flat gradient buffer's prefix complete by then: a
+    bucket is complete at the first group whose prefix reaches its end), `first_param`,
+    `last_param` (lists of str)."""
+
+    def __init__(self, ready_time, nbytes, prefix_bytes, first_param, last_param):
+        self.ready_time, self.bytes, self.prefix_bytes = ready_time, nbytes, prefix_bytes
+        self.first_param, self.last_param = first_param, last_param
+
+    @property
+    def groups(self):
+        """Number of groups (int)."""
+        return int(self.bytes.size)
+
+    def __repr__(self):
+        return "GradReady(ready_time shape=%s, groups=%d)" % (self.ready_time.shape, self.groups)
 
 
 class Run:
@@ -140,6 +163,34 @@ class Run:
             raise ResultsError("%s: dataset '%s' has shape %s, expected [ranks, steps, buckets]"
                                % (self.path, name, s.shape))
         return s
+
+    def group_series(self, name):
+        """Per-group series `name` (e.g. "grad_ready/ready_time"): [ranks, steps, groups]."""
+        s = self.data(name)
+        if s.ndim != 3:
+            raise ResultsError("%s: dataset '%s' has shape %s, expected [ranks, steps, groups]"
+                               % (self.path, name, s.shape))
+        return s
+
+    def has_grad_ready(self):
+        """True when the run recorded gradient-ready times (vitddp --record-grad-ready)."""
+        return self.has("grad_ready/ready_time") and self.has("grad_ready/bytes")
+
+    def grad_ready(self):
+        """The run's `GradReady` (ready times and the group table); ResultsError naming the file when
+        it has none (a run without --record-grad-ready) or when the table and the series disagree."""
+        if not self.has_grad_ready():
+            raise ResultsError("%s: no gradient-ready times recorded (no dataset 'grad_ready/ready_time': run "
+                               "vitddp with --record-grad-ready)" % self.path)
+        ready = np.asarray(self.group_series("grad_ready/ready_time"), dtype=float)
+        nbytes = np.asarray(self.data("grad_ready/bytes"), dtype=np.int64).reshape(-1)
+        prefix = (np.asarray(self.data("grad_ready/prefix_bytes"), dtype=np.int64).reshape(-1)
+                  if self.has("grad_ready/prefix_bytes") else np.cumsum(nbytes))
+        if ready.shape[2] != nbytes.size or prefix.size != nbytes.size:
+            raise ResultsError("%s: grad_ready/ready_time has %d groups, grad_ready/bytes %d, "
+                               "grad_ready/prefix_bytes %d" % (self.path, ready.shape[2], nbytes.size, prefix.size))
+        names = lambda n: self.strings(n) if self.has(n) else [""] * nbytes.size
+        return GradReady(ready, nbytes, prefix, names("grad_ready/first_param"), names("grad_ready/last_param"))
 
     def summary(self, name):
         """The scalar /summary/<name> as float (units: docs/schema.md, e.g. steps/s, s)."""

@@ -40,6 +40,7 @@ struct Options {
   std::optional<int> comm_streams;  ///< 1..4 copy-engine comm streams (ReducerOptions::comm_streams); empty: auto
   bool grad_as_bucket_view = true;  ///< off: separate bucket buffer + copies (--grad-as-bucket-view)
   bool shard_optimizer = false;     ///< --shard-optimizer: ZeRO stage 1 (reduce-scatter, shard update, all-gather)
+  bool record_grad_ready = false;   ///< --record-grad-ready: each gradient-ready group's time (grad_ready/*)
   Compression compression = Compression::None;  ///< none | fp16 | bf16 | powersgd (DDP comm hook)
   bool cuda_graph = true;           ///< GPU: replay forward + backward + all-reduces as a CUDA graph (--cuda-graph)
   Precision precision = Precision::fp32;  ///< fp32 | tf32 | bf16 (GPU model numerics; model/precision.h)

@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "model/grad_ready.h"
 #include "model/kernel_choice.h"
 #include "src/io/nvtx.h"
 #include "model/param_layout.h"
@@ -65,6 +66,39 @@ std::string collectives(const Options& o) {
   return o.shard_optimizer ? "reduce-scatter + all-gather (ZeRO-1)" : "all-reduce";
 }
 
+/// The gradient-ready groups the run records per step: grad_ready_groups(layout) with
+/// --record-grad-ready, else none (0).
+size_t recorded_groups(const Options& o, const ParamLayout& layout) {
+  return o.record_grad_ready ? grad_ready_groups(layout).size() : 0;
+}
+
+/// Rank 0, --record-grad-ready: the table of the gradient-ready groups (grad_ready_groups order,
+/// the index of grad_ready/ready_time's group axis), beside the bucket table: each group's fp32
+/// bytes (layout padding included: they sum to layout.total x 4), the flat-buffer prefix complete
+/// once it is reported (grad_ready_prefix_elements, in bytes), its tensors and its first and last
+/// parameter as reported.
+void write_grad_ready_table(ResultsFile& f, const ParamLayout& layout) {
+  std::vector<int64_t> bytes, prefix, ntensors;
+  std::vector<std::string> first, last;
+  for (const std::vector<size_t>& g : grad_ready_groups(layout)) {
+    size_t elems = 0;
+    for (size_t p : g) elems += (layout.params[p].numel + 3) / 4 * 4;  // make_param_layout's alignment
+    bytes.push_back((int64_t)(elems * sizeof(float)));
+    ntensors.push_back((int64_t)g.size());
+    first.push_back(layout.params[g.front()].name);
+    last.push_back(layout.params[g.back()].name);
+  }
+  for (size_t e : grad_ready_prefix_elements(layout)) prefix.push_back((int64_t)(e * sizeof(float)));
+  const std::vector<uint64_t> n = {bytes.size()};
+  f.write_array("grad_ready/bytes", n, bytes.data(), "bytes",
+                "fp32 bytes of each gradient-ready group's tensors (layout padding included)");
+  f.write_array("grad_ready/prefix_bytes", n, prefix.data(), "bytes",
+                "fp32 bytes of the longest prefix of the flat gradient buffer complete once the group is reported");
+  f.write_array("grad_ready/num_tensors", n, ntensors.data(), "1", "parameter tensors in each gradient-ready group");
+  f.write_strings("grad_ready/first_param", first, "", "first parameter of each gradient-ready group, as reported");
+  f.write_strings("grad_ready/last_param", last, "", "last parameter of each gradient-ready group, as reported");
+}
+
 /// Rank 0: writes the configuration, the bucket tables and the empty step series to the new file.
 void write_header(ResultsFile& f, const Options& o, const World& w, const ParamLayout& layout,
                   const std::vector<Bucket>& buckets, const EngineInfo& info, const std::string& cmd,
@@ -118,7 +152,9 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   f.write_strings("buckets/first_param", first, "", "first parameter of each bucket (gradient-ready order)");
   f.write_strings("buckets/last_param", last, "", "last parameter of each bucket (gradient-ready order)");
 
-  create_step_series(f, w.world_size, (int64_t)buckets.size());
+  if (o.record_grad_ready) write_grad_ready_table(f, layout);
+
+  create_step_series(f, w.world_size, (int64_t)buckets.size(), (int64_t)recorded_groups(o, layout));
   f.flush();
 }
 
@@ -193,10 +229,10 @@ constexpr double kProgressSeconds = 5.0;
 /// Rank 0 also keeps, per timed step, the step's busbw over all ranks (step_busbw_gbps).
 class StepRows {
  public:
-  /// `first_step`: this run's first step (0-based).
-  StepRows(const Options& o, const World& w, size_t buckets, ResultsFile* results, const TimedWindow& window,
-           int first_step)
-      : o_(o), w_(w), row_(buckets), results_(results), window_(window), first_step_(first_step),
+  /// `first_step`: this run's first step (0-based); `groups`: recorded_groups.
+  StepRows(const Options& o, const World& w, size_t buckets, size_t groups, ResultsFile* results,
+           const TimedWindow& window, int first_step)
+      : o_(o), w_(w), row_(buckets, groups), results_(results), window_(window), first_step_(first_step),
         gathered_(w.rank == 0 ? (size_t)w.world_size * row_.size() : 0) {}
 
   /// Starts the progress clock (the step loop begins).
@@ -219,9 +255,9 @@ class StepRows {
     const Pending p = std::move(*pending_);
     pending_.reset();
     const int i = p.ctx.step;
-    append_step_series(*results_, p.rows.data(), w_.world_size, row_.buckets(), p.ctx);
+    append_step_series(*results_, p.rows.data(), w_.world_size, row_.buckets(), p.ctx, row_.groups());
     if (p.ctx.timed && row_.buckets() > 0 && w_.world_size > 1)
-      timed_busbw_.push_back(step_busbw_gbps(p.rows.data(), w_.world_size, row_.buckets()));
+      timed_busbw_.push_back(step_busbw_gbps(p.rows.data(), w_.world_size, row_.buckets(), row_.groups()));
     if (!o_.trace.empty())
       for (int r = 0; r < w_.world_size; ++r) trace_.add_step(r, i, row_.unpack(&p.rows[(size_t)r * row_.size()]));
     if ((i + 1) % o_.flush_every == 0) results_->flush();
@@ -294,7 +330,7 @@ class Run {
         window_(o.warmup_steps, o.steps, start_, [&engine](bool on) { engine.diagnostics().profiler(on); }),
         micro_batches_(first_batch_),
         data_wait_next_ms_(feed_.stage_next(micro_batches_++)),  // the first batch, before the loop
-        rows_(o, w, buckets, results_, window_, start_),
+        rows_(o, w, buckets, recorded_groups(o, layout), results_, window_, start_),
         stop_(w, o.step_timeout_s, [&engine]() { return engine.diagnostics().async_error(); }, o.on_nonfinite == NonfinitePolicy::Stop),
         defer_rows_(o.backend == Backend::Gpu),
         steps_done_(start_),

@@ -13,6 +13,7 @@
 
 #include "src/io/nvtx.h"
 #include "model/cpu_vit.h"
+#include "model/grad_ready.h"
 #include "model/init.h"
 #include "mpi/reducer/cpu_reducer.h"
 #include "src/engines/engine.h"
@@ -57,6 +58,7 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     } else {
       optimizer_ = make_host_optimizer(o, params_.data(), grads_.data(), layout.total);
     }
+    if (o.record_grad_ready) ready_order_ = std::make_unique<GradReadyOrder>(layout);
   }
 
   void* alloc_host(size_t bytes) override {
@@ -96,12 +98,19 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     Clock::time_point t2;
     {
       NvtxRange r("backward", NvtxColor::Purple);
+      if (ready_order_ && last) ready_order_->reset();
       if (reducer_ && last) {
         reducer_->prepare_for_backward(step_start_);
-        model_.backward(params_.data(), grads_.data(), micro > 0,
-                        [this](const std::vector<size_t>& p) { reducer_->mark_ready(p); });
+        model_.backward(params_.data(), grads_.data(), micro > 0, [this](const std::vector<size_t>& p) {
+          mark_grad_ready(p);
+          reducer_->mark_ready(p);
+        });
         t2 = Clock::now();
         reducer_->finalize();
+      } else if (ready_order_ && last) {  // --no-ddp --record-grad-ready
+        model_.backward(params_.data(), grads_.data(), micro > 0,
+                        [this](const std::vector<size_t>& p) { mark_grad_ready(p); });
+        t2 = Clock::now();
       } else {
         model_.backward(params_.data(), grads_.data(), micro > 0);
         t2 = Clock::now();
@@ -202,6 +211,14 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     return bad != 0;
   }
 
+  /// --record-grad-ready: the host clock when the backward reported group `params` (after its
+  /// gradients were written), from the step's start.
+  void mark_grad_ready(const std::vector<size_t>& params) {
+    if (!ready_order_) return;
+    ready_order_->next(params);
+    rec_.grad_ready_ms.push_back(ms_between(step_start_, Clock::now()));
+  }
+
   Options opts_;
   World world_;
   const ParamLayout& layout_;
@@ -214,6 +231,7 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   std::vector<int32_t> labels_;
   int batch_ = 0;
   std::unique_ptr<CpuReducer> reducer_;
+  std::unique_ptr<GradReadyOrder> ready_order_;  // --record-grad-ready
   StepRecord rec_;
   Clock::time_point step_start_, origin_;
   bool origin_set_ = false;

@@ -39,6 +39,9 @@ struct StepRecord {
   bool nonfinite = false;       ///< the loss or the averaged gradients held NaN/Inf: the update was skipped
   double loss = 0;              ///< this rank's mean cross-entropy (mean over micro-steps)
   BucketTimes buckets;          ///< per bucket all-reduce start/end, relative to step start
+  /// --record-grad-ready: per gradient-ready group (grad_ready_groups order), when the last
+  /// micro-step's backward reported its gradients final, from step start; empty otherwise.
+  std::vector<double> grad_ready_ms;
 };
 
 /// Classification metrics summed over a set of samples (one batch, one rank's shard, or the

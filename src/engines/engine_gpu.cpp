@@ -32,6 +32,7 @@
 #include "mpi/world/nccl_log.h"
 #include "src/engines/engine.h"
 #include "src/engines/gpu_model_options.h"
+#include "src/engines/grad_ready_events_gpu.h"
 #include "src/engines/memory_estimate.h"
 #include "src/engines/optimizer_gpu.h"
 #include "src/engines/zero_state.h"
@@ -234,6 +235,7 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     rec->nonfinite = *nonfinite_host_ != 0 || !std::isfinite(rec->loss);
     optimizer_->end_step(*nonfinite_host_ == 0);  // the kernel applied the update
     rec->buckets = reducer_ ? reducer_->times(ev_start_) : BucketTimes{};
+    rec->grad_ready_ms = ready_events_ ? ready_events_->times_ms(ev_start_) : std::vector<double>{};
   }
 
   EvalResult evaluate(const HostBatch& b) override {
@@ -445,6 +447,7 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     CUDA_CHECK(cudaMemsetAsync(grads_, 0, n * sizeof(float), compute_));
     CUDA_CHECK(cudaStreamSynchronize(compute_));
     if (o.eval_every > 0) allocate_eval_buffers();
+    if (o.record_grad_ready) ready_events_ = std::make_unique<GradReadyEvents>(layout);
     if (model_->bf16_weights()) {
       convert_to_bf16(params_.get(), model_->bf16_weights(), n, compute_);
       CUDA_CHECK(cudaStreamSynchronize(compute_));
@@ -519,12 +522,20 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     // Micro-steps before the last accumulate locally with no communication (DDP's no_sync()).
     NvtxRange r("backward", NvtxColor::Purple);
     const bool accumulate = micro > 0;
+    // --record-grad-ready: each group's event before the reducer's work for it is enqueued.
+    if (ready_events_ && last) ready_events_->reset();
     if (reducer_ && last) {
       reducer_->prepare_for_backward();
-      model_->backward(params_.get(), grads_, accumulate,
-                       [this](const std::vector<size_t>& p) { reducer_->mark_ready(p); });
+      model_->backward(params_.get(), grads_, accumulate, [this](const std::vector<size_t>& p) {
+        if (ready_events_) ready_events_->mark(p, compute_);
+        reducer_->mark_ready(p);
+      });
       record_timing_event(ev.bwd, compute_);
       reducer_->finalize();
+    } else if (ready_events_ && last) {  // --no-ddp --record-grad-ready
+      model_->backward(params_.get(), grads_, accumulate,
+                       [this](const std::vector<size_t>& p) { ready_events_->mark(p, compute_); });
+      record_timing_event(ev.bwd, compute_);
     } else {
       model_->backward(params_.get(), grads_, accumulate, {});
       record_timing_event(ev.bwd, compute_);
@@ -597,6 +608,7 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   std::string nccl_log_;   // NCCL's INFO log, parsed for the transport after the first step
   std::string transport_;
   std::unique_ptr<GpuReducer> reducer_;
+  std::unique_ptr<GradReadyEvents> ready_events_;  // --record-grad-ready
   int slot_ = 1;          // slot of the running step; the next batch goes to slot_ ^ 1
   int staged_batch_ = 0;
   bool staged_ = false;

@@ -181,7 +181,7 @@ void ResultsFile::set_attr(const std::string& name, const std::vector<double>& v
 
 void ResultsFile::create_series(const std::string& name, const std::string& units,
                                 const std::string& description, int64_t ranks, int64_t buckets,
-                                H5Dtype dtype) {
+                                H5Dtype dtype, const std::string& third_axis) {
   require_open("create_series");
   if (ranks < 1 || buckets < 0)
     throw std::invalid_argument("ResultsFile::create_series: '" + name + "' needs ranks >= 1 and buckets >= 0, got ranks=" +
@@ -217,7 +217,7 @@ void ResultsFile::create_series(const std::string& name, const std::string& unit
   Handle str = vlen_string_type(where);
   for (const auto& [key, value] : {std::pair<const char*, std::string>{"units", units},
                                    {"description", description},
-                                   {"axes", buckets == 0 ? "rank,step" : "rank,step,bucket"}}) {
+                                   {"axes", buckets == 0 ? "rank,step" : "rank,step," + third_axis}}) {
     const char* p = value.c_str();
     write_attr(dset.get(), name, key, str.get(), 0, 1, &p);
   }

@@ -63,10 +63,11 @@ class ResultsFile {
   /// Creates an extendible per-step dataset `name` ('/'-separated; missing groups are created)
   /// with shape [ranks, 0] (buckets == 0) or [ranks, 0, buckets], chunked, unlimited along the
   /// step axis (axis 1), fill value 0. Attributes: "units" (e.g. "s", "bytes", "1"), "description",
-  /// and "axes" ("rank,step" or "rank,step,bucket"). Throws std::invalid_argument when ranks < 1,
-  /// buckets < 0, or the series already exists; std::runtime_error on HDF5 failure.
+  /// and "axes" ("rank,step", or "rank,step," + `third_axis`: "rank,step,bucket", "rank,step,group"
+  /// for the gradient-ready groups). Throws std::invalid_argument when ranks < 1, buckets < 0, or
+  /// the series already exists; std::runtime_error on HDF5 failure.
   void create_series(const std::string& name, const std::string& units, const std::string& description,
-                     int64_t ranks, int64_t buckets, H5Dtype dtype);
+                     int64_t ranks, int64_t buckets, H5Dtype dtype, const std::string& third_axis = "bucket");
 
   /// Appends one step to series `name`: the step axis grows by one and `values` (row-major
   /// [ranks] or [ranks][buckets], i.e. values[r * buckets + b]) fill the new slice. For an i64

@@ -36,6 +36,10 @@ void bucket_set(StepRecord& r, size_t b, double v) {
   vec[b] = static_cast<typename std::decay_t<decltype(vec)>::value_type>(kMilli ? v * 1e3 : v);
 }
 
+/// StepRecord::grad_ready_ms[g] in seconds (0 for a group the record lacks).
+double ready_get(const StepRecord& r, size_t g) { return g < r.grad_ready_ms.size() ? r.grad_ready_ms[g] * 1e-3 : 0.0; }
+void ready_set(StepRecord& r, size_t g, double v) { r.grad_ready_ms[g] = v * 1e3; }
+
 constexpr auto kRank = SeriesAxes::RankStep;
 constexpr auto kBucket = SeriesAxes::RankStepBucket;
 constexpr auto kF = H5Dtype::f64;
@@ -128,6 +132,10 @@ const std::vector<SeriesDef> kStepSeries = {
      "bus bandwidth of the bucket's all-gather, nccl-tests: allgather_bytes / allgather_time / 1e9 x (n-1)/n (0 "
      "for one rank or no all-gather)",
      nullptr, 0, nullptr, nullptr, nullptr, nullptr, &allgather_busbw_derived},
+    {"grad_ready/ready_time", "s", kF, SeriesAxes::RankStepGroup,
+     "when backward reported the group's gradients final (GPU: a CUDA event on the compute stream right after the "
+     "group's last kernel; CPU: the host clock), last micro-step, from the step-start event; --record-grad-ready",
+     nullptr, 0, &ready_get, &ready_set, nullptr, nullptr},
     {"steps/timed", "1", kI, SeriesAxes::Step, "1 for the steps of the timed window, 0 for warm-up and cool-down",
      nullptr, 0, nullptr, nullptr, [](const StepContext& c) { return c.timed ? 1.0 : 0.0; }, nullptr},
     {"training/lr", "1", kF, SeriesAxes::Step,
@@ -165,6 +173,17 @@ void append_values(ResultsFile& f, const SeriesDef& s, const std::vector<double>
   }
 }
 
+/// Values of series `s` in one rank's packed row (0 for Step and derived series).
+size_t row_values(const SeriesDef& s, size_t buckets, size_t groups) {
+  if (s.derived) return 0;
+  switch (s.axes) {
+    case SeriesAxes::RankStep: return 1;
+    case SeriesAxes::RankStepBucket: return buckets;
+    case SeriesAxes::RankStepGroup: return groups;
+    default: return 0;
+  }
+}
+
 }  // namespace
 
 const std::vector<SeriesDef>& step_series() { return kStepSeries; }
@@ -176,18 +195,15 @@ const char* axes_shape(SeriesAxes axes) {
     case SeriesAxes::RankStepBucket: return "[ranks, steps, buckets]";
     case SeriesAxes::Step: return "[1, steps]";
     case SeriesAxes::Eval: return "[1, evals]";
+    case SeriesAxes::RankStepGroup: return "[ranks, steps, groups]";
   }
   throw std::logic_error("axes_shape: unknown SeriesAxes");
 }
 
 const char* dtype_name(H5Dtype dtype) { return dtype == H5Dtype::i64 ? "i64" : "f64"; }
 
-StepRow::StepRow(size_t buckets) : buckets_(buckets), size_(0) {
-  for (const SeriesDef& s : kStepSeries) {
-    if (s.derived) continue;
-    if (s.axes == SeriesAxes::RankStep) size_ += 1;
-    if (s.axes == SeriesAxes::RankStepBucket) size_ += buckets;
-  }
+StepRow::StepRow(size_t buckets, size_t groups) : buckets_(buckets), groups_(groups), size_(0) {
+  for (const SeriesDef& s : kStepSeries) size_ += row_values(s, buckets, groups);
 }
 
 std::vector<double> StepRow::pack(const StepRecord& r) const {
@@ -198,6 +214,8 @@ std::vector<double> StepRow::pack(const StepRecord& r) const {
     if (s.axes == SeriesAxes::RankStep) v.push_back(s.get(r, 0));
     if (s.axes == SeriesAxes::RankStepBucket)
       for (size_t b = 0; b < buckets_; ++b) v.push_back(s.get(r, b));
+    if (s.axes == SeriesAxes::RankStepGroup)
+      for (size_t g = 0; g < groups_; ++g) v.push_back(s.get(r, g));
   }
   return v;
 }
@@ -205,11 +223,14 @@ std::vector<double> StepRow::pack(const StepRecord& r) const {
 StepRecord StepRow::unpack(const double* row) const {
   StepRecord r;
   r.buckets.resize(buckets_);
+  r.grad_ready_ms.assign(groups_, 0.0);
   for (const SeriesDef& s : kStepSeries) {
     if (s.derived) continue;
     if (s.axes == SeriesAxes::RankStep) s.set(r, 0, *row++);
     if (s.axes == SeriesAxes::RankStepBucket)
       for (size_t b = 0; b < buckets_; ++b) s.set(r, b, *row++);
+    if (s.axes == SeriesAxes::RankStepGroup)
+      for (size_t g = 0; g < groups_; ++g) s.set(r, g, *row++);
   }
   return r;
 }
@@ -219,32 +240,38 @@ size_t StepRow::offset(const std::string& name) const {
   for (const SeriesDef& s : kStepSeries) {
     if (s.derived || s.axes == SeriesAxes::Step) continue;
     if (name == s.name) return at;
-    at += s.axes == SeriesAxes::RankStep ? 1 : buckets_;
+    at += row_values(s, buckets_, groups_);
   }
   throw std::invalid_argument("StepRow::offset: no gathered series '" + name + "'");
 }
 
-void create_step_series(ResultsFile& f, int64_t ranks, int64_t buckets) {
+void create_step_series(ResultsFile& f, int64_t ranks, int64_t buckets, int64_t groups) {
   for (const SeriesDef& s : kStepSeries) {
     const int64_t rows = s.axes == SeriesAxes::Step ? 1 : ranks;
+    if (s.axes == SeriesAxes::RankStepGroup) {
+      if (groups > 0) f.create_series(s.name, s.units, s.description, rows, groups, s.dtype, "group");
+      continue;
+    }
     f.create_series(s.name, s.units, s.description, rows, s.axes == SeriesAxes::RankStepBucket ? buckets : 0, s.dtype);
   }
 }
 
-void append_step_series(ResultsFile& f, const double* rows, int ranks, size_t buckets, const StepContext& ctx) {
-  const StepRow layout(buckets);
+void append_step_series(ResultsFile& f, const double* rows, int ranks, size_t buckets, const StepContext& ctx,
+                        size_t groups) {
+  const StepRow layout(buckets, groups);
   const size_t stride = layout.size();
   std::vector<double> values;
   size_t offset = 0;  // of the series in a packed row
   for (const SeriesDef& s : kStepSeries) {
     values.clear();
+    if (s.axes == SeriesAxes::RankStepGroup && groups == 0) continue;  // not recorded: no dataset
     if (s.axes == SeriesAxes::Step) {
       values.push_back(s.step_value(ctx));
     } else if (s.derived) {
       for (int r = 0; r < ranks; ++r)
         for (size_t b = 0; b < buckets; ++b) values.push_back(s.derived(layout, rows + (size_t)r * stride, b, ranks));
     } else {
-      const size_t n = s.axes == SeriesAxes::RankStep ? 1 : buckets;
+      const size_t n = row_values(s, buckets, groups);
       for (int r = 0; r < ranks; ++r) {
         const double* first = rows + (size_t)r * stride + offset;
         values.insert(values.end(), first, first + n);
@@ -278,8 +305,8 @@ double allreduce_busbw_gbps(double bytes, double seconds, int world_size) {
   return busbw_gbps(Collective::AllReduce, bytes, seconds, world_size);
 }
 
-double step_busbw_gbps(const double* rows, int ranks, size_t buckets) {
-  const StepRow layout(buckets);
+double step_busbw_gbps(const double* rows, int ranks, size_t buckets, size_t groups) {
+  const StepRow layout(buckets, groups);
   const size_t time = layout.offset("buckets/allreduce_time"), sent = layout.offset("buckets/bytes_sent");
   const size_t scattered = layout.offset("buckets/reduce_scattered");
   Collective c = Collective::AllReduce;

@@ -19,6 +19,9 @@ enum class SeriesAxes {
   RankStepBucket,  ///< [ranks, steps, buckets], axes "rank,step,bucket": from that rank's StepRecord::buckets
   Step,            ///< [1, steps], axes "rank,step": one value per step, from rank 0's StepContext
   Eval,            ///< [1, evaluations], axes "rank,step": one value per evaluation, from an EvalSample
+  /// [ranks, steps, groups], axes "rank,step,group": one value per gradient-ready group
+  /// (grad_ready_groups), from StepRecord::grad_ready_ms; only in runs that record them (groups > 0)
+  RankStepGroup,
 };
 
 /// What rank 0 records of a step besides the ranks' StepRecords.
@@ -44,6 +47,7 @@ class StepRow;
 ///    the other ranks' records from their gathered rows);
 ///  - RankStepBucket: get(record, b) / set(record, b, value) for bucket b; get is 0 for a bucket
 ///    the record lacks, set needs record.buckets sized (BucketTimes::resize);
+///  - RankStepGroup: the same per gradient-ready group g (set needs record.grad_ready_ms sized);
 ///  - Step: step_value(context);  Eval: eval_value(sample).
 struct SeriesDef {
   const char* name;         ///< dataset path, e.g. "timing/forward"
@@ -69,37 +73,41 @@ const std::vector<SeriesDef>& step_series();
 const std::vector<SeriesDef>& eval_series();
 
 /// The shape the schema document writes for `axes`: "[ranks, steps]", "[ranks, steps, buckets]",
-/// "[1, steps]" or "[1, evals]".
+/// "[1, steps]", "[1, evals]" or "[ranks, steps, groups]".
 const char* axes_shape(SeriesAxes axes);
 /// "f64" or "i64".
 const char* dtype_name(H5Dtype dtype);
 
 /// The flat row of doubles one rank sends to rank 0 per step (MPI_Gather): walking step_series()
-/// in order, one value per RankStep series and `buckets` values per RankStepBucket series, in the
-/// series' units (Step series are not part of it).
+/// in order, one value per RankStep series, `buckets` values per RankStepBucket series and
+/// `groups` values per RankStepGroup series, in the series' units (Step series are not part of
+/// it). `groups` = 0: the run records no gradient-ready times (no RankStepGroup values).
 class StepRow {
  public:
-  explicit StepRow(size_t buckets);
+  explicit StepRow(size_t buckets, size_t groups = 0);
   /// Doubles per rank.
   size_t size() const { return size_; }
   size_t buckets() const { return buckets_; }
+  size_t groups() const { return groups_; }
   std::vector<double> pack(const StepRecord& r) const;
   /// The record a packed row came from (every field that a series holds; the rest default).
   StepRecord unpack(const double* row) const;
-  /// Where series `name` (RankStep or RankStepBucket, not derived) begins in a packed row;
-  /// std::invalid_argument for another name.
+  /// Where series `name` (RankStep, RankStepBucket or RankStepGroup, not derived) begins in a
+  /// packed row; std::invalid_argument for another name.
   size_t offset(const std::string& name) const;
 
  private:
-  size_t buckets_, size_;
+  size_t buckets_, groups_, size_;
 };
 
-/// Creates every step_series() dataset in `f` for `ranks` ranks and `buckets` buckets.
-void create_step_series(ResultsFile& f, int64_t ranks, int64_t buckets);
-/// Appends one step to every step_series() dataset: `rows` holds `ranks` packed rows of
-/// StepRow(buckets) (rank r's at rows + r * size()), as gathered; the Step series take `ctx`.
-/// Throws as ResultsFile::append_step.
-void append_step_series(ResultsFile& f, const double* rows, int ranks, size_t buckets, const StepContext& ctx);
+/// Creates every step_series() dataset in `f` for `ranks` ranks, `buckets` buckets and `groups`
+/// gradient-ready groups (the RankStepGroup series only when groups > 0).
+void create_step_series(ResultsFile& f, int64_t ranks, int64_t buckets, int64_t groups = 0);
+/// Appends one step to every step_series() dataset that create_step_series made: `rows` holds
+/// `ranks` packed rows of StepRow(buckets, groups) (rank r's at rows + r * size()), as gathered;
+/// the Step series take `ctx`. Throws as ResultsFile::append_step.
+void append_step_series(ResultsFile& f, const double* rows, int ranks, size_t buckets, const StepContext& ctx,
+                        size_t groups = 0);
 
 /// Creates the eval_series() datasets; appends one evaluation to them.
 void create_eval_series(ResultsFile& f);
@@ -123,10 +131,10 @@ double allreduce_busbw_gbps(double bytes, double seconds, int world_size);
 /// bytes_sent and the all-reduce (or reduce-scatter) time averaged over the ranks, summed over the
 /// buckets whose mean time is > 0: busbw_gbps(sum bytes, sum mean seconds, ranks), with the
 /// reduce-scatter's factor when rank 0's buckets/reduce_scattered is set (--shard-optimizer).
-/// `rows`: `ranks` packed rows of StepRow(buckets), as gathered. The figure
+/// `rows`: `ranks` packed rows of StepRow(buckets, groups), as gathered. The figure
 /// vitddp_tools.bandwidth.BucketBandwidth.per_step() computes from the file. NaN when no bucket
 /// recorded a time (or no buckets); 0 for one rank.
-double step_busbw_gbps(const double* rows, int ranks, size_t buckets);
+double step_busbw_gbps(const double* rows, int ranks, size_t buckets, size_t groups = 0);
 
 /// The run-level figures of rank 0's progress line (every rate over all ranks).
 struct Progress {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/cpu_vit.h"
+#include "model/grad_ready.h"
 #include "model/init.h"
 #include "model/rng.h"
 #include "tests/catch.h"
@@ -115,6 +116,62 @@ TEST_CASE("cpu_vit: on_ready reports every parameter once, in the documented gro
     INFO(p.name);
     CHECK(std::equal(slice.begin(), slice.end(), grads.begin() + p.offset));
   }
+}
+
+TEST_CASE("grad_ready_groups: the groups CpuViT reports, in order; runs of the ready order; GradReadyOrder",
+          "[cpu_vit][grad_ready]") {
+  for (const char* name : {"vit_micro", "vit_tiny"}) {
+    INFO(name);
+    const ParamLayout L = make_param_layout(vit_config(name));
+    const int B = 2;
+    const std::vector<float> params = random_params<float>(L, 15);
+    const std::vector<float> img = random_images(L.cfg, B, 16);
+    const std::vector<int32_t> lab = random_labels(L.cfg, B, 17);
+    CpuViT<float> model(L, B);
+    model.forward(params.data(), img.data(), lab.data(), B);
+    std::vector<float> grads(L.total, 0.0f);
+    std::vector<std::vector<size_t>> reported;
+    model.backward(params.data(), grads.data(), false, [&](const std::vector<size_t>& p) { reported.push_back(p); });
+
+    const std::vector<std::vector<size_t>> groups = grad_ready_groups(L);
+    CHECK(groups.size() == 6 * (size_t)L.cfg.layers + 4);
+    CHECK(reported == groups);  // the same groups, in the same order, each as reported
+    const std::vector<std::set<size_t>> documented = expected_groups(L);
+    REQUIRE(groups.size() == documented.size());
+    for (size_t g = 0; g < groups.size(); ++g) CHECK(std::set<size_t>(groups[g].begin(), groups[g].end()) == documented[g]);
+    // Concatenated, the groups are the gradient-ready order (the flat buffer's), except that
+    // class_token (registration index 0, the buffer's last tensor) comes with pos_embedding.
+    std::vector<size_t> flat;
+    for (const auto& g : groups) flat.insert(flat.end(), g.begin(), g.end());
+    std::vector<size_t> want = L.ready_order();
+    want.pop_back();
+    want.insert(want.end() - 2, L.index_of("class_token"));  // after encoder.pos_embedding
+    CHECK(flat == want);
+    // The flat prefix complete after each group: the groups' sizes summed, but after
+    // {pos_embedding, class_token} only up to conv_proj.bias (class_token lies past conv_proj).
+    const std::vector<size_t> prefix = grad_ready_prefix_elements(L);
+    REQUIRE(prefix.size() == groups.size());
+    size_t sum = 0;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      INFO("group " << g);
+      for (size_t p : groups[g]) sum += (L.params[p].numel + 3) / 4 * 4;
+      const size_t pos_group = groups.size() - 2;
+      CHECK(prefix[g] == (g == pos_group ? L.params[L.index_of("conv_proj.bias")].offset : sum));
+    }
+    CHECK(prefix.back() == L.total);
+
+    GradReadyOrder order(L);
+    for (size_t g = 0; g < groups.size(); ++g) CHECK(order.next(reported[g]) == g);
+    CHECK(order.reported() == groups.size());
+    CHECK_THROWS_AS(order.next(reported[0]), std::logic_error);  // after the last group
+    order.reset();
+    CHECK_THROWS_AS(order.next(reported[1]), std::logic_error);  // not the next group
+    const std::vector<size_t> swapped = {reported[0][1], reported[0][0]};
+    CHECK_THROWS_AS(order.next(swapped), std::logic_error);     // another order inside the group
+    CHECK(order.next(reported[0]) == 0);
+  }
+  // vit_l_32: 24 blocks -> 148 groups (the events per step of --record-grad-ready).
+  CHECK(grad_ready_groups(make_param_layout(vit_config("vit_l_32"))).size() == 148);
 }
 
 TEST_CASE("cpu_vit: accumulate=true adds, padding is left untouched", "[cpu_vit]") {

@@ -198,12 +198,16 @@ TEST_CASE("to_string gives the command-line names; option_values holds them as b
   CHECK(v["debug-fail-mode"] == "throw");
   CHECK(v["cuda-graph"] == "on");
   CHECK(v["no-ddp"] == "false");
-  CHECK(option_values(Options{}).size() == 63);
+  CHECK(v["record-grad-ready"] == "false");
+  CHECK(option_values(Options{}).size() == 64);
   std::map<std::string, std::string> g;
   for (const auto& [k, x] : option_values(parse_args({"--data", "idx:/x", "--eval-every", "2", "--eval-split", "train",
                                                       "--allreduce", "copy-engine", "--comm-streams", "3", "--init", "random",
-                                                      "--on-nonfinite", "skip", "--lr-schedule", "cosine"})))
+                                                      "--on-nonfinite", "skip", "--lr-schedule", "cosine",
+                                                      "--record-grad-ready"})))
     g[k] = x;
+  CHECK(g["record-grad-ready"] == "true");
+  CHECK(parse_args({"--no-ddp", "--record-grad-ready"}).record_grad_ready);  // also without DDP
   CHECK(g["data"] == "idx:/x");
   CHECK(g["eval-split"] == "train");
   CHECK(g["allreduce"] == "copy-engine");
@@ -384,7 +388,7 @@ TEST_CASE("--help: sections in order, one to three lines per option, defaults, n
       current.clear();
     }
   }
-  CHECK(count.size() == 65);
+  CHECK(count.size() == 66);
   for (const auto& [name, n] : count) {
     INFO(name);
     CHECK(n <= 3);

@@ -155,7 +155,8 @@ TEST_CASE("series table: names unique, accessors as the axes say", "[series]") {
     for (const SeriesDef& s : *table) {
       INFO(s.name);
       CHECK(names.insert(s.name).second);
-      const bool per_rank = s.axes == SeriesAxes::RankStep || s.axes == SeriesAxes::RankStepBucket;
+      const bool per_rank = s.axes == SeriesAxes::RankStep || s.axes == SeriesAxes::RankStepBucket ||
+                            s.axes == SeriesAxes::RankStepGroup;
       // A derived series (rank 0 computes it from the gathered row) is per bucket and has no accessors.
       CHECK((s.derived == nullptr || s.axes == SeriesAxes::RankStepBucket));
       CHECK((s.get != nullptr) == (per_rank && !s.derived));
@@ -164,7 +165,7 @@ TEST_CASE("series table: names unique, accessors as the axes say", "[series]") {
       CHECK((s.eval_value != nullptr) == (s.axes == SeriesAxes::Eval));
       CHECK((s.progress != nullptr) == (s.progress_pos > 0));
     }
-  CHECK(step_series().size() == 28);
+  CHECK(step_series().size() == 29);
   CHECK(eval_series().size() == 5);
 }
 
@@ -211,6 +212,35 @@ TEST_CASE("StepRow: the gathered row's layout, in seconds, and its inverse", "[s
   const std::vector<double> short_row = row.pack(sample_record(1));
   CHECK(short_row[12 + 1] == 0.0);
   CHECK(short_row[12 + 2 * nb + 2] == 0.0);
+}
+
+TEST_CASE("StepRow with gradient-ready groups: their values after every other series, in seconds", "[series]") {
+  const size_t nb = 3, ng = 4;
+  StepRecord r = sample_record(nb);
+  r.grad_ready_ms = {11.0, 12.5, 20.25, 30.0};
+  const StepRow row(nb, ng), plain(nb);
+  REQUIRE(plain.size() == 12 + 12 * nb);  // without groups: the row of before
+  REQUIRE(row.size() == 12 + 12 * nb + ng);
+  CHECK(row.offset("grad_ready/ready_time") == 12 + 12 * nb);
+  CHECK(row.offset("buckets/copy_time") == plain.offset("buckets/copy_time"));
+  const std::vector<double> v = row.pack(r);
+  REQUIRE(v.size() == row.size());
+  const std::vector<double> w = plain.pack(r);
+  CHECK(std::vector<double>(v.begin(), v.begin() + (long)w.size()) == w);
+  for (size_t g = 0; g < ng; ++g) CHECK(v[12 + 12 * nb + g] == r.grad_ready_ms[g] * 1e-3);
+  const StepRecord u = row.unpack(v.data());
+  REQUIRE(u.grad_ready_ms.size() == ng);
+  for (size_t g = 0; g < ng; ++g) CHECK(u.grad_ready_ms[g] == Approx(r.grad_ready_ms[g]));
+  CHECK(plain.unpack(w.data()).grad_ready_ms.empty());
+  // A record without times (a step that recorded none): zeros.
+  StepRecord none = sample_record(nb);
+  const std::vector<double> z = row.pack(none);
+  for (size_t g = 0; g < ng; ++g) CHECK(z[12 + 12 * nb + g] == 0.0);
+  // The busbw of a step does not depend on the groups behind the bucket values.
+  std::vector<double> two = v, two_plain = w;
+  two.insert(two.end(), v.begin(), v.end());
+  two_plain.insert(two_plain.end(), w.begin(), w.end());
+  CHECK(step_busbw_gbps(two.data(), 2, nb, ng) == step_busbw_gbps(two_plain.data(), 2, nb));
 }
 
 TEST_CASE("append_step_series writes every rank's row into the right dataset and dtype", "[series]") {
@@ -261,6 +291,63 @@ TEST_CASE("append_step_series writes every rank's row into the right dataset and
   CHECK(read_i64(file, "steps/timed") == std::vector<int64_t>{1, 0});
   CHECK(read_f64(file, "training/lr") == std::vector<double>{0.01, 0.02});
   H5Fclose(file);
+}
+
+TEST_CASE("append_step_series: grad_ready/ready_time [ranks, steps, groups] only when groups are recorded",
+          "[series]") {
+  vitddp_test::TempDir dir("vitddp_series_groups_");
+  const size_t nb = 2, ng = 3;
+  for (const size_t groups : {ng, size_t(0)}) {
+    INFO("groups " << groups);
+    const std::string path = (dir.path / ("g" + std::to_string(groups) + ".h5")).string();
+    const StepRow row(nb, groups);
+    StepRecord r0 = sample_record(nb), r1 = sample_record(nb);
+    r0.grad_ready_ms = {11.0, 12.0, 13.0};
+    r1.grad_ready_ms = {21.0, 22.0, 23.5};
+    std::vector<double> rows = row.pack(r0);
+    const std::vector<double> p1 = row.pack(r1);
+    rows.insert(rows.end(), p1.begin(), p1.end());
+    {
+      ResultsFile f = ResultsFile::create(path, false);
+      create_step_series(f, 2, (int64_t)nb, (int64_t)groups);
+      append_step_series(f, rows.data(), 2, nb, StepContext{0, true, 0.01}, groups);
+      append_step_series(f, rows.data(), 2, nb, StepContext{1, true, 0.01}, groups);
+      f.close();
+    }
+    hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    REQUIRE(file >= 0);
+    CHECK(read_f64(file, "buckets/allreduce_end")[3] == r0.buckets.end_ms[1] * 1e-3);  // unchanged by the groups
+    CHECK(read_f64(file, "timing/forward")[2] == r1.forward_ms / 1e3);
+    if (groups == 0) {
+      CHECK(H5Lexists(file, "grad_ready", H5P_DEFAULT) == 0);
+    } else {
+      // [ranks, steps, groups]: rank 0's two steps, then rank 1's (milliseconds x 1e-3, as packed).
+      std::vector<double> want;
+      for (const StepRecord* r : {&r0, &r1})
+        for (int step = 0; step < 2; ++step)
+          for (double ms : r->grad_ready_ms) want.push_back(ms * 1e-3);
+      CHECK(read_f64(file, "grad_ready/ready_time") == want);
+      CHECK(want[8] == Approx(0.0235));
+      hid_t d = H5Dopen2(file, "grad_ready/ready_time", H5P_DEFAULT);
+      REQUIRE(d >= 0);
+      hid_t sp = H5Dget_space(d);
+      hsize_t dims[3] = {0, 0, 0};
+      REQUIRE(H5Sget_simple_extent_ndims(sp) == 3);
+      H5Sget_simple_extent_dims(sp, dims, nullptr);
+      CHECK((dims[0] == 2 && dims[1] == 2 && dims[2] == ng));
+      hid_t a = H5Aopen(d, "axes", H5P_DEFAULT);
+      hid_t t = H5Aget_type(a);
+      char* axes = nullptr;
+      REQUIRE(H5Aread(a, t, &axes) >= 0);
+      CHECK(std::string(axes) == "rank,step,group");
+      H5free_memory(axes);
+      H5Tclose(t);
+      H5Aclose(a);
+      H5Sclose(sp);
+      H5Dclose(d);
+    }
+    H5Fclose(file);
+  }
 }
 
 TEST_CASE("progress_line: the text of rank 0's progress line, steps numbered from 0", "[series]") {

@@ -246,9 +246,11 @@ TEST_CASE("gpu_vit: on_ready reports every parameter once, in the documented ord
     GpuViT gpu(L, B, st.s, GpuViTOptions::for_precision(prec));
     gpu.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
     Groups groups;
+    std::vector<std::vector<size_t>> reported;  // as given, against grad_ready_groups
     std::map<size_t, std::vector<float>> at_report;
     gpu.backward(dp.get(), dg.get(), false, [&](const std::vector<size_t>& idx) {
       groups.emplace_back(idx.begin(), idx.end());
+      reported.push_back(idx);
       // Test only: wait for the enqueued work and snapshot the reported slices.
       CUDA_CHECK(cudaStreamSynchronize(st.s));
       for (size_t i : idx) {
@@ -259,6 +261,7 @@ TEST_CASE("gpu_vit: on_ready reports every parameter once, in the documented ord
       }
     });
     const Groups expected = expected_groups(L);
+    CHECK(reported == grad_ready_groups(L));  // what --record-grad-ready's table lists, in order
     REQUIRE(groups.size() == expected.size());
     for (size_t gi = 0; gi < groups.size(); ++gi) {
       INFO("group " << gi);

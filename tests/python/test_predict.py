@@ -79,10 +79,12 @@ def test_fit_alpha_beta_recovers_the_line():
 MICRO_BYTES = 4 * (1701 + 3)  # vit_micro: 1701 parameters, heads.head.bias (5) padded to 8
 
 
-def write_micro_run(path, world_size=2, backward=0.05, start=0.01, end=0.05, sps=None):
+def write_micro_run(path, world_size=2, backward=0.05, start=0.01, end=0.05, sps=None, ready=None):
     """A vit_micro results file (docs/schema.md) with one 25 MiB bucket: input wait 0.001 s, forward
     0.019 s, `backward`, optimizer 0.01 s, the bucket's comm work from `start` to `end` after backward
-    starts, exposed 0; steps/s such that the host adds 1 ms to each step."""
+    starts, exposed 0; steps/s such that the host adds 1 ms to each step. `ready`: the
+    --record-grad-ready datasets, (prefix_bytes [G], ready_time [R, S, G] seconds from the step
+    start); grad_ready/bytes are the prefix's differences."""
     R, S = world_size, 4
     step = 0.001 + 0.019 + backward + 0.01
     with h5py.File(path, "w") as f:
@@ -104,6 +106,12 @@ def write_micro_run(path, world_size=2, backward=0.05, start=0.01, end=0.05, sps
         f["buckets/allreduce_time"] = np.full((R, S, 1), end - start)
         f["buckets/bytes_sent"] = np.full((R, S, 1), MICRO_BYTES if R > 1 else 0, dtype=np.int64)
         f["summary/steps_per_second"] = float(sps or 1.0 / (step + 0.001))
+        if ready is not None:
+            prefix, times = np.asarray(ready[0], dtype=np.int64), np.asarray(ready[1], dtype=float)
+            d = f.create_dataset("grad_ready/ready_time", data=times)
+            d.attrs["units"], d.attrs["axes"] = "s", "rank,step,group"
+            f["grad_ready/prefix_bytes"] = prefix
+            f["grad_ready/bytes"] = np.diff(np.concatenate([[0], prefix]))
     return str(path)
 
 
@@ -161,3 +169,73 @@ def test_validate_a_folder(tmp_path, capsys):
     assert report.main(["predict", "--validate", str(d), "-o", str(out), "--plot", str(tmp_path / "v.png")]) == 0
     text = out.read_text()
     assert "b25 **ref**" in text and "| slow |" in text and os.path.getsize(tmp_path / "v.png") > 0
+
+
+# Recorded gradient-ready times (--record-grad-ready): three groups whose prefixes end at 1000,
+# 4000 and all bytes. Backward starts at 0.02 s (input wait + forward) and lasts 0.05 s.
+READY_PREFIX = [1000, 4000, MICRO_BYTES]
+
+
+def ready_times(R=2, S=4):
+    """[R, S, 3] ready times: 5, 10, 49 ms into backward; rank 1 has group 0 2 ms later on timed step 1
+    (the slowest rank per step counts); the untimed steps 0 and 3 are far off (they must not)."""
+    t = np.empty((R, S, 3))
+    t[:] = 0.02 + np.array([0.005, 0.010, 0.049])
+    t[1, 1, 0] += 0.002
+    t[:, 0] = t[:, 3] = 0.5
+    return t
+
+
+def test_reader_grad_ready(tmp_path):
+    path = write_micro_run(tmp_path / "r.h5", ready=(READY_PREFIX, ready_times()))
+    with Run(path) as r:
+        assert r.has_grad_ready()
+        g = r.grad_ready()
+        assert g.groups == 3 and g.ready_time.shape == (2, 4, 3)
+        assert g.prefix_bytes.tolist() == READY_PREFIX and g.bytes.tolist() == [1000, 3000, MICRO_BYTES - 4000]
+        assert r.group_series("grad_ready/ready_time")[1, 1, 0] == pytest.approx(0.027)
+    with Run(write_micro_run(tmp_path / "none.h5")) as r:
+        assert not r.has_grad_ready()
+        with pytest.raises(ResultsError, match="none.h5: no gradient-ready times recorded .*--record-grad-ready"):
+            r.grad_ready()
+
+
+def test_reference_uses_the_recorded_ready_curve(tmp_path):
+    with Run(write_micro_run(tmp_path / "r.h5", ready=(READY_PREFIX, ready_times()))) as r:
+        ref = Reference.from_run(r)
+    assert ref.ready_source == "recorded" and ref.ready_groups == 3
+    assert ref.ready_bytes.tolist() == [0.0] + [float(b) for b in READY_PREFIX]
+    # medians over the timed steps 1, 2 of the slowest rank: (5 or 7 ms) -> 6 ms, 10 ms, 49 ms; / 50 ms
+    assert ref.ready_frac == pytest.approx([0.0, 0.12, 0.2, 0.98])
+    assert ref.ready_fraction(2500.0) == pytest.approx(0.16)  # halfway between 1000 and 4000 bytes
+    # the same file without grad_ready/*: the inferred curve (no idle bucket: linear up to the end)
+    with Run(write_micro_run(tmp_path / "n.h5")) as r:
+        inferred = Reference.from_run(r)
+    assert inferred.ready_source == "inferred"
+    assert inferred.ready_bytes.tolist() == [0.0, float(MICRO_BYTES)] and inferred.ready_frac.tolist() == [0.0, 1.0]
+
+
+def test_prediction_schedules_buckets_on_the_recorded_curve(tmp_path):
+    with Run(write_micro_run(tmp_path / "r.h5", ready=(READY_PREFIX, ready_times()))) as r:
+        ref = Reference.from_run(r)
+    table = parse_table("transport,collective,alpha_us,busbw_GBps\nnvlink,allreduce,100,0.001\n", "t")
+    cap = 1500 / 2 ** 20  # buckets of about 1500 bytes: several, each ready on the recorded curve
+    sc = Scenario(ranks=2, transport="nvlink", cap_mb=cap, first_mb=cap)
+    p = predict(ref, sc, table)
+    ends = 4.0 * np.array([b.end_elem for b in assign_buckets(vit_parameters("vit_micro"), cap, cap)])
+    assert p.buckets == len(ends) > 2
+    want = np.interp(ends, [0.0] + READY_PREFIX, [0.0, 0.12, 0.2, 0.98]) * 0.05
+    want[-1] = 0.05  # the last bucket at the end of backward
+    assert p.ready == pytest.approx(want)
+    assert p.start[0] == pytest.approx(want[0])  # the first bucket finds the stream idle at its ready time
+    assert any("recorded in the reference (--record-grad-ready" in a and "3 groups" in a for a in p.assumptions)
+    with Run(write_micro_run(tmp_path / "n.h5")) as r:
+        q = predict(Reference.from_run(r), sc, table)
+    assert any("inferred (the reference has no grad_ready/ready_time" in a for a in q.assumptions)
+    assert q.ready[0] == pytest.approx(ends[0] / MICRO_BYTES * 0.05)  # linear in the bytes
+
+
+def test_recorded_curve_that_ends_elsewhere_is_refused(tmp_path):
+    path = write_micro_run(tmp_path / "bad.h5", ready=([1000, 4000, MICRO_BYTES + 16], ready_times()))
+    with Run(path) as r, pytest.raises(ResultsError, match="bad.h5: grad_ready/prefix_bytes ends at 6832 bytes"):
+        Reference.from_run(r)
