@@ -1,9 +1,9 @@
 // The GPU backend: GpuViT on this rank's device, NCCL reducer on a comm stream, the GPU optimizer
 // (src/engines/optimizer_gpu.h: fused SGD or AdamW). With --shard-optimizer (ZeRO-1) the reducer
-// reduce-scatters the gradients, the optimizer updates this rank's compact shard on the device
-// (master parameters, gradients, state: mpi/buckets/shard_plan.h) and the reducer all-gathers
-// the parameters on the comm stream; the compute stream waits for them before the step ends, so
-// the next forward sees them (every bucket's, not only its block's).
+// reduce-scatters the gradients in place, the optimizer updates this rank's chunk of each bucket
+// in the flat parameter buffer (state compact: mpi/buckets/shard_plan.h) and the reducer
+// all-gathers the parameters in place on the comm stream; the compute stream waits for them
+// before the step ends, so the next forward sees them (every bucket's, not only its block's).
 #include <cublasLt.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -76,9 +76,6 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       nccl_log_ = redirect_nccl_info_log(w.rank);
       comm_ = std::make_unique<NcclComm>(w, o.nccl_max_ctas);
       reducer_ = std::make_unique<GpuReducer>(layout, buckets_, grads_, comm_->get(), compute_, reducer_options(o));
-      // ZeRO-1: the optimizer updates the master shard from the reducer's shard of the gradients;
-      // the bf16 working copy is refreshed after the all-gather instead (GpuReducer::all_gather).
-      if (shard_) optimizer_->bind(shard_params_.get(), reducer_->shard_grads(), nonfinite_.get(), nullptr);
     }
     const size_t allocated = info().device_bytes - model_->cudnn_bytes();  // cuDNN sizes its own at set-up
     if (allocated != need.persistent_bytes())
@@ -191,8 +188,9 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       // count the update (AdamW's step number stays, as PyTorch's GradScaler skipping step()).
       CUDA_CHECK(cudaMemsetAsync(nonfinite_.get(), 0, sizeof(int), compute_));
       if (shard_) {
-        // ZeRO-1: each rank sees only its shard, so the ranks agree on the flag (its loss included).
-        flag_nonfinite(reducer_->shard_grads(), shard_->slot_numel(), nonfinite_.get(), compute_);
+        // ZeRO-1: each rank sees only its chunks' averages, so the ranks agree on the flag (its loss included).
+        for (const ShardSlice& sl : shard_->slices())
+          flag_nonfinite(grads_ + sl.flat_offset, sl.count, nonfinite_.get(), compute_);
         flag_nonfinite(loss_.get(), micro_steps, nonfinite_.get(), compute_);
         reducer_->agree_nonfinite(nonfinite_.get(), compute_);
       } else if (reducer_ && reducer_->checks_nonfinite()) {
@@ -203,13 +201,13 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       // The kernels read the flag (bound in allocate()) and refresh the bf16 working copy.
       optimizer_->step(lr_, 1.0 / micro_steps);
       // ZeRO-1: every rank's updated chunks back into the full parameters (and their bf16 copy) on
-      // the comm stream; a skipped step gathers the unchanged shard, which changes nothing.
-      if (shard_) reducer_->all_gather(shard_params_.get(), params_.get(), model_->bf16_weights(), compute_);
+      // the comm stream; a skipped step gathers the unchanged chunks, which changes nothing.
+      if (shard_) gather_set_ = reducer_->all_gather(params_.get(), model_->bf16_weights(), compute_);
     }
     CUDA_CHECK(cudaMemcpyAsync(loss_host_, loss_.get(), micro_steps * sizeof(float), cudaMemcpyDeviceToHost, compute_));
     CUDA_CHECK(cudaMemcpyAsync(nonfinite_host_, nonfinite_.get(), sizeof(int), cudaMemcpyDeviceToHost, compute_));
     // The step ends with the parameters in place: the next forward waits for every all-gather.
-    if (shard_) CUDA_CHECK(cudaStreamWaitEvent(compute_, reducer_->params_ready(), 0));
+    join_gathers();
     CUDA_CHECK(cudaEventRecord(ev_end_, compute_));
     micro_steps_ = micro_steps;
     ++steps_enqueued_;
@@ -234,6 +232,8 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     rec->nonfinite = *nonfinite_host_ != 0 || !std::isfinite(rec->loss);
     optimizer_->end_step(*nonfinite_host_ == 0);  // the kernel applied the update
     rec->buckets = reducer_ ? reducer_->times(ev_start_) : BucketTimes{};
+    // ZeRO-1: this step's all-gathers, done before its end event.
+    if (shard_) reducer_->gather_times(gather_set_, ev_start_, &rec->buckets);
   }
 
   EvalResult evaluate(const HostBatch& b) override {
@@ -241,6 +241,7 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       throw std::invalid_argument("GpuEngine::evaluate: batch " + std::to_string(b.batch) + " outside [1, " +
                                   std::to_string(opts_.batch_size) + "]");
     if (!eval_images_.get()) allocate_eval_buffers();
+    join_gathers();  // this forward reads every parameter
     // Own input buffers on the compute stream: the staged training batch (copy stream, input
     // slots) and the step's loss buffer stay untouched; stream order puts this after the last
     // optimizer step and before the next step's forward.
@@ -276,26 +277,19 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     TrainState s;
     s.optimizer = optimizer_->state();
     s.optimizer_steps = optimizer_->applied_steps();
-    if (!shard_) {
-      s.params = download(params_.get());
-      return s;
-    }
-    // ZeRO-1, collective: the master shard and the shard's state, gathered to rank 0.
-    s.params.resize(shard_->slot_numel());
-    CUDA_CHECK(cudaMemcpy(s.params.data(), shard_params_.get(), s.params.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    return gather_train_state(s, *shard_);
+    s.params = download(params_.get());  // after the all-gathers
+    // ZeRO-1, collective: the shards of the optimizer state gathered to rank 0.
+    return shard_ ? gather_train_state(s, *shard_) : s;
   }
 
   void load_train_state(const TrainState& s) override {
     check_train_state(s, optimizer_->spec(), layout_.total);
+    join_gathers();  // none may still write the parameters
     CUDA_CHECK(cudaStreamSynchronize(compute_));
     const size_t bytes = layout_.total * sizeof(float);
     CUDA_CHECK(cudaMemcpy(params_.get(), s.params.data(), bytes, cudaMemcpyHostToDevice));
     if (shard_) {  // this rank's shard of the full state, whatever wrote it
-      const TrainState part = shard_of(s, *shard_);
-      CUDA_CHECK(cudaMemcpy(shard_params_.get(), part.params.data(), part.params.size() * sizeof(float),
-                            cudaMemcpyHostToDevice));
-      optimizer_->load_state(part);
+      optimizer_->load_state(shard_of(s, *shard_));
     } else {
       optimizer_->load_state(s);
     }
@@ -323,9 +317,9 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     i.versions = "CUDA driver " + std::to_string(drv) + ", CUDA runtime " + std::to_string(rt) + ", NCCL " +
                  nccl_version_string() + ", cuBLASLt " + std::to_string(cublasLtGetVersion()) + ", cuDNN " +
                  std::to_string(cudnnGetVersion());
-    const size_t state = shard_ ? shard_->slot_numel() : layout_.total;  // ZeRO-1: the shard's state only
-    i.device_bytes = (params_.size() + own_grads_.size() + optimizer_->state_names().size() * state +
-                      shard_params_.size() + loss_.size()) * sizeof(float) +
+    // ZeRO-1: the state is the shard's only (state_numel).
+    i.device_bytes = (params_.size() + own_grads_.size() + optimizer_->state_names().size() * optimizer_->state_numel() +
+                      loss_.size()) * sizeof(float) +
                      nonfinite_.size() * sizeof(int) + model_->device_bytes() + (reducer_ ? reducer_->device_bytes() : 0);
     for (int s = 0; s < 2; ++s) i.device_bytes += images_[s].size() * sizeof(float) + labels_[s].size() * sizeof(int32_t);
     return i;
@@ -402,11 +396,10 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
 
     const size_t n = layout.total;
     params_ = DeviceBuffer<float>(n, "parameters");
-    // ZeRO-1: the optimizer's state and master parameters cover this rank's shard only (the NCCL
-    // communicator's rank is the MPI rank, so the reducer's plan is the same).
+    // ZeRO-1: the optimizer's state covers this rank's shard only (the NCCL communicator's rank is
+    // the MPI rank, so the reducer's plan is the same).
     if (o.shard_optimizer && o.ddp) shard_ = std::make_unique<ShardPlan>(buckets_, w.world_size, w.rank);
     optimizer_ = make_gpu_optimizer(o, shard_ ? shard_->slot_numel() : n, compute_);  // its zeroed state buffers
-    if (shard_) shard_params_ = DeviceBuffer<float>(shard_->slot_numel(), "ZeRO-1 shard parameters");
     nonfinite_ = DeviceBuffer<int>(1, "non-finite flag");
     CUDA_CHECK(cudaMallocHost(&nonfinite_host_, sizeof(int)));
     const size_t img = (size_t)o.batch_size * layout.cfg.channels * layout.cfg.image_size * layout.cfg.image_size;
@@ -425,11 +418,6 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     }
     const float* first = initial_params_ ? initial_params_->data() : host.data();
     CUDA_CHECK(cudaMemcpy(params_.get(), first, n * sizeof(float), cudaMemcpyHostToDevice));
-    if (shard_) {  // the master shard starts as this rank's part of the parameters
-      std::vector<float> part(shard_->slot_numel());
-      shard_->take(first, part.data());
-      CUDA_CHECK(cudaMemcpy(shard_params_.get(), part.data(), part.size() * sizeof(float), cudaMemcpyHostToDevice));
-    }
 
     // Precision, kernel choices, the engine-kept bf16 weight copy, the gradient overlay and the
     // deterministic mode of checkpointed runs: src/engines/gpu_model_options.h.
@@ -440,7 +428,13 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       own_grads_ = DeviceBuffer<float>(n, "gradients");
       grads_ = own_grads_.get();
     }
-    if (!shard_) optimizer_->bind(params_.get(), grads_, nonfinite_.get(), model_->bf16_weights());  // ZeRO-1: after the reducer
+    if (shard_) {
+      // ZeRO-1: this rank's chunks, in place; the bf16 working copy is refreshed after the
+      // all-gather instead (GpuReducer::all_gather).
+      optimizer_->bind(params_.get(), grads_, nonfinite_.get(), nullptr, zero_segments(*shard_));
+    } else {
+      optimizer_->bind(params_.get(), grads_, nonfinite_.get(), model_->bf16_weights());
+    }
     // On the compute stream (the overlaid gradients share memory with activations), then wait.
     CUDA_CHECK(cudaMemsetAsync(grads_, 0, n * sizeof(float), compute_));
     CUDA_CHECK(cudaStreamSynchronize(compute_));
@@ -546,6 +540,12 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     }
   };
 
+  /// ZeRO-1: the compute stream waits for the last all-gathers, at the step's end and before work
+  /// that reads or overwrites the parameters. Nothing without them.
+  void join_gathers() const {
+    if (shard_ && gather_set_ >= 0) CUDA_CHECK(cudaStreamWaitEvent(compute_, reducer_->params_ready(gather_set_), 0));
+  }
+
   /// CUDA events of one micro-step on the compute stream.
   struct MicroEvents {
     cudaEvent_t start, input, fwd, bwd;
@@ -557,9 +557,10 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       micro_ev_.push_back(m);
     }
   }
-  /// A host copy of n = layout.total device floats, after the compute stream's work.
+  /// A host copy of n = layout.total device floats, after the compute stream's work and the all-gathers.
   std::vector<float> download(const float* d) const {
     std::vector<float> h(layout_.total);
+    join_gathers();
     CUDA_CHECK(cudaStreamSynchronize(compute_));
     CUDA_CHECK(cudaMemcpy(h.data(), d, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
     return h;
@@ -582,7 +583,7 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   DeviceBuffer<float> params_, own_grads_, loss_;
   float* grads_ = nullptr;  // own_grads_, or the model's overlaid buffer (GpuViT::gradients())
   std::unique_ptr<ShardPlan> shard_;   // ZeRO-1 (--shard-optimizer): this rank's shard, else null
-  DeviceBuffer<float> shard_params_;   // ZeRO-1: the master shard (ShardPlan layout)
+  int gather_set_ = -1;   // ZeRO-1: event set of the last all-gathers (GpuReducer::all_gather), -1 before any
   std::unique_ptr<GpuOptimizer> optimizer_;   // counts applied updates (finish_step reads the skip flag)
   DeviceBuffer<float> eval_images_, eval_loss_, eval_row_loss_;  // Engine::evaluate
   DeviceBuffer<int32_t> eval_labels_, eval_row_correct_;
