@@ -258,7 +258,10 @@ int GpuReducer::all_gather(float* d_params, __nv_bfloat16* d_bf16, cudaStream_t 
   cudaStream_t cs = comm_stream();
   CUDA_CHECK(cudaEventRecord(gather_go_, stream));
   CUDA_CHECK(cudaStreamWaitEvent(cs, gather_go_, 0));
-  for (const Bucket& bk : core_.buckets()) {
+  // Last bucket first: the order the next forward reads them (the patch embedding's bucket is the
+  // last, the head's the first), so its first blocks need not wait for the head's all-gather.
+  for (auto it = core_.buckets().rbegin(); it != core_.buckets().rend(); ++it) {
+    const Bucket& bk = *it;
     NvtxRange range("all-gather bucket " + std::to_string(bk.index), NvtxColor::Orange);
     CUDA_CHECK(cudaEventRecord(gather_ev_[set][2 * bk.index], cs));
     transport_->all_gather(bk.index, d_params + bk.offset, bk.numel, DType::F32, cs);

@@ -111,8 +111,9 @@ class GpuReducer : private ReducerBackend, private HookBackend {
   /// one-int ncclAllReduce(max) (GpuTransport::max_over_ranks), and `stream` waits for it.
   void agree_nonfinite(int* d_flag, cudaStream_t stream);
   /// After the shard's update, enqueued on `stream` (the compute stream): the comm stream waits for
-  /// it, then per bucket in order all-gathers every rank's chunk of `d_params` (layout.total fp32)
-  /// in place between timing events (an NVTX range "all-gather bucket k" each), followed, when
+  /// it, then per bucket, from the last to the first (the order a forward reads them), all-gathers
+  /// every rank's chunk of `d_params` (layout.total fp32) in place between timing events (an NVTX
+  /// range "all-gather bucket k" each), followed, when
   /// `d_bf16` is given, by the refresh of the bucket's part of the model's bf16 working copy
   /// (convert_to_bf16), then records gathered(set, b); after the last bucket, params_ready(set).
   /// Returns `set`, the event set this call recorded: the calls alternate between sets 0 and 1, so

@@ -2,13 +2,17 @@
 // (src/engines/optimizer_gpu.h: fused SGD or AdamW). With --shard-optimizer (ZeRO-1) the reducer
 // reduce-scatters the gradients in place, the optimizer updates this rank's chunk of each bucket
 // in the flat parameter buffer (state compact: mpi/buckets/shard_plan.h) and the reducer
-// all-gathers the parameters in place on the comm stream; the compute stream waits for them
-// before the step ends, so the next forward sees them (every bucket's, not only its block's).
+// all-gathers the parameters in place on the comm stream. The step ends when the compute stream
+// is done; the all-gathers overlap the next step's forward, whose every block waits only for the
+// buckets that hold its parameters (GpuViT's ParamsNeededFn; inside the CUDA graph as event-wait
+// nodes on the eagerly recorded events). Whatever else reads or overwrites the parameters
+// (evaluate, parameters, train_state, load_train_state) waits for all of them first.
 #include <cublasLt.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -152,7 +156,10 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     if (!staged_) throw std::logic_error("run_micro_step without a staged batch");
     if (comm_ && comm_->aborted())
       throw std::runtime_error("the NCCL communicator was aborted (--debug-fail-mode nccl-abort): cannot run another step");
-    if (micro == 0) ensure_micro_events(micro_steps);
+    if (micro == 0) {
+      ensure_micro_events(micro_steps);
+      waited_set_ = gather_set_;  // this step's forward waits for the last all-gathers, bucket by bucket
+    }
     slot_ = next_slot();
     staged_ = false;
     const bool last = micro == micro_steps - 1;
@@ -170,7 +177,7 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       // one CUDA graph, captured at its first use after the first step (which ran eagerly: NCCL
       // connections are set up by then; cuBLASLt plans and their autotuning come from the tuning
       // pass before training) and replayed afterwards.
-      StepGraph& g = graphs_[GraphKey{slot_, micro, micro_steps, staged_batch_}];
+      StepGraph& g = graphs_[GraphKey{slot_, micro, micro_steps, staged_batch_, micro == 0 ? waited_set_ : -1}];
       if (!g.captured()) g.capture(compute_, [&] { enqueue_compute(micro, micro_steps); });
       NvtxRange r("forward + backward (CUDA graph)", NvtxColor::Green);
       g.launch(compute_);
@@ -201,13 +208,13 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       // The kernels read the flag (bound in allocate()) and refresh the bf16 working copy.
       optimizer_->step(lr_, 1.0 / micro_steps);
       // ZeRO-1: every rank's updated chunks back into the full parameters (and their bf16 copy) on
-      // the comm stream; a skipped step gathers the unchanged chunks, which changes nothing.
+      // the comm stream; a skipped step gathers the unchanged chunks, which changes nothing. Not
+      // waited for here: the next forward waits bucket by bucket (wait_for_gathered).
       if (shard_) gather_set_ = reducer_->all_gather(params_.get(), model_->bf16_weights(), compute_);
     }
     CUDA_CHECK(cudaMemcpyAsync(loss_host_, loss_.get(), micro_steps * sizeof(float), cudaMemcpyDeviceToHost, compute_));
     CUDA_CHECK(cudaMemcpyAsync(nonfinite_host_, nonfinite_.get(), sizeof(int), cudaMemcpyDeviceToHost, compute_));
-    // The step ends with the parameters in place: the next forward waits for every all-gather.
-    join_gathers();
+    // The step ends when the compute stream is done (ZeRO-1: the all-gathers may still run).
     CUDA_CHECK(cudaEventRecord(ev_end_, compute_));
     micro_steps_ = micro_steps;
     ++steps_enqueued_;
@@ -232,8 +239,9 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     rec->nonfinite = *nonfinite_host_ != 0 || !std::isfinite(rec->loss);
     optimizer_->end_step(*nonfinite_host_ == 0);  // the kernel applied the update
     rec->buckets = reducer_ ? reducer_->times(ev_start_) : BucketTimes{};
-    // ZeRO-1: this step's all-gathers, done before its end event.
-    if (shard_) reducer_->gather_times(gather_set_, ev_start_, &rec->buckets);
+    // ZeRO-1: the all-gathers this step's forward waited for (the previous step's update), which
+    // are complete by now; from this step's start (negative: begun before it).
+    if (shard_ && waited_set_ >= 0) reducer_->gather_times(waited_set_, ev_start_, &rec->buckets);
   }
 
   EvalResult evaluate(const HostBatch& b) override {
@@ -398,7 +406,13 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     params_ = DeviceBuffer<float>(n, "parameters");
     // ZeRO-1: the optimizer's state covers this rank's shard only (the NCCL communicator's rank is
     // the MPI rank, so the reducer's plan is the same).
-    if (o.shard_optimizer && o.ddp) shard_ = std::make_unique<ShardPlan>(buckets_, w.world_size, w.rank);
+    if (o.shard_optimizer && o.ddp) {
+      shard_ = std::make_unique<ShardPlan>(buckets_, w.world_size, w.rank);
+      bucket_of_param_.assign(layout.params.size(), 0);
+      for (const Bucket& b : buckets_)
+        for (size_t p : b.params) bucket_of_param_[p] = b.index;
+      bucket_waited_.assign(buckets_.size(), 0);
+    }
     optimizer_ = make_gpu_optimizer(o, shard_ ? shard_->slot_numel() : n, compute_);  // its zeroed state buffers
     nonfinite_ = DeviceBuffer<int>(1, "non-finite flag");
     CUDA_CHECK(cudaMallocHost(&nonfinite_host_, sizeof(int)));
@@ -507,7 +521,15 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     MicroEvents& ev = micro_ev_[micro];
     {
       NvtxRange r("forward", NvtxColor::Green);
-      model_->forward(params_.get(), images_[slot_].get(), labels_[slot_].get(), staged_batch_, loss_.get() + micro);
+      // ZeRO-1: the first micro-step's blocks each wait for their buckets' all-gathers (the later
+      // micro-steps follow it on the stream).
+      ParamsNeededFn before;
+      if (micro == 0 && waited_set_ >= 0) {
+        std::fill(bucket_waited_.begin(), bucket_waited_.end(), 0);
+        before = [this](const std::vector<size_t>& p) { wait_for_gathered(p); };
+      }
+      model_->forward(params_.get(), images_[slot_].get(), labels_[slot_].get(), staged_batch_, loss_.get() + micro,
+                      before);
       record_timing_event(ev.fwd, compute_);
     }
     // Micro-steps before the last accumulate locally with no communication (DDP's no_sync()).
@@ -532,16 +554,31 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   }
 
   /// Identifies a captured graph: the input slot (device pointers), micro-step index and count
-  /// (accumulate flag, loss slot, reducer on the last) and the batch size.
+  /// (accumulate flag, loss slot, reducer on the last), the batch size and, ZeRO-1's first
+  /// micro-step, the all-gather event set its forward waits on (-1: none).
   struct GraphKey {
-    int slot, micro, micro_steps, batch;
+    int slot, micro, micro_steps, batch, gather_set;
     bool operator<(const GraphKey& o) const {
-      return std::tie(slot, micro, micro_steps, batch) < std::tie(o.slot, o.micro, o.micro_steps, o.batch);
+      return std::tie(slot, micro, micro_steps, batch, gather_set) <
+             std::tie(o.slot, o.micro, o.micro_steps, o.batch, o.gather_set);
     }
   };
 
-  /// ZeRO-1: the compute stream waits for the last all-gathers, at the step's end and before work
-  /// that reads or overwrites the parameters. Nothing without them.
+  /// ZeRO-1, the forward's hook: the compute stream waits for the all-gathers (event set
+  /// waited_set_) of the buckets that hold `params` and that it has not waited for in this forward.
+  /// Inside a capture the waits become event-wait nodes (wait_external_event); their events are
+  /// recorded again only two all_gather() calls later, after this step has finished.
+  void wait_for_gathered(const std::vector<size_t>& params) {
+    for (size_t p : params) {
+      const size_t b = bucket_of_param_.at(p);
+      if (bucket_waited_[b]) continue;
+      bucket_waited_[b] = 1;
+      wait_external_event(compute_, reducer_->gathered(waited_set_, b));
+    }
+  }
+
+  /// ZeRO-1: the compute stream waits for the last all-gathers, before work that reads or
+  /// overwrites the parameters outside a training step's forward. Nothing without them.
   void join_gathers() const {
     if (shard_ && gather_set_ >= 0) CUDA_CHECK(cudaStreamWaitEvent(compute_, reducer_->params_ready(gather_set_), 0));
   }
@@ -583,7 +620,10 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   DeviceBuffer<float> params_, own_grads_, loss_;
   float* grads_ = nullptr;  // own_grads_, or the model's overlaid buffer (GpuViT::gradients())
   std::unique_ptr<ShardPlan> shard_;   // ZeRO-1 (--shard-optimizer): this rank's shard, else null
+  std::vector<size_t> bucket_of_param_;  // ZeRO-1: the bucket of each parameter (registration index)
+  std::vector<char> bucket_waited_;      // ZeRO-1: per bucket, the forward being enqueued waits for it already
   int gather_set_ = -1;   // ZeRO-1: event set of the last all-gathers (GpuReducer::all_gather), -1 before any
+  int waited_set_ = -1;   // ZeRO-1: the set this step's forward waits for (its all-gathers' times), -1: none
   std::unique_ptr<GpuOptimizer> optimizer_;   // counts applied updates (finish_step reads the skip flag)
   DeviceBuffer<float> eval_images_, eval_loss_, eval_row_loss_;  // Engine::evaluate
   DeviceBuffer<int32_t> eval_labels_, eval_row_correct_;

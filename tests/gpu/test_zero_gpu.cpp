@@ -1,6 +1,7 @@
 // ZeRO stage 1 (--shard-optimizer) on one GPU equals --no-ddp bit for bit: the shard is the whole
 // model, the in-place reduce-scatter and all-gather of one rank leave the buffers as they are, the
-// optimizer runs the same element-wise kernels bucket by bucket. GEMM algorithms are chosen without
+// optimizer runs the same element-wise kernels bucket by bucket, and the next forward waits for
+// each bucket's all-gather event (inside the CUDA graph too). GEMM algorithms are chosen without
 // autotuning, so both engines use the same ones. The sharded engine needs an NCCL communicator,
 // hence MPI: ctest runs these under `mpirun -np 1` (gpu_tests_zero_np1); the hidden tag keeps them
 // out of the plain gpu_tests run.
