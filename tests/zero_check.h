@@ -47,19 +47,23 @@ inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>
   return m;
 }
 
-/// Runs `steps` optimizer steps of `micro` micro-steps on each of `engines`, all fed the same
-/// batches: this rank's own (seeded by step, micro-step and rank), rank 0's first micro-batch of
+/// Runs `steps` optimizer steps of `micro` micro-steps on each of `engines`, one engine after the
+/// other (so the collectives of two GPU engines' communicators never run at the same time), all
+/// fed the same batches: this rank's own (seeded by step, micro-step and rank), rank 0's first micro-batch of
 /// step `poisoned` with a NaN pixel; learning rate 0.02 in the first step, 0.05 after. Returns each
-/// engine's record of the last step.
+/// engine's record of the last step; `every`, when given, receives each engine's record of every
+/// step ((*every)[engine][step]).
 inline std::vector<vitddp::StepRecord> run_zero_steps(const std::vector<vitddp::Engine*>& engines,
                                                       const vitddp::ParamLayout& L, int steps, int micro,
-                                                      int poisoned = -1) {
+                                                      int poisoned = -1,
+                                                      std::vector<std::vector<vitddp::StepRecord>>* every = nullptr) {
   using namespace vitddp;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   std::vector<StepRecord> last(engines.size());
-  for (int s = 0; s < steps; ++s)
-    for (size_t e = 0; e < engines.size(); ++e) {
+  if (every) every->assign(engines.size(), {});
+  for (size_t e = 0; e < engines.size(); ++e)
+    for (int s = 0; s < steps; ++s) {
       engines[e]->set_lr(s == 0 ? 0.02 : 0.05);
       for (int k = 0; k < micro; ++k) {
         const uint64_t seed = 1000 + 100 * s + 10 * k + rank;
@@ -71,6 +75,7 @@ inline std::vector<vitddp::StepRecord> run_zero_steps(const std::vector<vitddp::
         engines[e]->wait_staged_copy();  // the batch's host buffers go out of scope
       }
       engines[e]->finish_step(&last[e]);
+      if (every) (*every)[e].push_back(last[e]);
     }
   return last;
 }

@@ -11,7 +11,8 @@
 #    ranks); a sharded and a DDP checkpoint are the same file; another rank count is refused as
 #    for DDP (the data positions depend on it; re-sharding itself is tests/mpi/test_zero_mpi.cpp's);
 #  - the results file: `collectives`, reduce-scatter and all-gather bytes per bucket, busbw factors;
-#  - --dry-run: the optimizer state and shard of one rank (sum over buckets of ceil(n_b / N));
+#  - --dry-run: the optimizer state of one rank's shard (sum over buckets of ceil(n_b / N)) beside
+#    DDP's parameters and gradients, no master copy, no reducer buffer;
 #  - refusals (exit 2) naming the option and the reason.
 # Usage: zero_tests.sh <vitddp> <mpirun> <python3 with h5py>
 set -u
@@ -244,12 +245,14 @@ slot = sum((int(n) + 2) // 3 for n in bb)
 def row(name):
     m = re.search(r"^  %s +(\d+) bytes" % re.escape(name), out, re.M)
     return int(m.group(1)) if m else None
-want = {"optimizer state": 2 * 4 * slot, "shard parameters": 4 * slot, "parameters": 4 * int(bb.sum())}
+total = int(bb.sum())
+want = {"optimizer state": 2 * 4 * slot, "parameters": 4 * total, "gradients": 4 * total, "reducer": 0,
+        "shard parameters": None}
 got = {k: row(k) for k in want}
 assert got == want, (got, want)
-assert "of this rank\x27s shard (ZeRO-1, %d of %d elements on 3 rank(s))" % (slot, bb.sum()) in out, out
-print("ok: optimizer state %d = 2 x 4 x %d bytes, shard parameters %d, of %d parameters" %
-      (got["optimizer state"], slot, got["shard parameters"], bb.sum()))
+assert "of this rank\x27s shard (ZeRO-1, %d of %d elements on 3 rank(s))" % (slot, total) in out, out
+print("ok: optimizer state %d = 2 x 4 x %d bytes beside DDP\x27s parameters and gradients (%d each), no master "
+      "copy, no reducer buffer" % (got["optimizer state"], slot, 4 * total))
 ' "$TMP/zero-adamw-np3.h5" <(echo "$out") 2>&1)
   if [[ "$check" == ok* ]]; then ok "--dry-run on 3 ranks: $check"; else bad "--dry-run: $check"; fi
 else

@@ -258,15 +258,25 @@ struct GpuViT::Impl {
 
   template <typename T>
   void forward_pass(const float* d_params, const float* d_images, const int32_t* d_labels, int B,
-                    float* d_loss);
+                    float* d_loss, const ParamsNeededFn& before);
   template <typename T>
   void backward_pass(const float* d_params, float* d_grads, bool acc, const GradReadyFn& on_ready);
 };
 
 template <typename T>
 void GpuViT::Impl::forward_pass(const float* d_params, const float* d_images,
-                                const int32_t* d_labels, int B, float* d_loss) {
+                                const int32_t* d_labels, int B, float* d_loss, const ParamsNeededFn& before) {
   const ViTConfig& c = cfg;
+  const ModelParams& mp = layout.named;
+  // The hook's groups (model/params_needed.h); with the bf16 refresh below every one at once.
+  auto need = [&](const std::vector<ParamRef>& group) {
+    if (!before) return;
+    std::vector<size_t> idx;
+    for (const ParamRef& r : group) idx.push_back(r.index);
+    before(idx);
+  };
+  const std::vector<ParamRef> embed = {mp.conv_w, mp.conv_b}, tokens = {mp.cls, mp.pos},
+                              head = {mp.ln_w, mp.ln_b, mp.head_w, mp.head_b};
   const ViTTensors<const float> p = bind_tensors(layout, d_params);
   OperandBuffers<T>& o = ops<T>();
   const int T_ = c.seq_len(), D = c.hidden, M = c.mlp_dim, K = c.num_classes,
@@ -276,9 +286,17 @@ void GpuViT::Impl::forward_pass(const float* d_params, const float* d_images,
   cudaStream_t st = stream;
   const PatchGeometry geo = geometry(B);
   auto W = [&](const float* w) { return operand<T>(d_params, w); };
+  const bool all_at_once = std::is_same_v<T, bf16> && refresh_bf16;  // the cast reads every parameter
+  if (all_at_once) {  // every group, in the order of use, before the cast
+    need(embed);
+    need(tokens);
+    for (int l = 0; l < c.layers; ++l) need(mp.blocks[l].all());
+    need(head);
+  }
   if constexpr (!std::is_same_v<T, float>) {
     if (refresh_bf16) convert_to_bf16(d_params, weights16, layout.total, st);
   }
+  if (!all_at_once) need(embed);
 
   // Patch embedding: conv_proj as im2col + GEMM (+ bias) or as a cuDNN convolution, then class
   // token and positions.
@@ -288,11 +306,13 @@ void GpuViT::Impl::forward_pass(const float* d_params, const float* d_images,
     patch_im2col(d_images, o.patches, geo, st);
     linear_forward(lt, o.patches, W(p.conv_w), p.conv_b, nullptr, emb, B * Np, D, PD);
   }
+  if (!all_at_once) need(tokens);
   assemble_tokens(emb, p.class_token, p.pos_embedding, x[0], geo, st);
 
   for (int l = 0; l < c.layers; ++l) {
     const BlockTensors<const float>& w = p.blocks[l];
     BlockActs<T>& a = o.blocks[l];
+    if (!all_at_once) need(mp.blocks[l].all());
     layernorm_forward(x[l], D, w.ln1_w, w.ln1_b, a.y1, D, a.mean1, a.rstd1, N, D, eps, st);
     linear_forward(lt, a.y1, W(w.qkv_w), W(w.qkv_b), nullptr, a.qkv, N, 3 * D, D);
     attention_core_forward(a, B);
@@ -305,6 +325,7 @@ void GpuViT::Impl::forward_pass(const float* d_params, const float* d_images,
 
   // Final LayerNorm on the class-token rows (row stride T*D), head, loss: fp32 in every mode.
   const float* xl = x[c.layers];
+  if (!all_at_once) need(head);
   layernorm_forward(xl, T_ * D, p.ln_w, p.ln_b, xf, D, meanf, rstdf, B, D, eps, st);
   linear_forward(lt, xf, p.head_w, p.head_b, nullptr, logits, B, K, D);
   softmax_xent(logits, d_labels, B, K, d_loss, dlogits, reduce_scratch, st);
@@ -465,13 +486,13 @@ void GpuViT::set_gemm_timing(bool on) { impl_->lt.set_timing(on); }
 double GpuViT::take_gemm_ms() { return impl_->lt.take_timed_ms(); }
 
 void GpuViT::forward(const float* d_params, const float* d_images, const int32_t* d_labels,
-                     int batch, float* d_loss) {
+                     int batch, float* d_loss, const ParamsNeededFn& before) {
   Impl& s = *impl_;
   if (batch < 1 || batch > s.max_batch)
     throw std::invalid_argument("GpuViT::forward: batch " + std::to_string(batch) +
                                 " outside [1, max_batch=" + std::to_string(s.max_batch) + "]");
-  if (s.precision == Precision::bf16) s.forward_pass<bf16>(d_params, d_images, d_labels, batch, d_loss);
-  else s.forward_pass<float>(d_params, d_images, d_labels, batch, d_loss);
+  if (s.precision == Precision::bf16) s.forward_pass<bf16>(d_params, d_images, d_labels, batch, d_loss, before);
+  else s.forward_pass<float>(d_params, d_images, d_labels, batch, d_loss, before);
   s.batch = batch;
   s.have_forward = true;
 }

@@ -8,6 +8,7 @@
 
 #include "model/grad_ready.h"
 #include "model/gpu_vit_options.h"
+#include "model/params_needed.h"
 #include "model/kernel_choice.h"
 #include "model/param_layout.h"
 #include "model/precision.h"
@@ -53,9 +54,13 @@ class GpuViT {
   GpuViT& operator=(const GpuViT&) = delete;
 
   /// Enqueues forward + loss. d_images [batch, C, H, W] fp32, d_labels [batch] int32 (device).
-  /// Writes the mean cross-entropy to *d_loss (device float). batch <= max_batch.
+  /// Writes the mean cross-entropy to *d_loss (device float). batch <= max_batch. When given,
+  /// `before` is called on the host right before the work reading each group of parameters is
+  /// enqueued (groups and order in model/params_needed.h; all of them first when forward() itself
+  /// refreshes the bf16 copy, GpuViTOptions::refresh_bf16_weights), so the caller can order that
+  /// work after the parameters' producer, block by block.
   void forward(const float* d_params, const float* d_images, const int32_t* d_labels, int batch,
-               float* d_loss);
+               float* d_loss, const ParamsNeededFn& before = {});
 
   /// Enqueues backward of the last forward: writes (accumulate=false) or adds dLoss/dparams into
   /// d_grads; calls `on_ready` on the host after enqueuing the kernels that finalise each group

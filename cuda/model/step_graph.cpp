@@ -18,6 +18,12 @@ void record_timing_event(cudaEvent_t e, cudaStream_t stream) {
   }
 }
 
+void wait_external_event(cudaStream_t stream, cudaEvent_t e) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  CUDA_CHECK(cudaStreamWaitEvent(stream, e, status == cudaStreamCaptureStatusActive ? cudaEventWaitExternal : 0));
+}
+
 StepGraph::~StepGraph() { reset(); }
 
 StepGraph::StepGraph(StepGraph&& o) noexcept

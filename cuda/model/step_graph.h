@@ -14,6 +14,15 @@ namespace vitddp {
 /// CUDA errors.
 void record_timing_event(cudaEvent_t e, cudaStream_t stream);
 
+/// Makes `stream` wait for event `e`, which is recorded outside any graph (e.g. by eager work on
+/// another stream). Outside stream capture this is cudaStreamWaitEvent; while `stream` is being
+/// captured it is cudaStreamWaitEvent(cudaEventWaitExternal) (CUDA 11.1+), which makes the wait an
+/// event-wait node of the graph: every replay waits for the event's record made before it (a plain
+/// wait during capture would need `e` to be recorded inside the capture). The caller must not
+/// record `e` again while a replay that waits on it may still run, so the replay sees the one
+/// record whichever moment the node resolves it at. Throws std::runtime_error on CUDA errors.
+void wait_external_event(cudaStream_t stream, cudaEvent_t e);
+
 /// One captured CUDA graph (cudaStreamBeginCapture .. cudaStreamEndCapture on one origin stream,
 /// joined by the streams it forks, e.g. a communication stream with NCCL calls) and its
 /// executable instance. Kernel arguments, pointers and the host-side decisions made while

@@ -43,10 +43,12 @@ struct BucketTimes {
   std::vector<double> copy_ms;
   /// 1 when the bucket's gradients were reduce-scattered (--shard-optimizer), 0 for an all-reduce.
   std::vector<uint8_t> reduce_scattered;
-  /// --shard-optimizer: the all-gather of the bucket's updated parameters (GPU: CUDA events
-  /// around the call on the comm stream; CPU: from MPI_Iallgatherv to the return of its
-  /// MPI_Wait), start and end from the step's start, and its payload bytes (the whole bucket's
-  /// fp32 bytes, nccl-tests' all-gather size); 0 without sharding or for a skipped step.
+  /// --shard-optimizer: an all-gather of the bucket's updated parameters, start and end from the
+  /// step's start, and its payload bytes (the whole bucket's fp32 bytes, nccl-tests' all-gather
+  /// size). CPU: this step's (from MPI_Iallgatherv to the return of its MPI_Wait; 0 for a skipped
+  /// step). GPU: the previous step's, which this step's forward waited for (CUDA events around the
+  /// call on the comm stream; the start is negative when it began before this step; 0 in the first
+  /// step). 0 without sharding.
   std::vector<double> allgather_start_ms, allgather_end_ms, allgather_ms;
   std::vector<uint64_t> allgather_bytes;
 

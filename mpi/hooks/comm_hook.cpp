@@ -17,9 +17,8 @@ BucketCommReport GradBucket::report() const {
   return r;
 }
 
-void GradBucket::reset(float* buffer, float* shard) {
+void GradBucket::reset(float* buffer) {
   buffer_ = buffer;
-  shard_ = shard;
   last_mark_ = -1;
   fresh_ = false;
   compress_.clear();

@@ -11,8 +11,8 @@
 //                to 16 bits, all-reduced with SUM in 16 bits, cast back. Half the bytes;
 //  - "powersgd": powerSGD_hook (Vogels et al. 2019), mpi/hooks/powersgd_host.h.
 // With --shard-optimizer (ZeRO-1, ReducerOptions::shard_optimizer) a hook's sharded form runs
-// instead: "none" is reduce_scatter_hook, the bucket averaged and reduce-scattered into this rank's
-// shard of the gradients (mpi/buckets/shard_plan.h); the others have no sharded form.
+// instead: "none" is reduce_scatter_hook, the bucket averaged and reduce-scattered in place, each
+// rank's chunk (mpi/buckets/shard_plan.h) averaged where it lies; the others have no sharded form.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -54,10 +54,6 @@ class GradBucket {
   /// The parameter tensors of the bucket (offsets relative to buffer()).
   const HookBucket& tensors() const { return *tensors_; }
   int world_size() const { return world_size_; }
-  /// --shard-optimizer: this rank's slot of the bucket in the shard-gradient buffer (ShardPlan:
-  /// shard_count(numel(), world_size(), rank) fp32 elements, where the reduce-scatter puts this
-  /// rank's chunk; same memory as buffer()); null without sharding.
-  float* shard() const { return shard_; }
 
   // ---- local work, where the bucket lives
   /// out[i] = t(x[i] / divisor) for i < n (t: F16 or BF16): cuda/kernels/compression.h's cast_to_16bit on
@@ -81,13 +77,13 @@ class GradBucket {
   /// from the last mark (when nothing was enqueued since through this object; else a new mark)
   /// to the completion, with count x dtype_bytes(t) payload bytes.
   virtual void all_reduce(void* data, size_t count, DType t, ReduceOp op) = 0;
-  /// ZeRO-1's exchange of a bucket: over all ranks, the `count` elements of `t` at `data` become
-  /// their sum or average, of which this rank receives its chunk (mpi/buckets/shard_plan.h: with
-  /// c = shard_chunk(count, N), rank r gets elements [r c, min(count, (r + 1) c))) in `out`, which
-  /// does not overlap `data`; `data` itself may change (the host's average divides it in place).
-  /// The result is visible as an all-reduce's. Times itself as all_reduce does (the gradient
-  /// collective's interval and count x dtype_bytes(t) payload bytes, nccl-tests' reduce-scatter size).
-  virtual void reduce_scatter(void* data, size_t count, DType t, ReduceOp op, void* out) = 0;
+  /// ZeRO-1's exchange of a bucket, in place: over all ranks, the `count` elements of `t` at `data`
+  /// are summed or averaged, and this rank's chunk of `data` (mpi/buckets/shard_plan.h: with
+  /// c = shard_chunk(count, N), rank r's elements [r c, min(count, (r + 1) c))) receives its part
+  /// of the result; the other ranks' chunks of `data` are left undefined. The result is visible as
+  /// an all-reduce's. Times itself as all_reduce does (the gradient collective's interval and
+  /// count x dtype_bytes(t) payload bytes, nccl-tests' reduce-scatter size).
+  virtual void reduce_scatter(void* data, size_t count, DType t, ReduceOp op) = 0;
   /// The fp16/bf16 hooks' whole exchange with the casts fused into the transport (the copy
   /// engine casts, sums and decompresses its own chunk in one pass): x (count fp32, the bucket)
   /// ends as the 16-bit average in place, bit-identical to cast, all_reduce(Sum), cast back.
@@ -120,8 +116,8 @@ class GradBucket {
   /// Bytes, compressed flag and the summed compress / all-reduce intervals of this step.
   BucketCommReport report() const;
   /// Forgets the last step's marks and records (the backend calls it before each launch); the
-  /// bucket's buffer and, with --shard-optimizer, its shard slot (else null).
-  void reset(float* buffer, float* shard = nullptr);
+  /// bucket's buffer.
+  void reset(float* buffer);
 
  protected:
   virtual void do_cast_to_16bit(const float* x, size_t n, float divisor, DType t, uint16_t* out) = 0;
@@ -140,7 +136,6 @@ class GradBucket {
   const HookBucket* tensors_;
   int world_size_;
   float* buffer_ = nullptr;
-  float* shard_ = nullptr;
   int last_mark_ = -1;
   bool fresh_ = false;
   std::vector<std::pair<int, int>> compress_, allreduce_;

@@ -1,9 +1,7 @@
 // ZeRO-1's exchange of a bucket (--shard-optimizer; Rajbhandari et al. 2020, stage 1; Megatron-LM's
-// distributed optimizer): the fp32 bucket averaged over the ranks by the transport, each rank
-// receiving only its chunk (mpi/buckets/shard_plan.h) in its shard of the gradients. The sharded
+// distributed optimizer): the fp32 bucket averaged over the ranks by the transport, in place, each
+// rank receiving only its chunk (mpi/buckets/shard_plan.h) where it lies in the bucket. The sharded
 // form of allreduce_hook.
-#include <stdexcept>
-
 #include "mpi/hooks/comm_hook.h"
 
 namespace vitddp {
@@ -14,10 +12,7 @@ class ReduceScatterHook final : public CommHook {
  public:
   const char* name() const override { return "none"; }
   const char* collective() const override { return "reduce-scatter"; }
-  void run(GradBucket& b) override {
-    if (!b.shard()) throw std::logic_error("reduce_scatter_hook: the bucket has no shard slot (not sharded)");
-    b.reduce_scatter(b.buffer(), b.numel(), DType::F32, ReduceOp::Avg, b.shard());
-  }
+  void run(GradBucket& b) override { b.reduce_scatter(b.buffer(), b.numel(), DType::F32, ReduceOp::Avg); }
 };
 
 }  // namespace

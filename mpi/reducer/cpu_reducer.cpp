@@ -1,10 +1,12 @@
 #include "mpi/reducer/cpu_reducer.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "mpi/hooks/half_host.h"
 
@@ -29,12 +31,11 @@ class CpuReducer::HostBucket final : public GradBucket {
     pending_.push_back(Pending{transport_.start_sum(data, count, t), issued, count * dtype_bytes(t), {}});
   }
 
-  void reduce_scatter(void* data, size_t count, DType t, ReduceOp op, void* out) override {
+  void reduce_scatter(void* data, size_t count, DType t, ReduceOp op) override {
     const int issued = divide_for(op, data, count, t);
-    std::vector<size_t> counts;
+    std::vector<size_t> counts;  // rank r's chunk starts at r c (shard_chunk), the sum of the counts before it
     for (int r = 0; r < world_size(); ++r) counts.push_back(shard_count(count, world_size(), r));
-    pending_.push_back(
-        Pending{transport_.start_reduce_scatter(data, out, counts, t), issued, count * dtype_bytes(t), {}});
+    pending_.push_back(Pending{transport_.start_reduce_scatter(data, counts, t), issued, count * dtype_bytes(t), {}});
   }
 
   bool all_reduce_16bit_fused(float*, uint16_t*, size_t, DType, float) override { return false; }
@@ -129,6 +130,29 @@ class HostPowerSgd final : public PowerSgdState {
 
 // ---------------------------------------------------------------- the reducer
 
+namespace {
+
+/// Per bucket, the (first element, count) runs of layout padding: the elements no tensor covers.
+std::vector<std::vector<std::pair<size_t, size_t>>> padding_gaps(const std::vector<HookBucket>& buckets) {
+  std::vector<std::vector<std::pair<size_t, size_t>>> gaps;
+  for (const HookBucket& b : buckets) {
+    std::vector<std::pair<size_t, size_t>> spans;  // the tensors, by offset
+    for (const HookTensor& t : b.tensors) spans.emplace_back(t.offset, t.numel);
+    std::sort(spans.begin(), spans.end());
+    std::vector<std::pair<size_t, size_t>> g;
+    size_t at = 0;
+    for (const auto& [off, n] : spans) {
+      if (off > at) g.emplace_back(at, off - at);
+      at = std::max(at, off + n);
+    }
+    if (b.numel > at) g.emplace_back(at, b.numel - at);
+    gaps.push_back(std::move(g));
+  }
+  return gaps;
+}
+
+}  // namespace
+
 CpuReducer::CpuReducer(const ParamLayout& layout, std::vector<Bucket> buckets, float* grads, int world_size,
                        const ReducerOptions& options)
     : core_(layout, std::move(buckets), options.overlap), grads_(grads), world_size_(world_size), opts_(options) {
@@ -143,7 +167,7 @@ CpuReducer::CpuReducer(const ParamLayout& layout, std::vector<Bucket> buckets, f
       throw std::invalid_argument("CpuReducer: the sharded optimizer needs grad_as_bucket_view (the reduce-scatter "
                                   "writes the shard's gradients, there is no averaged bucket to copy back)");
     shard_ = std::make_unique<ShardPlan>(core_.buckets(), world_size_, transport_->rank());
-    shard_grads_.assign(shard_->slot_numel(), 0.0f);
+    padding_ = padding_gaps(hook_buckets_);
   }
   hook_ = make_comm_hook(opts_.compression, HookArgs{hook_buckets_, opts_, world_size_, *this});
   hook_->allocate();
@@ -184,13 +208,17 @@ GradBucket& CpuReducer::start_bucket(size_t b) {
     std::memcpy(p, grads_ + bk.offset, bk.bytes());
     copy_ms_[b] += now_ms() - t0;
   }
+  // ZeRO-1: the in-place reduce-scatter leaves the other ranks' chunks undefined, and backward
+  // writes no layout padding: zero it, so padding that falls in this rank's chunk averages to 0.
+  if (shard_)
+    for (const auto& [first, n] : padding_[b]) std::fill(p + first, p + first + n, 0.0f);
   HostBucket& hb = *bucket_[b];
-  hb.reset(p, shard_ ? shard_grads_.data() + shard_->slices()[b].slot_offset : nullptr);
+  hb.reset(p);
   hb.clear_marks();
   return hb;
 }
 
-void CpuReducer::all_gather(const float* shard_params, float* params) {
+void CpuReducer::all_gather(float* params) {
   if (!shard_) throw std::logic_error("CpuReducer::all_gather without --shard-optimizer");
   const int n = world_size_;
   std::vector<std::unique_ptr<HostWork>> work;
@@ -203,8 +231,7 @@ void CpuReducer::all_gather(const float* shard_params, float* params) {
       displs.push_back(o.flat_offset - bk.offset);
     }
     gather_.allgather_start_ms[s.bucket] = now_ms();
-    work.push_back(transport_->start_all_gather(shard_params + s.slot_offset, params + bk.offset, counts, displs,
-                                                DType::F32));
+    work.push_back(transport_->start_all_gather(params + bk.offset, counts, displs, DType::F32));
   }
   for (size_t b = 0; b < work.size(); ++b) {
     work[b]->wait();

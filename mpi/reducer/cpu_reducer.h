@@ -3,6 +3,7 @@
 #pragma once
 #include <chrono>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "model/param_layout.h"
@@ -25,16 +26,17 @@ namespace vitddp {
 ///    reduction step), cast back in finalize();
 ///  - powersgd: PowerSgdHost with blocking MPI_Allreduce calls, run when the bucket launches;
 ///  - --shard-optimizer (ZeRO-1, options.shard_optimizer): each complete bucket is divided by
-///    world_size and reduce-scattered with MPI_Ireduce_scatter(MPI_SUM) into this rank's slot of
-///    shard_grads() (shard_plan()); all_gather() brings the updated parameters back.
+///    world_size and reduce-scattered in place with MPI_Ireduce_scatter(MPI_IN_PLACE, MPI_SUM):
+///    this rank's chunk of the bucket (shard_plan()) then holds the average, the other chunks are
+///    undefined; all_gather() brings every rank's updated chunks back into the parameters.
 /// finalize() waits for all requests in bucket order (running the hooks' then() work), copies the
 /// bucket buffer back (grad_as_bucket_view=false) and counts the step for PowerSGD.
 /// Timings: host clock, relative to prepare_for_backward's `step_start`.
 class CpuReducer : private ReducerBackend, private HookBackend {
  public:
-  /// `grads`: layout.total host floats. With options.shard_optimizer it also allocates the
-  /// shard-gradient buffer (ShardPlan of the buckets on world_size ranks, this rank from MPI:
-  /// slot_numel() floats, zero). Throws std::runtime_error on MPI failure, std::invalid_argument
+  /// `grads`: layout.total host floats. With options.shard_optimizer this rank's shard is the
+  /// ShardPlan of the buckets on world_size ranks (the rank from MPI); no buffer of its own.
+  /// Throws std::runtime_error on MPI failure, std::invalid_argument
   /// for an unknown compression, a compression without a sharded form, sharding with
   /// grad_as_bucket_view=false, bad PowerSGD options or a bucket of more than INT_MAX elements.
   CpuReducer(const ParamLayout& layout, std::vector<Bucket> buckets, float* grads, int world_size,
@@ -53,18 +55,15 @@ class CpuReducer : private ReducerBackend, private HookBackend {
   const PowerSgdHost* powersgd() const { return powersgd_; }
 
   // ---- ZeRO-1 (--shard-optimizer); null / throwing without options.shard_optimizer
-  /// This rank's shard of the buckets.
+  /// This rank's shard of the buckets: after finalize(), the averaged gradients of its slices
+  /// (ShardSlice::flat_offset, count) in the gradient buffer.
   const ShardPlan* shard_plan() const { return shard_.get(); }
-  /// The averaged gradients of this rank's shard after finalize() (shard_plan()->slot_numel()
-  /// floats, compact, padding 0).
-  float* shard_grads() { return shard_grads_.data(); }
-  const float* shard_grads() const { return shard_grads_.data(); }
-  /// After the shard's update: every rank's owned chunk of its `shard_params` (compact, the
-  /// ShardPlan layout) is gathered into `params` (layout.total floats) on every rank, one
-  /// MPI_Iallgatherv per bucket, started in bucket order and waited for in that order; times()
-  /// then holds each bucket's all-gather. Collective. Throws std::logic_error without sharding,
-  /// std::runtime_error on MPI failure.
-  void all_gather(const float* shard_params, float* params);
+  /// After the shard's update, in place: every rank's chunk of each bucket of `params`
+  /// (layout.total floats; ShardPlan::slice_of) is gathered into the same place on every rank, one
+  /// MPI_Iallgatherv(MPI_IN_PLACE) per bucket, started in bucket order and waited for in that
+  /// order; times() then holds each bucket's all-gather. Collective. Throws std::logic_error
+  /// without sharding, std::runtime_error on MPI failure.
+  void all_gather(float* params);
 
  private:
   class HostBucket;
@@ -88,7 +87,7 @@ class CpuReducer : private ReducerBackend, private HookBackend {
   const PowerSgdHost* powersgd_ = nullptr;
   std::chrono::steady_clock::time_point step_start_;
   std::unique_ptr<ShardPlan> shard_;
-  std::vector<float> shard_grads_;
+  std::vector<std::vector<std::pair<size_t, size_t>>> padding_;  ///< ZeRO-1: per bucket, its layout padding
   BucketTimes gather_;  ///< the all-gather fields of this step (all_gather)
 };
 

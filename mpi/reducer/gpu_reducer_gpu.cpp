@@ -44,9 +44,9 @@ class GpuReducer::DeviceBucket final : public GradBucket {
     allreduce(start, mark(), count * dtype_bytes(t));
   }
 
-  void reduce_scatter(void* data, size_t count, DType t, ReduceOp op, void* out) override {
+  void reduce_scatter(void* data, size_t count, DType t, ReduceOp op) override {
     const int start = start_mark();
-    owner_.transport_->reduce_scatter(index(), data, count, t, op, out, stream_);
+    owner_.transport_->reduce_scatter(index(), data, count, t, op, stream_);
     enqueued();
     allreduce(start, mark(), count * dtype_bytes(t));
   }
@@ -163,12 +163,14 @@ void GpuReducer::create(const ParamLayout& layout) {
     int rank = 0;
     NCCL_CHECK(ncclCommUserRank(comm_, &rank));
     shard_ = std::make_unique<ShardPlan>(core_.buckets(), world_size_, rank);
-    d_shard_grads_ = DeviceBuffer<float>(shard_->slot_numel(), "ZeRO-1 shard gradients");
-    CUDA_CHECK(cudaMemset(d_shard_grads_.get(), 0, d_shard_grads_.size() * sizeof(float)));
-    gather_ev_.resize(2 * nb);
-    for (auto& e : gather_ev_) CUDA_CHECK(cudaEventCreate(&e));
-    for (cudaEvent_t* e : {&gather_go_, &params_ready_, &flag_go_, &flag_done_})
-      CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    for (int set = 0; set < 2; ++set) {
+      gather_ev_[set].resize(2 * nb);
+      for (auto& e : gather_ev_[set]) CUDA_CHECK(cudaEventCreate(&e));
+      gathered_[set].resize(nb);
+      for (auto& e : gathered_[set]) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventCreateWithFlags(&params_ready_[set], cudaEventDisableTiming));
+    }
+    for (cudaEvent_t* e : {&gather_go_, &flag_go_, &flag_done_}) CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   }
   if (!opts_.grad_as_bucket_view) {
     copy_ev_.resize(4 * nb);
@@ -193,13 +195,11 @@ void GpuReducer::release() {
   hook_.reset();
   powersgd_ = nullptr;
   bucket_.clear();
-  for (auto* v : {&ready_, &copy_ev_, &comm_joined_, &gather_ev_})
+  for (auto* v : {&ready_, &copy_ev_, &comm_joined_, &gather_ev_[0], &gather_ev_[1], &gathered_[0], &gathered_[1]}) {
     for (auto e : *v) cudaEventDestroy(e);
-  ready_.clear();
-  copy_ev_.clear();
-  comm_joined_.clear();
-  gather_ev_.clear();
-  for (cudaEvent_t* e : {&comm_done_, &gather_go_, &params_ready_, &flag_go_, &flag_done_}) {
+    v->clear();
+  }
+  for (cudaEvent_t* e : {&comm_done_, &gather_go_, &params_ready_[0], &params_ready_[1], &flag_go_, &flag_done_}) {
     if (*e) cudaEventDestroy(*e);
     *e = nullptr;
   }
@@ -221,7 +221,7 @@ size_t GpuReducer::planned_powersgd_bytes(const std::vector<HookBucket>& buckets
 size_t GpuReducer::device_bytes() const {
   size_t half = 0;
   for (const auto& h : half_) half += h.size() * sizeof(uint16_t);
-  return (d_bucket_.size() + d_shard_grads_.size()) * sizeof(float) + half + (hook_ ? hook_->device_bytes() : 0) +
+  return d_bucket_.size() * sizeof(float) + half + (hook_ ? hook_->device_bytes() : 0) +
          (transport_ ? transport_->device_bytes() : 0);
 }
 
@@ -235,14 +235,12 @@ size_t GpuReducer::planned_device_bytes(const ParamLayout& layout, const std::ve
   if (!options.grad_as_bucket_view) n += layout.total * sizeof(float);
   if (hook->uses_16bit_staging())  // one 16-bit staging buffer per comm stream
     n += static_cast<size_t>(std::max(plan.comm_streams, 1)) * max_bucket_numel(buckets) * sizeof(uint16_t);
-  if (options.shard_optimizer) n += ShardPlan(buckets, world_size, 0).slot_numel() * sizeof(float);  // same on every rank
   return n + hook->planned_device_bytes() + plan.device_bytes;
 }
 
 void GpuReducer::prepare_for_backward() {
   core_.prepare_for_backward();
   step_started_ = false;
-  gathered_ = false;
 }
 
 void GpuReducer::agree_nonfinite(int* d_flag, cudaStream_t stream) {
@@ -254,22 +252,40 @@ void GpuReducer::agree_nonfinite(int* d_flag, cudaStream_t stream) {
   CUDA_CHECK(cudaStreamWaitEvent(stream, flag_done_, 0));
 }
 
-void GpuReducer::all_gather(const float* d_shard_params, float* d_params, __nv_bfloat16* d_bf16, cudaStream_t stream) {
+int GpuReducer::all_gather(float* d_params, __nv_bfloat16* d_bf16, cudaStream_t stream) {
   if (!shard_) throw std::logic_error("GpuReducer::all_gather without --shard-optimizer");
+  const int set = gather_calls_++ % 2;
   cudaStream_t cs = comm_stream();
   CUDA_CHECK(cudaEventRecord(gather_go_, stream));
   CUDA_CHECK(cudaStreamWaitEvent(cs, gather_go_, 0));
-  for (const ShardSlice& s : shard_->slices()) {
-    const Bucket& bk = core_.buckets()[s.bucket];
-    NvtxRange range("all-gather bucket " + std::to_string(s.bucket), NvtxColor::Orange);
-    CUDA_CHECK(cudaEventRecord(gather_ev_[2 * s.bucket], cs));
-    transport_->all_gather(s.bucket, d_shard_params + s.slot_offset, d_params + bk.offset, bk.numel, DType::F32, cs);
-    CUDA_CHECK(cudaEventRecord(gather_ev_[2 * s.bucket + 1], cs));
+  // Last bucket first: the order the next forward reads them (the patch embedding's bucket is the
+  // last, the head's the first), so its first blocks need not wait for the head's all-gather.
+  for (auto it = core_.buckets().rbegin(); it != core_.buckets().rend(); ++it) {
+    const Bucket& bk = *it;
+    NvtxRange range("all-gather bucket " + std::to_string(bk.index), NvtxColor::Orange);
+    CUDA_CHECK(cudaEventRecord(gather_ev_[set][2 * bk.index], cs));
+    transport_->all_gather(bk.index, d_params + bk.offset, bk.numel, DType::F32, cs);
+    CUDA_CHECK(cudaEventRecord(gather_ev_[set][2 * bk.index + 1], cs));
     // The model's bf16 working copy follows the gathered parameters (it is not the optimizer's).
     if (d_bf16) convert_to_bf16(d_params + bk.offset, d_bf16 + bk.offset, bk.numel, cs);
+    CUDA_CHECK(cudaEventRecord(gathered_[set][bk.index], cs));
   }
-  CUDA_CHECK(cudaEventRecord(params_ready_, cs));
-  gathered_ = true;
+  CUDA_CHECK(cudaEventRecord(params_ready_[set], cs));
+  return set;
+}
+
+void GpuReducer::gather_times(int set, cudaEvent_t from, BucketTimes* t) const {
+  if (!shard_) throw std::logic_error("GpuReducer::gather_times without --shard-optimizer");
+  const std::vector<cudaEvent_t>& ev = gather_ev_[set & 1];
+  for (size_t b = 0; b < core_.buckets().size(); ++b) {
+    float a = 0, e = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&a, from, ev[2 * b]));
+    CUDA_CHECK(cudaEventElapsedTime(&e, from, ev[2 * b + 1]));
+    t->allgather_start_ms.at(b) = a;
+    t->allgather_end_ms.at(b) = e;
+    t->allgather_ms.at(b) = e - a;
+    t->allgather_bytes.at(b) = core_.buckets()[b].bytes();
+  }
 }
 
 GradBucket& GpuReducer::start_bucket(size_t b) {
@@ -295,7 +311,7 @@ GradBucket& GpuReducer::start_bucket(size_t b) {
   CUDA_CHECK(cudaStreamWaitEvent(cs, ready_[b], 0));
   DeviceBucket& db = *bucket_[b];
   db.timeline().reset();
-  db.reset(p, shard_ ? d_shard_grads_.get() + shard_->slices()[b].slot_offset : nullptr);
+  db.reset(p);
   return db;
 }
 
@@ -328,15 +344,6 @@ BucketTimes GpuReducer::times(cudaEvent_t step_start) const {
   for (size_t b = 0; b < bucket_.size(); ++b) {
     const DeviceBucket& db = *bucket_[b];
     const BucketTimeline& tl = db.timeline();
-    if (gathered_) {
-      float a = 0, e = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&a, step_start, gather_ev_[2 * b]));
-      CUDA_CHECK(cudaEventElapsedTime(&e, step_start, gather_ev_[2 * b + 1]));
-      t.allgather_start_ms[b] = a;
-      t.allgather_end_ms[b] = e;
-      t.allgather_ms[b] = e - a;
-      t.allgather_bytes[b] = core_.buckets()[b].bytes();
-    }
     if (tl.empty()) continue;
     t.reduce_scattered[b] = shard_ ? 1 : 0;
     t.start_ms[b] = tl.start_ms(step_start);

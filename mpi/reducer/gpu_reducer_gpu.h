@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -50,11 +51,13 @@ namespace vitddp {
 /// graph (PowerSGD aside).
 ///
 /// With ReducerOptions::shard_optimizer (--shard-optimizer, ZeRO-1; transports whose plan
-/// shards: NCCL) the sharded hook reduce-scatters each bucket (ncclReduceScatter(ncclAvg), padded
-/// to N equal chunks when needed) into this rank's slot of shard_grads() (shard_plan()); after the
-/// optimizer, all_gather() brings every rank's updated chunks back into the full parameters on the
-/// comm stream, eagerly (outside the step's CUDA graph), and agree_nonfinite() makes the ranks
-/// agree on a skipped step.
+/// shards: NCCL) the sharded hook reduce-scatters each bucket in place (ncclReduceScatter(ncclAvg);
+/// through a scratch padded to N equal chunks when needed): this rank's chunk of the bucket
+/// (shard_plan()) then holds the average, the others are undefined. After the optimizer,
+/// all_gather() brings every rank's updated chunks back into the full parameters in place on the
+/// comm stream, eagerly (outside the step's CUDA graph), recording an event per bucket that the
+/// next forward waits for bucket by bucket; agree_nonfinite() makes the ranks agree on a skipped
+/// step.
 class GpuReducer : private ReducerBackend, private HookBackend {
  public:
   /// `d_grads`: layout.total device floats. `comm`: this rank's NCCL communicator (its size is
@@ -74,8 +77,8 @@ class GpuReducer : private ReducerBackend, private HookBackend {
   void prepare_for_backward();
   void mark_ready(const std::vector<size_t>& params) { core_.mark_ready(params); }
   void finalize() { core_.finalize(); }
-  /// Reads the bucket events of the finished step relative to `step_start` (call after the step's
-  /// work has completed).
+  /// Reads the bucket events of the finished step's gradient collectives relative to `step_start`
+  /// (call after the step's work has completed); the allgather_* fields stay 0 (gather_times).
   BucketTimes times(cudaEvent_t step_start) const;
   /// True with the copy-engine all-reduce (more than one rank): the reduction itself checked the
   /// averaged gradients for NaN/Inf, and flag_nonfinite() reports it without another pass.
@@ -99,33 +102,44 @@ class GpuReducer : private ReducerBackend, private HookBackend {
   const PowerSgdGpu* powersgd() const { return powersgd_; }
 
   // ---- ZeRO-1 (--shard-optimizer); null / throwing std::logic_error without options.shard_optimizer
-  /// This rank's shard of the buckets (its rank: the communicator's).
+  /// This rank's shard of the buckets (its rank: the communicator's): once the compute stream
+  /// passed finalize(), the averaged gradients of its slices (ShardSlice::flat_offset, count) in
+  /// the gradient buffer.
   const ShardPlan* shard_plan() const { return shard_.get(); }
-  /// The averaged gradients of this rank's shard once the compute stream passed finalize()
-  /// (device, shard_plan()->slot_numel() fp32, compact, padding 0).
-  float* shard_grads() const { return d_shard_grads_.get(); }
   /// ZeRO-1's agreement on a skipped step: the device int *d_flag (set on `stream` for this rank's
   /// loss and shard) becomes its maximum over the ranks: the comm stream waits for `stream`, runs a
   /// one-int ncclAllReduce(max) (GpuTransport::max_over_ranks), and `stream` waits for it.
   void agree_nonfinite(int* d_flag, cudaStream_t stream);
   /// After the shard's update, enqueued on `stream` (the compute stream): the comm stream waits for
-  /// it, then per bucket in order all-gathers every rank's chunk of `d_shard_params` (compact, the
-  /// ShardPlan layout) into `d_params` (layout.total fp32) between timing events (an NVTX range
-  /// "all-gather bucket k" each), followed, when `d_bf16` is given, by the refresh of the bucket's
-  /// part of the model's bf16 working copy (convert_to_bf16); finally records params_ready(). The
-  /// step's times() then hold the all-gathers.
-  void all_gather(const float* d_shard_params, float* d_params, __nv_bfloat16* d_bf16, cudaStream_t stream);
-  /// Recorded on the comm stream after the last all_gather() work: the next forward waits for it.
-  cudaEvent_t params_ready() const { return params_ready_; }
+  /// it, then per bucket, from the last to the first (the order a forward reads them), all-gathers
+  /// every rank's chunk of `d_params` (layout.total fp32) in place between timing events (an NVTX
+  /// range "all-gather bucket k" each), followed, when
+  /// `d_bf16` is given, by the refresh of the bucket's part of the model's bf16 working copy
+  /// (convert_to_bf16), then records gathered(set, b); after the last bucket, params_ready(set).
+  /// Returns `set`, the event set this call recorded: the calls alternate between sets 0 and 1, so
+  /// the events and timings of one call are recorded again only by the next-but-one call (a step's
+  /// CUDA graph may wait on the previous step's set while this step records the other). Nothing
+  /// waits for the all-gathers:
+  /// the caller makes its streams wait for gathered() or params_ready() before reading the
+  /// parameters. Throws std::logic_error without sharding.
+  int all_gather(float* d_params, __nv_bfloat16* d_bf16, cudaStream_t stream);
+  /// Recorded on the comm stream after bucket b's all-gather (and bf16 refresh) of the all_gather()
+  /// call that returned `set` (0 or 1).
+  cudaEvent_t gathered(int set, size_t b) const { return gathered_.at(set).at(b); }
+  /// Recorded on the comm stream after the whole all_gather() call that returned `set`.
+  cudaEvent_t params_ready(int set) const { return params_ready_.at(set); }
+  /// Fills the allgather_* fields of `t` (sized for the buckets) with the all-gathers of the
+  /// all_gather() call that returned `set`, start and end relative to `from` (negative when they
+  /// began before it). Every event involved must have completed (the caller waited for them).
+  void gather_times(int set, cudaEvent_t from, BucketTimes* t) const;
   /// Device bytes the reducer allocated (bucket buffer, 16-bit staging per comm stream, the
   /// hook's state, the transport's scratch and flags).
   size_t device_bytes() const;
   /// Device bytes a reducer built with these arguments allocates (what device_bytes() then
   /// reports), computed without any CUDA call, for the memory estimate: layout.total fp32 for the
   /// bucket buffer (--grad-as-bucket-view off), the largest bucket in 16 bit per comm stream
-  /// (fp16/bf16 compression), the shard's gradients (--shard-optimizer: ShardPlan::slot_numel
-  /// fp32), the hook's planned_device_bytes (PowerSgdGpu::planned_device_bytes) and the transport
-  /// plan's device_bytes (CopyEngineAllReduce::planned_device_bytes on `world_size` > 1 ranks; the
+  /// (fp16/bf16 compression), the hook's planned_device_bytes (PowerSgdGpu::planned_device_bytes)
+  /// and the transport plan's device_bytes (CopyEngineAllReduce::planned_device_bytes on `world_size` > 1 ranks; the
   /// NCCL transport's padded bucket scratch with --shard-optimizer). Throws std::invalid_argument
   /// for an unknown compression or transport.
   static size_t planned_device_bytes(const ParamLayout& layout, const std::vector<Bucket>& buckets,
@@ -171,12 +185,13 @@ class GpuReducer : private ReducerBackend, private HookBackend {
   const PowerSgdGpu* powersgd_ = nullptr;
   std::unique_ptr<GpuTransport> transport_;
   bool step_started_ = false;         ///< a bucket of this step was launched
-  // ZeRO-1 (--shard-optimizer)
+  // ZeRO-1 (--shard-optimizer); the all-gather's events in two sets (all_gather()'s `set`)
   std::unique_ptr<ShardPlan> shard_;
-  DeviceBuffer<float> d_shard_grads_;
-  std::vector<cudaEvent_t> gather_ev_;  ///< per bucket 2 timing events: all-gather start, end
-  cudaEvent_t gather_go_ = nullptr, params_ready_ = nullptr, flag_go_ = nullptr, flag_done_ = nullptr;
-  bool gathered_ = false;             ///< all_gather() ran in this step
+  std::array<std::vector<cudaEvent_t>, 2> gather_ev_;  ///< per bucket 2 timing events: all-gather start, end
+  std::array<std::vector<cudaEvent_t>, 2> gathered_;   ///< per bucket: its parameters (and bf16 copy) in place
+  std::array<cudaEvent_t, 2> params_ready_{};
+  cudaEvent_t gather_go_ = nullptr, flag_go_ = nullptr, flag_done_ = nullptr;
+  int gather_calls_ = 0;                   ///< all_gather() calls so far (the set is their parity)
 };
 
 }  // namespace vitddp

@@ -40,11 +40,11 @@ void GpuTransport::all_reduce_16bit(size_t, float*, uint16_t*, size_t, DType, fl
   throw std::logic_error(std::string("all_reduce_16bit: the ") + name() + " transport does not fuse the 16-bit casts");
 }
 
-void GpuTransport::reduce_scatter(size_t, const void*, size_t, DType, ReduceOp, void*, cudaStream_t) {
+void GpuTransport::reduce_scatter(size_t, void*, size_t, DType, ReduceOp, cudaStream_t) {
   throw std::logic_error(std::string("reduce_scatter: the ") + name() + " transport has no reduce-scatter (--shard-optimizer)");
 }
 
-void GpuTransport::all_gather(size_t, const void*, void*, size_t, DType, cudaStream_t) {
+void GpuTransport::all_gather(size_t, void*, size_t, DType, cudaStream_t) {
   throw std::logic_error(std::string("all_gather: the ") + name() + " transport has no all-gather (--shard-optimizer)");
 }
 

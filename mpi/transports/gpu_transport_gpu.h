@@ -54,16 +54,15 @@ class GpuTransport {
   // ---- ZeRO-1 (--shard-optimizer); the defaults throw std::logic_error naming the transport
   /// True when reduce_scatter(), all_gather() and max_over_ranks() are available.
   virtual bool shards() const { return false; }
-  /// ZeRO-1's exchange of bucket `bucket`: the `count` elements of `t` at `data` summed or averaged
-  /// over the ranks, of which this rank's chunk (mpi/buckets/shard_plan.h: c = shard_chunk(count,
-  /// N) elements from r c) lands in `out`, which has room for c elements (the chunk's padding past
-  /// count becomes 0). Enqueued on `stream`; `data` is left as it was.
-  virtual void reduce_scatter(size_t bucket, const void* data, size_t count, DType t, ReduceOp op, void* out,
-                              cudaStream_t stream);
-  /// ZeRO-1's all-gather of bucket `bucket`: every rank's chunk (c = shard_chunk(count, N) elements
-  /// of `t` at its `in`, of which shard_count are its own) lands at out + r c (elements) for rank
-  /// r, on every rank; `out` holds `count` elements (nothing is written past them). Enqueued on `stream`.
-  virtual void all_gather(size_t bucket, const void* in, void* out, size_t count, DType t, cudaStream_t stream);
+  /// ZeRO-1's exchange of bucket `bucket`, in place: the `count` elements of `t` at `data` summed
+  /// or averaged over the ranks, of which this rank's chunk (mpi/buckets/shard_plan.h: with
+  /// c = shard_chunk(count, N), elements [r c, min(count, (r + 1) c))) is written back where it
+  /// lies; the other ranks' chunks of `data` are left undefined. Enqueued on `stream`.
+  virtual void reduce_scatter(size_t bucket, void* data, size_t count, DType t, ReduceOp op, cudaStream_t stream);
+  /// ZeRO-1's all-gather of bucket `bucket`, in place: every rank's chunk of the `count` elements of
+  /// `t` at `data` (elements [r c, min(count, (r + 1) c)) of rank r) lands in the same place on
+  /// every rank; nothing is written outside the `count` elements. Enqueued on `stream`.
+  virtual void all_gather(size_t bucket, void* data, size_t count, DType t, cudaStream_t stream);
   /// ZeRO-1's agreement on a skipped step: the device int *d_value becomes its maximum over the
   /// ranks (in place). Enqueued on `stream`.
   virtual void max_over_ranks(int* d_value, cudaStream_t stream);

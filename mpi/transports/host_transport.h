@@ -36,16 +36,16 @@ class HostTransport {
   virtual std::unique_ptr<HostWork> start_sum(void* data, size_t count, DType t) = 0;
   /// The same, blocking.
   virtual void sum(void* data, size_t count, DType t) = 0;
-  /// Starts a reduce-scatter (MPI_Reduce_scatter with MPI_SUM): `data` holds the sum of
+  /// Starts a reduce-scatter (MPI_Reduce_scatter with MPI_SUM) in place: `data` holds
   /// counts[0] + ... + counts[N-1] elements of `t`, cut in that order into one contiguous chunk per
-  /// rank; this rank's chunk of the sum over the ranks (counts[rank()] elements) lands in `out`,
-  /// which must not overlap `data`. A count may be 0. Both buffers stay untouched by the caller
-  /// until wait() returned. Throws as start_sum.
-  virtual std::unique_ptr<HostWork> start_reduce_scatter(const void* data, void* out, const std::vector<size_t>& counts,
-                                                         DType t) = 0;
-  /// Starts an all-gather (MPI_Allgatherv): rank r's counts[r] elements of `t` at its `in` land at
-  /// out + displs[r] (elements) on every rank. `in` must not overlap `out`. Throws as start_sum.
-  virtual std::unique_ptr<HostWork> start_all_gather(const void* in, void* out, const std::vector<size_t>& counts,
+  /// rank; once wait() returned, this rank's chunk of `data` (counts[rank()] elements from
+  /// counts[0] + ... + counts[rank() - 1]) holds the sum over the ranks of that chunk, and the
+  /// other chunks are undefined. A count may be 0. `data` stays untouched by the caller until
+  /// wait() returned. Throws as start_sum.
+  virtual std::unique_ptr<HostWork> start_reduce_scatter(void* data, const std::vector<size_t>& counts, DType t) = 0;
+  /// Starts an all-gather in place (MPI_Allgatherv with MPI_IN_PLACE): rank r's counts[r] elements
+  /// of `t` at data + displs[r] (elements) land at the same place on every rank. Throws as start_sum.
+  virtual std::unique_ptr<HostWork> start_all_gather(void* data, const std::vector<size_t>& counts,
                                                      const std::vector<size_t>& displs, DType t) = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "mpi/transports/mpi_transport.h"
 
 #include <climits>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -30,7 +31,15 @@ class MpiWork final : public HostWork {
  public:
   MPI_Request request = MPI_REQUEST_NULL;
   std::vector<int> counts, displs;  ///< a nonblocking collective's arrays live until its completion (MPI 4.0, 6.12)
-  void wait() override { MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE)); }
+  /// In-place reduce-scatter: MPI leaves this rank's result at the start of the buffer; it is
+  /// moved to `to` (`bytes` long; nothing when `from` == `to`).
+  const char* move_from = nullptr;
+  char* move_to = nullptr;
+  size_t move_bytes = 0;
+  void wait() override {
+    MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE));
+    if (move_to != move_from && move_bytes) std::memmove(move_to, move_from, move_bytes);
+  }
 };
 
 class MpiTransport final : public HostTransport {
@@ -52,19 +61,28 @@ class MpiTransport final : public HostTransport {
   void sum(void* data, size_t count, DType t) override {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), mpi_datatype(t), op(t), MPI_COMM_WORLD));
   }
-  std::unique_ptr<HostWork> start_reduce_scatter(const void* data, void* out, const std::vector<size_t>& counts,
-                                                 DType t) override {
+  std::unique_ptr<HostWork> start_reduce_scatter(void* data, const std::vector<size_t>& counts, DType t) override {
     auto w = std::make_unique<MpiWork>();
     w->counts = per_rank(counts, "reduce-scatter counts");
-    MPI_CHECK(MPI_Ireduce_scatter(data, out, w->counts.data(), mpi_datatype(t), op(t), MPI_COMM_WORLD, &w->request));
+    // MPI_IN_PLACE (MPI 4.0, 6.10.1): the input is the whole receive buffer, the rank's result
+    // lands at its start; wait() moves it to the rank's own chunk.
+    size_t before = 0;
+    for (int r = 0; r < rank_; ++r) before += counts[r];
+    const size_t bytes = dtype_bytes(t);
+    w->move_from = static_cast<const char*>(data);
+    w->move_to = static_cast<char*>(data) + before * bytes;
+    w->move_bytes = counts[rank_] * bytes;
+    MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, data, w->counts.data(), mpi_datatype(t), op(t), MPI_COMM_WORLD,
+                                  &w->request));
     return w;
   }
-  std::unique_ptr<HostWork> start_all_gather(const void* in, void* out, const std::vector<size_t>& counts,
+  std::unique_ptr<HostWork> start_all_gather(void* data, const std::vector<size_t>& counts,
                                              const std::vector<size_t>& displs, DType t) override {
     auto w = std::make_unique<MpiWork>();
     w->counts = per_rank(counts, "all-gather counts");
     w->displs = per_rank(displs, "all-gather displacements");
-    MPI_CHECK(MPI_Iallgatherv(in, w->counts[rank_], mpi_datatype(t), out, w->counts.data(), w->displs.data(),
+    // MPI_IN_PLACE: each rank's contribution is already where it is gathered to (send arguments ignored).
+    MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, mpi_datatype(t), data, w->counts.data(), w->displs.data(),
                               mpi_datatype(t), MPI_COMM_WORLD, &w->request));
     return w;
   }

@@ -1,6 +1,6 @@
 // The MPI transport of the CPU backend (CUDA-free): MPI_Iallreduce / MPI_Allreduce over
 // MPI_COMM_WORLD, with user-defined ops for the 16-bit payloads; MPI_Ireduce_scatter and
-// MPI_Iallgatherv for ZeRO-1 (--shard-optimizer).
+// MPI_Iallgatherv for ZeRO-1 (--shard-optimizer), both in place (MPI_IN_PLACE).
 #pragma once
 #include <mpi.h>
 

@@ -1,5 +1,5 @@
 // The NCCL transport: ncclAllReduce on the comm stream (SM-driven kernels); with --shard-optimizer
-// (ZeRO-1) ncclReduceScatter and ncclAllGather, and a one-int ncclAllReduce(max) for the skip flag.
+// (ZeRO-1) ncclReduceScatter and ncclAllGather in place, and a one-int ncclAllReduce(max) for the skip flag.
 #include <algorithm>
 
 #include "cuda/check/check_cuda.h"
@@ -38,7 +38,9 @@ class NcclTransport final : public GpuTransport {
  public:
   NcclTransport(ncclComm_t comm, int world_size, size_t scratch_bytes)
       : comm_(comm), world_size_(world_size),
-        scratch_(scratch_bytes, "ZeRO-1 padded bucket scratch (buckets not divisible by the rank count)") {}
+        scratch_(scratch_bytes, "ZeRO-1 padded bucket scratch (buckets not divisible by the rank count)") {
+    NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
+  }
   const char* name() const override { return "nccl"; }
   void all_reduce(size_t, void* data, size_t count, DType t, ReduceOp op, cudaStream_t s) override {
     NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(t), op == ReduceOp::Avg ? ncclAvg : ncclSum, comm_, s));
@@ -46,26 +48,34 @@ class NcclTransport final : public GpuTransport {
   size_t device_bytes() const override { return scratch_.size(); }
 
   bool shards() const override { return true; }
-  void reduce_scatter(size_t, const void* data, size_t count, DType t, ReduceOp op, void* out, cudaStream_t s) override {
-    const size_t c = shard_chunk(count, world_size_), bytes = dtype_bytes(t);
-    const void* send = data;
-    if (c * world_size_ != count) {  // the bucket, then zeros up to N c
-      char* pad = padded(c, bytes);
-      CUDA_CHECK(cudaMemcpyAsync(pad, data, count * bytes, cudaMemcpyDeviceToDevice, s));
-      CUDA_CHECK(cudaMemsetAsync(pad + count * bytes, 0, (c * world_size_ - count) * bytes, s));
-      send = pad;
-    }
-    NCCL_CHECK(ncclReduceScatter(send, out, c, nccl_type(t), op == ReduceOp::Avg ? ncclAvg : ncclSum, comm_, s));
-  }
-  void all_gather(size_t, const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
-    const size_t c = shard_chunk(count, world_size_), bytes = dtype_bytes(t);
+  // In place (NCCL: recvbuff = sendbuff + rank * recvcount for the reduce-scatter, sendbuff =
+  // recvbuff + rank * sendcount for the all-gather) when the bucket is N equal chunks; otherwise
+  // through the scratch padded to N c elements, in place there.
+  void reduce_scatter(size_t, void* data, size_t count, DType t, ReduceOp op, cudaStream_t s) override {
+    const size_t c = shard_chunk(count, world_size_), bytes = dtype_bytes(t), mine = shard_count(count, world_size_, rank_);
+    char* own = static_cast<char*>(data) + rank_ * c * bytes;
+    const ncclRedOp_t nop = op == ReduceOp::Avg ? ncclAvg : ncclSum;
     if (c * world_size_ == count) {
-      NCCL_CHECK(ncclAllGather(in, out, c, nccl_type(t), comm_, s));
+      NCCL_CHECK(ncclReduceScatter(data, own, c, nccl_type(t), nop, comm_, s));
       return;
     }
-    char* pad = padded(c, bytes);  // N c elements gathered, the first `count` copied out
-    NCCL_CHECK(ncclAllGather(in, pad, c, nccl_type(t), comm_, s));
-    CUDA_CHECK(cudaMemcpyAsync(out, pad, count * bytes, cudaMemcpyDeviceToDevice, s));
+    char* pad = padded(c, bytes);  // the bucket, then zeros up to N c
+    CUDA_CHECK(cudaMemcpyAsync(pad, data, count * bytes, cudaMemcpyDeviceToDevice, s));
+    CUDA_CHECK(cudaMemsetAsync(pad + count * bytes, 0, (c * world_size_ - count) * bytes, s));
+    NCCL_CHECK(ncclReduceScatter(pad, pad + rank_ * c * bytes, c, nccl_type(t), nop, comm_, s));
+    if (mine) CUDA_CHECK(cudaMemcpyAsync(own, pad + rank_ * c * bytes, mine * bytes, cudaMemcpyDeviceToDevice, s));
+  }
+  void all_gather(size_t, void* data, size_t count, DType t, cudaStream_t s) override {
+    const size_t c = shard_chunk(count, world_size_), bytes = dtype_bytes(t), mine = shard_count(count, world_size_, rank_);
+    char* own = static_cast<char*>(data) + rank_ * c * bytes;
+    if (c * world_size_ == count) {
+      NCCL_CHECK(ncclAllGather(own, data, c, nccl_type(t), comm_, s));
+      return;
+    }
+    char* pad = padded(c, bytes);  // own chunk in its place (the last rank's padding: whatever is there), gathered, copied out
+    if (mine) CUDA_CHECK(cudaMemcpyAsync(pad + rank_ * c * bytes, own, mine * bytes, cudaMemcpyDeviceToDevice, s));
+    NCCL_CHECK(ncclAllGather(pad + rank_ * c * bytes, pad, c, nccl_type(t), comm_, s));
+    CUDA_CHECK(cudaMemcpyAsync(data, pad, count * bytes, cudaMemcpyDeviceToDevice, s));
   }
   void max_over_ranks(int* d_value, cudaStream_t s) override {
     NCCL_CHECK(ncclAllReduce(d_value, d_value, 1, ncclInt32, ncclMax, comm_, s));
@@ -80,7 +90,7 @@ class NcclTransport final : public GpuTransport {
   }
 
   ncclComm_t comm_;
-  int world_size_;
+  int world_size_, rank_ = 0;
   DeviceBuffer<char> scratch_;
 };
 

@@ -1,8 +1,8 @@
 // The CPU backend: the double-accumulating reference model, MPI all-reduce, the host optimizer (src/engines/optimizer.h). It runs the
 // same trainer as the GPU backend for CI, tests and machines without a GPU. With --shard-optimizer
-// (ZeRO-1) the reducer reduce-scatters the gradients, the optimizer updates this rank's shard
-// (compact master parameters, gradients and state: mpi/buckets/shard_plan.h) and the reducer
-// all-gathers the parameters.
+// (ZeRO-1) the reducer reduce-scatters the gradients in place, the optimizer updates this rank's
+// chunk of each bucket in the flat parameter buffer (state compact: mpi/buckets/shard_plan.h) and
+// the reducer all-gathers the parameters in place, all before the step ends.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -51,10 +51,8 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     labels_.resize(o.batch_size);
     if (o.ddp) reducer_ = std::make_unique<CpuReducer>(layout, buckets_, grads_.data(), w.world_size, reducer_options(o));
     if (const ShardPlan* plan = shard_plan()) {
-      // ZeRO-1: the optimizer runs over this rank's compact shard only.
-      shard_params_.resize(plan->slot_numel());
-      plan->take(params_.data(), shard_params_.data());
-      optimizer_ = make_host_optimizer(o, shard_params_.data(), reducer_->shard_grads(), plan->slot_numel());
+      // ZeRO-1: the optimizer updates this rank's chunks of the flat buffers, its state is the shard's.
+      optimizer_ = make_host_optimizer(o, params_.data(), grads_.data(), plan->slot_numel(), zero_segments(*plan));
     } else {
       optimizer_ = make_host_optimizer(o, params_.data(), grads_.data(), layout.total);
     }
@@ -127,7 +125,7 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       if (!rec_.nonfinite) optimizer_->step(lr_, 1.0 / micro_steps);
       optimizer_->end_step(!rec_.nonfinite);
       // ZeRO-1: the updated shards back into every rank's full parameters (a skipped step changed none).
-      if (shard_plan() && !rec_.nonfinite) reducer_->all_gather(shard_params_.data(), params_.data());
+      if (shard_plan() && !rec_.nonfinite) reducer_->all_gather(params_.data());
     }
     const auto t4 = Clock::now();
     rec_.exposed_comm_ms = ms_between(t2, t3);
@@ -156,8 +154,8 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   void set_lr(double lr) override { lr_ = lr; }
 
   TrainState train_state() const override {
-    if (const ShardPlan* plan = shard_plan())  // collective: the shards gathered to rank 0
-      return gather_train_state(TrainState{shard_params_, optimizer_->state(), optimizer_->applied_steps()}, *plan);
+    if (const ShardPlan* plan = shard_plan())  // collective: the state's shards gathered to rank 0
+      return gather_train_state(TrainState{params_, optimizer_->state(), optimizer_->applied_steps()}, *plan);
     return TrainState{params_, optimizer_->state(), optimizer_->applied_steps()};
   }
 
@@ -165,9 +163,7 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     check_train_state(s, optimizer_->spec(), layout_.total);
     std::copy(s.params.begin(), s.params.end(), params_.begin());  // in place: the optimizer holds params_.data()
     if (const ShardPlan* plan = shard_plan()) {  // this rank's shard of the full state, whatever wrote it
-      const TrainState shard = shard_of(s, *plan);
-      std::copy(shard.params.begin(), shard.params.end(), shard_params_.begin());
-      optimizer_->load_state(shard);
+      optimizer_->load_state(shard_of(s, *plan));
     } else {
       optimizer_->load_state(s);
     }
@@ -178,9 +174,8 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     i.backend = "cpu";
     i.device_name = cpu_model_name();
     i.versions = "CPU reference (double accumulation), MPI all-reduce";
-    const size_t state = shard_plan() ? shard_plan()->slot_numel() : layout_.total;
     i.device_bytes =
-        (params_.size() + grads_.size() + optimizer_->state_names().size() * state + shard_params_.size()) * sizeof(float);
+        (params_.size() + grads_.size() + optimizer_->state_names().size() * optimizer_->state_numel()) * sizeof(float);
     return i;
   }
 
@@ -201,13 +196,19 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
 
   /// Whether the step's loss or averaged gradients hold NaN/Inf. DDP: this rank's loss and its
   /// all-reduced gradients (the same on every rank). ZeRO-1: each rank checks its loss and its
-  /// shard, then the ranks agree (MPI_Allreduce, MPI_MAX), so every rank skips the same steps.
+  /// chunks of the gradients (the only averaged ones it holds), then the ranks agree
+  /// (MPI_Allreduce, MPI_MAX), so every rank skips the same steps.
   bool step_nonfinite() const {
     int bad = !std::isfinite(rec_.loss);
-    const float* g = shard_plan() ? reducer_->shard_grads() : grads_.data();
-    const size_t n = shard_plan() ? shard_plan()->slot_numel() : grads_.size();
-    for (size_t i = 0; i < n && !bad; ++i) bad = !std::isfinite(g[i]);
-    if (shard_plan()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    auto check = [&](size_t first, size_t n) {
+      for (size_t i = first; i < first + n && !bad; ++i) bad = !std::isfinite(grads_[i]);
+    };
+    if (const ShardPlan* plan = shard_plan()) {
+      for (const ShardSlice& s : plan->slices()) check(s.flat_offset, s.count);
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    } else {
+      check(0, grads_.size());
+    }
     return bad != 0;
   }
 
@@ -225,8 +226,7 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   std::vector<Bucket> buckets_;
   CpuViT<float> model_;
   std::vector<float> params_, grads_, images_;
-  std::vector<float> shard_params_;       // ZeRO-1: this rank's master shard (ShardPlan layout); else empty
-  std::unique_ptr<Optimizer> optimizer_;  // over params_ and grads_, or the shard (sizes never change)
+  std::unique_ptr<Optimizer> optimizer_;  // over params_ and grads_ (ZeRO-1: this rank's chunks of them)
   double lr_;                             // set_lr (the schedule)
   std::vector<int32_t> labels_;
   int batch_ = 0;

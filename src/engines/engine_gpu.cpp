@@ -1,14 +1,18 @@
 // The GPU backend: GpuViT on this rank's device, NCCL reducer on a comm stream, the GPU optimizer
 // (src/engines/optimizer_gpu.h: fused SGD or AdamW). With --shard-optimizer (ZeRO-1) the reducer
-// reduce-scatters the gradients, the optimizer updates this rank's compact shard on the device
-// (master parameters, gradients, state: mpi/buckets/shard_plan.h) and the reducer all-gathers
-// the parameters on the comm stream; the compute stream waits for them before the step ends, so
-// the next forward sees them (every bucket's, not only its block's).
+// reduce-scatters the gradients in place, the optimizer updates this rank's chunk of each bucket
+// in the flat parameter buffer (state compact: mpi/buckets/shard_plan.h) and the reducer
+// all-gathers the parameters in place on the comm stream. The step ends when the compute stream
+// is done; the all-gathers overlap the next step's forward, whose every block waits only for the
+// buckets that hold its parameters (GpuViT's ParamsNeededFn; inside the CUDA graph as event-wait
+// nodes on the eagerly recorded events). Whatever else reads or overwrites the parameters
+// (evaluate, parameters, train_state, load_train_state) waits for all of them first.
 #include <cublasLt.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -77,9 +81,6 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       nccl_log_ = redirect_nccl_info_log(w.rank);
       comm_ = std::make_unique<NcclComm>(w, o.nccl_max_ctas);
       reducer_ = std::make_unique<GpuReducer>(layout, buckets_, grads_, comm_->get(), compute_, reducer_options(o));
-      // ZeRO-1: the optimizer updates the master shard from the reducer's shard of the gradients;
-      // the bf16 working copy is refreshed after the all-gather instead (GpuReducer::all_gather).
-      if (shard_) optimizer_->bind(shard_params_.get(), reducer_->shard_grads(), nonfinite_.get(), nullptr);
     }
     const size_t allocated = info().device_bytes - model_->cudnn_bytes();  // cuDNN sizes its own at set-up
     if (allocated != need.persistent_bytes())
@@ -156,7 +157,10 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     if (!staged_) throw std::logic_error("run_micro_step without a staged batch");
     if (comm_ && comm_->aborted())
       throw std::runtime_error("the NCCL communicator was aborted (--debug-fail-mode nccl-abort): cannot run another step");
-    if (micro == 0) ensure_micro_events(micro_steps);
+    if (micro == 0) {
+      ensure_micro_events(micro_steps);
+      waited_set_ = gather_set_;  // this step's forward waits for the last all-gathers, bucket by bucket
+    }
     slot_ = next_slot();
     staged_ = false;
     const bool last = micro == micro_steps - 1;
@@ -174,7 +178,7 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       // one CUDA graph, captured at its first use after the first step (which ran eagerly: NCCL
       // connections are set up by then; cuBLASLt plans and their autotuning come from the tuning
       // pass before training) and replayed afterwards.
-      StepGraph& g = graphs_[GraphKey{slot_, micro, micro_steps, staged_batch_}];
+      StepGraph& g = graphs_[GraphKey{slot_, micro, micro_steps, staged_batch_, micro == 0 ? waited_set_ : -1}];
       if (!g.captured()) g.capture(compute_, [&] { enqueue_compute(micro, micro_steps); });
       NvtxRange r("forward + backward (CUDA graph)", NvtxColor::Green);
       g.launch(compute_);
@@ -192,8 +196,9 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       // count the update (AdamW's step number stays, as PyTorch's GradScaler skipping step()).
       CUDA_CHECK(cudaMemsetAsync(nonfinite_.get(), 0, sizeof(int), compute_));
       if (shard_) {
-        // ZeRO-1: each rank sees only its shard, so the ranks agree on the flag (its loss included).
-        flag_nonfinite(reducer_->shard_grads(), shard_->slot_numel(), nonfinite_.get(), compute_);
+        // ZeRO-1: each rank sees only its chunks' averages, so the ranks agree on the flag (its loss included).
+        for (const ShardSlice& sl : shard_->slices())
+          flag_nonfinite(grads_ + sl.flat_offset, sl.count, nonfinite_.get(), compute_);
         flag_nonfinite(loss_.get(), micro_steps, nonfinite_.get(), compute_);
         reducer_->agree_nonfinite(nonfinite_.get(), compute_);
       } else if (reducer_ && reducer_->checks_nonfinite()) {
@@ -204,13 +209,13 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       // The kernels read the flag (bound in allocate()) and refresh the bf16 working copy.
       optimizer_->step(lr_, 1.0 / micro_steps);
       // ZeRO-1: every rank's updated chunks back into the full parameters (and their bf16 copy) on
-      // the comm stream; a skipped step gathers the unchanged shard, which changes nothing.
-      if (shard_) reducer_->all_gather(shard_params_.get(), params_.get(), model_->bf16_weights(), compute_);
+      // the comm stream; a skipped step gathers the unchanged chunks, which changes nothing. Not
+      // waited for here: the next forward waits bucket by bucket (wait_for_gathered).
+      if (shard_) gather_set_ = reducer_->all_gather(params_.get(), model_->bf16_weights(), compute_);
     }
     CUDA_CHECK(cudaMemcpyAsync(loss_host_, loss_.get(), micro_steps * sizeof(float), cudaMemcpyDeviceToHost, compute_));
     CUDA_CHECK(cudaMemcpyAsync(nonfinite_host_, nonfinite_.get(), sizeof(int), cudaMemcpyDeviceToHost, compute_));
-    // The step ends with the parameters in place: the next forward waits for every all-gather.
-    if (shard_) CUDA_CHECK(cudaStreamWaitEvent(compute_, reducer_->params_ready(), 0));
+    // The step ends when the compute stream is done (ZeRO-1: the all-gathers may still run).
     CUDA_CHECK(cudaEventRecord(ev_end_, compute_));
     micro_steps_ = micro_steps;
     ++steps_enqueued_;
@@ -236,6 +241,9 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     optimizer_->end_step(*nonfinite_host_ == 0);  // the kernel applied the update
     rec->buckets = reducer_ ? reducer_->times(ev_start_) : BucketTimes{};
     rec->grad_ready_ms = ready_events_ ? ready_events_->times_ms(ev_start_) : std::vector<double>{};
+    // ZeRO-1: the all-gathers this step's forward waited for (the previous step's update), which
+    // are complete by now; from this step's start (negative: begun before it).
+    if (shard_ && waited_set_ >= 0) reducer_->gather_times(waited_set_, ev_start_, &rec->buckets);
   }
 
   EvalResult evaluate(const HostBatch& b) override {
@@ -243,6 +251,7 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       throw std::invalid_argument("GpuEngine::evaluate: batch " + std::to_string(b.batch) + " outside [1, " +
                                   std::to_string(opts_.batch_size) + "]");
     if (!eval_images_.get()) allocate_eval_buffers();
+    join_gathers();  // this forward reads every parameter
     // Own input buffers on the compute stream: the staged training batch (copy stream, input
     // slots) and the step's loss buffer stay untouched; stream order puts this after the last
     // optimizer step and before the next step's forward.
@@ -278,26 +287,19 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     TrainState s;
     s.optimizer = optimizer_->state();
     s.optimizer_steps = optimizer_->applied_steps();
-    if (!shard_) {
-      s.params = download(params_.get());
-      return s;
-    }
-    // ZeRO-1, collective: the master shard and the shard's state, gathered to rank 0.
-    s.params.resize(shard_->slot_numel());
-    CUDA_CHECK(cudaMemcpy(s.params.data(), shard_params_.get(), s.params.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    return gather_train_state(s, *shard_);
+    s.params = download(params_.get());  // after the all-gathers
+    // ZeRO-1, collective: the shards of the optimizer state gathered to rank 0.
+    return shard_ ? gather_train_state(s, *shard_) : s;
   }
 
   void load_train_state(const TrainState& s) override {
     check_train_state(s, optimizer_->spec(), layout_.total);
+    join_gathers();  // none may still write the parameters
     CUDA_CHECK(cudaStreamSynchronize(compute_));
     const size_t bytes = layout_.total * sizeof(float);
     CUDA_CHECK(cudaMemcpy(params_.get(), s.params.data(), bytes, cudaMemcpyHostToDevice));
     if (shard_) {  // this rank's shard of the full state, whatever wrote it
-      const TrainState part = shard_of(s, *shard_);
-      CUDA_CHECK(cudaMemcpy(shard_params_.get(), part.params.data(), part.params.size() * sizeof(float),
-                            cudaMemcpyHostToDevice));
-      optimizer_->load_state(part);
+      optimizer_->load_state(shard_of(s, *shard_));
     } else {
       optimizer_->load_state(s);
     }
@@ -325,9 +327,9 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     i.versions = "CUDA driver " + std::to_string(drv) + ", CUDA runtime " + std::to_string(rt) + ", NCCL " +
                  nccl_version_string() + ", cuBLASLt " + std::to_string(cublasLtGetVersion()) + ", cuDNN " +
                  std::to_string(cudnnGetVersion());
-    const size_t state = shard_ ? shard_->slot_numel() : layout_.total;  // ZeRO-1: the shard's state only
-    i.device_bytes = (params_.size() + own_grads_.size() + optimizer_->state_names().size() * state +
-                      shard_params_.size() + loss_.size()) * sizeof(float) +
+    // ZeRO-1: the state is the shard's only (state_numel).
+    i.device_bytes = (params_.size() + own_grads_.size() + optimizer_->state_names().size() * optimizer_->state_numel() +
+                      loss_.size()) * sizeof(float) +
                      nonfinite_.size() * sizeof(int) + model_->device_bytes() + (reducer_ ? reducer_->device_bytes() : 0);
     for (int s = 0; s < 2; ++s) i.device_bytes += images_[s].size() * sizeof(float) + labels_[s].size() * sizeof(int32_t);
     return i;
@@ -404,11 +406,16 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
 
     const size_t n = layout.total;
     params_ = DeviceBuffer<float>(n, "parameters");
-    // ZeRO-1: the optimizer's state and master parameters cover this rank's shard only (the NCCL
-    // communicator's rank is the MPI rank, so the reducer's plan is the same).
-    if (o.shard_optimizer && o.ddp) shard_ = std::make_unique<ShardPlan>(buckets_, w.world_size, w.rank);
+    // ZeRO-1: the optimizer's state covers this rank's shard only (the NCCL communicator's rank is
+    // the MPI rank, so the reducer's plan is the same).
+    if (o.shard_optimizer && o.ddp) {
+      shard_ = std::make_unique<ShardPlan>(buckets_, w.world_size, w.rank);
+      bucket_of_param_.assign(layout.params.size(), 0);
+      for (const Bucket& b : buckets_)
+        for (size_t p : b.params) bucket_of_param_[p] = b.index;
+      bucket_waited_.assign(buckets_.size(), 0);
+    }
     optimizer_ = make_gpu_optimizer(o, shard_ ? shard_->slot_numel() : n, compute_);  // its zeroed state buffers
-    if (shard_) shard_params_ = DeviceBuffer<float>(shard_->slot_numel(), "ZeRO-1 shard parameters");
     nonfinite_ = DeviceBuffer<int>(1, "non-finite flag");
     CUDA_CHECK(cudaMallocHost(&nonfinite_host_, sizeof(int)));
     const size_t img = (size_t)o.batch_size * layout.cfg.channels * layout.cfg.image_size * layout.cfg.image_size;
@@ -427,11 +434,6 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     }
     const float* first = initial_params_ ? initial_params_->data() : host.data();
     CUDA_CHECK(cudaMemcpy(params_.get(), first, n * sizeof(float), cudaMemcpyHostToDevice));
-    if (shard_) {  // the master shard starts as this rank's part of the parameters
-      std::vector<float> part(shard_->slot_numel());
-      shard_->take(first, part.data());
-      CUDA_CHECK(cudaMemcpy(shard_params_.get(), part.data(), part.size() * sizeof(float), cudaMemcpyHostToDevice));
-    }
 
     // Precision, kernel choices, the engine-kept bf16 weight copy, the gradient overlay and the
     // deterministic mode of checkpointed runs: src/engines/gpu_model_options.h.
@@ -442,7 +444,13 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       own_grads_ = DeviceBuffer<float>(n, "gradients");
       grads_ = own_grads_.get();
     }
-    if (!shard_) optimizer_->bind(params_.get(), grads_, nonfinite_.get(), model_->bf16_weights());  // ZeRO-1: after the reducer
+    if (shard_) {
+      // ZeRO-1: this rank's chunks, in place; the bf16 working copy is refreshed after the
+      // all-gather instead (GpuReducer::all_gather).
+      optimizer_->bind(params_.get(), grads_, nonfinite_.get(), nullptr, zero_segments(*shard_));
+    } else {
+      optimizer_->bind(params_.get(), grads_, nonfinite_.get(), model_->bf16_weights());
+    }
     // On the compute stream (the overlaid gradients share memory with activations), then wait.
     CUDA_CHECK(cudaMemsetAsync(grads_, 0, n * sizeof(float), compute_));
     CUDA_CHECK(cudaStreamSynchronize(compute_));
@@ -516,7 +524,15 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     MicroEvents& ev = micro_ev_[micro];
     {
       NvtxRange r("forward", NvtxColor::Green);
-      model_->forward(params_.get(), images_[slot_].get(), labels_[slot_].get(), staged_batch_, loss_.get() + micro);
+      // ZeRO-1: the first micro-step's blocks each wait for their buckets' all-gathers (the later
+      // micro-steps follow it on the stream).
+      ParamsNeededFn before;
+      if (micro == 0 && waited_set_ >= 0) {
+        std::fill(bucket_waited_.begin(), bucket_waited_.end(), 0);
+        before = [this](const std::vector<size_t>& p) { wait_for_gathered(p); };
+      }
+      model_->forward(params_.get(), images_[slot_].get(), labels_[slot_].get(), staged_batch_, loss_.get() + micro,
+                      before);
       record_timing_event(ev.fwd, compute_);
     }
     // Micro-steps before the last accumulate locally with no communication (DDP's no_sync()).
@@ -549,13 +565,34 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   }
 
   /// Identifies a captured graph: the input slot (device pointers), micro-step index and count
-  /// (accumulate flag, loss slot, reducer on the last) and the batch size.
+  /// (accumulate flag, loss slot, reducer on the last), the batch size and, ZeRO-1's first
+  /// micro-step, the all-gather event set its forward waits on (-1: none).
   struct GraphKey {
-    int slot, micro, micro_steps, batch;
+    int slot, micro, micro_steps, batch, gather_set;
     bool operator<(const GraphKey& o) const {
-      return std::tie(slot, micro, micro_steps, batch) < std::tie(o.slot, o.micro, o.micro_steps, o.batch);
+      return std::tie(slot, micro, micro_steps, batch, gather_set) <
+             std::tie(o.slot, o.micro, o.micro_steps, o.batch, o.gather_set);
     }
   };
+
+  /// ZeRO-1, the forward's hook: the compute stream waits for the all-gathers (event set
+  /// waited_set_) of the buckets that hold `params` and that it has not waited for in this forward.
+  /// Inside a capture the waits become event-wait nodes (wait_external_event); their events are
+  /// recorded again only two all_gather() calls later, after this step has finished.
+  void wait_for_gathered(const std::vector<size_t>& params) {
+    for (size_t p : params) {
+      const size_t b = bucket_of_param_.at(p);
+      if (bucket_waited_[b]) continue;
+      bucket_waited_[b] = 1;
+      wait_external_event(compute_, reducer_->gathered(waited_set_, b));
+    }
+  }
+
+  /// ZeRO-1: the compute stream waits for the last all-gathers, before work that reads or
+  /// overwrites the parameters outside a training step's forward. Nothing without them.
+  void join_gathers() const {
+    if (shard_ && gather_set_ >= 0) CUDA_CHECK(cudaStreamWaitEvent(compute_, reducer_->params_ready(gather_set_), 0));
+  }
 
   /// CUDA events of one micro-step on the compute stream.
   struct MicroEvents {
@@ -568,9 +605,10 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       micro_ev_.push_back(m);
     }
   }
-  /// A host copy of n = layout.total device floats, after the compute stream's work.
+  /// A host copy of n = layout.total device floats, after the compute stream's work and the all-gathers.
   std::vector<float> download(const float* d) const {
     std::vector<float> h(layout_.total);
+    join_gathers();
     CUDA_CHECK(cudaStreamSynchronize(compute_));
     CUDA_CHECK(cudaMemcpy(h.data(), d, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
     return h;
@@ -593,7 +631,10 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   DeviceBuffer<float> params_, own_grads_, loss_;
   float* grads_ = nullptr;  // own_grads_, or the model's overlaid buffer (GpuViT::gradients())
   std::unique_ptr<ShardPlan> shard_;   // ZeRO-1 (--shard-optimizer): this rank's shard, else null
-  DeviceBuffer<float> shard_params_;   // ZeRO-1: the master shard (ShardPlan layout)
+  std::vector<size_t> bucket_of_param_;  // ZeRO-1: the bucket of each parameter (registration index)
+  std::vector<char> bucket_waited_;      // ZeRO-1: per bucket, the forward being enqueued waits for it already
+  int gather_set_ = -1;   // ZeRO-1: event set of the last all-gathers (GpuReducer::all_gather), -1 before any
+  int waited_set_ = -1;   // ZeRO-1: the set this step's forward waits for (its all-gathers' times), -1: none
   std::unique_ptr<GpuOptimizer> optimizer_;   // counts applied updates (finish_step reads the skip flag)
   DeviceBuffer<float> eval_images_, eval_loss_, eval_row_loss_;  // Engine::evaluate
   DeviceBuffer<int32_t> eval_labels_, eval_row_correct_;

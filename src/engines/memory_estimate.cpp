@@ -62,7 +62,7 @@ namespace {
 
 /// The CPU reducer's buffers (mpi/reducer/cpu_reducer.cpp): {persistent item, PowerSGD's scratch bytes}.
 std::pair<MemoryItem, size_t> cpu_reducer_memory(const Options& o, const ParamLayout& layout,
-                                                 const std::vector<Bucket>& buckets, int world_size) {
+                                                 const std::vector<Bucket>& buckets) {
   MemoryItem r{"reducer", "none", 0};
   if (!o.ddp) return {r, 0};
   const ReducerOptions ro = reducer_options(o);
@@ -73,8 +73,6 @@ std::pair<MemoryItem, size_t> cpu_reducer_memory(const Options& o, const ParamLa
     r.bytes += bytes;
   };
   if (!ro.grad_as_bucket_view) add("bucket buffer (--grad-as-bucket-view off)", layout.total * sizeof(float));
-  if (ro.shard_optimizer)
-    add("this rank's shard of the averaged gradients (ZeRO-1)", ShardPlan(buckets, world_size, 0).slot_numel() * sizeof(float));
   size_t scratch = 0;
   if (o.compression == Compression::Fp16 || o.compression == Compression::Bf16) {
     size_t n = 0;
@@ -91,14 +89,17 @@ std::pair<MemoryItem, size_t> cpu_reducer_memory(const Options& o, const ParamLa
     add(std::string("PowerSGD state (") + (ro.powersgd.error_feedback ? "error, " : "") + "P, Q per bucket)",
         n * sizeof(float));
   }
-  r.detail = what.empty() ? "no buffers (in-place all-reduce of the gradients)" : what;
+  if (what.empty())
+    what = ro.shard_optimizer ? "no buffers (in-place reduce-scatter of the gradients and all-gather of the parameters)"
+                              : "no buffers (in-place all-reduce of the gradients)";
+  r.detail = what;
   return {r, scratch};
 }
 
 }  // namespace
 
-std::pair<MemoryItem, MemoryItem> optimizer_memory(const Options& o, const ParamLayout& layout,
-                                                   const std::vector<Bucket>& buckets, int world_size) {
+MemoryItem optimizer_memory(const Options& o, const ParamLayout& layout, const std::vector<Bucket>& buckets,
+                            int world_size) {
   const std::vector<std::string> state = optimizer_state_names(optimizer_spec(o));
   std::string list;
   for (const auto& s : state) list += (list.empty() ? "" : ", ") + s;
@@ -108,11 +109,8 @@ std::pair<MemoryItem, MemoryItem> optimizer_memory(const Options& o, const Param
                                        std::to_string(layout.total) + " elements on " + std::to_string(world_size) +
                                        " rank(s))"
                                  : "";
-  MemoryItem st{"optimizer state", state.empty() ? "none (SGD without momentum)" : "fp32 " + list + of,
-                state.size() * n * sizeof(float)};
-  MemoryItem shard{"shard parameters", "fp32 master copy" + of + ", updated by the optimizer and all-gathered",
-                   sharded ? n * sizeof(float) : 0};
-  return {st, shard};
+  return MemoryItem{"optimizer state", state.empty() ? "none (SGD without momentum)" : "fp32 " + list + of,
+                    state.size() * n * sizeof(float)};
 }
 
 MemoryEstimate estimate_cpu_memory(const Options& o, const ParamLayout& layout, const std::vector<Bucket>& buckets,
@@ -128,16 +126,14 @@ MemoryEstimate estimate_cpu_memory(const Options& o, const ParamLayout& layout, 
   // The order of CpuEngine's constructor (src/engines/cpu_engine.cpp), then the trainer's BatchFeed.
   e.items.push_back({"parameters", "fp32, " + std::to_string(n) + " elements", n * f32});
   e.items.push_back({"gradients", "fp32, the DDP buckets", n * f32});
-  const auto [state, shard] = optimizer_memory(o, layout, buckets, world_size);
-  e.items.push_back(state);
-  if (shard.bytes) e.items.push_back(shard);
+  e.items.push_back(optimizer_memory(o, layout, buckets, world_size));
   const BatchShape shape = batch_shape(c, o.batch_size);
   e.items.push_back({"inputs", "the staged batch: images and labels", shape.images_bytes() + shape.labels_bytes()});
   const CpuViTMemory m = cpu_vit_memory(layout, o.batch_size);
   e.items.push_back({"model weights", "the CPU model's double copy of the parameters and its transposed weights", m.weights});
   e.items.push_back({"activations", "double, saved by forward for backward, batch " + std::to_string(o.batch_size), m.activations});
   e.items.push_back({"activation grads", "double: the gradient accumulator and backward's activation gradients", m.backward});
-  const auto [reducer, scratch] = cpu_reducer_memory(o, layout, buckets, world_size);
+  const auto [reducer, scratch] = cpu_reducer_memory(o, layout, buckets);
   e.items.push_back(reducer);
   const bool feed = o.data.kind != DataSpec::Kind::device;
   e.items.push_back({"data workers", std::to_string(kDefaultRingSlots) + " batch buffers of the data workers' ring",

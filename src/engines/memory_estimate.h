@@ -70,10 +70,10 @@ CpuViTMemory cpu_vit_memory(const ParamLayout& layout, int max_batch);
 /// --momentum/--optimizer, --no-ddp, --grad-as-bucket-view, --compression, --powersgd-*, --data,
 /// --shard-optimizer) on `world_size` ranks, item by item in the order CpuEngine and the trainer
 /// allocate them: parameters, gradients, optimizer state (fp32; with --shard-optimizer of this
-/// rank's shard only), the shard's master parameters (--shard-optimizer only), the engine's input
-/// batch, the CPU model's buffers (cpu_vit_memory), the reducer's (16-bit staging per bucket for
-/// fp16/bf16, the bucket buffer without gradient_as_bucket_view, PowerSGD's error, P and Q, the
-/// shard's gradients with --shard-optimizer) and the data workers' ring of batch buffers
+/// rank's shard only), the engine's input batch, the CPU model's buffers (cpu_vit_memory), the
+/// reducer's (16-bit staging per bucket for fp16/bf16, the bucket buffer without
+/// gradient_as_bucket_view, PowerSGD's error, P and Q; none for --shard-optimizer, whose
+/// collectives run in place) and the data workers' ring of batch buffers
 /// (kDefaultRingSlots). Not counted: the --data idx training split held in memory, MPI's buffers,
 /// the program and its libraries, malloc's overhead. Pure arithmetic; throws
 /// std::invalid_argument for bad PowerSGD options (make_powersgd_plan).
@@ -83,13 +83,12 @@ MemoryEstimate estimate_cpu_memory(const Options& o, const ParamLayout& layout, 
 /// The same, building the layout and the buckets from `o` as run_training does.
 MemoryEstimate estimate_cpu_memory(const Options& o, int world_size = 1);
 
-/// The optimizer's items, the same for both backends: {"optimizer state" (fp32, one buffer per
+/// The optimizer's item, the same for both backends: "optimizer state", fp32, one buffer per
 /// optimizer_state_names of ParamLayout::total elements, or with --shard-optimizer of this rank's
-/// shard: ShardPlan::slot_numel of `buckets` on `world_size` ranks, the same on every rank),
-/// "shard parameters" (--shard-optimizer: the shard's fp32 master copy, slot_numel elements; else
-/// 0 bytes, and the estimates leave the item out)}.
-std::pair<MemoryItem, MemoryItem> optimizer_memory(const Options& o, const ParamLayout& layout,
-                                                   const std::vector<Bucket>& buckets, int world_size);
+/// shard: ShardPlan::slot_numel of `buckets` on `world_size` ranks, the same on every rank. The
+/// sharded update runs in place on the flat parameters, so there is no master copy.
+MemoryItem optimizer_memory(const Options& o, const ParamLayout& layout, const std::vector<Bucket>& buckets,
+                            int world_size);
 
 /// Host memory available for new processes in bytes: MemAvailable of /proc/meminfo, or, when set,
 /// the environment variable VITDDP_TEST_MEMAVAILABLE_KB (kB; for tests only: it fakes the budget

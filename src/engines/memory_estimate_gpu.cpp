@@ -36,9 +36,7 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
                                             "backward has finished with)"
                                           : "fp32, the DDP buckets (gradient_as_bucket_view)",
                      overlay ? 0 : n * f32});
-  const auto [state, shard] = optimizer_memory(o, layout, buckets, world_size);
-  e.items.push_back(state);
-  if (shard.bytes) e.items.push_back(shard);
+  e.items.push_back(optimizer_memory(o, layout, buckets, world_size));
   const size_t images = (size_t)o.batch_size * c.channels * c.image_size * c.image_size;
   e.items.push_back({"inputs", "2 input slots of images and labels, loss per micro-step, non-finite flag",
                      2 * (images * f32 + (size_t)o.batch_size * sizeof(int32_t)) + (size_t)o.grad_accum_steps * f32 +
@@ -49,18 +47,21 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
                       std::to_string(o.batch_size);
   if (plan.weights16_bytes) arena += ", including the bf16 parameter copy (" + gib(plan.weights16_bytes) + " GiB)";
   e.items.push_back({"activations", arena, plan.total_bytes});
+  const size_t reducer_bytes = o.ddp ? GpuReducer::planned_device_bytes(layout, buckets, reducer_options(o), world_size) : 0;
   std::string reducer = "none";
   if (o.ddp) {
     reducer = o.grad_as_bucket_view ? "" : "bucket buffer (--grad-as-bucket-view off)";
     if (o.compression != Compression::None) reducer += std::string(reducer.empty() ? "" : ", ") + to_string(o.compression) + " buffers";
     if (uses_copy_engine(reducer_options(o), world_size))
       reducer += std::string(reducer.empty() ? "" : ", ") + "copy-engine scratch and flags";
-    if (o.shard_optimizer)
+    if (o.shard_optimizer && reducer_bytes > 0)  // the only buffer of a sharded reducer
       reducer += std::string(reducer.empty() ? "" : ", ") +
-                 "this rank's shard of the averaged gradients (ZeRO-1), a padded bucket when one does not divide by the ranks";
-    if (reducer.empty()) reducer = "no buffers (in-place all-reduce of the gradients)";
+                 "ZeRO-1's padded copy of the largest bucket that does not divide by the ranks";
+    if (reducer.empty())
+      reducer = o.shard_optimizer ? "no buffers (in-place reduce-scatter of the gradients and all-gather of the parameters)"
+                                  : "no buffers (in-place all-reduce of the gradients)";
   }
-  e.items.push_back({"reducer", reducer, o.ddp ? GpuReducer::planned_device_bytes(layout, buckets, reducer_options(o), world_size) : 0});
+  e.items.push_back({"reducer", reducer, reducer_bytes});
   e.transient = {"cuBLASLt autotuning", "largest GEMM output, allocated while timing each new shape in the tuning pass before training",
                  vo.gemm_autotune_candidates > 1 ? gpu_vit_autotune_scratch_bytes(c, o.batch_size, p) : 0};
   return e;

@@ -1,6 +1,8 @@
 #include "src/engines/optimizer.h"
 
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace vitddp {
 
@@ -42,12 +44,14 @@ LrSchedule lr_schedule(const Options& o) {
 
 namespace {
 
-/// State buffers on the host, zeroed; the update itself is the subclass's.
+/// State buffers on the host, zeroed; the update of one segment is the subclass's.
 class HostOptimizer : public Optimizer {
  public:
-  HostOptimizer(const OptimizerSpec& spec, float* params, const float* grads, size_t n)
-      : Optimizer(spec), params_(params), grads_(grads), n_(n) {
-    for (const auto& name : state_names()) state_.emplace_back(name, std::vector<float>(n, 0.0f));
+  HostOptimizer(const OptimizerSpec& spec, float* params, const float* grads, size_t state_numel,
+                std::vector<OptimizerSegment> segments)
+      : Optimizer(spec, state_numel), params_(params), grads_(grads), segments_(std::move(segments)) {
+    check_segments(segments_, state_numel, "host optimizer");
+    for (const auto& name : state_names()) state_.emplace_back(name, std::vector<float>(state_numel, 0.0f));
   }
   std::vector<std::pair<std::string, std::vector<float>>> state() const override { return state_; }
   void load_state(const TrainState& s) override {
@@ -56,9 +60,12 @@ class HostOptimizer : public Optimizer {
   }
 
  protected:
+  /// State buffer k at segment `s`'s first element.
+  float* state_at(size_t k, const OptimizerSegment& s) { return state_[k].second.data() + s.state_offset; }
+
   float* params_;
   const float* grads_;
-  size_t n_;
+  std::vector<OptimizerSegment> segments_;
   std::vector<std::pair<std::string, std::vector<float>>> state_;  // state_names()
 };
 
@@ -70,7 +77,9 @@ class HostSgd final : public HostOptimizer {
     SgdConfig c = spec().sgd;
     c.lr = lr;
     c.grad_scale = grad_scale;
-    sgd_step_host(params_, grads_, state_.empty() ? nullptr : state_[0].second.data(), n_, c, applied_steps_ == 0);
+    for (const OptimizerSegment& s : segments_)
+      sgd_step_host(params_ + s.param_offset, grads_ + s.param_offset, state_.empty() ? nullptr : state_at(0, s),
+                    s.count, c, applied_steps_ == 0);
   }
 };
 
@@ -82,16 +91,32 @@ class HostAdamW final : public HostOptimizer {
     AdamWConfig c = spec().adamw;
     c.lr = lr;
     c.grad_scale = grad_scale;
-    adamw_step_host(params_, grads_, state_[0].second.data(), state_[1].second.data(), n_, c, applied_steps_ + 1);
+    for (const OptimizerSegment& s : segments_)
+      adamw_step_host(params_ + s.param_offset, grads_ + s.param_offset, state_at(0, s), state_at(1, s), s.count, c,
+                      applied_steps_ + 1);
   }
 };
 
 }  // namespace
 
+void check_segments(const std::vector<OptimizerSegment>& segments, size_t state_numel, const char* who) {
+  for (const OptimizerSegment& s : segments)
+    if (s.state_offset > state_numel || s.count > state_numel - s.state_offset)
+      throw std::invalid_argument(std::string(who) + ": segment of " + std::to_string(s.count) +
+                                  " elements at state offset " + std::to_string(s.state_offset) +
+                                  " exceeds the state buffers of " + std::to_string(state_numel) + " elements");
+}
+
 std::unique_ptr<Optimizer> make_host_optimizer(const Options& o, float* params, const float* grads, size_t n) {
+  return make_host_optimizer(o, params, grads, n, {OptimizerSegment{0, 0, n}});
+}
+
+std::unique_ptr<Optimizer> make_host_optimizer(const Options& o, float* params, const float* grads, size_t state_numel,
+                                               std::vector<OptimizerSegment> segments) {
   const OptimizerSpec spec = optimizer_spec(o);
-  if (spec.kind == OptimizerKind::AdamW) return std::make_unique<HostAdamW>(spec, params, grads, n);
-  return std::make_unique<HostSgd>(spec, params, grads, n);
+  if (spec.kind == OptimizerKind::AdamW)
+    return std::make_unique<HostAdamW>(spec, params, grads, state_numel, std::move(segments));
+  return std::make_unique<HostSgd>(spec, params, grads, state_numel, std::move(segments));
 }
 
 void check_train_state(const TrainState& s, const OptimizerSpec& spec, size_t total) {

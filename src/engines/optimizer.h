@@ -50,18 +50,35 @@ LrSchedule lr_schedule(const Options& o);
 /// The resolved length of the schedule: --lr-decay-steps, or the run's total steps when it is 0.
 int64_t lr_decay_steps(const Options& o);
 
-/// The optimizer of one replica over its flat fp32 parameter and gradient buffers (n =
-/// ParamLayout::total elements each, bound at construction) and its per-element state, one buffer
-/// of n floats per optimizer_state_names(spec()), zero before the first update (PyTorch's initial
-/// AdamW moments; for SGD's momentum buffer, so that a skipped first step changes nothing).
-/// Semantics: torch.optim.SGD (model/sgd.h) and torch.optim.AdamW (model/adamw.h). Built by one
-/// factory per backend: make_host_optimizer (host buffers, sgd_step_host / adamw_step_host) and
-/// make_gpu_optimizer (src/engines/optimizer_gpu.h: device buffers, the kernels of cuda/kernels/sgd.h and
-/// cuda/kernels/adamw.h). Used from the training thread only.
+/// One run of elements an optimizer updates: parameter params[param_offset + i] from gradient
+/// grads[param_offset + i] with state element state[state_offset + i], for i < count (offsets and
+/// count in elements). DDP updates one segment, the whole flat buffer ({0, 0, total}); ZeRO-1
+/// (--shard-optimizer) one per bucket, this rank's chunk of the flat buffers with its slot of the
+/// compact state (zero_segments, src/engines/zero_state.h).
+struct OptimizerSegment {
+  size_t param_offset = 0;
+  size_t state_offset = 0;
+  size_t count = 0;
+};
+
+/// Throws std::invalid_argument, naming `who`, unless every segment's state range
+/// [state_offset, state_offset + count) lies within `state_numel` elements.
+void check_segments(const std::vector<OptimizerSegment>& segments, size_t state_numel, const char* who);
+
+/// The optimizer of one replica over segments of its flat fp32 parameter and gradient buffers
+/// (bound at construction on the host, by bind() on the GPU) and its per-element state, one buffer
+/// of state_numel() floats per optimizer_state_names(spec()), zero before the first update
+/// (PyTorch's initial AdamW moments; for SGD's momentum buffer, so that a skipped first step
+/// changes nothing). The update is element-wise, so updating segments one by one does per element
+/// exactly what one pass over the whole buffer does. Semantics: torch.optim.SGD (model/sgd.h) and
+/// torch.optim.AdamW (model/adamw.h). Built by one factory per backend: make_host_optimizer (host
+/// buffers, sgd_step_host / adamw_step_host) and make_gpu_optimizer (src/engines/optimizer_gpu.h:
+/// device buffers, the kernels of cuda/kernels/sgd.h and cuda/kernels/adamw.h, one launch per
+/// segment). Used from the training thread only.
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  /// Update number applied_steps() + 1: params -= f(grads * grad_scale) with learning rate `lr`
+  /// Update number applied_steps() + 1 of every segment: params -= f(grads * grad_scale) with learning rate `lr`
   /// (AdamW's step number is applied_steps() + 1; SGD's first update, which initialises the
   /// momentum buffer, is the one with applied_steps() == 0). Host: done on return. GPU: enqueued
   /// on the engine's compute stream, and skipped on the device when its skip flag is set.
@@ -77,6 +94,8 @@ class Optimizer {
   const OptimizerSpec& spec() const { return spec_; }
   /// optimizer_state_names(spec()).
   const std::vector<std::string>& state_names() const { return names_; }
+  /// Elements of each state buffer (DDP: ParamLayout::total; ZeRO-1: ShardPlan::slot_numel).
+  size_t state_numel() const { return state_numel_; }
   /// Host copies of the state buffers, named and ordered as state_names() (TrainState::optimizer).
   /// GPU: waits for the compute stream.
   virtual std::vector<std::pair<std::string, std::vector<float>>> state() const = 0;
@@ -85,17 +104,26 @@ class Optimizer {
   virtual void load_state(const TrainState& s) = 0;
 
  protected:
-  explicit Optimizer(const OptimizerSpec& spec) : spec_(spec), names_(optimizer_state_names(spec)) {}
+  Optimizer(const OptimizerSpec& spec, size_t state_numel)
+      : spec_(spec), names_(optimizer_state_names(spec)), state_numel_(state_numel) {}
   int64_t applied_steps_ = 0;
 
  private:
   OptimizerSpec spec_;
   std::vector<std::string> names_;
+  size_t state_numel_;
 };
 
 /// The host optimizer of optimizer_spec(o) over `params` and `grads` (host, n fp32 elements each,
-/// kept alive by the caller): SGD through sgd_step_host, AdamW through adamw_step_host, in fp32.
+/// kept alive by the caller), state of n elements, one segment {0, 0, n}: SGD through
+/// sgd_step_host, AdamW through adamw_step_host, in fp32.
 std::unique_ptr<Optimizer> make_host_optimizer(const Options& o, float* params, const float* grads, size_t n);
+
+/// The same over `segments` of `params` and `grads` (host fp32 buffers that hold every segment's
+/// parameter range) with state buffers of `state_numel` elements; one sgd_step_host /
+/// adamw_step_host call per segment. Throws std::invalid_argument as check_segments.
+std::unique_ptr<Optimizer> make_host_optimizer(const Options& o, float* params, const float* grads, size_t state_numel,
+                                               std::vector<OptimizerSegment> segments);
 
 /// Throws std::invalid_argument naming the buffer unless `s` fits an engine of `total` elements
 /// with optimizer `spec`: params and every optimizer buffer of `total` floats, the buffer names

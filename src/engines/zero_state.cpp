@@ -10,10 +10,16 @@
 
 namespace vitddp {
 
+std::vector<OptimizerSegment> zero_segments(const ShardPlan& plan) {
+  std::vector<OptimizerSegment> v;
+  for (const ShardSlice& s : plan.slices())
+    if (s.count > 0) v.push_back(OptimizerSegment{s.flat_offset, s.slot_offset, s.count});
+  return v;
+}
+
 TrainState shard_of(const TrainState& full, const ShardPlan& plan) {
   TrainState s;
-  s.params.resize(plan.slot_numel());
-  plan.take(full.params.data(), s.params.data());
+  s.params = full.params;
   for (const auto& [name, buf] : full.optimizer) {
     std::vector<float> part(plan.slot_numel());
     plan.take(buf.data(), part.data());
@@ -51,8 +57,11 @@ std::vector<float> gather_buffer(const std::vector<float>& part, const ShardPlan
 }  // namespace
 
 TrainState gather_train_state(const TrainState& shard, const ShardPlan& plan) {
+  if (shard.params.size() != plan.total())
+    throw std::invalid_argument("gather_train_state: params hold " + std::to_string(shard.params.size()) +
+                                " elements, the model has " + std::to_string(plan.total()));
   TrainState full;
-  full.params = gather_buffer(shard.params, plan, "params");
+  if (plan.rank() == 0) full.params = shard.params;
   for (const auto& [name, buf] : shard.optimizer) full.optimizer.emplace_back(name, gather_buffer(buf, plan, name));
   full.optimizer_steps = shard.optimizer_steps;
   return full;

@@ -65,14 +65,15 @@ const std::vector<SeriesDef> kStepSeries = {
      VITDDP_MS(data_wait_ms)},
     {"timing/input_wait", "s", kF, kRank, "compute stream waiting for the batch's host-to-device copy", nullptr, 0,
      VITDDP_MS(input_wait_ms)},
-    {"timing/forward", "s", kF, kRank, "forward pass and loss (CUDA events on the compute stream)", "fwd", 2,
+    {"timing/forward", "s", kF, kRank, "forward pass and loss (CUDA events on the compute stream; with --shard-optimizer "
+     "on the GPU including the waits for the previous step's all-gathers)", "fwd", 2,
      VITDDP_MS(forward_ms)},
     {"timing/backward", "s", kF, kRank, "backward compute; the all-reduces it overlaps run meanwhile on the comm stream",
      "bwd", 3, VITDDP_MS(backward_ms)},
     {"timing/exposed_comm", "s", kF, kRank, "after backward compute, time the compute stream waited for the last all-reduce",
      "exposed comm", 4, VITDDP_MS(exposed_comm_ms)},
     {"timing/optimizer", "s", kF, kRank, "optimizer step (SGD or AdamW) over the flat parameter buffer; with --shard-optimizer over the rank's "
-     "shard, and the parameters' all-gathers", "opt", 5,
+     "chunks, and on the CPU backend the parameters' all-gathers (on the GPU they overlap the next forward)", "opt", 5,
      VITDDP_MS(optimizer_ms)},
     {"timing/step_time", "s", kF, kRank, "device time of the step, step-start event to step-end event", "step", 1,
      VITDDP_MS(step_ms)},
@@ -117,16 +118,17 @@ const std::vector<SeriesDef> kStepSeries = {
      "1 if the bucket's gradients were reduce-scattered (--shard-optimizer, ZeRO-1), 0 for an all-reduce", nullptr,
      0, VITDDP_BUCKET(reduce_scattered, 0)},
     {"buckets/allgather_start", "s", kF, kBucket,
-     "--shard-optimizer: start of the all-gather of the bucket's updated parameters, from the step-start event",
+     "--shard-optimizer: start of an all-gather of the bucket's updated parameters, from the step start (CPU: this "
+     "step's; GPU: the previous step's, which this step's forward waited for, negative when begun before the step)",
      nullptr, 0, VITDDP_BUCKET(allgather_start_ms, 1)},
     {"buckets/allgather_end", "s", kF, kBucket,
-     "--shard-optimizer: end of the all-gather of the bucket's updated parameters, from the step-start event", nullptr,
+     "--shard-optimizer: end of that all-gather of the bucket's updated parameters, from the step start", nullptr,
      0, VITDDP_BUCKET(allgather_end_ms, 1)},
     {"buckets/allgather_time", "s", kF, kBucket, "--shard-optimizer: time inside the bucket's all-gather call", nullptr,
      0, VITDDP_BUCKET(allgather_ms, 1)},
     {"buckets/allgather_bytes", "bytes", kI, kBucket,
-     "--shard-optimizer: payload bytes of the bucket's all-gather (the whole bucket's fp32 numel*4; 0 without "
-     "sharding or for a skipped step)",
+     "--shard-optimizer: payload bytes of that all-gather (the whole bucket's fp32 numel*4; 0 without sharding, "
+     "for a skipped step on the CPU, in the first step on the GPU)",
      nullptr, 0, VITDDP_BUCKET(allgather_bytes, 0)},
     {"buckets/allgather_busbw", "GB/s", kF, kBucket,
      "bus bandwidth of the bucket's all-gather, nccl-tests: allgather_bytes / allgather_time / 1e9 x (n-1)/n (0 "

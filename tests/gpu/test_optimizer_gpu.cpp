@@ -1,15 +1,19 @@
 // The GPU Optimizer (src/engines/optimizer_gpu.h) against the host Optimizer (src/engines/optimizer.h) on the same
 // gradients: SGD with momentum and AdamW, the device skip flag (a skipped update changes nothing
 // and is not counted), the bf16 working copy written by every update, and load_state continuation.
+// Over segments (ZeRO-1's chunks: compact state, pointers not 16-byte aligned) against the same
+// GPU optimizer over the whole buffer, bit for bit; flag_nonfinite (cuda/kernels/sgd.h) at such pointers.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "src/engines/optimizer.h"
+#include "cuda/kernels/sgd.h"
 #include "src/engines/optimizer_gpu.h"
 #include "tests/catch.h"
 #include "tests/gpu/bf16_test_util.h"
@@ -101,4 +105,101 @@ TEST_CASE("gpu optimizer: AdamW against the host optimizer, skip flag not counte
   REQUIRE_GPU();
   check_gpu_against_host(parse_args({"--optimizer", "adamw", "--lr", "0.01", "--weight-decay", "0.1",
                                      "--adam-beta2", "0.95"}));
+}
+
+namespace {
+
+/// Three updates (the second skipped by the device flag) of options `o` over `segments` of a
+/// 4099-element buffer with compact state, against the whole-buffer GPU optimizer: the segments'
+/// parameters, bf16 copy and state bit for bit; everything outside the segments untouched.
+void check_segments_against_whole(const Options& o) {
+  const size_t n = 4099;
+  // Parameter offsets 1 (not 16-byte aligned) and 1500 (aligned), state offsets 0 and 1001 (not):
+  // the SGD kernel's scalar path for both, the vector path for none, the same results.
+  const std::vector<OptimizerSegment> segs = {{1, 0, 1001}, {1500, 1001, 998}, {3000, 1999, 1099}};
+  const size_t state_n = 1001 + 998 + 1099;
+  const std::vector<float> p0 = normal_vec(n, 51, 0, 0.05);
+  const std::vector<uint16_t> sentinel(n, 0x7fc1);  // a bf16 NaN nothing writes outside the segments
+  DevVec<float> dwhole(p0), dseg(p0), dg(n);
+  DevVec<int> dskip(1);
+  DevVec<uint16_t> bwhole(sentinel), bseg(sentinel);
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreate(&st));
+  auto whole = make_gpu_optimizer(o, n, st);
+  auto part = make_gpu_optimizer(o, state_n, st);
+  whole->bind(dwhole.get(), dg.get(), dskip.get(), reinterpret_cast<__nv_bfloat16*>(bwhole.get()));
+  part->bind(dseg.get(), dg.get(), dskip.get(), reinterpret_cast<__nv_bfloat16*>(bseg.get()), segs);
+  CHECK(part->state_numel() == state_n);
+  for (int t = 0; t < 3; ++t) {
+    dg.upload(normal_vec(n, 52, t));
+    dskip.upload(std::vector<int>{t == 1 ? 1 : 0});
+    whole->step(0.02, 1.0);
+    part->step(0.02, 1.0);
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    whole->end_step(t != 1);
+    part->end_step(t != 1);
+  }
+  const std::vector<float> pw = dwhole.download(), ps = dseg.download();
+  const std::vector<uint16_t> bw = bwhole.download(), bs = bseg.download();
+  std::vector<char> inside(n, 0);
+  size_t wrong = 0, moved = 0;
+  for (const OptimizerSegment& sg : segs)
+    for (size_t i = 0; i < sg.count; ++i) {
+      const size_t j = sg.param_offset + i;
+      inside[j] = 1;
+      wrong += ps[j] != pw[j] || bs[j] != bw[j];
+      moved += ps[j] != p0[j];
+    }
+  CHECK(wrong == 0u);
+  CHECK(moved > 0u);
+  size_t touched = 0;
+  for (size_t j = 0; j < n; ++j)
+    if (!inside[j]) touched += ps[j] != p0[j] || bs[j] != sentinel[j];
+  CHECK(touched == 0u);
+  const auto sw = whole->state(), ss = part->state();
+  REQUIRE(sw.size() == ss.size());
+  for (size_t k = 0; k < sw.size(); ++k) {
+    REQUIRE(ss[k].second.size() == state_n);
+    size_t bad = 0;
+    for (const OptimizerSegment& sg : segs)
+      for (size_t i = 0; i < sg.count; ++i) bad += ss[k].second[sg.state_offset + i] != sw[k].second[sg.param_offset + i];
+    CHECK(bad == 0u);
+  }
+  CHECK(part->applied_steps() == 2);
+  CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+}  // namespace
+
+TEST_CASE("gpu optimizer over segments (ZeRO-1's chunks, unaligned): the whole-buffer update bit for bit, rest untouched",
+          "[gpu][optimizer][zero]") {
+  REQUIRE_GPU();
+  check_segments_against_whole(parse_args({"--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.01"}));
+  check_segments_against_whole(parse_args({"--lr", "0.1"}));
+  check_segments_against_whole(parse_args({"--optimizer", "adamw", "--lr", "0.01", "--weight-decay", "0.1"}));
+}
+
+TEST_CASE("flag_nonfinite: any float-aligned range, its own elements only", "[gpu][optimizer][zero]") {
+  REQUIRE_GPU();
+  std::vector<float> x(1031, 1.0f);
+  x[0] = std::nanf("");     // before the range
+  x[1030] = INFINITY;       // after it
+  DevVec<float> dx(x);
+  DevVec<int> flag(1);
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreate(&st));
+  auto flagged = [&](size_t first, size_t count) {
+    flag.upload(std::vector<int>{0});
+    flag_nonfinite(dx.get() + first, count, flag.get(), st);
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    return flag.download()[0];
+  };
+  for (size_t first : {1, 2, 3, 4, 5}) CHECK(flagged(first, 1030 - first) == 0);  // finite inside
+  CHECK(flagged(0, 7) == 1);
+  CHECK(flagged(5, 1026) == 1);
+  x[517] = -INFINITY;
+  dx.upload(x);
+  for (size_t first : {1, 2, 3, 4, 5}) CHECK(flagged(first, 1029 - first) == 1);
+  CHECK(flagged(518, 500) == 0);
+  CUDA_CHECK(cudaStreamDestroy(st));
 }

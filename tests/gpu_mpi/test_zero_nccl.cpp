@@ -1,8 +1,10 @@
 // ZeRO stage 1 (--shard-optimizer) on the GPU backend, 2 GPUs (`mpirun -np 2`; the transport case
-// takes any rank count): the NCCL transport's reduce-scatter and all-gather, padded and not,
-// against hand-computed values; the GPU reducer's shard and flag exchange; the sharded GPU engine
-// against the DDP GPU engine (fp32 and bf16, SGD with momentum and AdamW, CUDA graph on and off,
-// accumulation, a non-finite step, the gathered state).
+// takes any rank count): the NCCL transport's in-place reduce-scatter and all-gather, padded and
+// not, against hand-computed values; the GPU reducer's in-place shard, per-bucket all-gather events
+// and flag exchange; the sharded GPU engine against the DDP GPU engine (fp32 and bf16, SGD with
+// momentum and AdamW, CUDA graph on and off, accumulation, a non-finite step, the gathered state),
+// bit for bit where the next forward overlaps the all-gathers (every block waiting only for its
+// buckets: a block that read a stale bucket would change that step's loss).
 #include <cuda_runtime.h>
 #include <mpi.h>
 
@@ -76,20 +78,18 @@ TEST_CASE("NCCL transport: ZeRO-1 reduce-scatter and all-gather of divisible and
     std::vector<float> x(count);
     for (size_t i = 0; i < count; ++i) x[i] = (float)((r + 1) * (int)(i + 1));  // rank q: (q + 1)(i + 1)
     DeviceBuffer<float> dx = to_device(x, "bucket");
-    DeviceBuffer<float> out = to_device(std::vector<float>(c, -1.0f), "chunk");
-    t->reduce_scatter(0, dx.get(), count, DType::F32, ReduceOp::Sum, out.get(), s);
+    t->reduce_scatter(0, dx.get(), count, DType::F32, ReduceOp::Sum, s);
     CUDA_CHECK(cudaStreamSynchronize(s));
-    const std::vector<float> got = to_host(out.get(), c);
-    for (size_t j = 0; j < mine; ++j) CHECK(got[j] == (float)(n * (n + 1) / 2 * (int)(r * c + j + 1)));
-    for (size_t j = mine; j < c; ++j) CHECK(got[j] == 0.0f);  // the padding
-    CHECK(to_host(dx.get(), count) == x);                     // the bucket is left as it was
-    // All-gather: rank q's chunk holds 100 q + j; nothing is written past `count`.
-    std::vector<float> chunk(c, 0.0f);
-    for (size_t j = 0; j < mine; ++j) chunk[j] = (float)(100 * r + j);
-    DeviceBuffer<float> din = to_device(chunk, "chunk"), dout = to_device(std::vector<float>(count + 3, -5.0f), "out");
-    t->all_gather(0, din.get(), dout.get(), count, DType::F32, s);
+    const std::vector<float> got = to_host(dx.get(), count);
+    for (size_t j = 0; j < mine; ++j)  // in place: this rank's chunk holds its sum
+      CHECK(got[r * c + j] == (float)(n * (n + 1) / 2 * (int)(r * c + j + 1)));
+    // All-gather in place: rank q's chunk holds 100 q + j, the rest -5; nothing is written past `count`.
+    std::vector<float> y(count + 3, -5.0f);
+    for (size_t j = 0; j < mine; ++j) y[r * c + j] = (float)(100 * r + j);
+    DeviceBuffer<float> dy = to_device(y, "bucket and guard");
+    t->all_gather(0, dy.get(), count, DType::F32, s);
     CUDA_CHECK(cudaStreamSynchronize(s));
-    const std::vector<float> all = to_host(dout.get(), count + 3);
+    const std::vector<float> all = to_host(dy.get(), count + 3);
     for (size_t i = 0; i < count; ++i) CHECK(all[i] == (float)(100 * (i / c) + i % c));
     for (size_t i = count; i < count + 3; ++i) CHECK(all[i] == -5.0f);
   }
@@ -101,7 +101,7 @@ TEST_CASE("NCCL transport: ZeRO-1 reduce-scatter and all-gather of divisible and
   CUDA_CHECK(cudaStreamDestroy(s));
 }
 
-TEST_CASE("GPU reducer, ZeRO-1: each rank's shard holds the average, the all-gather restores the parameters",
+TEST_CASE("GPU reducer, ZeRO-1: each rank's chunks hold the average in place, the all-gather restores the parameters",
           "[gpu][mpi][zero]") {
   const World w = test_world();
   REQUIRE(w.world_size == 2);
@@ -117,6 +117,7 @@ TEST_CASE("GPU reducer, ZeRO-1: each rank's shard holds the average, the all-gat
     GpuReducer reducer(L, buckets, grads.get(), comm.get(), stream, ro);
     const ShardPlan& plan = *reducer.shard_plan();
     CHECK(reducer.device_bytes() == GpuReducer::planned_device_bytes(L, buckets, ro, 2));
+    CHECK(reducer.device_bytes() == 0);  // vit_b_32's buckets divide by 2: no padded scratch
     cudaEvent_t start;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventRecord(start, stream));
@@ -124,20 +125,24 @@ TEST_CASE("GPU reducer, ZeRO-1: each rank's shard holds the average, the all-gat
     for (size_t p : L.ready_order()) reducer.mark_ready({p});
     reducer.finalize();
     CUDA_CHECK(cudaStreamSynchronize(stream));
-    const std::vector<float> shard = to_host(reducer.shard_grads(), plan.slot_numel());
+    const std::vector<float> g = to_host(grads.get(), L.total);
     size_t wrong = 0;
     for (const ShardSlice& s : plan.slices())
-      for (size_t j = 0; j < s.chunk; ++j) wrong += shard[s.slot_offset + j] != (j < s.count ? 1.5f : 0.0f);
+      for (size_t j = 0; j < s.count; ++j) wrong += g[s.flat_offset + j] != 1.5f;
     CHECK(wrong == 0u);
-    // All-gather: the parameters' shards hold 1000 rank + element index.
-    std::vector<float> mine(plan.slot_numel(), 0.0f);
+    // All-gather in place: each rank's chunks of the parameters hold 1000 rank + element index, the rest -1.
+    std::vector<float> mine(L.total, -1.0f);
     for (const ShardSlice& s : plan.slices())
-      for (size_t j = 0; j < s.count; ++j) mine[s.slot_offset + j] = (float)(1000 * w.rank + (s.flat_offset + j) % 997);
-    DeviceBuffer<float> dshard = to_device(mine, "shard"), params = to_device(std::vector<float>(L.total, -1.0f), "params");
+      for (size_t j = 0; j < s.count; ++j) mine[s.flat_offset + j] = (float)(1000 * w.rank + (s.flat_offset + j) % 997);
+    DeviceBuffer<float> params = to_device(mine, "params");
     DeviceBuffer<__nv_bfloat16> bf16(L.total, "bf16 copy");
-    reducer.all_gather(dshard.get(), params.get(), bf16.get(), stream);
-    CUDA_CHECK(cudaStreamWaitEvent(stream, reducer.params_ready(), 0));
+    const int set = reducer.all_gather(params.get(), bf16.get(), stream);
+    CHECK(set == 0);
+    // Nothing waits by itself: the stream waits for one bucket's event, then for all of them.
+    CUDA_CHECK(cudaStreamWaitEvent(stream, reducer.gathered(set, buckets.size() - 1), 0));
+    CUDA_CHECK(cudaStreamWaitEvent(stream, reducer.params_ready(set), 0));
     CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (size_t b = 0; b < buckets.size(); ++b) CHECK(cudaEventQuery(reducer.gathered(set, b)) == cudaSuccess);
     const std::vector<float> p = to_host(params.get(), L.total);
     const std::vector<__nv_bfloat16> pb = to_host(bf16.get(), L.total);
     wrong = 0;
@@ -153,13 +158,21 @@ TEST_CASE("GPU reducer, ZeRO-1: each rank's shard holds the average, the all-gat
       }
     CHECK(wrong == 0u);
     CHECK(wrong16 == 0u);  // the bf16 working copy follows the gathered parameters
-    const BucketTimes t = reducer.times(start);
+    BucketTimes t = reducer.times(start);
+    for (size_t b = 0; b < buckets.size(); ++b) CHECK(t.allgather_bytes[b] == 0);  // times() holds the reduce-scatters
+    reducer.gather_times(set, start, &t);
     for (size_t b = 0; b < buckets.size(); ++b) {
       CHECK(t.reduce_scattered[b] == 1);
       CHECK(t.allgather_bytes[b] == buckets[b].bytes());
       CHECK(t.allgather_end_ms[b] >= t.allgather_start_ms[b]);
       CHECK(t.allgather_start_ms[b] >= t.end_ms[b]);  // after the reduce-scatter, on the same stream
     }
+    // The next call records the other event set (a graph waiting on set 0 stays valid meanwhile).
+    CHECK(reducer.all_gather(params.get(), nullptr, stream) == 1);
+    CHECK(reducer.gathered(1, 0) != reducer.gathered(0, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(stream, reducer.params_ready(1), 0));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CHECK(to_host(params.get(), L.total) == p);  // gathering again changes nothing
     // A flag raised on rank 1 only is raised on both.
     DeviceBuffer<int> flag = to_device(std::vector<int>{w.rank}, "flag");
     reducer.agree_nonfinite(flag.get(), stream);
@@ -213,6 +226,61 @@ TEST_CASE("GPU engine, ZeRO-1 on 2 GPUs equals DDP: fp32 and bf16, SGD and AdamW
   }
 }
 
+TEST_CASE("GPU engine, ZeRO-1 on 2 GPUs equals DDP bit for bit while the next forward overlaps the all-gathers",
+          "[gpu][mpi][zero]") {
+  // Two ranks: every averaged element is the same sum of two values in the all-reduce and the
+  // reduce-scatter, and the update is the same element-wise kernel, so the results agree bit for
+  // bit, step by step, unless a forward reads a bucket before its all-gather is done (its loss and
+  // everything after would differ). CUDA graph on: the waits are event-wait nodes inside the
+  // replayed graph, on the two alternating event sets; off: eager waits.
+  const World w = test_world();
+  REQUIRE(w.world_size == 2);
+  const ParamLayout L = make_param_layout(vit_config("vit_micro"));
+  struct Case {
+    std::vector<std::string> args;
+    int micro;
+  };
+  const std::vector<Case> cases = {
+      {{"--momentum", "0.9", "--weight-decay", "0.01"}, 1},
+      {{"--momentum", "0.9", "--weight-decay", "0.01", "--cuda-graph", "off"}, 1},
+      {{"--optimizer", "adamw", "--weight-decay", "0.05", "--lr", "0.01"}, 1},
+      {{"--optimizer", "adamw", "--weight-decay", "0.05", "--lr", "0.01", "--cuda-graph", "off"}, 1},
+      {{"--optimizer", "adamw", "--precision", "bf16"}, 1},
+      {{"--momentum", "0.9", "--grad-accum-steps", "2"}, 2},
+  };
+  const int steps = 6;  // graph on: step 0 eager, then replays waiting on sets 0, 1, 0, ...
+  for (const Case& c : cases) {
+    std::vector<std::string> za = c.args;
+    za.push_back("--shard-optimizer");
+    Options od = zero_options("gpu", c.args), oz = zero_options("gpu", za);
+    od.checkpoint_every = oz.checkpoint_every = 1000;  // no GEMM autotuning: the same algorithms in both engines
+    const auto buckets = zero_buckets(od, L);
+    REQUIRE(buckets.size() > 3);
+    auto ddp = make_gpu_engine(od, w, L, buckets, nullptr);
+    auto zero = make_gpu_engine(oz, w, L, buckets, nullptr);
+    std::vector<std::vector<StepRecord>> recs;
+    run_zero_steps({ddp.get(), zero.get()}, L, steps, c.micro, -1, &recs);
+    INFO(to_string(oz.optimizer) << ", " << to_string(oz.precision) << ", cuda graph " << oz.cuda_graph << ", "
+                                 << c.micro << " micro-step(s)");
+    for (int s = 0; s < steps; ++s) {
+      INFO("step " << s);
+      CHECK(recs[1][s].loss == recs[0][s].loss);  // bit for bit: no forward read a stale bucket
+      for (size_t b = 0; b < buckets.size(); ++b) {
+        // The all-gathers a step's forward waited for are the previous step's; all done before backward ends.
+        CHECK(recs[1][s].buckets.allgather_bytes[b] == (s == 0 ? 0 : buckets[b].bytes()));
+        if (s > 0) CHECK(recs[1][s].buckets.allgather_end_ms[b] <= recs[1][s].backward_end_ms);
+      }
+    }
+    const std::vector<float> pz = zero->parameters(), pd = ddp->parameters();  // after the last all-gathers
+    CHECK(pz == pd);
+    const TrainState sd = ddp->train_state(), sz = zero->train_state();  // collective for the sharded engine
+    if (w.rank == 0) {
+      CHECK(sz.params == sd.params);
+      for (size_t k = 0; k < sd.optimizer.size(); ++k) CHECK(sz.optimizer[k].second == sd.optimizer[k].second);
+    }
+  }
+}
+
 TEST_CASE("GPU engine, ZeRO-1: a NaN on rank 0 skips the step on both ranks; a full state loads and gathers back",
           "[gpu][mpi][zero]") {
   const World w = test_world();
@@ -246,7 +314,7 @@ TEST_CASE("GPU engine, ZeRO-1: a NaN on rank 0 skips the step on both ranks; a f
   CHECK(max_abs_diff(again->parameters(), ddp->parameters()) <= 1e-6);
 }
 
-TEST_CASE("GPU engine, ZeRO-1: the memory estimate equals the allocations, the state is the shard's",
+TEST_CASE("GPU engine, ZeRO-1: the memory estimate equals the allocations, the state is the shard's, no master copy",
           "[gpu][mpi][zero][memory]") {
   const World w = test_world();
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
@@ -262,6 +330,6 @@ TEST_CASE("GPU engine, ZeRO-1: the memory estimate equals the allocations, the s
     CHECK(engine->info().device_bytes == e.persistent_bytes());
     const size_t slot = ShardPlan(buckets, w.world_size, w.rank).slot_numel() * sizeof(float);
     CHECK(e.bytes_of("optimizer state") == (adamw ? 2 : 1) * slot);
-    CHECK(e.bytes_of("shard parameters") == slot);
+    CHECK(e.bytes_of("shard parameters") == 0);  // the update runs in place on the parameters
   }
 }

@@ -41,7 +41,7 @@ Options engine_options(const std::vector<std::string>& extra) { return vitddp_te
 
 }  // namespace
 
-TEST_CASE("ZeRO-1 reducer: each rank receives the average of its chunks; the all-gather rebuilds every bucket",
+TEST_CASE("ZeRO-1 reducer: each rank's chunks hold their average in place; the all-gather rebuilds every bucket",
           "[mpi][zero][reducer]") {
   const int n = world_size(), r = world_rank();
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
@@ -60,17 +60,19 @@ TEST_CASE("ZeRO-1 reducer: each rank receives the average of its chunks; the all
   for (size_t i = 0; i < order.size(); i += 2)
     reducer.mark_ready(std::vector<size_t>(order.begin() + i, order.begin() + std::min(order.size(), i + 2)));
   reducer.finalize();
+  // Layout padding (no tensor's element) is zeroed before the in-place reduce-scatter: it averages to 0.
+  std::vector<char> in_tensor(L.total, 0);
+  for (const ParamInfo& p : L.params) std::fill(in_tensor.begin() + p.offset, in_tensor.begin() + p.offset + p.numel, 1);
   size_t checked = 0;
   for (const ShardSlice& s : plan.slices()) {
     for (size_t j = 0; j < s.count; ++j) {
       const size_t i = s.flat_offset + j;
       // (sum over q of (q + 1) k / n) in float: every term k (q + 1) / n is exact enough at
       // these sizes; compare with a relative bound of a few ulps.
-      const double expect = (n + 1) / 2.0 * (double)(i % 7 + 1);
-      REQUIRE(std::fabs(reducer.shard_grads()[s.slot_offset + j] - expect) <= 4e-7 * expect);
+      const double expect = in_tensor[i] ? (n + 1) / 2.0 * (double)(i % 7 + 1) : 0.0;
+      REQUIRE(std::fabs(grads[i] - expect) <= 4e-7 * expect);  // in place: the chunk's own elements
       ++checked;
     }
-    for (size_t j = s.count; j < s.chunk; ++j) REQUIRE(reducer.shard_grads()[s.slot_offset + j] == 0.0f);
   }
   CHECK(checked == plan.numel());
   BucketTimes t = reducer.times();
@@ -80,11 +82,12 @@ TEST_CASE("ZeRO-1 reducer: each rank receives the average of its chunks; the all
     CHECK(t.allgather_bytes[b] == 0);  // no all-gather yet
   }
 
-  // All-gather: every rank's shard of the parameters holds 1000 (owner rank) + element index.
-  std::vector<float> shard(plan.slot_numel(), -1.0f), params(L.total, -7.0f);
+  // All-gather in place: each rank's chunks of the parameters hold 1000 (owner rank) + element
+  // index, the rest -7 (what the other ranks' chunks must overwrite).
+  std::vector<float> params(L.total, -7.0f);
   for (const ShardSlice& s : plan.slices())
-    for (size_t j = 0; j < s.count; ++j) shard[s.slot_offset + j] = (float)(1000 * r + s.flat_offset + j);
-  reducer.all_gather(shard.data(), params.data());
+    for (size_t j = 0; j < s.count; ++j) params[s.flat_offset + j] = (float)(1000 * r + s.flat_offset + j);
+  reducer.all_gather(params.data());
   for (int q = 0; q < n; ++q)
     for (size_t b = 0; b < buckets.size(); ++b) {
       const ShardSlice s = plan.slice_of(b, q);
@@ -207,7 +210,7 @@ TEST_CASE("ZeRO-1 engine: a full state loads into this rank count's shards and g
   if (w.rank == 0) CHECK(max_abs_diff(sz.optimizer[1].second, sd.optimizer[1].second) <= 1e-6);
 }
 
-TEST_CASE("ZeRO-1 memory: the estimate's sharded items equal what the engine and reducer allocate",
+TEST_CASE("ZeRO-1 memory: the estimate's sharded state equals what the engine allocates; no master copy",
           "[mpi][zero][memory]") {
   const ParamLayout L = make_param_layout(vit_config("vit_tiny", 10));
   const World w = zero_world();
@@ -222,8 +225,11 @@ TEST_CASE("ZeRO-1 memory: the estimate's sharded items equal what the engine and
     INFO(opt << " on " << w.world_size << " ranks");
     const size_t s = plan.slot_numel() * sizeof(float);
     CHECK(e.bytes_of("optimizer state") == (adamw ? 2 : 1) * s);
-    CHECK(e.bytes_of("shard parameters") == s);
-    CHECK(e.bytes_of("reducer") == s);  // the shard's gradients
+    CHECK(e.bytes_of("shard parameters") == 0);  // the update runs in place on the parameters
+    CHECK(e.bytes_of("reducer") == 0);           // the collectives run in place
+    // DDP's parameters and gradients, 4 bytes each per element, as without sharding.
+    CHECK(e.bytes_of("parameters") == 4 * L.total);
+    CHECK(e.bytes_of("gradients") == 4 * L.total);
     auto in_use = [] {
       const struct mallinfo2 m = mallinfo2();
       return m.uordblks + m.hblkhd;
@@ -231,8 +237,7 @@ TEST_CASE("ZeRO-1 memory: the estimate's sharded items equal what the engine and
     const size_t before = in_use();
     const auto engine = make_cpu_engine(o, w, L, buckets, nullptr);
     const size_t grown = in_use() - before;
-    CHECK(e.bytes_of("parameters") + e.bytes_of("gradients") + e.bytes_of("optimizer state") +
-              e.bytes_of("shard parameters") ==
+    CHECK(e.bytes_of("parameters") + e.bytes_of("gradients") + e.bytes_of("optimizer state") ==
           engine->info().device_bytes);
     // Everything the engine keeps: the estimate's items but the data workers' ring.
     const size_t expect = e.persistent_bytes() - e.bytes_of("data workers");
