@@ -6,7 +6,8 @@ The model is vitddp's reducer (README.md, docs/findings.md): buckets in gradient
 comm stream, launched strictly in bucket order, each once its last gradient is ready. Bucket j's
 work starts at max(ready_j, end_{j-1}) and lasts its compression work plus its collective calls
 (predict_link: alpha + bytes x factor / busbw). Exposed communication = max(0, last end - backward).
-Step = input wait + forward + backward + exposed + optimizer (+ ZeRO-1's parameter all-gather) + the
+Step = input wait + forward + backward + exposed + optimizer (+ ZeRO-1's parameter all-gather where the
+next forward does not hide it) + the
 reference's host time per step outside the device step (1 / steps_per_second - median step time).
 
 Gradient-ready times come from the reference run. Recorded ones first (vitddp --record-grad-ready,
@@ -161,8 +162,8 @@ class Reference:
 class Scenario:
     """What to predict: ranks (>= 1), transport (a link-table name), cap_mb / first_mb (MiB),
     compression (none, fp16, bf16, powersgd), mode ('ddp' all-reduce or 'zero1' reduce-scatter +
-    all-gather), overlap (buckets during backward), powersgd_rank / powersgd_rate, precision
-    (parameter dtype of ZeRO-1's all-gather: bf16 -> 2 bytes, else 4)."""
+    all-gather of the fp32 parameters), overlap (buckets during backward), powersgd_rank /
+    powersgd_rate, precision (the reference's; ZeRO-1 gathers fp32 in every precision)."""
     ranks: int
     transport: str
     cap_mb: float
@@ -237,7 +238,8 @@ def busy_inside(start, end, backward):
 
 @dataclass
 class Prediction:
-    """A prediction (seconds unless said): forward, backward, exposed, optimizer, allgather (ZeRO-1),
+    """A prediction (seconds unless said): forward, backward, exposed, optimizer, allgather (ZeRO-1:
+    the part of the parameter all-gathers the next forward does not hide; allgather_total: all of them),
     host_gap, step, steps_per_second (per GPU), images_per_second (per GPU), comm_total (comm-stream
     time), dominant ('compute', 'exposed comm' or 'optimizer'), buckets (count), start / end / ready
     (float64 [k], from backward start), assumptions (list of str)."""
@@ -258,6 +260,7 @@ class Prediction:
     end: np.ndarray
     ready: np.ndarray
     assumptions: list
+    allgather_total: float = 0.0
 
 
 def predict(ref, sc, table, baseline=None, iterations=100):
@@ -304,20 +307,24 @@ def predict(ref, sc, table, baseline=None, iterations=100):
     start, end = schedule(frac * bwd, dur)
     exposed = max(0.0, float(end[-1]) - bwd) if len(end) and sc.ranks > 1 else 0.0
     opt = ref.optimizer / (sc.ranks if sc.mode == "zero1" else 1)
-    gather = 0.0
+    gather = gather_total = 0.0
     if sc.mode == "zero1" and sc.ranks > 1:
-        pbytes = 2 if sc.precision == "bf16" else 4
-        gather = sum(table.time(sc.transport, "allgather", b.numel * pbytes, sc.ranks) for b in buckets)
+        # vitddp gathers the fp32 parameters (whatever --precision), from the last bucket to the
+        # first, and the next step's forward waits per block for its own buckets; the last bucket
+        # gathered (bucket 0) holds the last block and the head, which forward reads last.
+        gather_total = sum(table.time(sc.transport, "allgather", b.numel * 4, sc.ranks) for b in buckets)
+        gather = max(0.0, gather_total - ref.forward)
         notes.append("ZeRO-1: reduce-scatter per bucket on the comm stream, optimizer on 1/%d of the parameters "
-                     "(%.2f ms), then an all-gather of the %s parameters per bucket (%d bytes each), not "
-                     "overlapped with the next forward" % (sc.ranks, opt * 1e3, "bf16" if pbytes == 2 else "fp32",
-                                                            pbytes))
+                     "(%.2f ms), then an all-gather of the fp32 parameters per bucket (%.2f ms in all), overlapped "
+                     "with the next step's forward (%.2f ms): exposed = max(0, all-gather - forward) = %.2f ms (the "
+                     "GPU backend; the CPU backend waits for them at the step's end)" % (
+                         sc.ranks, opt * 1e3, gather_total * 1e3, ref.forward * 1e3, gather * 1e3))
     step = ref.forward + bwd + exposed + opt + gather + ref.host_gap
     terms = {"compute": ref.forward + bwd, "exposed comm": exposed + gather, "optimizer": opt}
     notes += _assumptions(ref, sc, table, len(buckets))
     return Prediction(sc, ref.forward, bwd, exposed, opt, gather, ref.host_gap, step, 1.0 / step,
                       ref.batch / step, float(dur.sum()), max(terms, key=terms.get), len(buckets),
-                      start, end, frac * bwd, notes)
+                      start, end, frac * bwd, notes, gather_total)
 
 
 def _assumptions(ref, sc, table, nbuckets):
@@ -367,7 +374,8 @@ def prediction_text(p):
             ("forward (ms)", ms(p.forward)), ("backward (ms)", ms(p.backward)),
             ("exposed communication (ms)", ms(p.exposed))]
     if p.scenario.mode == "zero1":
-        rows.append(("ZeRO-1 parameter all-gather (ms)", ms(p.allgather)))
+        rows.append(("ZeRO-1 parameter all-gather, in all / not hidden by forward (ms)",
+                     "%s / %s" % (ms(p.allgather_total), ms(p.allgather))))
     rows += [("optimizer (ms)", ms(p.optimizer)), ("host time outside the device step (ms)", ms(p.host_gap)),
              ("comm-stream work per step (ms)", ms(p.comm_total)), ("buckets", str(p.buckets)),
              ("dominant term", p.dominant)]
@@ -383,5 +391,6 @@ def prediction_dict(p):
     return {"scenario": dict(sc.__dict__), "step_time_s": p.step, "steps_per_second_per_gpu": p.steps_per_second,
             "images_per_second_per_gpu": p.images_per_second, "forward_s": p.forward, "backward_s": p.backward,
             "exposed_comm_s": p.exposed, "optimizer_s": p.optimizer, "allgather_s": p.allgather,
+            "allgather_total_s": p.allgather_total,
             "host_gap_s": p.host_gap, "comm_stream_s": p.comm_total, "buckets": p.buckets, "dominant": p.dominant,
             "assumptions": p.assumptions}
