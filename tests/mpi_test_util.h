@@ -1,5 +1,5 @@
 // Helpers shared by the tests run under `mpirun` (mpi_tests, gpu_mpi_tests): this process's rank
-// and the world size in MPI_COMM_WORLD, and the host emulation of the 16-bit hooks' two-rank
+// and the world size in MPI_COMM_WORLD, its World (node_world), and the host emulation of the 16-bit hooks' two-rank
 // average. No CUDA header (the GPU tests' World is tests/gpu_mpi/gpu_mpi_test_util.h).
 #pragma once
 #include <mpi.h>
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "mpi/hooks/half_host.h"
+#include "mpi/world/world.h"
 #include "tests/catch.h"
 
 namespace vitddp_test {
@@ -24,6 +25,20 @@ inline int world_size() {
   int s = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &s);
   return s;
+}
+
+/// This process's World: rank and size in MPI_COMM_WORLD and in its shared-memory node
+/// (MPI_Comm_split_type, as the trainer's start-up finds the local rank). No device is selected.
+inline vitddp::World node_world() {
+  vitddp::World w;
+  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &w.world_size);
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, &w.local_rank);
+  MPI_Comm_size(local, &w.local_size);
+  MPI_Comm_free(&local);
+  return w;
 }
 
 /// The fp16/bf16 compression hook's average of two ranks' values `a` and `b` (PyTorch

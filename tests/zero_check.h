@@ -1,6 +1,7 @@
 // The ZeRO-1 (--shard-optimizer) engine checks shared by the CPU (mpi), GPU (gpu, gpu_mpi) tests:
 // the command line of a small sharded or DDP run, a driver feeding several engines the same
-// batches, and the largest difference of two parameter vectors. CUDA-free.
+// batches, and the largest difference of two parameter vectors (the World: node_world of
+// tests/mpi_test_util.h). CUDA-free.
 #pragma once
 #include <mpi.h>
 
@@ -11,19 +12,10 @@
 
 #include "src/engines/engine.h"
 #include "tests/catch.h"
+#include "tests/mpi_test_util.h"
 #include "tests/test_util.h"
 
 namespace vitddp_test {
-
-/// This process's World (rank and size of MPI_COMM_WORLD; every rank on one node).
-inline vitddp::World zero_world() {
-  vitddp::World w;
-  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &w.world_size);
-  w.local_rank = w.rank;
-  w.local_size = w.world_size;
-  return w;
-}
 
 /// The options of the engine tests: `backend` (cpu or gpu), vit_micro, batch 2, random init, tiny
 /// buckets (vit_micro's first bucket is one tensor, the others a few), seed 3, then `extra`.

@@ -23,7 +23,7 @@ TEST_CASE("one GPU: --shard-optimizer equals --no-ddp bit for bit (fp32, bf16; S
           "[.][gpu][zero]") {
   REQUIRE_GPU();
   REQUIRE(mpi_active());  // run under mpirun -np 1 (gpu_tests_zero_np1)
-  const World w = vitddp_test::zero_world();
+  const World w = vitddp_test::node_world();
   REQUIRE(w.world_size == 1);
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
   for (const std::vector<std::string>& args :

@@ -14,14 +14,7 @@ namespace vitddp_test {
 /// with the CUDA device select_device() picks for it made current. FAILs the test when no CUDA
 /// device is visible.
 inline vitddp::World test_world() {
-  vitddp::World w;
-  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &w.world_size);
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &local);
-  MPI_Comm_rank(local, &w.local_rank);
-  MPI_Comm_size(local, &w.local_size);
-  MPI_Comm_free(&local);
+  vitddp::World w = node_world();
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) FAIL("no CUDA device: this test needs 2 GPUs");
   CUDA_CHECK(cudaSetDevice(vitddp::select_device(w, n)));

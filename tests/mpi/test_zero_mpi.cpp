@@ -30,7 +30,7 @@ using vitddp_test::world_size;
 using vitddp_test::max_abs_diff;
 using vitddp_test::zero_buckets;
 using vitddp_test::run_zero_steps;
-using vitddp_test::zero_world;
+using vitddp_test::node_world;
 
 namespace {
 
@@ -104,7 +104,7 @@ TEST_CASE("ZeRO-1 reducer: each rank's chunks hold their average in place; the a
 TEST_CASE("ZeRO-1 engine equals the DDP engine: SGD with momentum and AdamW, with and without accumulation",
           "[mpi][zero][engine]") {
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
-  const World w = zero_world();
+  const World w = node_world();
   struct Case {
     std::vector<std::string> args;
     int micro;
@@ -155,7 +155,7 @@ TEST_CASE("ZeRO-1 engine equals the DDP engine: SGD with momentum and AdamW, wit
 TEST_CASE("ZeRO-1 engine: a non-finite step on one rank is skipped on every rank, as DDP skips it",
           "[mpi][zero][engine]") {
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
-  const World w = zero_world();
+  const World w = node_world();
   const Options od = engine_options({"--optimizer", "adamw"}), oz = engine_options({"--optimizer", "adamw", "--shard-optimizer"});
   const auto buckets = zero_buckets(od, L);
   auto ddp = make_cpu_engine(od, w, L, buckets, nullptr);
@@ -178,7 +178,7 @@ TEST_CASE("ZeRO-1 engine: a full state loads into this rank count's shards and g
           "[mpi][zero][engine][checkpoint]") {
   // A state as a checkpoint of any rank count (sharded or not) holds it: full buffers.
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
-  const World w = zero_world();
+  const World w = node_world();
   const Options od = engine_options({"--optimizer", "adamw"}), oz = engine_options({"--optimizer", "adamw", "--shard-optimizer"});
   const auto buckets = zero_buckets(od, L);
   TrainState full;
@@ -213,7 +213,7 @@ TEST_CASE("ZeRO-1 engine: a full state loads into this rank count's shards and g
 TEST_CASE("ZeRO-1 memory: the estimate's sharded state equals what the engine allocates; no master copy",
           "[mpi][zero][memory]") {
   const ParamLayout L = make_param_layout(vit_config("vit_tiny", 10));
-  const World w = zero_world();
+  const World w = node_world();
   for (const char* opt : {"sgd", "adamw"}) {
     const bool adamw = std::string(opt) == "adamw";
     const Options o = parse_args({"--backend", "cpu", "--model", "vit_tiny", "--num-classes", "10", "--batch-size", "4",
