@@ -30,6 +30,7 @@ import argparse
 import csv
 import json
 import lzma
+import math
 import re
 import sys
 
@@ -74,9 +75,16 @@ def read_ncu(path):
         raise ValueError(f"{path}: no ncu --csv metrics in it")
     h = {k: i for i, k in enumerate(rows[0])}
     kernels = {}
-    for r in rows[1:]:
+    for line, r in enumerate(rows[1:], start=2):
+        if len(r) != len(rows[0]):
+            raise ValueError(f"{path}: CSV row {line} has {len(r)} fields, the header {len(rows[0])} (truncated?)")
         k = kernels.setdefault(r[h["ID"]], {"name": r[h["Kernel Name"]], "ns": 0.0, "bytes": 0.0})
-        value = float(r[h["Metric Value"]].replace(",", ""))
+        try:
+            value = float(r[h["Metric Value"]].replace(",", ""))
+        except ValueError:
+            raise ValueError(f"{path}: CSV row {line}: metric value '{r[h['Metric Value']]}' is not a number")
+        if not value >= 0:
+            raise ValueError(f"{path}: CSV row {line}: {r[h['Metric Name']]} = {value} (must be >= 0)")
         metric = r[h["Metric Name"]]
         if metric == "gpu__time_duration.sum":
             k["ns"] += value * {"ns": 1, "us": 1e3, "usecond": 1e3, "msecond": 1e6, "ms": 1e6}.get(
@@ -86,9 +94,28 @@ def read_ncu(path):
     return kernels
 
 
-def gemm_floor_us(gemm_json, model, precision):
+def _ceilings(gemm_json, model, precision, batch=None):
+    """The `precision` entry of a GEMM ceilings file, checked against the model (and batch) it
+    must describe. ValueError naming the file otherwise."""
+    try:
+        with open(gemm_json) as f:
+            d = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{gemm_json}: not JSON ({e})")
+    if not isinstance(d, dict) or not isinstance(d.get("ceilings"), dict):
+        raise ValueError(f"{gemm_json}: no 'ceilings' object (torch_peers.py --gemm-ceilings --json writes one)")
+    if d.get("model", model) != model:
+        raise ValueError(f"{gemm_json}: ceilings of {d['model']}, not of --model {model}")
+    if batch is not None and d.get("batch_size", batch) != batch:
+        raise ValueError(f"{gemm_json}: ceilings at batch {d['batch_size']}, not at --batch-size {batch}")
+    if precision not in d["ceilings"]:
+        raise ValueError(f"{gemm_json}: no {precision} ceilings (it has {', '.join(d['ceilings']) or 'none'})")
+    return d["ceilings"][precision]
+
+
+def gemm_floor_us(gemm_json, model, precision, batch=None):
     """Microseconds of the encoder's GEMMs at the measured ceilings (see the module text)."""
-    probe = json.load(open(gemm_json))["ceilings"][precision]
+    probe = _ceilings(gemm_json, model, precision, batch)
     layers = vit_shapes.SIZES[model].layers
     return 1e3 * layers * sum(g["ms"] for g in probe["gemms"])
 
@@ -96,7 +123,7 @@ def gemm_floor_us(gemm_json, model, precision):
 def attention_floor_us(gemm_json, model, precision, batch, backward):
     """Microseconds of the attention core's matrix products at the forward GEMM ceiling."""
     size = vit_shapes.SIZES[model]
-    ceiling = json.load(open(gemm_json))["ceilings"][precision]["forward_tflops"]
+    ceiling = _ceilings(gemm_json, model, precision, batch)["forward_tflops"]
     flops = (8 if backward else 4) * size.seq_len ** 2 * size.hidden * batch * size.layers
     return flops / (ceiling * 1e6)
 
@@ -150,13 +177,22 @@ def main(argv=None):
     ap.add_argument("--hbm-gbps", type=float, default=4300.0)
     ap.add_argument("--title", default=None)
     a = ap.parse_args(argv)
+    if a.batch_size < 1:
+        ap.error(f"--batch-size must be >= 1, got {a.batch_size}")
+    if not (a.hbm_gbps > 0 and math.isfinite(a.hbm_gbps)):
+        ap.error(f"--hbm-gbps must be a positive number, got {a.hbm_gbps}")
     try:
         kernels = read_ncu(a.csv)
-        gemm_us = gemm_floor_us(a.gemm, a.model, a.precision) if a.gemm else None
+        gemm_us = gemm_floor_us(a.gemm, a.model, a.precision, a.batch_size) if a.gemm else None
         attention_us = {d: attention_floor_us(a.gemm, a.model, a.precision, a.batch_size, d == "backward")
                         for d in ("forward", "backward")} if a.gemm else None
-    except (OSError, ValueError, KeyError) as e:
-        print(f"kernel_table.py: {e}", file=sys.stderr)
+    except OSError as e:
+        print(f"kernel_table.py: {e.filename or a.csv}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except (ValueError, KeyError, TypeError, EOFError, lzma.LZMAError, UnicodeDecodeError) as e:
+        where = a.csv if not a.gemm else a.csv + " or " + a.gemm
+        print(f"kernel_table.py: {e}" if isinstance(e, ValueError) else f"kernel_table.py: {where}: unreadable ({e!r})",
+              file=sys.stderr)
         return 2
     rows, total = table(kernels, gemm_us, a.hbm_gbps, attention_us)
     print(render(rows, total, a.title or f"{a.model} {a.precision}: one training step"))

@@ -16,7 +16,8 @@ H200_CEILING_TFLOPS = {"bf16": 781.0, "tf32": 361.0, "fp32": 51.0}
 CONFIG_FIELDS = [  # (key, label)
     ("model", "model"), ("world_size", "world size"), ("backend", "backend"),
     ("batch_size", "batch per rank"), ("grad_accum_steps", "grad accumulation"),
-    ("precision", "precision"), ("compression", "compression"), ("allreduce", "all-reduce"),
+    ("precision", "precision"), ("compression", "compression"), ("collectives", "collectives"),
+    ("allreduce", "transport (--allreduce)"),
     ("attention", "attention"), ("data", "data source"), ("ddp", "DDP"), ("overlap", "overlap"),
     ("bucket_cap_mb", "bucket cap (MiB)"), ("num_buckets", "buckets"),
 ]
@@ -61,7 +62,9 @@ def config(run):
     return {
         "model": run.model, "world_size": run.world_size, "backend": run.backend,
         "batch_size": run.batch_size, "grad_accum_steps": run.grad_accum_steps,
-        "precision": run.precision, "compression": run.compression, "allreduce": run.allreduce,
+        "precision": run.precision, "compression": run.compression,
+        "collectives": text(run.attr("collectives", "all-reduce" if run.ddp else "none (no DDP)")),
+        "allreduce": run.allreduce,
         "attention": text(run.attr("attention", run.option("attention", "n/a"))),
         "data": run.option("data", "n/a"), "ddp": "yes" if run.ddp else "no",
         "overlap": "yes" if run.overlap else "no",

@@ -89,7 +89,7 @@ NOTES = ("Timed steps only (`steps/timed` = 1). images/s = steps/s x batch per r
          "measured H200 matmul ceiling of the precision (bf16 781, tf32 361, fp32 51 TFLOP/s); step time: "
          "`timing/step_time` (device) of the slowest rank, CV = sample standard deviation / mean; exposed comm: "
          "median of the slowest rank's `timing/exposed_comm`; algbw / busbw: nccl-tests' definitions "
-         "(busbw = algbw x 2(n-1)/n), bytes on the wire (`buckets/bytes_sent`) over the rank-mean "
+         "(busbw = algbw x 2(n-1)/n for an all-reduce, x (n-1)/n for ZeRO-1's reduce-scatter), bytes on the wire (`buckets/bytes_sent`) over the rank-mean "
          "`buckets/allreduce_time`, all buckets of a step together, median over the steps; GB/s = 1e9 bytes/s.")
 
 

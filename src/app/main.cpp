@@ -100,7 +100,8 @@ std::optional<int> parse_on_all_ranks(int argc, char** argv, const World& w, Opt
   } catch (const std::exception& e) {
     err = e.what();
   }
-  if (const std::string e = lowest_rank_error(err); !e.empty()) return input_error(w, e + " (see --help)");
+  if (const std::string e = lowest_rank_error(err); !e.empty())
+    return input_error(w, e.find("see --help") == std::string::npos ? e + " (see --help)" : e);
   return std::nullopt;
 }
 

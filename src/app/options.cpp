@@ -421,6 +421,11 @@ void check_shard_optimizer(const Options& o) {
 
 /// Combinations that cannot work together (as opposed to options without effect).
 void check_combinations(const Options& o) {
+  // assign_buckets works in bytes: a limit below one byte would be 0.
+  if (o.bucket_cap_mb * 1048576.0 < 1.0)
+    bad("--bucket-cap-mb", "below one byte (" + fmt(o.bucket_cap_mb) + " MiB); a bucket holds at least one tensor");
+  if (o.first_bucket_mb * 1048576.0 < 1.0)
+    bad("--first-bucket-mb", "below one byte (" + fmt(o.first_bucket_mb) + " MiB); a bucket holds at least one tensor");
   if (o.first_bucket_mb > o.bucket_cap_mb)
     bad("--first-bucket-mb", "must not exceed --bucket-cap-mb (" + fmt(o.first_bucket_mb) + " > " + fmt(o.bucket_cap_mb) + ")");
   if (o.compression == Compression::PowerSgd && (o.checkpoint_every > 0 || !o.resume.empty()))

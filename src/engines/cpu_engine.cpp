@@ -155,7 +155,8 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
 
   TrainState train_state() const override {
     if (const ShardPlan* plan = shard_plan())  // collective: the state's shards gathered to rank 0
-      return gather_train_state(TrainState{params_, optimizer_->state(), optimizer_->applied_steps()}, *plan);
+      return gather_train_state([this] { return TrainState{params_, optimizer_->state(), optimizer_->applied_steps()}; },
+                                *plan);
     return TrainState{params_, optimizer_->state(), optimizer_->applied_steps()};
   }
 
@@ -205,7 +206,7 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     };
     if (const ShardPlan* plan = shard_plan()) {
       for (const ShardSlice& s : plan->slices()) check(s.flat_offset, s.count);
-      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+      if (mpi_active()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     } else {
       check(0, grads_.size());
     }

@@ -284,12 +284,16 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   void set_lr(double lr) override { lr_ = lr; }
 
   TrainState train_state() const override {
-    TrainState s;
-    s.optimizer = optimizer_->state();
-    s.optimizer_steps = optimizer_->applied_steps();
-    s.params = download(params_.get());  // after the all-gathers
-    // ZeRO-1, collective: the shards of the optimizer state gathered to rank 0.
-    return shard_ ? gather_train_state(s, *shard_) : s;
+    const auto local = [this] {
+      TrainState s;
+      s.optimizer = optimizer_->state();
+      s.optimizer_steps = optimizer_->applied_steps();
+      s.params = download(params_.get());  // after the all-gathers
+      return s;
+    };
+    // ZeRO-1, collective: the shards of the optimizer state gathered to rank 0 (a failure of the
+    // local read on any rank ends the call on every rank).
+    return shard_ ? gather_train_state(local, *shard_) : local();
   }
 
   void load_train_state(const TrainState& s) override {
@@ -534,6 +538,12 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       model_->forward(params_.get(), images_[slot_].get(), labels_[slot_].get(), staged_batch_, loss_.get() + micro,
                       before);
       record_timing_event(ev.fwd, compute_);
+      // Every bucket must have been waited for: the step's reduce-scatters and optimizer (graph
+      // nodes, not stream-ordered after the eager all-gathers) follow the gathers only through
+      // these waits. A parameter the forward did not report would break that silently.
+      if (before && std::find(bucket_waited_.begin(), bucket_waited_.end(), 0) != bucket_waited_.end())
+        throw std::logic_error("ZeRO-1: the forward did not report every parameter before reading it "
+                               "(a bucket's all-gather was not waited for)");
     }
     // Micro-steps before the last accumulate locally with no communication (DDP's no_sync()).
     NvtxRange r("backward", NvtxColor::Purple);

@@ -4,6 +4,7 @@
 // (checkpoints). Shards follow mpi/buckets/shard_plan.h. Every rank holds all parameters (the
 // model reads them), so only the optimizer state is sharded.
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "mpi/buckets/shard_plan.h"
@@ -32,5 +33,10 @@ TrainState shard_of(const TrainState& full, const ShardPlan& plan);
 /// process, not launched by mpirun) plan must be of one rank and the state is assembled locally.
 /// Throws std::invalid_argument for a buffer of the wrong size, std::runtime_error on MPI failure.
 TrainState gather_train_state(const TrainState& shard, const ShardPlan& plan);
+/// The same with the local state read by `local` (a device download, host copies): its errors, the
+/// size checks and rank 0's allocations are agreed across the ranks (MPI_Allreduce) before the
+/// first MPI_Gather, so a failure on any rank throws std::runtime_error on every rank (its own
+/// message where it happened) instead of leaving the others in a collective.
+TrainState gather_train_state(const std::function<TrainState()>& local, const ShardPlan& plan);
 
 }  // namespace vitddp

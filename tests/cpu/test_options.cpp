@@ -316,6 +316,8 @@ TEST_CASE("no-effect rule: one row per option, explicit defaults count as given"
 
 TEST_CASE("combination rules: each names the option and the reason", "[options]") {
   CHECK(option_error({"--bucket-cap-mb", "2", "--first-bucket-mb", "3"}) == "--first-bucket-mb: must not exceed --bucket-cap-mb (3 > 2)");
+  CHECK(option_error({"--bucket-cap-mb", "1e-7", "--first-bucket-mb", "1e-7"}).rfind("--bucket-cap-mb: below one byte", 0) == 0);
+  CHECK(option_error({"--first-bucket-mb", "1e-300"}).rfind("--first-bucket-mb: below one byte", 0) == 0);
   CHECK(option_error({"--compression", "powersgd", "--checkpoint-every", "2"}).rfind("--compression: powersgd: checkpoints do not hold PowerSGD's state", 0) == 0);
   CHECK(option_error({"--compression", "powersgd", "--resume", "c.h5"}).rfind("--compression: powersgd:", 0) == 0);
   CHECK(option_error({"--resume", "c.h5", "--init-from", "w.h5"}) == "--init-from: cannot be combined with --resume (the checkpoint holds the parameters)");

@@ -77,3 +77,27 @@ def test_unreadable_file_is_one_line_and_exit_2(tmp_path, capsys):
     assert kernel_table.main([str(bad)]) == 2
     assert "no ncu --csv metrics" in capsys.readouterr().err
     assert kernel_table.main([str(tmp_path / "missing.csv")]) == 2
+
+
+def test_ceilings_of_another_model_or_batch_and_bad_settings_are_refused(tmp_path, capsys):
+    csv_path = str(tmp_path / "step.csv")
+    write_csv(csv_path)
+    g = tmp_path / "gemm.json"
+    g.write_text(json.dumps({"model": "vit_b_16", "batch_size": 32,
+                             "ceilings": {"bf16": {"forward_tflops": 500.0, "gemms": [{"ms": 0.01}]}}}))
+    assert kernel_table.main([csv_path, "--gemm", str(g), "--model", "vit_b_16"]) == 0
+    capsys.readouterr()
+    assert kernel_table.main([csv_path, "--gemm", str(g), "--model", "vit_l_32"]) == 2
+    assert "ceilings of vit_b_16, not of --model vit_l_32" in capsys.readouterr().err
+    assert kernel_table.main([csv_path, "--gemm", str(g), "--model", "vit_b_16", "--batch-size", "8"]) == 2
+    assert "not at --batch-size 8" in capsys.readouterr().err
+    assert kernel_table.main([csv_path, "--gemm", str(g), "--model", "vit_b_16", "--precision", "fp32"]) == 2
+    assert "no fp32 ceilings" in capsys.readouterr().err
+    for bad in (["--batch-size", "0"], ["--hbm-gbps", "0"], ["--hbm-gbps", "nan"]):
+        with pytest.raises(SystemExit) as e:
+            kernel_table.main([csv_path] + bad)
+        assert e.value.code == 2
+    truncated = tmp_path / "cut.csv"
+    truncated.write_text(open(csv_path).read()[:-40])
+    assert kernel_table.main([str(truncated)]) == 2
+    assert "truncated" in capsys.readouterr().err

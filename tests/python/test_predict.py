@@ -139,12 +139,16 @@ def test_prediction_on_a_hand_made_run(tmp_path):
     p = predict(ref, Scenario(ranks=4, transport="nvlink", cap_mb=25, mode="zero1"), table, base)
     rs = 100e-6 + MICRO_BYTES * 0.75 / 1e6
     assert p.exposed == pytest.approx(rs) and p.allgather_total == pytest.approx(rs) and p.optimizer == pytest.approx(0.0025)
-    assert p.allgather == 0.0  # the all-gathers (rs < forward 0.02 s) hide behind the next forward
-    assert p.step == pytest.approx(0.02 + 0.04 + rs + 0.0025 + 0.001)
+    assert p.allgather == pytest.approx(rs)  # one bucket: it is the first gathered, before forward starts
+    assert p.step == pytest.approx(0.02 + 0.04 + 2 * rs + 0.0025 + 0.001)
+    with pytest.raises(ResultsError, match="no 16-bit reduce-scatter"):
+        predict(ref, Scenario(ranks=4, transport="nvlink", cap_mb=25, mode="zero1", compression="bf16"), table, base)
+    with pytest.raises(ResultsError, match="must not exceed"):
+        predict(ref, Scenario(ranks=4, transport="nvlink", cap_mb=25, first_mb=50), table, base)
     slow = parse_table("transport,collective,alpha_us,busbw_GBps\nnvlink,allreduce,30000,0.001\n", "slow")
     p = predict(ref, Scenario(ranks=4, transport="nvlink", cap_mb=25, mode="zero1"), slow, base)
-    gather = 0.03 + MICRO_BYTES * 0.75 / 1e6            # longer than forward: 10 ms of it shows
-    assert p.allgather_total == pytest.approx(gather) and p.allgather == pytest.approx(gather - 0.02)
+    gather = 0.03 + MICRO_BYTES * 0.75 / 1e6            # one bucket, gathered before forward can start
+    assert p.allgather_total == pytest.approx(gather) and p.allgather == pytest.approx(gather)
 
 
 def test_cli_json_and_errors(tmp_path, capsys):
