@@ -118,7 +118,10 @@ class GpuReducer : private ReducerBackend, private HookBackend {
   /// (convert_to_bf16), then records gathered(set, b); after the last bucket, params_ready(set).
   /// Returns `set`, the event set this call recorded: the calls alternate between sets 0 and 1, so
   /// the events and timings of one call are recorded again only by the next-but-one call (a step's
-  /// CUDA graph may wait on the previous step's set while this step records the other). Nothing
+  /// CUDA graph may wait on the previous step's set while this step records the other). That is
+  /// safe because the engine waits on the host for each step's end (finish_step) before it
+  /// enqueues the next-but-one step: a pipeline that enqueued step s+2 before step s+1 finished
+  /// could re-record a set its own predecessor's graph still waits on. Nothing
   /// waits for the all-gathers:
   /// the caller makes its streams wait for gathered() or params_ready() before reading the
   /// parameters. Throws std::logic_error without sharding.

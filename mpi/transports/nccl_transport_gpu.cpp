@@ -98,6 +98,8 @@ class NcclTransport final : public GpuTransport {
 
 // The registry's plan and factory (mpi/transports/gpu_registry_gpu.cpp).
 GpuTransportPlan plan_nccl_transport(const ReducerOptions& o, int world_size, const std::vector<size_t>& bucket_bytes) {
+  // One padded scratch serves every bucket: safe because NCCL buckets run on one comm stream
+  // (GpuTransportPlan::comm_streams keeps its default of 1); several streams would race on it.
   GpuTransportPlan p;
   p.device_bytes = padded_scratch_bytes(o, world_size, bucket_bytes);
   p.shards = true;
