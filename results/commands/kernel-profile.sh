@@ -5,7 +5,7 @@
 #   vitddp brackets its timed steps with cudaProfilerStart/Stop, so --profile-from-start off keeps
 #   that step), at the application clocks (--clock-control none); the GEMM ceilings at the model's
 #   shapes (results/peers/torch_peers.py --gemm-ceilings, needs torch); then
-#   results/peers/kernel_table.py writes one table per model into OUT/kernel_tables.md.
+#   results/kernel_table.py (vitddp-report kernels) writes one table per model into OUT/kernel_tables.md.
 # Usage: bash results/commands/kernel-profile.sh OUT  |  bash results/commands/kernel-profile.sh --readme DIR
 #   VITDDP [build/vitddp]  PYTHON [python3]  MODELS [vit_b_16 vit_l_32 vit_l_16]  BATCH [32]
 #   PRECISION [bf16]  NCU [ncu]. About 40 s a model on an H200.
@@ -32,8 +32,8 @@ tables() {  # tables DIR: DIR/kernel_tables.md from DIR's ncu and GEMM files
     m=$(sed -E 's/^ncu-(.*)-(bf16|tf32|fp32)-b[0-9]+$/\1/' <<<"$stem")
     p=$(sed -E 's/.*-(bf16|tf32|fp32)-b[0-9]+$/\1/' <<<"$stem"); b=$(sed -E 's/.*-b([0-9]+)$/\1/' <<<"$stem")
     g=(); [ -e "$dir/gemm-$m-b$b.json" ] && g=(--gemm "$dir/gemm-$m-b$b.json")
-    "$PY" "$ROOT/results/peers/kernel_table.py" "$f" "${g[@]}" --model "$m" --precision "$p" --batch-size "$b" \
-      --title "$m, batch $b, $p: one training step" >> "$dir/kernel_tables.md" || rc=1
+    "$PY" "$ROOT/results/kernel_table.py" "$f" "${g[@]}" --model "$m" --precision "$p" --batch-size "$b" \
+      --title "$m, batch $b, $p: one training step" --top 0 >> "$dir/kernel_tables.md" || rc=1
   done
   return $rc
 }

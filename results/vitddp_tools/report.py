@@ -6,7 +6,7 @@
     vitddp-report overlap [--baseline ONE_GPU.h5] FILE.h5...
     vitddp-report speed OUTDIR                  (results/commands/speed.sh's folder)
     vitddp-report power smi-*.csv               (nvidia-smi samples)
-    vitddp-report kernels ncu.csv [--floors P]  (Nsight Compute CSV)
+    vitddp-report kernels ncu.csv [--gemm CEILINGS.json --model M | --floors P]  (Nsight Compute CSV)
     vitddp-report losses REF OTHER [REF OTHER ...]
     vitddp-report article DIR_OR_TAR... [-o table.md] [--plots DIR | --no-plots]
 
@@ -26,7 +26,7 @@ TABLES = {  # subcommand -> (module main, one-line help)
     "overlap": (overlap.main, "forward, backward, exposed and in-flight communication per run"),
     "speed": (speed.main, "vitddp against PyTorch from one results/commands/speed.sh folder"),
     "power": (power.main, "SM clocks, power and clock-event reasons from nvidia-smi samples"),
-    "kernels": (kernels.main, "per-kernel-family time of one step from an Nsight Compute CSV"),
+    "kernels": (kernels.main, "per-kernel-family time of one step from an Nsight Compute CSV, against GEMM-ceiling and DRAM-byte floors"),
     "losses": (losses.main, "whether pairs of runs trained alike (training/loss)"),
     "predict": (predict.main, "what-if step time, exposed comm and steps/s from one run and a link table"),
     "article": (article.main, "the article's table and plots from article_table.sh's folders or tars"),

@@ -1,15 +1,12 @@
-"""Tests of results/peers/kernel_table.py (a step's GPU time per kernel family against floors) on a
-hand-made Nsight Compute CSV: families, sums, floors and the .xz reader."""
+"""Tests of `vitddp-report kernels` (vitddp_tools.kernels: a step's GPU time per kernel family
+against floors) on a hand-made Nsight Compute CSV: families, sums, floors, the .xz reader and the
+one-line errors."""
 import json
 import lzma
-import os
-import sys
 
 import pytest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "results", "peers"))
-import kernel_table  # noqa: E402
+from vitddp_tools import kernels as kernel_table
 
 HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
           '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n')
@@ -69,6 +66,7 @@ def test_xz_input_and_main(tmp_path, capsys):
     assert kernel_table.main([csv_path + ".xz", "--model", "vit_b_16"]) == 0
     text = capsys.readouterr().out
     assert "| GELU backward + bias gradient | 1 | 0.3 |" in text and "| **step** | 4 | 2.8 | 100% |" in text
+    assert "| `void ln_warp::forward<6, float>` | 1 | 1.0 | 1.0 |" in text  # the slowest kernels
 
 
 def test_unreadable_file_is_one_line_and_exit_2(tmp_path, capsys):
