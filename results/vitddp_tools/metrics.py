@@ -64,7 +64,7 @@ def config(run):
         "batch_size": run.batch_size, "grad_accum_steps": run.grad_accum_steps,
         "precision": run.precision, "compression": run.compression,
         "collectives": text(run.attr("collectives", "all-reduce" if run.ddp else "none (no DDP)")),
-        "allreduce": run.allreduce,
+        "allreduce": run.allreduce if run.backend != "cpu" else "mpi (CPU backend)",
         "attention": text(run.attr("attention", run.option("attention", "n/a"))),
         "data": run.option("data", "n/a"), "ddp": "yes" if run.ddp else "no",
         "overlap": "yes" if run.overlap else "no",
