@@ -26,11 +26,6 @@ inline vitddp::Options zero_options(const std::string& backend, const std::vecto
   return parse_args(a);
 }
 
-/// The buckets of a run with options `o` on layout `L` (as run_training makes them).
-inline std::vector<vitddp::Bucket> zero_buckets(const vitddp::Options& o, const vitddp::ParamLayout& L) {
-  return vitddp::assign_buckets(L, (size_t)(o.first_bucket_mb * 1048576.0), (size_t)(o.bucket_cap_mb * 1048576.0));
-}
-
 /// Largest |a - b| over two equal-sized vectors (REQUIREd).
 inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());

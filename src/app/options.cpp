@@ -422,9 +422,9 @@ void check_shard_optimizer(const Options& o) {
 /// Combinations that cannot work together (as opposed to options without effect).
 void check_combinations(const Options& o) {
   // assign_buckets works in bytes: a limit below one byte would be 0.
-  if (o.bucket_cap_mb * 1048576.0 < 1.0)
+  if (bucket_limit_bytes(o.bucket_cap_mb) == 0)
     bad("--bucket-cap-mb", "below one byte (" + fmt(o.bucket_cap_mb) + " MiB); a bucket holds at least one tensor");
-  if (o.first_bucket_mb * 1048576.0 < 1.0)
+  if (bucket_limit_bytes(o.first_bucket_mb) == 0)
     bad("--first-bucket-mb", "below one byte (" + fmt(o.first_bucket_mb) + " MiB); a bucket holds at least one tensor");
   if (o.first_bucket_mb > o.bucket_cap_mb)
     bad("--first-bucket-mb", "must not exceed --bucket-cap-mb (" + fmt(o.first_bucket_mb) + " > " + fmt(o.bucket_cap_mb) + ")");
@@ -644,6 +644,10 @@ std::vector<std::pair<std::string, std::string>> option_values(const Options& o)
   for (const auto& sp : table())
     if (std::string(sp.name) != "help" && std::string(sp.name) != "version") v.emplace_back(sp.name, sp.get(o));
   return v;
+}
+
+std::vector<Bucket> run_buckets(const Options& o, const ParamLayout& layout) {
+  return assign_buckets(layout, bucket_limit_bytes(o.first_bucket_mb), bucket_limit_bytes(o.bucket_cap_mb));
 }
 
 ReducerOptions reducer_options(const Options& o) {

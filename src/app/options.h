@@ -122,6 +122,13 @@ std::vector<std::pair<std::string, std::string>> option_values(const Options& o)
 /// --powersgd-* options, --shard-optimizer; PowerSGD's seed is --seed), for GpuReducer / CpuReducer.
 ReducerOptions reducer_options(const Options& o);
 
+/// A --bucket-cap-mb / --first-bucket-mb value in whole bytes (MiB x 2^20, truncated): what
+/// assign_buckets receives; 0 for values below one byte (refused by validate_options).
+inline size_t bucket_limit_bytes(double mib) { return (size_t)(mib * 1048576.0); }
+
+/// The run's buckets: assign_buckets(layout, --first-bucket-mb, --bucket-cap-mb) in bytes.
+std::vector<Bucket> run_buckets(const Options& o, const ParamLayout& layout);
+
 /// The start-up warning rank 0 prints when --compression powersgd would never compress because
 /// --powersgd-start-step >= the run's total steps (warm-up + timed + cool-down); empty otherwise.
 std::string powersgd_start_warning(const Options& o);

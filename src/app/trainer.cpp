@@ -643,8 +643,7 @@ void write_start(const Options& o, const World& w, const ParamLayout& layout, co
 int run_training(const Options& o, const World& w, const std::string& cmd) {
   h5::prepare_library();  // HDF5 failures as one-line exceptions, no shutdown crash after one (src/io/h5_util.h)
   const ParamLayout layout = make_param_layout(vit_config(o.model, o.num_classes));
-  const std::vector<Bucket> buckets = assign_buckets(layout, (size_t)(o.first_bucket_mb * 1048576.0),
-                                                     (size_t)(o.bucket_cap_mb * 1048576.0));
+  const std::vector<Bucket> buckets = run_buckets(o, layout);
   // Every rank must hold the same bucket layout, or all-reduces would mix unrelated gradients.
   if (!all_ranks_equal(bucket_fingerprint(buckets))) throw std::runtime_error("ranks disagree on the bucket layout (different options or model?)");
 

@@ -144,8 +144,7 @@ MemoryEstimate estimate_cpu_memory(const Options& o, const ParamLayout& layout, 
 
 MemoryEstimate estimate_cpu_memory(const Options& o, int world_size) {
   const ParamLayout layout = make_param_layout(vit_config(o.model, o.num_classes));
-  const std::vector<Bucket> buckets = assign_buckets(layout, (size_t)(o.first_bucket_mb * 1048576.0),
-                                                     (size_t)(o.bucket_cap_mb * 1048576.0));
+  const std::vector<Bucket> buckets = run_buckets(o, layout);
   return estimate_cpu_memory(o, layout, buckets, world_size);
 }
 

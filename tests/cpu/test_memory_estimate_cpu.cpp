@@ -62,7 +62,7 @@ TEST_CASE("cpu memory estimate: inputs, data workers, reducer by hand", "[memory
   CHECK(e.bytes_of("reducer") == 0);  // gradient_as_bucket_view, no compression: in place
   CHECK(e.transient.bytes == 0);
   size_t padded = 0;  // the buckets' elements, padding included
-  for (const auto& b : assign_buckets(L, (size_t)(o.first_bucket_mb * 1048576.0), (size_t)(o.bucket_cap_mb * 1048576.0)))
+  for (const auto& b : run_buckets(o, L))
     padded += b.numel;
   o = parse_args({"--backend", "cpu", "--model", "vit_micro", "--num-classes", "10", "--compression", "bf16"});
   CHECK(estimate_cpu_memory(o).bytes_of("reducer") == padded * 2);

@@ -16,7 +16,7 @@
 
 using namespace vitddp;
 using vitddp_test::run_zero_steps;
-using vitddp_test::zero_buckets;
+
 using vitddp_test::zero_options;
 
 TEST_CASE("one GPU: --shard-optimizer equals --no-ddp bit for bit (fp32, bf16; SGD, AdamW; CUDA graph)",
@@ -37,7 +37,7 @@ TEST_CASE("one GPU: --shard-optimizer equals --no-ddp bit for bit (fp32, bf16; S
     on.ddp = false;
     Options oz = zero_options("gpu", za);
     on.checkpoint_every = oz.checkpoint_every = 1000;  // no GEMM autotuning (a checkpointed run's choice)
-    auto zero = make_gpu_engine(oz, w, L, zero_buckets(oz, L), nullptr);
+    auto zero = make_gpu_engine(oz, w, L, run_buckets(oz, L), nullptr);
     auto alone = make_gpu_engine(on, w, L, {}, nullptr);
     const auto recs = run_zero_steps({alone.get(), zero.get()}, L, 5, 1);
     INFO(to_string(oz.optimizer) << ", " << to_string(oz.precision) << ", cuda graph " << oz.cuda_graph);

@@ -30,7 +30,7 @@ using namespace vitddp;
 using vitddp_test::max_abs_diff;
 using vitddp_test::run_zero_steps;
 using vitddp_test::test_world;
-using vitddp_test::zero_buckets;
+
 using vitddp_test::zero_options;
 
 namespace {
@@ -202,7 +202,7 @@ TEST_CASE("GPU engine, ZeRO-1 on 2 GPUs equals DDP: fp32 and bf16, SGD and AdamW
     std::vector<std::string> za = c.args;
     za.push_back("--shard-optimizer");
     const Options od = zero_options("gpu", c.args), oz = zero_options("gpu", za);
-    const auto buckets = zero_buckets(od, L);
+    const auto buckets = run_buckets(od, L);
     auto ddp = make_gpu_engine(od, w, L, buckets, nullptr);
     auto zero = make_gpu_engine(oz, w, L, buckets, nullptr);
     const std::vector<float> p0 = ddp->parameters();
@@ -254,7 +254,7 @@ TEST_CASE("GPU engine, ZeRO-1 on 2 GPUs equals DDP bit for bit while the next fo
     za.push_back("--shard-optimizer");
     Options od = zero_options("gpu", c.args), oz = zero_options("gpu", za);
     od.checkpoint_every = oz.checkpoint_every = 1000;  // no GEMM autotuning: the same algorithms in both engines
-    const auto buckets = zero_buckets(od, L);
+    const auto buckets = run_buckets(od, L);
     REQUIRE(buckets.size() > 3);
     auto ddp = make_gpu_engine(od, w, L, buckets, nullptr);
     auto zero = make_gpu_engine(oz, w, L, buckets, nullptr);
@@ -286,7 +286,7 @@ TEST_CASE("GPU engine, ZeRO-1: a NaN on rank 0 skips the step on both ranks; a f
   const World w = test_world();
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
   const Options od = zero_options("gpu", {"--optimizer", "adamw"}), oz = zero_options("gpu", {"--optimizer", "adamw", "--shard-optimizer"});
-  const auto buckets = zero_buckets(od, L);
+  const auto buckets = run_buckets(od, L);
   auto ddp = make_gpu_engine(od, w, L, buckets, nullptr);
   auto zero = make_gpu_engine(oz, w, L, buckets, nullptr);
   run_zero_steps({ddp.get(), zero.get()}, L, 2, 1);
@@ -323,7 +323,7 @@ TEST_CASE("GPU engine, ZeRO-1: the memory estimate equals the allocations, the s
     // --attention custom: cuDNN sizes its attention workspace itself (not in the estimate).
     const Options o = zero_options("gpu", {adamw ? "--optimizer" : "--momentum", adamw ? "adamw" : "0.9", "--attention",
                                            "custom", "--shard-optimizer"});
-    const auto buckets = zero_buckets(o, L);
+    const auto buckets = run_buckets(o, L);
     const MemoryEstimate e = estimate_gpu_memory(o, L, buckets, w.world_size);
     auto engine = make_gpu_engine(o, w, L, buckets, nullptr);
     INFO(opt << " on " << w.world_size << " ranks");

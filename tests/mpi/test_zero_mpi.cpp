@@ -28,7 +28,7 @@ using vitddp_test::parse_args;
 using vitddp_test::world_rank;
 using vitddp_test::world_size;
 using vitddp_test::max_abs_diff;
-using vitddp_test::zero_buckets;
+
 using vitddp_test::run_zero_steps;
 using vitddp_test::node_world;
 
@@ -119,7 +119,7 @@ TEST_CASE("ZeRO-1 engine equals the DDP engine: SGD with momentum and AdamW, wit
     std::vector<std::string> zero_args = c.args;
     zero_args.push_back("--shard-optimizer");
     const Options od = engine_options(c.args), oz = engine_options(zero_args);
-    const auto buckets = zero_buckets(od, L);
+    const auto buckets = run_buckets(od, L);
     auto ddp = make_cpu_engine(od, w, L, buckets, nullptr);
     auto zero = make_cpu_engine(oz, w, L, buckets, nullptr);
     const std::vector<float> p0 = ddp->parameters();
@@ -157,7 +157,7 @@ TEST_CASE("ZeRO-1 engine: a non-finite step on one rank is skipped on every rank
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
   const World w = node_world();
   const Options od = engine_options({"--optimizer", "adamw"}), oz = engine_options({"--optimizer", "adamw", "--shard-optimizer"});
-  const auto buckets = zero_buckets(od, L);
+  const auto buckets = run_buckets(od, L);
   auto ddp = make_cpu_engine(od, w, L, buckets, nullptr);
   auto zero = make_cpu_engine(oz, w, L, buckets, nullptr);
   run_zero_steps({ddp.get(), zero.get()}, L, 2, 1);
@@ -180,7 +180,7 @@ TEST_CASE("ZeRO-1 engine: a full state loads into this rank count's shards and g
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
   const World w = node_world();
   const Options od = engine_options({"--optimizer", "adamw"}), oz = engine_options({"--optimizer", "adamw", "--shard-optimizer"});
-  const auto buckets = zero_buckets(od, L);
+  const auto buckets = run_buckets(od, L);
   TrainState full;
   full.params = vitddp_test::random_params(L, 41);
   std::vector<float> m = vitddp_test::random_params(L, 42), v = vitddp_test::random_params(L, 43);
@@ -219,7 +219,7 @@ TEST_CASE("ZeRO-1 memory: the estimate's sharded state equals what the engine al
     const Options o = parse_args({"--backend", "cpu", "--model", "vit_tiny", "--num-classes", "10", "--batch-size", "4",
                                   "--first-bucket-mb", "0.01", "--bucket-cap-mb", "0.1", adamw ? "--optimizer" : "--momentum",
                                   adamw ? "adamw" : "0.9", "--shard-optimizer"});
-    const auto buckets = assign_buckets(L, (size_t)(o.first_bucket_mb * 1048576.0), (size_t)(o.bucket_cap_mb * 1048576.0));
+    const auto buckets = run_buckets(o, L);
     const ShardPlan plan(buckets, w.world_size, w.rank);
     const MemoryEstimate e = estimate_cpu_memory(o, L, buckets, w.world_size);
     INFO(opt << " on " << w.world_size << " ranks");
