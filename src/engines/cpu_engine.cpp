@@ -198,19 +198,18 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   /// Whether the step's loss or averaged gradients hold NaN/Inf. DDP: this rank's loss and its
   /// all-reduced gradients (the same on every rank). ZeRO-1: each rank checks its loss and its
   /// chunks of the gradients (the only averaged ones it holds), then the ranks agree
-  /// (MPI_Allreduce, MPI_MAX), so every rank skips the same steps.
+  /// (all_ranks_ok), so every rank skips the same steps.
   bool step_nonfinite() const {
-    int bad = !std::isfinite(rec_.loss);
+    bool bad = !std::isfinite(rec_.loss);
     auto check = [&](size_t first, size_t n) {
       for (size_t i = first; i < first + n && !bad; ++i) bad = !std::isfinite(grads_[i]);
     };
     if (const ShardPlan* plan = shard_plan()) {
       for (const ShardSlice& s : plan->slices()) check(s.flat_offset, s.count);
-      if (mpi_active()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-    } else {
-      check(0, grads_.size());
+      return !all_ranks_ok(!bad);
     }
-    return bad != 0;
+    check(0, grads_.size());
+    return bad;
   }
 
   /// --record-grad-ready: the host clock when the backward reported group `params` (after its

@@ -32,12 +32,11 @@ TrainState shard_of(const TrainState& full, const ShardPlan& plan) {
 
 namespace {
 
-/// Throws unless every rank's `local_error` is empty: the ranks agree (MPI_Allreduce, MPI_MIN)
-/// before any gather, so a failure on one rank (its device read, an allocation, a size check)
-/// ends the call on every rank instead of leaving the others inside MPI_Gather.
+/// Throws unless every rank's `local_error` is empty: the ranks agree (all_ranks_ok) before any
+/// gather, so a failure on one rank (its device read, an allocation, a size check) ends the call
+/// on every rank instead of leaving the others inside MPI_Gather.
 void agree_before_gather(const std::string& local_error) {
-  int ok = local_error.empty() ? 1 : 0;
-  if (mpi_active()) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  const bool ok = all_ranks_ok(local_error.empty());
   if (!local_error.empty()) throw std::runtime_error(local_error);
   if (!ok) throw std::runtime_error("gather_train_state: the optimizer state could not be read on another rank");
 }
