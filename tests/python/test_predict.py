@@ -248,3 +248,11 @@ def test_recorded_curve_that_ends_elsewhere_is_refused(tmp_path):
     path = write_micro_run(tmp_path / "bad.h5", ready=([1000, 4000, MICRO_BYTES + 16], ready_times()))
     with Run(path) as r, pytest.raises(ResultsError, match="bad.h5: grad_ready/prefix_bytes ends at 6832 bytes"):
         Reference.from_run(r)
+
+
+def test_a_zero1_reference_is_refused(tmp_path):
+    path = write_micro_run(tmp_path / "zero.h5")
+    with h5py.File(path, "a") as f:
+        f.attrs["option.shard-optimizer"] = "true"
+    with Run(path) as r, pytest.raises(ResultsError, match="zero.h5: a ZeRO-1 run"):
+        Reference.from_run(r)
