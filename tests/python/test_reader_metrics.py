@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from vitddp_tools.metrics import run_metrics, spread
+from vitddp_tools.metrics import config, run_metrics, spread
 from vitddp_tools.reader import ResultsError, Run
 
 
@@ -28,6 +28,9 @@ def test_attributes_and_transports(make_run):
         assert run.options()["bucket-cap-mb"] == "25" and run.allreduce == "nccl"
     with Run(make_run("c.h5")) as run:
         assert run.transports() == []
+        assert config(run)["allreduce"] == "mpi (CPU backend)" and config(run)["collectives"] == "all-reduce"
+    with Run(make_run("z.h5", backend="gpu", attrs={"collectives": "reduce-scatter + all-gather (ZeRO-1)"})) as run:
+        assert config(run)["collectives"] == "reduce-scatter + all-gather (ZeRO-1)" and config(run)["allreduce"] == "nccl"
 
 
 def test_errors_name_the_file_and_the_dataset(make_run, tmp_path):
