@@ -4,7 +4,7 @@ link table, and the validation of the model against measured runs.
 
     vitddp-report predict REF.h5 [--baseline ONE_GPU.h5] [--link-table T.csv | --fit-link RUN.h5...]
                           [--ranks N] [--transport T] [--bucket-cap-mb C] [--first-bucket-mb F]
-                          [--compression none|fp16|bf16|powersgd] [--mode ddp|zero1] [--json] [-o FILE]
+                          [--compression none|fp16|bf16|powersgd] [--mode ddp|zero1] [--allgather-dtype auto|fp32|bf16] [--json] [-o FILE]
     vitddp-report predict --validate DIR_OR_TAR... [-o validation.md] [--plot validation.png]
     vitddp-report predict --fit-link RUN.h5... --write-link-table T.csv
 
@@ -79,7 +79,7 @@ def _scenario(a, ref):
                     powersgd_rank=a.powersgd_rank if a.powersgd_rank is not None else int(ref.options.get("powersgd-rank", "1")),
                     powersgd_rate=a.powersgd_rate if a.powersgd_rate is not None
                     else float(ref.options.get("powersgd-min-compression-rate", "2")),
-                    precision=ref.precision)
+                    precision=ref.precision, allgather_dtype=a.allgather_dtype)
 
 
 def _open_all(paths):
@@ -177,7 +177,10 @@ def validate(paths, tmp, leave_one_out=False):
             sc = Scenario(ranks=r.world_size, transport=gk[0], cap_mb=r.bucket_cap_mb,
                           first_mb=float(r.option("first-bucket-mb", "1")), compression=r.compression,
                           overlap=r.overlap, powersgd_rank=int(r.option("powersgd-rank", "1")),
-                          powersgd_rate=float(r.option("powersgd-min-compression-rate", "2")), precision=r.precision)
+                          powersgd_rate=float(r.option("powersgd-min-compression-rate", "2")), precision=r.precision,
+                          mode="zero1" if r.option("shard-optimizer", "false").lower() in ("true", "1", "on") else "ddp",
+                          # files from before --allgather-dtype gathered fp32
+                          allgather_dtype=r.option("allgather-dtype", "fp32"))
             own = table
             if leave_one_out and len(members) > 1:
                 own = fit_link_table([m for m in members if m is not r], name + " without this run")
@@ -296,6 +299,9 @@ def parser(prog):
     ap.add_argument("--powersgd-rate", type=float, help="PowerSGD min compression rate [the reference's option]")
     ap.add_argument("--mode", choices=["ddp", "zero1"], default="ddp", help="ddp: all-reduce; zero1: reduce-scatter + "
                     "parameter all-gather, optimizer on 1/N [ddp]")
+    ap.add_argument("--allgather-dtype", choices=["auto", "fp32", "bf16"], default="auto", help="--mode zero1: the "
+                    "dtype of the parameter all-gather, as vitddp's option (auto: bf16 for a bf16 reference on more than "
+                    "one rank) [auto]")
     ap.add_argument("--no-overlap", action="store_true", help="all buckets after backward")
     ap.add_argument("--json", action="store_true", help="JSON instead of Markdown")
     ap.add_argument("--validate", nargs="+", metavar="DIR_OR_TAR", help="predict every multi-rank run found there "

@@ -165,8 +165,9 @@ class Reference:
 class Scenario:
     """What to predict: ranks (>= 1), transport (a link-table name), cap_mb / first_mb (MiB),
     compression (none, fp16, bf16, powersgd), mode ('ddp' all-reduce or 'zero1' reduce-scatter +
-    all-gather of the fp32 parameters), overlap (buckets during backward), powersgd_rank /
-    powersgd_rate, precision (the reference's; ZeRO-1 gathers fp32 in every precision)."""
+    parameter all-gather), overlap (buckets during backward), powersgd_rank / powersgd_rate,
+    precision (the reference's), allgather_dtype (ZeRO-1's parameter all-gather, as vitddp's
+    --allgather-dtype: 'auto' = bf16 under --precision bf16 on more than one rank, else fp32)."""
     ranks: int
     transport: str
     cap_mb: float
@@ -177,12 +178,20 @@ class Scenario:
     powersgd_rank: int = 1
     powersgd_rate: float = 2.0
     precision: str = "fp32"
+    allgather_dtype: str = "auto"
+
+    def gathered_dtype(self):
+        """The dtype ZeRO-1's all-gather moves: 'fp32' or 'bf16' (allgather_dtype resolved)."""
+        if self.allgather_dtype != "auto":
+            return self.allgather_dtype
+        return "bf16" if self.precision == "bf16" and self.ranks > 1 else "fp32"
 
     def describe(self):
         """One line: ranks, transport, buckets, compression, mode."""
         return "%d rank%s, %s, %g MiB buckets (first %g MiB), compression %s, %s%s" % (
             self.ranks, "" if self.ranks == 1 else "s", self.transport, self.cap_mb, self.first_mb, self.compression,
-            "DDP all-reduce" if self.mode == "ddp" else "ZeRO-1", "" if self.overlap else ", no overlap")
+            "DDP all-reduce" if self.mode == "ddp" else "ZeRO-1 (%s all-gather)" % self.gathered_dtype(),
+            "" if self.overlap else ", no overlap")
 
 
 @dataclass
@@ -278,6 +287,11 @@ def predict(ref, sc, table, baseline=None, iterations=100):
     if sc.mode == "zero1" and sc.compression != "none":
         raise ResultsError("--mode zero1 with --compression %s: vitddp's ZeRO-1 reduce-scatters fp32 only (%s)" % (
             sc.compression, "PowerSGD needs an all-reduce" if sc.compression == "powersgd" else "no 16-bit reduce-scatter"))
+    if sc.allgather_dtype not in ("auto", "fp32", "bf16"):
+        raise ResultsError("--allgather-dtype must be auto, fp32 or bf16, got '%s'" % sc.allgather_dtype)
+    if sc.allgather_dtype == "bf16" and sc.precision != "bf16":
+        raise ResultsError("--allgather-dtype bf16: the reference runs in %s; vitddp gathers bf16 only under "
+                           "--precision bf16 (its model reads a bf16 copy of the parameters there)" % sc.precision)
     if sc.first_mb > sc.cap_mb:
         raise ResultsError("--first-bucket-mb %g must not exceed --bucket-cap-mb %g (as vitddp refuses it)" % (
             sc.first_mb, sc.cap_mb))
@@ -316,19 +330,22 @@ def predict(ref, sc, table, baseline=None, iterations=100):
     opt = ref.optimizer / (sc.ranks if sc.mode == "zero1" else 1)
     gather = gather_total = 0.0
     if sc.mode == "zero1" and sc.ranks > 1:
-        # vitddp gathers the fp32 parameters (whatever --precision), from the last bucket to the
-        # first, and the next step's forward waits per block for its own buckets; the last bucket
-        # gathered (bucket 0) holds the last block and the head, which forward reads last.
-        times = [table.time(sc.transport, "allgather", b.numel * 4, sc.ranks) for b in buckets]
+        # vitddp gathers the parameters (fp32, or their bf16 copy: --allgather-dtype) from the last
+        # bucket to the first, and the next step's forward waits per block for its own buckets; the
+        # last bucket gathered (bucket 0) holds the last block and the head, which forward reads last.
+        dtype = sc.gathered_dtype()
+        elem = 2 if dtype == "bf16" else 4
+        times = [table.time(sc.transport, "allgather", b.numel * elem, sc.ranks) for b in buckets]
         gather_total = sum(times)
         # The first bucket gathered (the last one: patch embedding and the first blocks) must be
         # complete before any forward kernel runs; the rest can hide behind forward.
         gather = max(times[-1], gather_total - ref.forward)
         notes.append("ZeRO-1: reduce-scatter per bucket on the comm stream, optimizer on 1/%d of the parameters "
-                     "(%.2f ms), then an all-gather of the fp32 parameters per bucket (%.2f ms in all), overlapped "
+                     "(%.2f ms), then an all-gather of the %s parameters per bucket (%.2f ms in all), overlapped "
                      "with the next step's forward (%.2f ms): exposed = max(first bucket gathered, all-gather - forward) = %.2f ms (the "
-                     "GPU backend; the CPU backend waits for them at the step's end)" % (
-                         sc.ranks, opt * 1e3, gather_total * 1e3, ref.forward * 1e3, gather * 1e3))
+                     "GPU backend; the CPU backend waits for them at the step's end)%s" % (
+                         sc.ranks, opt * 1e3, dtype, gather_total * 1e3, ref.forward * 1e3, gather * 1e3,
+                         "; the bf16 casts around the all-gather are not modelled" if dtype == "bf16" else ""))
     step = ref.forward + bwd + exposed + opt + gather + ref.host_gap
     terms = {"compute": ref.forward + bwd, "exposed comm": exposed + gather, "optimizer": opt}
     notes += _assumptions(ref, sc, table, len(buckets))
@@ -398,7 +415,7 @@ def prediction_text(p):
 def prediction_dict(p):
     """Prediction `p` as a JSON-ready dict (seconds, steps/s, images/s)."""
     sc = p.scenario
-    return {"scenario": dict(sc.__dict__), "step_time_s": p.step, "steps_per_second_per_gpu": p.steps_per_second,
+    return {"scenario": dict(sc.__dict__, gathered_dtype=sc.gathered_dtype()), "step_time_s": p.step, "steps_per_second_per_gpu": p.steps_per_second,
             "images_per_second_per_gpu": p.images_per_second, "forward_s": p.forward, "backward_s": p.backward,
             "exposed_comm_s": p.exposed, "optimizer_s": p.optimizer, "allgather_s": p.allgather,
             "allgather_total_s": p.allgather_total,

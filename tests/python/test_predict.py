@@ -256,3 +256,35 @@ def test_a_zero1_reference_is_refused(tmp_path):
         f.attrs["option.shard-optimizer"] = "true"
     with Run(path) as r, pytest.raises(ResultsError, match="zero.h5: a ZeRO-1 run"):
         Reference.from_run(r)
+
+
+def test_zero1_allgather_dtype_bf16_moves_half_the_bytes(tmp_path, capsys):
+    ref_path = write_micro_run(tmp_path / "ref.h5")
+    with h5py.File(ref_path, "a") as f:
+        f.attrs["precision"] = "bf16"
+    base_path = write_micro_run(tmp_path / "one.h5", world_size=1, backward=0.04)
+    table = parse_table("transport,collective,alpha_us,busbw_GBps\nnvlink,allreduce,100,0.001\n", "t")
+    with Run(ref_path) as r:
+        ref = Reference.from_run(r)
+    with Run(base_path) as r:
+        base = Baseline.from_run(r)
+    zero = dict(ranks=4, transport="nvlink", cap_mb=25, mode="zero1", precision="bf16")
+    fp32 = predict(ref, Scenario(allgather_dtype="fp32", **zero), table, base)
+    auto = predict(ref, Scenario(**zero), table, base)
+    assert auto.scenario.gathered_dtype() == "bf16" and fp32.scenario.gathered_dtype() == "fp32"
+    # one bucket, 4 ranks: alpha + bytes x (n-1)/n / busbw, bf16 = half of the fp32 bytes
+    assert fp32.allgather_total == pytest.approx(100e-6 + MICRO_BYTES * 0.75 / 1e6)
+    assert auto.allgather_total == pytest.approx(100e-6 + MICRO_BYTES / 2 * 0.75 / 1e6)
+    assert auto.step == pytest.approx(fp32.step - MICRO_BYTES / 2 * 0.75 / 1e6)
+    assert any("bf16 parameters" in a for a in auto.assumptions)
+    # auto gathers fp32 on one rank and under fp32; bf16 is refused for a reference that is not bf16
+    assert Scenario(ranks=1, transport="nvlink", cap_mb=25, mode="zero1", precision="bf16").gathered_dtype() == "fp32"
+    assert Scenario(ranks=4, transport="nvlink", cap_mb=25, mode="zero1", precision="tf32").gathered_dtype() == "fp32"
+    with pytest.raises(ResultsError, match="--allgather-dtype bf16: the reference runs in tf32"):
+        predict(ref, Scenario(ranks=4, transport="nvlink", cap_mb=25, mode="zero1", precision="tf32",
+                              allgather_dtype="bf16"), table, base)
+    tab = tmp_path / "t.csv"
+    tab.write_text("transport,collective,alpha_us,busbw_GBps\nnvlink,allreduce,100,0.001\n")
+    assert report.main(["predict", ref_path, "--link-table", str(tab), "--ranks", "4", "--mode", "zero1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["scenario"]["gathered_dtype"] == "bf16" and d["allgather_total_s"] == pytest.approx(auto.allgather_total)

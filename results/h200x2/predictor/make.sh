@@ -35,6 +35,29 @@ print("| %d | %s | %g | %s | %s | %.2f | %.2f | %.2f | %.1f%% | %s |" % (
 PY
     done
   done; done
+  echo
+  echo "bf16 (reference speed/vitddp-bf16-np2-none, 1-GPU baseline speed/vitddp-bf16-graph; ZeRO-1 with the fp32 and the bf16 parameter all-gather):"
+  echo
+  echo "| GPUs | transport | buckets MiB | compression | mode | all-gather | step ms | exposed ms | steps/s per GPU | share of 1 GPU | dominant |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+  tar xJf results/h200x2/speed/h5.tar.xz -C "$T" vitddp-bf16-np2-none.h5 vitddp-bf16-graph.h5
+  for n in 2 4 8; do for tr in nvlink shm; do
+    for cfg in "none ddp fp32" "bf16 ddp fp32" "none zero1 fp32" "none zero1 bf16"; do
+      set -- $cfg
+      $R predict "$T"/vitddp-bf16-np2-none.h5 --baseline "$T"/vitddp-bf16-graph.h5 --link-table $OUT/link-$tr.csv \
+        --transport $tr --ranks $n --bucket-cap-mb 25 --compression $1 --mode $2 --allgather-dtype $3 --json >"$T/p.json"
+      ${PYTHON:-python3} - "$T/p.json" "$T"/vitddp-bf16-graph.h5 <<'PY'
+import json, sys, h5py
+p = json.load(open(sys.argv[1])); s = p["scenario"]
+one = float(h5py.File(sys.argv[2], "r")["summary/steps_per_second"][()])
+zero = s["mode"] == "zero1"
+print("| %d | %s | %g | %s | %s | %s | %.2f | %.2f | %.2f | %.1f%% | %s |" % (
+    s["ranks"], s["transport"], s["cap_mb"], s["compression"], "ZeRO-1" if zero else "DDP",
+    s["gathered_dtype"] if zero else "-", 1e3 * p["step_time_s"], 1e3 * (p["exposed_comm_s"] + p["allgather_s"]),
+    p["steps_per_second_per_gpu"], 100 * p["steps_per_second_per_gpu"] / one, p["dominant"]))
+PY
+    done
+  done; done
 } >$OUT/predictions.md
 $R predict "$T"/nvlink/b25.h5 --baseline "$T"/nvlink/noddp.h5 --link-table $OUT/link-nvlink.csv --ranks 8 \
   | sed "s|$T/|interconnects/h5.tar.xz:|g" >$OUT/example-8-nvlink.md
