@@ -32,6 +32,25 @@ DDP options, as torch.nn.parallel.DistributedDataParallel names them:
                             with error feedback)
   --no-ddp                  plain model, no process group (1 process only): the 1-GPU baseline
 
+PyTorch's other data-parallel strategies and the compiler (the multi-GPU peers of vitddp's DDP and
+--shard-optimizer):
+  --strategy ddp|zero1|fsdp ddp: DistributedDataParallel (default); zero1: DDP with
+                            torch.distributed.optim.ZeroRedundancyOptimizer(optimizer_class=SGD)
+                            (ZeRO stage 1: each rank updates and keeps the state of its share of
+                            the parameters, then broadcasts it); fsdp: FSDP2 (torch.distributed.fsdp
+                            .fully_shard on every encoder block and on the whole model, one device
+                            mesh over the ranks), under bf16 with MixedPrecisionPolicy(param_dtype=
+                            bf16, reduce_dtype=fp32) so the parameters are all-gathered in bf16 and
+                            the gradients reduce-scattered in fp32; the DDP options do not apply
+  --fsdp-reshard-after-forward true|false
+                            fully_shard's reshard_after_forward: true frees the gathered parameters
+                            after forward and gathers them again for backward (ZeRO-3), false keeps
+                            them to the end of backward (ZeRO-2-like) [true]
+  --compile none|default|reduce-overhead|max-autotune
+                            torch.compile of the (wrapped) model with that mode; with DDP, dynamo's
+                            DDPOptimizer splits the graph at bucket boundaries so the all-reduces
+                            still overlap backward [none]
+
 Precisions as in results/bench_torch_vit.py: fp32 = strict (allow_tf32 False), tf32, bf16 =
 torch.autocast("cuda", torch.bfloat16) around forward and loss (fp32 weights, gradients, SGD and
 all-reduce).
@@ -86,6 +105,12 @@ def parse_args(argv=None):
     ap.add_argument("--comm-hook", choices=["none", "bf16", "powersgd"], default="none", help="[none]")
     ap.add_argument("--powersgd-rank", type=int, default=1, help="matrix_approximation_rank [1]")
     ap.add_argument("--powersgd-start-iter", type=int, default=2, help="start_powerSGD_iter [2]")
+    ap.add_argument("--strategy", choices=["ddp", "zero1", "fsdp"], default="ddp",
+                    help="ddp: DistributedDataParallel; zero1: DDP + ZeroRedundancyOptimizer; fsdp: FSDP2 fully_shard [ddp]")
+    ap.add_argument("--fsdp-reshard-after-forward", choices=["true", "false"], default="true",
+                    help="--strategy fsdp: fully_shard's reshard_after_forward [true]")
+    ap.add_argument("--compile", choices=["none", "default", "reduce-overhead", "max-autotune"], default="none",
+                    help="torch.compile mode of the (wrapped) model [none]")
     ap.add_argument("--master-port", type=int, default=None,
                     help="rendezvous port on 127.0.0.1 (default: $MASTER_PORT, else 29500)")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
@@ -100,6 +125,14 @@ def parse_args(argv=None):
         ap.error("--powersgd-start-iter must be >= 2 (PowerSGD's error feedback and warm start need it)")
     if a.no_ddp and (a.static_graph or a.grad_as_bucket_view or a.comm_hook != "none"):
         ap.error("--no-ddp excludes --static-graph, --grad-as-bucket-view and --comm-hook")
+    if a.no_ddp and a.strategy != "ddp":
+        ap.error("--strategy %s needs a process group: not with --no-ddp" % a.strategy)
+    if a.strategy == "fsdp" and (a.static_graph or a.grad_as_bucket_view or a.comm_hook != "none"
+                                 or a.bucket_cap_mb != 25.0):
+        ap.error("--strategy fsdp: --static-graph, --grad-as-bucket-view, --comm-hook and --bucket-cap-mb are DDP's "
+                 "options (FSDP2 has none of them)")
+    if a.fsdp_reshard_after_forward != "true" and a.strategy != "fsdp":
+        ap.error("--fsdp-reshard-after-forward needs --strategy fsdp")
     return a
 
 
@@ -110,6 +143,37 @@ def nccl_version(torch):
         return ".".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v)
     except Exception:  # noqa: BLE001 - only a label
         return ""
+
+
+def mode_label(a, ddp):
+    """The results tables' column label of a non-default configuration (None for plain DDP / eager,
+    which the tables name themselves)."""
+    parts = []
+    if ddp:
+        parts.append({"ddp": "DDP", "zero1": "DDP + ZeroRedundancyOptimizer",
+                      "fsdp": "FSDP2" + ("" if a.fsdp_reshard_after_forward == "true" else " (no reshard after forward)")}
+                     [a.strategy])
+    if a.compile != "none":
+        parts.append("compile" if a.compile == "default" else "compile " + a.compile)
+    if parts in ([], ["DDP"]):
+        return None
+    return " + ".join(parts)
+
+
+def shard_fsdp2(torch, model, dev, world, bf16, reshard_after_forward):
+    """FSDP2 over all ranks (torch.distributed.fsdp.fully_shard, PyTorch 2.6+): every encoder block
+    its own unit, then the root (patch embedding, class token, positions, final LayerNorm, head), as
+    the FSDP2 documentation shards transformers. Under bf16 MixedPrecisionPolicy(param_dtype=bf16,
+    reduce_dtype=fp32): bf16 all-gathers, fp32 reduce-scatters, fp32 sharded parameters for SGD.
+    Returns the model (sharded in place)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    mesh = init_device_mesh(dev.type, (world,))
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32)
+    for layer in model.encoder.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
+    return model
 
 
 def median(xs):
@@ -179,7 +243,9 @@ def main(argv=None):
     model.train()
     flops = forward_flops_per_image(model)
     net = model
-    if ddp:
+    if ddp and a.strategy == "fsdp":
+        net = shard_fsdp2(torch, model, dev, world, bf16, a.fsdp_reshard_after_forward == "true")
+    elif ddp:
         net = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[local] if cuda else None, bucket_cap_mb=a.bucket_cap_mb,
             static_graph=a.static_graph, gradient_as_bucket_view=a.grad_as_bucket_view)
@@ -191,7 +257,14 @@ def main(argv=None):
             state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=a.powersgd_rank,
                                                 start_powerSGD_iter=a.powersgd_start_iter)
             net.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr)
+    if a.strategy == "zero1":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=a.lr)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=a.lr)
+    compile_s = 0.0
+    if a.compile != "none":
+        net = torch.compile(net, mode=None if a.compile == "default" else a.compile)
     loss_fn = torch.nn.CrossEntropyLoss()
     gen = torch.Generator().manual_seed(a.seed * 1000 + rank + 1)  # a different batch per rank
     images = torch.randn(a.batch_size, 3, model.image_size, model.image_size, generator=gen).to(dev)
@@ -207,8 +280,12 @@ def main(argv=None):
         return loss.detach()
 
     losses = []
-    for _ in range(a.warmup_steps):
+    for i in range(a.warmup_steps):
+        c0 = time.perf_counter()
         losses.append(step())
+        if i == 0 and a.compile != "none":
+            sync()
+            compile_s = time.perf_counter() - c0  # the first step compiles
     sync()
     barrier()
     sync()
@@ -253,7 +330,10 @@ def main(argv=None):
         "bucket_cap_mb": a.bucket_cap_mb if ddp else 0.0,
         "static_graph": int(ddp and a.static_graph),
         "gradient_as_bucket_view": int(ddp and a.grad_as_bucket_view),
-        "comm_hook": a.comm_hook if ddp else "none",
+        "comm_hook": a.comm_hook if ddp and a.strategy != "fsdp" else "none",
+        "strategy": a.strategy if ddp else "none",
+        "compile": a.compile,
+        "compile_s": compile_s,
         "powersgd_start_iter": a.powersgd_start_iter if a.comm_hook == "powersgd" else 0,
         "powersgd_rank": a.powersgd_rank if a.comm_hook == "powersgd" else 0,
         "warmup_steps": a.warmup_steps,
@@ -273,6 +353,9 @@ def main(argv=None):
         "nccl_p2p_disable": os.environ.get("NCCL_P2P_DISABLE", ""),
         "nccl_shm_disable": os.environ.get("NCCL_SHM_DISABLE", ""),
     }
+    label = mode_label(a, ddp)
+    if label:
+        r["mode"] = label
     if rank == 0:
         print("TORCHDDP " + " ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()),
               flush=True)

@@ -120,5 +120,13 @@ check "bench_torch_ddp.py --help" '[ $rc -eq 0 ] && grep -q -- "--comm-hook" "$T
 check "bench_torch_ddp.py --no-ddp --comm-hook bf16: exit 2" '[ $rc -eq 2 ]'
 "$PY" "$REPO/results/bench_torch_ddp.py" --comm-hook powersgd --powersgd-start-iter 1 >/dev/null 2>&1; rc=$?
 check "bench_torch_ddp.py --powersgd-start-iter 1: exit 2" '[ $rc -eq 2 ]'
+check "bench_torch_ddp.py --help lists the strategies and the compiler" \
+  'grep -q -- "--strategy {ddp,zero1,fsdp}" "$TMP/help" && grep -q -- "--compile" "$TMP/help"'
+"$PY" "$REPO/results/bench_torch_ddp.py" --no-ddp --strategy zero1 > "$TMP/cmdout" 2>&1; rc=$?
+check "bench_torch_ddp.py --no-ddp --strategy zero1: exit 2 naming the option" '[ $rc -eq 2 ] && grep -q -- "--strategy zero1" "$TMP/cmdout"'
+"$PY" "$REPO/results/bench_torch_ddp.py" --strategy fsdp --comm-hook bf16 > "$TMP/cmdout" 2>&1; rc=$?
+check "bench_torch_ddp.py --strategy fsdp --comm-hook bf16: exit 2" '[ $rc -eq 2 ] && grep -q -- "DDP.s options" "$TMP/cmdout"'
+"$PY" "$REPO/results/bench_torch_ddp.py" --fsdp-reshard-after-forward false > "$TMP/cmdout" 2>&1; rc=$?
+check "bench_torch_ddp.py --fsdp-reshard-after-forward without fsdp: exit 2" '[ $rc -eq 2 ]'
 
 finish

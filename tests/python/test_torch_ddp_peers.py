@@ -1,0 +1,47 @@
+"""results/bench_torch_ddp.py's data-parallel strategies on the CPU (gloo, 2 processes under
+mpirun; skipped where torch, torchvision or mpirun is missing): PyTorch's ZeRO-1
+(ZeroRedundancyOptimizer) and FSDP2 (fully_shard) train the same fixed batches as its DDP, so in
+fp32 their losses after a few SGD steps equal DDP's; the JSON names the strategy."""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SCRIPT = os.path.join(ROOT, "results", "bench_torch_ddp.py")
+
+
+def run_two_ranks(tmp_path, name, *args):
+    """Runs the script on 2 gloo ranks (vit_b_32 at 64 x 64, batch 2, 1 + 3 steps); its JSON."""
+    out = tmp_path / (name + ".json")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
+               PYTHONWARNINGS="ignore", MASTER_PORT=str(29600 + abs(hash(name)) % 300))
+    p = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", sys.executable, SCRIPT, "--device", "cpu",
+                        "--model", "vit_b_32", "--image-size", "64", "--batch-size", "2", "--warmup-steps", "1",
+                        "--steps", "3", "--json", str(out), *args],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_zero1_and_fsdp2_train_like_ddp(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("torchvision")
+    if shutil.which("mpirun") is None:
+        pytest.skip("no mpirun")
+    ddp = run_two_ranks(tmp_path, "ddp")
+    zero = run_two_ranks(tmp_path, "zero1", "--strategy", "zero1")
+    fsdp = run_two_ranks(tmp_path, "fsdp", "--strategy", "fsdp")
+    # torchvision initializes the head to zeros: the first loss is ln(1000).
+    for r in (ddp, zero, fsdp):
+        assert r["world_size"] == 2 and r["loss_first"] == pytest.approx(math.log(1000), abs=1e-5)
+    assert ddp["loss_last"] != pytest.approx(ddp["loss_first"], abs=1e-3)  # 4 SGD steps moved it
+    assert zero["loss_last"] == pytest.approx(ddp["loss_last"], rel=1e-6)
+    assert fsdp["loss_last"] == pytest.approx(ddp["loss_last"], rel=1e-6)
+    assert (ddp["strategy"], zero["strategy"], fsdp["strategy"]) == ("ddp", "zero1", "fsdp")
+    assert "mode" not in ddp and zero["mode"] == "DDP + ZeroRedundancyOptimizer" and fsdp["mode"] == "FSDP2"
+    assert fsdp["comm_hook"] == "none" and zero["compile"] == "none"
