@@ -141,6 +141,12 @@ __global__ void or_flags_kernel(const int* flags_in, int n, int* flag) {
   if (any) *flag = 1;
 }
 
+__global__ void max_slots_kernel(const int* slots, int n, int* out) {
+  int m = slots[0];
+  for (int i = 1; i < n; ++i) m = max(m, slots[i]);
+  *out = m;
+}
+
 // Blocks of 256 threads for n elements, about 4 vectors of `v` elements per thread: blocks finish
 // in microseconds and interleave with the GEMMs'.
 unsigned short_blocks(size_t n, size_t v) {
@@ -188,6 +194,12 @@ void ce_sum_chunk_16bit(float* x, uint16_t* out16, const uint16_t* scratch, size
 
 void ce_or_flags(const int* flags_in, int n, int* flag, cudaStream_t stream) {
   or_flags_kernel<<<1, 1, 0, stream>>>(flags_in, n, flag);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void ce_max_slots(const int* slots, int n, int* out, cudaStream_t stream) {
+  if (n < 1) throw std::invalid_argument("ce_max_slots: no slot");
+  max_slots_kernel<<<1, 1, 0, stream>>>(slots, n, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

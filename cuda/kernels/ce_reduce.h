@@ -42,4 +42,8 @@ void ce_sum_chunk_16bit(float* x, uint16_t* out16, const uint16_t* scratch, size
 /// *flag = 1 when any of flags_in[0..n) is non-zero; unchanged otherwise. One thread.
 void ce_or_flags(const int* flags_in, int n, int* flag, cudaStream_t stream);
 
+/// *out = max(slots[0..n)) (n >= 1; `out` may be one of the slots): the copy engine's
+/// max_over_ranks once every rank's value is in its slot. One thread.
+void ce_max_slots(const int* slots, int n, int* out, cudaStream_t stream);
+
 }  // namespace vitddp

@@ -3,12 +3,15 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 #include "cuda/check/check_cuda.h"
 #include "cuda/kernels/compression.h"
+#include "mpi/buckets/shard_plan.h"
 #include "mpi/world/world.h"
 
 namespace vitddp {
@@ -54,7 +57,8 @@ size_t misalignment(const void* p) { return reinterpret_cast<uintptr_t>(p) & 15;
 
 size_t CopyEngineAllReduce::slot_bytes(size_t bytes, int n) {
   // Chunks are cut at multiples of 64 elements (up to 252 more bytes than bytes / n) and sit at
-  // their own address modulo 16 in the slot (up to 15 more): 512 bytes of slack cover both.
+  // their own address modulo 16 in the slot (up to 15 more): 512 bytes of slack cover both. A
+  // ZeRO-1 chunk, ceil(count / n) elements, is at most 3 bytes more than bytes / n: covered too.
   return round_up((bytes + n - 1) / n, 256) + 512;
 }
 
@@ -79,7 +83,12 @@ CopyEngineAllReduce::CopyEngineAllReduce(MPI_Comm comm, const std::vector<Region
   scratch_ = DeviceBuffer<uint8_t>(total, "copy-engine all-reduce scratch");
   flags_ = DeviceBuffer<int32_t>(flag_count(buckets_, n_), "copy-engine all-reduce flags");
   one_ = DeviceBuffer<int32_t>(1, "copy-engine all-reduce flag value");
-  CUDA_CHECK(cudaMemset(flags_.get(), 0, flags_.size() * sizeof(int32_t)));
+  // Every flag down, except the free flags (phase Free and max_over_ranks'): every scratch slot
+  // and max slot starts free.
+  std::vector<int32_t> initial(flags_.size(), 0);
+  for (size_t b = 0; b < buckets_; ++b) std::fill_n(initial.begin() + group(Free, b) * n_, n_, 1);
+  std::fill_n(initial.begin() + max_free_group() * n_, n_, 1);
+  CUDA_CHECK(cudaMemcpy(flags_.get(), initial.data(), initial.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
   const int32_t one = 1;
   CUDA_CHECK(cudaMemcpy(one_.get(), &one, sizeof one, cudaMemcpyHostToDevice));
 
@@ -158,7 +167,29 @@ CopyEngineAllReduce::CopyEngineAllReduce(MPI_Comm comm, const std::vector<Region
 }
 
 CopyEngineAllReduce::~CopyEngineAllReduce() {
+  await_free_flags();
   for (void* p : opened_) cudaIpcCloseMemHandle(p);
+}
+
+void CopyEngineAllReduce::await_free_flags() const noexcept {
+  // The free flags are the only writes into this rank's memory that it does not wait for itself
+  // (each peer raises them after its last read); all of them are up again once the peers are done.
+  if (n_ < 2 || flags_.size() == 0) return;
+  std::vector<int32_t> h(flags_.size());
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);  // a peer may have failed
+  do {
+    if (cudaMemcpy(h.data(), flags_.get(), h.size() * sizeof(int32_t), cudaMemcpyDeviceToHost) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    bool up = std::all_of(h.begin() + max_free_group() * n_, h.begin() + (max_free_group() + 1) * n_,
+                          [](int32_t f) { return f == 1; });
+    for (size_t b = 0; b < buckets_ && up; ++b)
+      up = std::all_of(h.begin() + group(Free, b) * n_, h.begin() + (group(Free, b) + 1) * n_,
+                       [](int32_t f) { return f == 1; });
+    if (up) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  } while (std::chrono::steady_clock::now() < give_up);
 }
 
 size_t CopyEngineAllReduce::region_of(const void* local) const {
@@ -176,25 +207,36 @@ void* CopyEngineAllReduce::peer_address(int peer, const void* local) const {
          (static_cast<const uint8_t*>(local) - static_cast<const uint8_t*>(regions_[i].first));
 }
 
-void CopyEngineAllReduce::raise_flag(int peer, int phase, size_t bucket, cudaStream_t s) {
-  int32_t* flag = peer_flags_[peer] + (phase * buckets_ + bucket) * n_ + rank_;
+void CopyEngineAllReduce::raise_flag(int peer, size_t g, cudaStream_t s) {
+  int32_t* flag = peer_flags_[peer] + g * n_ + rank_;
   CUDA_CHECK(cudaMemcpyAsync(flag, one_.get(), sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
 }
 
-void CopyEngineAllReduce::wait_flags(int phase, size_t bucket, cudaStream_t s) {
+void CopyEngineAllReduce::raise_flags(size_t g, cudaStream_t s) {
+  for (int k = 1; k < n_; ++k) raise_flag((rank_ + k) % n_, g, s);
+}
+
+void CopyEngineAllReduce::wait_flags(size_t g, cudaStream_t s) {
   const auto wait = reinterpret_cast<WaitWriteFn>(wait_fn_);
   const auto write = reinterpret_cast<WaitWriteFn>(write_fn_);
   for (int j = 0; j < n_; ++j) {
     if (j == rank_) continue;
-    const auto flag = reinterpret_cast<CUdeviceptr>(flags_.get() + (phase * buckets_ + bucket) * n_ + j);
+    const auto flag = reinterpret_cast<CUdeviceptr>(flags_.get() + g * n_ + j);
     cu_check(wait(reinterpret_cast<CUstream>(s), flag, 1, wait_flags_), "cuStreamWaitValue32");
     cu_check(write(reinterpret_cast<CUstream>(s), flag, 0, 0), "cuStreamWriteValue32");
   }
 }
 
-size_t CopyEngineAllReduce::flag_count(size_t buckets, int n) { return 3 * buckets * n + n; }
+size_t CopyEngineAllReduce::flag_count(size_t buckets, int n) { return (3 * buckets + 3) * n + 2 * n; }
 
-int32_t* CopyEngineAllReduce::nonfinite_slots() const { return flags_.get() + 3 * buckets_ * n_; }
+int32_t* CopyEngineAllReduce::nonfinite_slots() const { return flags_.get() + (3 * buckets_ + 3) * n_; }
+
+int32_t* CopyEngineAllReduce::max_slots() const { return nonfinite_slots() + n_; }
+
+size_t CopyEngineAllReduce::slot_offset(size_t bucket, int sender, int receiver) const {
+  const int slot = sender < receiver ? sender : sender - 1;
+  return scratch_offset_[bucket] + slot * slot_bytes_[bucket];
+}
 
 void CopyEngineAllReduce::begin_step(cudaStream_t s) {
   const auto write = reinterpret_cast<WaitWriteFn>(write_fn_);
@@ -205,11 +247,11 @@ void CopyEngineAllReduce::begin_step(cudaStream_t s) {
 void CopyEngineAllReduce::exchange_nonfinite(cudaStream_t s) {
   for (int k = 1; k < n_; ++k) {
     const int j = (rank_ + k) % n_;
-    int32_t* theirs = peer_flags_[j] + 3 * buckets_ * n_ + rank_;
+    int32_t* theirs = peer_flags_[j] + (nonfinite_slots() - flags_.get()) + rank_;
     CUDA_CHECK(cudaMemcpyAsync(theirs, nonfinite_slots() + rank_, sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
-    raise_flag(j, 2, 0, s);
+    raise_flag(j, nonfinite_group(), s);
   }
-  wait_flags(2, 0, s);
+  wait_flags(nonfinite_group(), s);
 }
 
 void CopyEngineAllReduce::check_payload(size_t bucket, const void* data, size_t bytes, size_t es,
@@ -238,14 +280,13 @@ size_t CopyEngineAllReduce::Chunks::length(int j) const { return std::min(count,
 void CopyEngineAllReduce::scatter(size_t bucket, const uint8_t* payload, const Chunks& c, size_t es, cudaStream_t s) {
   for (int k = 1; k < n_; ++k) {
     const int j = (rank_ + k) % n_;
-    const int slot = rank_ < j ? rank_ : rank_ - 1;
     const uint8_t* src = payload + c.begin(j) * es;
     if (c.length(j) > 0)
-      CUDA_CHECK(cudaMemcpyAsync(peer_scratch_[j] + scratch_offset_[bucket] + slot * slot_bytes_[bucket] + misalignment(src),
-                                 src, c.length(j) * es, cudaMemcpyDeviceToDevice, s));
-    raise_flag(j, 0, bucket, s);
+      CUDA_CHECK(cudaMemcpyAsync(peer_scratch_[j] + slot_offset(bucket, rank_, j) + misalignment(src), src,
+                                 c.length(j) * es, cudaMemcpyDeviceToDevice, s));
+    raise_flag(j, group(Scattered, bucket), s);
   }
-  wait_flags(0, bucket, s);
+  wait_flags(group(Scattered, bucket), s);
 }
 
 const uint8_t* CopyEngineAllReduce::received(size_t bucket, const void* mine) const {
@@ -256,9 +297,9 @@ void CopyEngineAllReduce::gather(size_t bucket, const uint8_t* mine, size_t byte
   for (int k = 1; k < n_; ++k) {
     const int j = (rank_ + k) % n_;
     if (bytes > 0) CUDA_CHECK(cudaMemcpyAsync(peer_address(j, mine), mine, bytes, cudaMemcpyDeviceToDevice, s));
-    raise_flag(j, 1, bucket, s);
+    raise_flag(j, group(Gathered, bucket), s);
   }
-  wait_flags(1, bucket, s);
+  wait_flags(group(Gathered, bucket), s);
 }
 
 void CopyEngineAllReduce::all_reduce(size_t bucket, void* data, size_t count, DType t, float scale,
@@ -299,6 +340,66 @@ void CopyEngineAllReduce::all_reduce_16bit(size_t bucket, float* x, uint16_t* st
   if (mark) mark();
   cast_from_16bit(staging, own, t, x, s);
   cast_from_16bit(staging + after, count - after, t, x + after, s);
+}
+
+// ---------------------------------------------------------------- ZeRO-1
+
+void CopyEngineAllReduce::reduce_scatter(size_t bucket, void* data, size_t count, DType t, float scale,
+                                         cudaStream_t s) {
+  if (t != DType::F32) throw std::invalid_argument("CopyEngineAllReduce::reduce_scatter: fp32 payload only");
+  const size_t es = sizeof(float);
+  check_payload(bucket, data, count * es, es);  // before anything is enqueued: a throw raises no flag
+  // The shard plan's chunks, in the Chunks form scatter() takes (chunk j = [j c, min(count, (j + 1) c))).
+  const Chunks c{count, shard_chunk(count, n_)};
+  auto* bytes = static_cast<uint8_t*>(data);
+  wait_flags(group(Free, bucket), s);  // every peer has read what this rank last put in its scratch
+  scatter(bucket, bytes, c, es, s);
+  uint8_t* mine = bytes + c.begin(rank_) * es;
+  ce_sum_chunk(mine, received(bucket, mine), c.length(rank_), n_ - 1, slot_bytes_[bucket] / es, scale, t, s);
+  raise_flags(group(Free, bucket), s);  // the sum has read the peers' copies
+}
+
+void CopyEngineAllReduce::all_gather(size_t bucket, void* data, size_t count, DType t, cudaStream_t s) {
+  const size_t es = dtype_bytes(t);
+  check_payload(bucket, data, count * es, es, false);  // before anything is enqueued: a throw raises no flag
+  const size_t c = shard_chunk(count, n_);
+  auto* bytes = static_cast<uint8_t*>(data);
+  // This rank's chunk into its slot of every peer's scratch (at the slot's start: the peers'
+  // buffers need not share this one's alignment), flags raised; then the peers' chunks, once
+  // arrived, from this rank's scratch into their places.
+  wait_flags(group(Free, bucket), s);
+  const size_t own = shard_count(count, n_, rank_) * es;
+  for (int k = 1; k < n_; ++k) {
+    const int j = (rank_ + k) % n_;
+    if (own > 0)
+      CUDA_CHECK(cudaMemcpyAsync(peer_scratch_[j] + slot_offset(bucket, rank_, j), bytes + rank_ * c * es, own,
+                                 cudaMemcpyDeviceToDevice, s));
+    raise_flag(j, group(Gathered, bucket), s);
+  }
+  wait_flags(group(Gathered, bucket), s);
+  for (int j = 0; j < n_; ++j) {
+    const size_t theirs = shard_count(count, n_, j) * es;
+    if (j == rank_ || theirs == 0) continue;
+    CUDA_CHECK(cudaMemcpyAsync(bytes + j * c * es, scratch_.get() + slot_offset(bucket, j, rank_), theirs,
+                               cudaMemcpyDeviceToDevice, s));
+  }
+  raise_flags(group(Free, bucket), s);  // the copies out have read the peers' chunks
+}
+
+void CopyEngineAllReduce::max_over_ranks(int32_t* d_value, cudaStream_t s) {
+  // The value into slot `rank` of every rank's max slots (this rank's own by a local copy), then
+  // the maximum of the n slots; the peers learn when their slot is free again.
+  wait_flags(max_free_group(), s);
+  const size_t at = (max_slots() - flags_.get()) + rank_;
+  for (int k = 1; k < n_; ++k) {
+    const int j = (rank_ + k) % n_;
+    CUDA_CHECK(cudaMemcpyAsync(peer_flags_[j] + at, d_value, sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
+    raise_flag(j, max_group(), s);
+  }
+  CUDA_CHECK(cudaMemcpyAsync(flags_.get() + at, d_value, sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
+  wait_flags(max_group(), s);
+  ce_max_slots(max_slots(), n_, d_value, s);
+  raise_flags(max_free_group(), s);
 }
 
 }  // namespace vitddp

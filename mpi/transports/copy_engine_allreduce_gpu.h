@@ -38,6 +38,22 @@ namespace vitddp {
 /// become graph nodes). Each flag is raised once per bucket and step and cleared by its waiter
 /// before the waiter's own chunk goes out, so replays never see a stale flag.
 ///
+/// ZeRO-1 (--shard-optimizer) uses the two halves apart, with the shard plan's chunks instead
+/// (mpi/buckets/shard_plan.h: c = shard_chunk(count, n), rank r owns [r c, min(count, (r + 1) c)),
+/// so the results lie where the NCCL transport puts them): reduce_scatter() is step 1 and 2 for
+/// this rank's chunk only; all_gather() sends this rank's chunk into every peer's scratch slot for
+/// it and copies the peers' chunks from its own scratch into place (the data need not be a
+/// registered region: the parameters and their bf16 copy are not). As nothing of the other half
+/// follows, each rank also tells its peers when it has read their copies out of its scratch (a
+/// "free" flag per bucket and sender, raised once per reduce_scatter() and all_gather() after the
+/// read and waited for and cleared by the sender before its next copy into that scratch; raised
+/// at construction; the destructor waits for the last ones, at most 2 s). max_over_ranks() exchanges one int the same way, with slots and flags of its
+/// own. A bucket goes through either all_reduce()/all_reduce_16bit() or the ZeRO-1 pair, not both
+/// (all_reduce() does not wait for the free flags).
+///
+/// A peer on the same GPU is a peer like any other (two processes on one device: CUDA IPC needs
+/// no peer access there; the copies are device-local), which lets the transport be tested on one GPU.
+///
 /// Requirements: every rank of `comm` on this node, with its GPU able to map its peers' memory
 /// (cudaIpcOpenMemHandle), and the same `buffers` sizes and bucket list on every rank.
 class CopyEngineAllReduce {
@@ -86,6 +102,30 @@ class CopyEngineAllReduce {
                         cudaStream_t stream, const std::function<void()>& mark = {});
   int world_size() const { return n_; }
 
+  // ---- ZeRO-1 (--shard-optimizer): chunk c = shard_chunk(count, n) per rank (mpi/buckets/shard_plan.h).
+  /// In place, as bucket `bucket`: this rank's chunk of the `count` fp32 elements at `data`
+  /// (elements [r c, min(count, (r + 1) c)), possibly short or empty) becomes scale times the sum
+  /// over the ranks of that chunk (fp32, this rank's value first, then the peers' in rank order,
+  /// one multiplication by `scale` at the end: ce_sum_chunk). The other chunks of `data` are left
+  /// as they were (the GpuTransport contract calls them undefined). `data` lies in one registered
+  /// region, at the same offset on every rank (the sum kernel's 16-byte accesses need the peers'
+  /// copies at the chunk's address modulo 16). No non-finite check: with --shard-optimizer the
+  /// engine checks its own chunks and agrees by max_over_ranks(). Enqueues on `stream` only.
+  /// Throws, before enqueuing anything, std::invalid_argument when t is not F32 or `data` fails
+  /// all_reduce()'s checks; std::runtime_error when a stream memory operation fails.
+  void reduce_scatter(size_t bucket, void* data, size_t count, DType t, float scale, cudaStream_t stream);
+  /// In place, as bucket `bucket`: every rank's chunk of the `count` elements of `t` (F32, BF16 or
+  /// F16; moved as bytes) at `data` lands in the same place on every rank, bit for bit; this
+  /// rank's chunk is only read, nothing outside the `count` elements is written. `data`: aligned
+  /// to its element size, count x element size at most bucket_bytes[bucket]; any device memory
+  /// (peers never access it). Enqueues on `stream` only. Throws std::invalid_argument (before
+  /// enqueuing anything) for a bad payload; std::runtime_error when a stream memory operation fails.
+  void all_gather(size_t bucket, void* data, size_t count, DType t, cudaStream_t stream);
+  /// In place: the device int *d_value becomes its maximum over the ranks, the same on every rank
+  /// (each rank copies it into every rank's max slot for it, then ce_max_slots). Not concurrent
+  /// with itself. Enqueues on `stream` only; std::runtime_error when a stream memory operation fails.
+  void max_over_ranks(int32_t* d_value, cudaStream_t stream);
+
   /// Non-finite check folded into the reduction. Each rank's sum kernels set its own slot when a
   /// summed element is NaN/Inf. begin_step() clears it; call it on a stream that every stream of
   /// the step's all-reduces is ordered after. exchange_nonfinite() copies it into every peer's
@@ -105,9 +145,18 @@ class CopyEngineAllReduce {
  private:
   /// Chunk capacity in bytes of a bucket of `bytes` over `n` ranks (the scratch slot size).
   static size_t slot_bytes(size_t bytes, int n);
-  /// Flags: [phase 0..2][bucket][sender] (phase 2 uses bucket 0: the non-finite exchange), then
-  /// the n non-finite slots.
+  /// Flags in groups of n (one per sender), then value slots:
+  ///   groups [phase][bucket] for phase 0 (scattered copy arrived), 1 (gathered chunk arrived),
+  ///   2 (ZeRO-1: the sender's slot in that rank's scratch is free again); group 3 B: the
+  ///   non-finite exchange; 3 B + 1: max_over_ranks' value arrived; 3 B + 2: its slot free again;
+  ///   then the n non-finite slots and the n max slots (B buckets).
   static size_t flag_count(size_t buckets, int n);
+  enum Phase : int { Scattered = 0, Gathered = 1, Free = 2 };
+  size_t group(int phase, size_t bucket) const { return phase * buckets_ + bucket; }
+  size_t nonfinite_group() const { return 3 * buckets_; }
+  size_t max_group() const { return 3 * buckets_ + 1; }
+  size_t max_free_group() const { return 3 * buckets_ + 2; }
+  int32_t* max_slots() const;
   /// How a payload of `count` elements is cut: chunk j is [begin(j), begin(j) + length(j)), `size`
   /// elements (a multiple of 64, so copies stay aligned) except the last ones.
   struct Chunks {
@@ -127,11 +176,19 @@ class CopyEngineAllReduce {
   /// All-gather: `bytes` at `mine` into the same place in every peer's buffer, flags raised; then
   /// waits for every peer's chunk.
   void gather(size_t bucket, const uint8_t* mine, size_t bytes, cudaStream_t s);
+  /// Before the memory goes: waits until every free flag is up again (the peers' last ZeRO-1
+  /// reads done), polling the flags from the host for at most 2 s. Only reads; never throws.
+  void await_free_flags() const noexcept;
   /// Index of the registered region holding `local`; std::invalid_argument when none does.
   size_t region_of(const void* local) const;
   void* peer_address(int peer, const void* local) const;
-  void raise_flag(int peer, int phase, size_t bucket, cudaStream_t s);
-  void wait_flags(int phase, size_t bucket, cudaStream_t s);
+  /// Raises this rank's flag in group `g` of `peer`; waits for (and clears) every peer's flag in
+  /// group `g` of this rank; raises this rank's flag in group `g` of every peer.
+  void raise_flag(int peer, size_t g, cudaStream_t s);
+  void wait_flags(size_t g, cudaStream_t s);
+  void raise_flags(size_t g, cudaStream_t s);
+  /// Rank `sender`'s scratch slot of bucket `bucket` in `receiver`'s scratch (its byte offset there).
+  size_t slot_offset(size_t bucket, int sender, int receiver) const;
 
   int rank_ = 0, n_ = 1;
   size_t buckets_ = 0;

@@ -414,9 +414,6 @@ void check_shard_optimizer(const Options& o) {
   if (!o.grad_as_bucket_view)
     bad("--grad-as-bucket-view", "off: not with --shard-optimizer (the reduce-scatter writes each rank's shard of the "
                                  "averaged gradients to a buffer of its own: there is no averaged bucket to copy back)");
-  if (o.allreduce == AllReduceImpl::CopyEngine)
-    bad("--allreduce", "copy-engine: not with --shard-optimizer (the copy-engine transport has no reduce-scatter and "
-                       "all-gather into per-rank shards): use --allreduce nccl");
 }
 
 /// Combinations that cannot work together (as opposed to options without effect).

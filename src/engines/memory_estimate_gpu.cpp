@@ -54,7 +54,7 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
     if (o.compression != Compression::None) reducer += std::string(reducer.empty() ? "" : ", ") + to_string(o.compression) + " buffers";
     if (uses_copy_engine(reducer_options(o), world_size))
       reducer += std::string(reducer.empty() ? "" : ", ") + "copy-engine scratch and flags";
-    if (o.shard_optimizer && reducer_bytes > 0)  // the only buffer of a sharded reducer
+    else if (o.shard_optimizer && reducer_bytes > 0)  // the only buffer of a sharded NCCL reducer
       reducer += std::string(reducer.empty() ? "" : ", ") +
                  "ZeRO-1's padded copy of the largest bucket that does not divide by the ranks";
     if (reducer.empty())

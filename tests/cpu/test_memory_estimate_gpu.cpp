@@ -11,6 +11,7 @@
 #include "cuda/kernels/reduce.h"
 #include "mpi/hooks/powersgd_gpu.h"
 #include "mpi/reducer/gpu_reducer_gpu.h"
+#include "mpi/transports/copy_engine_allreduce_gpu.h"
 #include "src/engines/memory_estimate.h"
 #include "tests/test_util.h"
 
@@ -111,17 +112,25 @@ TEST_CASE("memory estimate: momentum, bf16, reducer buffers", "[memory]") {
   CHECK(PowerSgdGpu::planned_device_bytes(hook_buckets(layout, buckets), reducer_options(ps).powersgd) < powersgd);
 
   // --allreduce copy-engine: per bucket, (n-1) scratch slots of a bucket's n-th part (256-byte
-  // rounded, plus 512 bytes of slack), 3 flags per bucket and rank and one non-finite slot per
-  // rank; nothing on one rank.
+  // rounded, plus 512 bytes of slack); flags: per bucket and rank 3 (scattered, gathered, free),
+  // per rank 3 more (non-finite exchange, max exchange, its free flag) and two value slots
+  // (non-finite, max); nothing on one rank.
   const Options ce = parse_args({"--model", "vit_b_32", "--allreduce", "copy-engine"});
   CHECK(estimate_gpu_memory(ce, layout, buckets, 1).bytes_of("reducer") == 0);
   size_t scratch = 0;
   for (const auto& b : buckets) scratch += ((b.bytes() + 1) / 2 + 255) / 256 * 256 + 512;
-  CHECK(estimate_gpu_memory(ce, layout, buckets, 2).bytes_of("reducer") == scratch + (3 * buckets.size() * 2 + 2) * 4);
+  const size_t flags = ((3 * buckets.size() + 3) * 2 + 2 * 2) * 4;
+  CHECK(estimate_gpu_memory(ce, layout, buckets, 2).bytes_of("reducer") == scratch + flags);
+  // ZeRO-1 over the copy engines: the same scratch and flags (no padded bucket).
+  const Options cez = parse_args({"--model", "vit_b_32", "--allreduce", "copy-engine", "--shard-optimizer"});
+  const MemoryEstimate ez = estimate_gpu_memory(cez, layout, buckets, 2);
+  CHECK(ez.bytes_of("reducer") == scratch + flags);
+  std::vector<size_t> bucket_bytes;
+  for (const auto& b : buckets) bucket_bytes.push_back(b.bytes());
+  CHECK(ez.bytes_of("reducer") == CopyEngineAllReduce::planned_device_bytes(bucket_bytes, 2));
   CHECK(scratch > n * 4 / 2);  // about half the gradients
   CHECK(scratch < n * 4 / 2 + buckets.size() * 768);
   // With bf16 compression, a 16-bit staging buffer of the largest bucket per comm stream.
-  const size_t flags = (3 * buckets.size() * 2 + 2) * 4;
   for (const char* k : {"1", "3"}) {
     INFO("--comm-streams " << k);
     const Options c16 = parse_args({"--model", "vit_b_32", "--allreduce", "copy-engine", "--compression", "bf16",

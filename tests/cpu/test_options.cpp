@@ -346,14 +346,17 @@ TEST_CASE("--shard-optimizer: off by default; the options its reduce-scatter can
           "a 16-bit reduce-scatter is not implemented): use --compression none");
   CHECK(option_error({"--shard-optimizer", "--grad-as-bucket-view", "off"}).rfind(
             "--grad-as-bucket-view: off: not with --shard-optimizer (the reduce-scatter writes each rank's shard", 0) == 0);
-  CHECK(option_error({"--shard-optimizer", "--allreduce", "copy-engine"}) ==
-        "--allreduce: copy-engine: not with --shard-optimizer (the copy-engine transport has no reduce-scatter and "
-        "all-gather into per-rank shards): use --allreduce nccl");
+  // Over the copy engines as over NCCL: fp32 buckets only.
+  for (const char* c : {"fp16", "bf16"})
+    CHECK(option_error({"--shard-optimizer", "--allreduce", "copy-engine", "--compression", c}) ==
+          "--compression: " + std::string(c) + ": not with --shard-optimizer (its reduce-scatter averages fp32 buckets; "
+          "a 16-bit reduce-scatter is not implemented): use --compression none");
   // What it combines with.
   for (const std::vector<std::string>& fine :
        {std::vector<std::string>{"--shard-optimizer", "--compression", "none", "--grad-as-bucket-view", "on"},
         {"--shard-optimizer", "--no-overlap", "--grad-accum-steps", "4", "--optimizer", "adamw"},
         {"--shard-optimizer", "--allreduce", "nccl", "--checkpoint-every", "5", "--bucket-cap-mb", "3"},
+        {"--shard-optimizer", "--allreduce", "copy-engine", "--comm-streams", "2", "--precision", "bf16"},
         {"--shard-optimizer", "--backend", "cpu", "--momentum", "0.9"}}) {
     INFO(fine[1]);
     CHECK(option_error(fine).empty());

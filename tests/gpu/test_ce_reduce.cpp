@@ -116,6 +116,24 @@ TEST_CASE("ce_sum_chunk: a NaN, an Inf or an fp16 overflow anywhere sets the non
   CUDA_CHECK(cudaStreamDestroy(s));
 }
 
+TEST_CASE("ce_max_slots: the maximum of the first n slots, written over one of them", "[gpu][ce_reduce]") {
+  REQUIRE_GPU();
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  DevVec<int> slots(std::vector<int>{-3, 7, 2, 9}), out(std::vector<int>{100});
+  ce_max_slots(slots.get(), 3, out.get(), s);  // the 9 lies past n
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CHECK(out.download()[0] == 7);
+  ce_max_slots(slots.get(), 1, out.get(), s);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CHECK(out.download()[0] == -3);
+  ce_max_slots(slots.get(), 4, slots.get() + 2, s);  // in place, as max_over_ranks' own slot
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CHECK(slots.download() == std::vector<int>{-3, 7, 9, 9});
+  CHECK_THROWS_AS(ce_max_slots(slots.get(), 0, out.get(), s), std::invalid_argument);
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
 TEST_CASE("ce_sum_chunk_16bit: the 16-bit hooks' cast, sum and cast back in one pass, bit for bit",
           "[gpu][ce_reduce]") {
   REQUIRE_GPU();

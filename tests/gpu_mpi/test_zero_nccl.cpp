@@ -4,7 +4,9 @@
 // and flag exchange; the sharded GPU engine against the DDP GPU engine (fp32 and bf16, SGD with
 // momentum and AdamW, CUDA graph on and off, accumulation, a non-finite step, the gathered state),
 // bit for bit where the next forward overlaps the all-gathers (every block waiting only for its
-// buckets: a block that read a stale bucket would change that step's loss).
+// buckets: a block that read a stale bucket would change that step's loss). The reducer and the
+// engine cases run over both transports, --allreduce nccl and copy-engine (the copy engine's own
+// collectives: tests/gpu_mpi/test_ce_zero.cpp).
 #include <cuda_runtime.h>
 #include <mpi.h>
 
@@ -111,13 +113,20 @@ TEST_CASE("GPU reducer, ZeRO-1: each rank's chunks hold the average in place, th
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   NcclComm comm(w);
-  {
+  for (const char* transport : {"nccl", "copy-engine"}) {
+    INFO("--allreduce " << transport);
+    const bool nccl = std::string(transport) == "nccl";
+    CUDA_CHECK(cudaMemcpy(grads.get(), std::vector<float>(L.total, (float)(w.rank + 1)).data(), L.total * sizeof(float),
+                          cudaMemcpyHostToDevice));
     ReducerOptions ro;
     ro.shard_optimizer = true;
+    ro.allreduce = transport;
     GpuReducer reducer(L, buckets, grads.get(), comm.get(), stream, ro);
     const ShardPlan& plan = *reducer.shard_plan();
     CHECK(reducer.device_bytes() == GpuReducer::planned_device_bytes(L, buckets, ro, 2));
-    CHECK(reducer.device_bytes() == 0);  // vit_b_32's buckets divide by 2: no padded scratch
+    // vit_b_32's buckets divide by 2: no padded scratch over NCCL; the copy engines' scratch and flags.
+    if (nccl) CHECK(reducer.device_bytes() == 0);
+    if (!nccl) CHECK(reducer.device_bytes() > 0);
     cudaEvent_t start;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventRecord(start, stream));
@@ -198,18 +207,21 @@ TEST_CASE("GPU engine, ZeRO-1 on 2 GPUs equals DDP: fp32 and bf16, SGD and AdamW
       {{"--momentum", "0.9", "--precision", "bf16"}, 1},
       {{"--optimizer", "adamw", "--precision", "bf16", "--grad-accum-steps", "2"}, 2},
   };
+  for (const char* transport : {"nccl", "copy-engine"})
   for (const Case& c : cases) {
-    std::vector<std::string> za = c.args;
+    std::vector<std::string> da = c.args;
+    da.insert(da.end(), {"--allreduce", transport});
+    std::vector<std::string> za = da;
     za.push_back("--shard-optimizer");
-    const Options od = zero_options("gpu", c.args), oz = zero_options("gpu", za);
+    const Options od = zero_options("gpu", da), oz = zero_options("gpu", za);
     const auto buckets = run_buckets(od, L);
     auto ddp = make_gpu_engine(od, w, L, buckets, nullptr);
     auto zero = make_gpu_engine(oz, w, L, buckets, nullptr);
     const std::vector<float> p0 = ddp->parameters();
     REQUIRE(zero->parameters() == p0);
     const auto recs = run_zero_steps({ddp.get(), zero.get()}, L, 5, c.micro);  // steps 2.. replay CUDA graphs
-    INFO(to_string(oz.optimizer) << ", " << to_string(oz.precision) << ", cuda graph " << oz.cuda_graph << ", "
-                                 << c.micro << " micro-step(s)");
+    INFO("--allreduce " << transport << ", " << to_string(oz.optimizer) << ", " << to_string(oz.precision)
+                        << ", cuda graph " << oz.cuda_graph << ", " << c.micro << " micro-step(s)");
     CHECK(max_abs_diff(zero->parameters(), ddp->parameters()) <= 1e-6);
     CHECK(max_abs_diff(ddp->parameters(), p0) > 1e-3);  // not vacuous
     CHECK(recs[1].loss == Approx(recs[0].loss).epsilon(1e-6));
@@ -249,10 +261,15 @@ TEST_CASE("GPU engine, ZeRO-1 on 2 GPUs equals DDP bit for bit while the next fo
       {{"--momentum", "0.9", "--grad-accum-steps", "2"}, 2},
   };
   const int steps = 6;  // graph on: step 0 eager, then replays waiting on sets 0, 1, 0, ...
+  // Over the copy engines as well: its all-reduce and reduce-scatter sum the same two values
+  // (a + b, commutative in fp32), times 1/2.
+  for (const char* transport : {"nccl", "copy-engine"})
   for (const Case& c : cases) {
-    std::vector<std::string> za = c.args;
+    std::vector<std::string> da = c.args;
+    da.insert(da.end(), {"--allreduce", transport});
+    std::vector<std::string> za = da;
     za.push_back("--shard-optimizer");
-    Options od = zero_options("gpu", c.args), oz = zero_options("gpu", za);
+    Options od = zero_options("gpu", da), oz = zero_options("gpu", za);
     od.checkpoint_every = oz.checkpoint_every = 1000;  // no GEMM autotuning: the same algorithms in both engines
     const auto buckets = run_buckets(od, L);
     REQUIRE(buckets.size() > 3);
@@ -260,8 +277,8 @@ TEST_CASE("GPU engine, ZeRO-1 on 2 GPUs equals DDP bit for bit while the next fo
     auto zero = make_gpu_engine(oz, w, L, buckets, nullptr);
     std::vector<std::vector<StepRecord>> recs;
     run_zero_steps({ddp.get(), zero.get()}, L, steps, c.micro, -1, &recs);
-    INFO(to_string(oz.optimizer) << ", " << to_string(oz.precision) << ", cuda graph " << oz.cuda_graph << ", "
-                                 << c.micro << " micro-step(s)");
+    INFO("--allreduce " << transport << ", " << to_string(oz.optimizer) << ", " << to_string(oz.precision)
+                        << ", cuda graph " << oz.cuda_graph << ", " << c.micro << " micro-step(s)");
     for (int s = 0; s < steps; ++s) {
       INFO("step " << s);
       CHECK(recs[1][s].loss == recs[0][s].loss);  // bit for bit: no forward read a stale bucket
@@ -318,15 +335,16 @@ TEST_CASE("GPU engine, ZeRO-1: the memory estimate equals the allocations, the s
           "[gpu][mpi][zero][memory]") {
   const World w = test_world();
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
+  for (const char* transport : {"nccl", "copy-engine"})
   for (const char* opt : {"sgd", "adamw"}) {
     const bool adamw = std::string(opt) == "adamw";
     // --attention custom: cuDNN sizes its attention workspace itself (not in the estimate).
     const Options o = zero_options("gpu", {adamw ? "--optimizer" : "--momentum", adamw ? "adamw" : "0.9", "--attention",
-                                           "custom", "--shard-optimizer"});
+                                           "custom", "--shard-optimizer", "--allreduce", transport});
     const auto buckets = run_buckets(o, L);
     const MemoryEstimate e = estimate_gpu_memory(o, L, buckets, w.world_size);
     auto engine = make_gpu_engine(o, w, L, buckets, nullptr);
-    INFO(opt << " on " << w.world_size << " ranks");
+    INFO(opt << " over " << transport << " on " << w.world_size << " ranks");
     CHECK(engine->info().device_bytes == e.persistent_bytes());
     const size_t slot = ShardPlan(buckets, w.world_size, w.rank).slot_numel() * sizeof(float);
     CHECK(e.bytes_of("optimizer state") == (adamw ? 2 : 1) * slot);
