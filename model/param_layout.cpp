@@ -1,5 +1,6 @@
 #include "model/param_layout.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -83,6 +84,16 @@ ModelParams find_model_params(const ParamLayout& L) {
   m.head_w = ref("heads.head.weight");
   m.head_b = ref("heads.head.bias");
   return m;
+}
+
+std::vector<ParamRef> bf16_model_fp32_params(const ParamLayout& L) {
+  const ModelParams& m = L.named;
+  std::vector<ParamRef> v = {m.cls, m.conv_b, m.pos};
+  for (const BlockParams& b : m.blocks)
+    for (const ParamRef& r : {b.ln1_w, b.ln1_b, b.proj_b, b.ln2_w, b.ln2_b, b.fc2_b}) v.push_back(r);
+  for (const ParamRef& r : {m.ln_w, m.ln_b, m.head_w, m.head_b}) v.push_back(r);
+  std::sort(v.begin(), v.end(), [](const ParamRef& a, const ParamRef& b) { return a.index < b.index; });
+  return v;
 }
 
 size_t ParamLayout::index_of(const std::string& name) const {

@@ -54,6 +54,17 @@ struct ModelParams {
 
 struct ParamLayout;
 
+/// The parameters the bf16 GpuViT (--precision bf16; cuda/model/gpu_vit.cu, forward_pass and
+/// backward_pass) reads from the flat fp32 parameter buffer instead of its bf16 working copy, in
+/// registration order: conv_proj.bias (the patch GEMM writes the fp32 embedding with it),
+/// class_token and encoder.pos_embedding (the fp32 residual stream), per block ln_1.weight /
+/// .bias and ln_2.weight / .bias (fp32 LayerNorm), self_attention.out_proj.bias and mlp.3.bias
+/// (the GEMMs that add into the fp32 residual stream), and the fp32 head: encoder.ln.weight /
+/// .bias, heads.head.weight / .bias. Every other tensor (conv_proj.weight, in_proj_weight /
+/// in_proj_bias, out_proj.weight, mlp.0.weight / .bias, mlp.3.weight) is read only as bf16.
+/// ZeRO-1's bf16 all-gather (--allgather-dtype bf16) refreshes exactly these in the fp32 buffer.
+std::vector<ParamRef> bf16_model_fp32_params(const ParamLayout& layout);
+
 /// Looks every tensor of `layout.cfg` up by its torchvision name (ParamLayout::index_of); throws
 /// std::out_of_range naming a missing one. make_param_layout stores the result in
 /// ParamLayout::named.

@@ -1,14 +1,19 @@
 // The ZeRO-1 (--shard-optimizer) engine checks shared by the CPU (mpi), GPU (gpu, gpu_mpi) tests:
 // the command line of a small sharded or DDP run, a driver feeding several engines the same
-// batches, and the largest difference of two parameter vectors (the World: node_world of
-// tests/mpi_test_util.h). CUDA-free.
+// batches, the largest difference of two parameter vectors (the World: node_world of
+// tests/mpi_test_util.h), and the check of the bf16 all-gather's model copies. CUDA-free.
 #pragma once
 #include <mpi.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
+
+#include "model/param_layout.h"
+#include "mpi/hooks/half_host.h"
 
 #include "src/engines/engine.h"
 #include "tests/catch.h"
@@ -65,6 +70,52 @@ inline std::vector<vitddp::StepRecord> run_zero_steps(const std::vector<vitddp::
       if (every) (*every)[e].push_back(last[e]);
     }
   return last;
+}
+
+/// Elements where ZeRO-1's bf16 all-gather (--allgather-dtype bf16) breaks its semantics on this
+/// rank: all zero when it holds.
+struct Bf16GatherCheck {
+  size_t bf16 = 0;       ///< model bf16 copy != bf16(master) (round to nearest even), any element of the flat buffer
+  size_t fp32_read = 0;  ///< fp32-read parameter (bf16_model_fp32_params) != float(bf16(master)), bit for bit
+  size_t untouched = 0;  ///< another parameter's fp32 entry != its start-up value (the model never reads it)
+  size_t fp32_read_elements = 0;  ///< elements of the fp32-read parameters (not vacuous)
+};
+
+/// Compares engine `e`'s model copies (EngineDiagnostics::model_parameters) with the full fp32
+/// `masters` (layout.total: the gathered parameters()) through the host casts of
+/// mpi/hooks/half_host.h (bit-exact twins of __float2bfloat16_rn and __bfloat162float), and the
+/// fp32 entries of the other parameters with `start` (the parameters the engine was built or
+/// loaded with). Padding elements count only in `bf16`.
+inline Bf16GatherCheck check_bf16_gather(vitddp::Engine& e, const vitddp::ParamLayout& L,
+                                         const std::vector<float>& masters, const std::vector<float>& start) {
+  using namespace vitddp;
+  std::vector<float> f32;
+  std::vector<uint16_t> b16;
+  e.diagnostics().model_parameters(&f32, &b16);
+  REQUIRE(f32.size() == L.total);
+  REQUIRE(b16.size() == L.total);
+  REQUIRE(masters.size() == L.total);
+  REQUIRE(start.size() == L.total);
+  std::vector<int> kind(L.total, 0);  // 0 padding, 1 fp32-read parameter, 2 other parameter
+  for (const ParamInfo& p : L.params) std::fill(kind.begin() + p.offset, kind.begin() + p.offset + p.numel, 2);
+  for (const ParamRef& r : bf16_model_fp32_params(L)) std::fill(kind.begin() + r.offset, kind.begin() + r.offset + r.numel, 1);
+  const auto bits = [](float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, sizeof(u));
+    return u;
+  };
+  Bf16GatherCheck c;
+  for (size_t i = 0; i < L.total; ++i) {
+    const uint16_t want = float_to_bf16(masters[i]);
+    if (b16[i] != want) ++c.bf16;
+    if (kind[i] == 1) {
+      ++c.fp32_read_elements;
+      if (bits(f32[i]) != bits(bf16_to_float(want))) ++c.fp32_read;
+    } else if (kind[i] == 2 && bits(f32[i]) != bits(start[i])) {
+      ++c.untouched;
+    }
+  }
+  return c;
 }
 
 }  // namespace vitddp_test

@@ -2,6 +2,7 @@
 
 #include "model/fnv1a.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -35,6 +36,31 @@ std::vector<Bucket> assign_buckets(const ParamLayout& L, size_t first_bytes, siz
   }
   // The last bucket ends at the end of the buffer (it holds the last tensor and its padding).
   out.back().numel = L.total - out.back().offset;
+  return out;
+}
+
+std::vector<std::vector<FlatRange>> bucket_ranges(const ParamLayout& layout, const std::vector<Bucket>& buckets,
+                                                  const std::vector<size_t>& params) {
+  std::vector<char> wanted(layout.params.size(), 0);
+  for (size_t p : params) wanted.at(p) = 1;
+  std::vector<std::vector<FlatRange>> out;
+  for (const Bucket& b : buckets) {
+    std::vector<size_t> in = b.params;
+    std::sort(in.begin(), in.end(), [&](size_t x, size_t y) { return layout.params[x].offset < layout.params[y].offset; });
+    std::vector<FlatRange> v;
+    bool open = false;  // the last tensor in offset order was wanted: extend its range
+    for (size_t p : in) {
+      const ParamInfo& t = layout.params[p];
+      if (!wanted[p]) {
+        open = false;
+        continue;
+      }
+      if (open) v.back().count = t.offset + t.numel - v.back().offset;
+      else v.push_back(FlatRange{t.offset, t.numel});
+      open = true;
+    }
+    out.push_back(std::move(v));
+  }
   return out;
 }
 

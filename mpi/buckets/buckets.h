@@ -29,6 +29,19 @@ struct Bucket {
 std::vector<Bucket> assign_buckets(const ParamLayout& layout, size_t first_bucket_bytes,
                                    size_t bucket_cap_bytes);
 
+/// A run [offset, offset + count) of the flat buffer, in elements.
+struct FlatRange {
+  size_t offset = 0;
+  size_t count = 0;
+};
+
+/// Per bucket (index order): the flat ranges of the tensors `params` (registration indices) that
+/// the bucket holds, in offset order, tensors that follow each other in the bucket (nothing but
+/// layout padding between them) merged into one range, which then covers that padding too.
+/// Throws std::out_of_range for an index outside layout.params.
+std::vector<std::vector<FlatRange>> bucket_ranges(const ParamLayout& layout, const std::vector<Bucket>& buckets,
+                                                  const std::vector<size_t>& params);
+
 /// FNV-1a hash of the bucket table (offsets, sizes, parameter indices): ranks compare it at start-up
 /// so that a rank with another layout fails fast instead of all-reducing mismatched buffers.
 uint64_t bucket_fingerprint(const std::vector<Bucket>& buckets);

@@ -252,9 +252,11 @@ void GpuReducer::agree_nonfinite(int* d_flag, cudaStream_t stream) {
   CUDA_CHECK(cudaStreamWaitEvent(stream, flag_done_, 0));
 }
 
-int GpuReducer::all_gather(float* d_params, __nv_bfloat16* d_bf16, cudaStream_t stream) {
+int GpuReducer::gather_buckets(cudaStream_t stream, size_t elem_bytes, const BucketWork& collective,
+                               const BucketWork& after) {
   if (!shard_) throw std::logic_error("GpuReducer::all_gather without --shard-optimizer");
   const int set = gather_calls_++ % 2;
+  gather_elem_bytes_[set] = elem_bytes;
   cudaStream_t cs = comm_stream();
   CUDA_CHECK(cudaEventRecord(gather_go_, stream));
   CUDA_CHECK(cudaStreamWaitEvent(cs, gather_go_, 0));
@@ -264,14 +266,44 @@ int GpuReducer::all_gather(float* d_params, __nv_bfloat16* d_bf16, cudaStream_t 
     const Bucket& bk = *it;
     NvtxRange range("all-gather bucket " + std::to_string(bk.index), NvtxColor::Orange);
     CUDA_CHECK(cudaEventRecord(gather_ev_[set][2 * bk.index], cs));
-    transport_->all_gather(bk.index, d_params + bk.offset, bk.numel, DType::F32, cs);
+    collective(bk, cs);
     CUDA_CHECK(cudaEventRecord(gather_ev_[set][2 * bk.index + 1], cs));
-    // The model's bf16 working copy follows the gathered parameters (it is not the optimizer's).
-    if (d_bf16) convert_to_bf16(d_params + bk.offset, d_bf16 + bk.offset, bk.numel, cs);
+    after(bk, cs);
     CUDA_CHECK(cudaEventRecord(gathered_[set][bk.index], cs));
   }
   CUDA_CHECK(cudaEventRecord(params_ready_[set], cs));
   return set;
+}
+
+int GpuReducer::all_gather(float* d_params, __nv_bfloat16* d_bf16, cudaStream_t stream) {
+  return gather_buckets(
+      stream, sizeof(float),
+      [&](const Bucket& bk, cudaStream_t cs) {
+        transport_->all_gather(bk.index, d_params + bk.offset, bk.numel, DType::F32, cs);
+      },
+      [&](const Bucket& bk, cudaStream_t cs) {
+        // The model's bf16 working copy follows the gathered parameters (it is not the optimizer's).
+        if (d_bf16) convert_to_bf16(d_params + bk.offset, d_bf16 + bk.offset, bk.numel, cs);
+      });
+}
+
+int GpuReducer::all_gather_bf16(__nv_bfloat16* d_bf16, float* d_params,
+                                const std::vector<std::vector<FlatRange>>& fp32_read, cudaStream_t stream) {
+  if (fp32_read.size() != core_.buckets().size())
+    throw std::invalid_argument("GpuReducer::all_gather_bf16: " + std::to_string(fp32_read.size()) +
+                                " range lists for " + std::to_string(core_.buckets().size()) + " buckets");
+  return gather_buckets(
+      stream, sizeof(__nv_bfloat16),
+      [&](const Bucket& bk, cudaStream_t cs) {
+        transport_->all_gather(bk.index, d_bf16 + bk.offset, bk.numel, DType::BF16, cs);
+      },
+      [&](const Bucket& bk, cudaStream_t cs) {
+        // The parameters the bf16 model reads in fp32 become float(bf16): every rank's model then
+        // reads the same values, the rounds of the masters.
+        for (const FlatRange& r : fp32_read[bk.index])
+          ::vitddp::cast_from_16bit(reinterpret_cast<const uint16_t*>(d_bf16 + r.offset), r.count, DType::BF16,
+                          d_params + r.offset, cs);
+      });
 }
 
 void GpuReducer::gather_times(int set, cudaEvent_t from, BucketTimes* t) const {
@@ -284,7 +316,7 @@ void GpuReducer::gather_times(int set, cudaEvent_t from, BucketTimes* t) const {
     t->allgather_start_ms.at(b) = a;
     t->allgather_end_ms.at(b) = e;
     t->allgather_ms.at(b) = e - a;
-    t->allgather_bytes.at(b) = core_.buckets()[b].bytes();
+    t->allgather_bytes.at(b) = core_.buckets()[b].numel * gather_elem_bytes_[set & 1];
   }
 }
 

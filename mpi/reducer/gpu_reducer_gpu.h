@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -126,6 +127,18 @@ class GpuReducer : private ReducerBackend, private HookBackend {
   /// the caller makes its streams wait for gathered() or params_ready() before reading the
   /// parameters. Throws std::logic_error without sharding.
   int all_gather(float* d_params, __nv_bfloat16* d_bf16, cudaStream_t stream);
+  /// The same with the parameters gathered in bf16 (--allgather-dtype bf16, half the bytes): on
+  /// entry this rank's chunk of `d_bf16` (layout.total bf16, the model's working copy) holds the
+  /// bf16 rounds of its updated fp32 masters; per bucket, from the last to the first, every rank's
+  /// chunk of `d_bf16` is all-gathered in place (DType::BF16) between the timing events, then
+  /// d_params[i] = float(d_bf16[i]) (exact) over the bucket's ranges fp32_read[b] (flat ranges of
+  /// the parameters the bf16 model reads in fp32: bucket_ranges of bf16_model_fp32_params) before
+  /// gathered(set, b) is recorded. The rest of `d_params` is not written. Events, sets and the
+  /// caller's duties as all_gather(); gather_times() reports the bf16 bytes. Throws
+  /// std::logic_error without sharding, std::invalid_argument unless fp32_read has one entry per
+  /// bucket.
+  int all_gather_bf16(__nv_bfloat16* d_bf16, float* d_params, const std::vector<std::vector<FlatRange>>& fp32_read,
+                      cudaStream_t stream);
   /// Recorded on the comm stream after bucket b's all-gather (and bf16 refresh) of the all_gather()
   /// call that returned `set` (0 or 1).
   cudaEvent_t gathered(int set, size_t b) const { return gathered_.at(set).at(b); }
@@ -157,6 +170,11 @@ class GpuReducer : private ReducerBackend, private HookBackend {
   std::unique_ptr<PowerSgdState> make_powersgd(const std::vector<HookBucket>& buckets,
                                                const PowerSgdOptions& options) override;
   size_t planned_powersgd_bytes(const std::vector<HookBucket>& buckets, const PowerSgdOptions& options) const override;
+  /// all_gather() and all_gather_bf16(): the comm stream waits for `stream`, then per bucket
+  /// (last first) `collective` between the bucket's timing events, `after` (the conversions),
+  /// then gathered(set, b); returns the set. `elem_bytes`: the gathered dtype's size (gather_times).
+  using BucketWork = std::function<void(const Bucket&, cudaStream_t)>;
+  int gather_buckets(cudaStream_t stream, size_t elem_bytes, const BucketWork& collective, const BucketWork& after);
   /// The constructor's allocations (streams, events, buffers, hook state, the transport).
   void create(const ParamLayout& layout);
   /// Drains every stream, then frees what create() made; safe on a half-made reducer.
@@ -195,6 +213,7 @@ class GpuReducer : private ReducerBackend, private HookBackend {
   std::array<cudaEvent_t, 2> params_ready_{};
   cudaEvent_t gather_go_ = nullptr, flag_go_ = nullptr, flag_done_ = nullptr;
   int gather_calls_ = 0;                   ///< all_gather() calls so far (the set is their parity)
+  std::array<size_t, 2> gather_elem_bytes_{{4, 4}};  ///< per set: bytes per gathered element (fp32 4, bf16 2)
 };
 
 }  // namespace vitddp

@@ -69,6 +69,12 @@ const std::vector<std::pair<AllReduceImpl, std::string>>& enum_names<AllReduceIm
   return n;
 }
 template <>
+const std::vector<std::pair<AllGatherDtype, std::string>>& enum_names<AllGatherDtype>() {
+  static const std::vector<std::pair<AllGatherDtype, std::string>> n = {
+      {AllGatherDtype::Auto, "auto"}, {AllGatherDtype::Fp32, "fp32"}, {AllGatherDtype::Bf16, "bf16"}};
+  return n;
+}
+template <>
 const std::vector<std::pair<LrScheduleKind, std::string>>& enum_names<LrScheduleKind>() {
   static const std::vector<std::pair<LrScheduleKind, std::string>> n = {
       {LrScheduleKind::Constant, "constant"}, {LrScheduleKind::WarmupCosine, "cosine"}};
@@ -90,6 +96,7 @@ std::string to_string(FailMode v) { return name_of(v); }
 std::string to_string(Precision v) { return name_of(v); }
 std::string to_string(Compression v) { return name_of(v); }
 std::string to_string(AllReduceImpl v) { return name_of(v); }
+std::string to_string(AllGatherDtype v) { return name_of(v); }
 std::string to_string(LrScheduleKind v) { return name_of(v); }
 std::string to_string(InitScheme v) { return name_of(v); }
 

@@ -20,6 +20,11 @@ namespace vitddp {
 enum class Compression { None, Fp16, Bf16, PowerSgd };
 /// --allreduce: the GPU transport of the gradient all-reduce (NCCL, or the copy engines).
 enum class AllReduceImpl { Nccl, CopyEngine };
+/// --allgather-dtype: the dtype ZeRO-1's all-gather moves the parameters in (--shard-optimizer):
+/// fp32 (the parameters themselves), bf16 (the model's bf16 copy, rounded from this rank's fp32
+/// master shard: Megatron-LM's distributed optimizer with bf16 parameters), auto (resolved by
+/// allgather_in_bf16, src/app/options.h).
+enum class AllGatherDtype { Auto, Fp32, Bf16 };
 
 /// --backend: gpu (CUDA + NCCL), cpu (reference kernels + MPI all-reduce), auto (gpu when a CUDA
 /// device is visible; resolved by main before training).
@@ -75,6 +80,7 @@ template <> const std::vector<std::pair<FailMode, std::string>>& enum_names<Fail
 template <> const std::vector<std::pair<Precision, std::string>>& enum_names<Precision>();
 template <> const std::vector<std::pair<Compression, std::string>>& enum_names<Compression>();
 template <> const std::vector<std::pair<AllReduceImpl, std::string>>& enum_names<AllReduceImpl>();
+template <> const std::vector<std::pair<AllGatherDtype, std::string>>& enum_names<AllGatherDtype>();
 template <> const std::vector<std::pair<LrScheduleKind, std::string>>& enum_names<LrScheduleKind>();
 template <> const std::vector<std::pair<InitScheme, std::string>>& enum_names<InitScheme>();
 
@@ -90,6 +96,7 @@ std::string to_string(FailMode v);
 std::string to_string(Precision v);
 std::string to_string(Compression v);
 std::string to_string(AllReduceImpl v);
+std::string to_string(AllGatherDtype v);
 std::string to_string(LrScheduleKind v);
 std::string to_string(InitScheme v);
 /// "synthetic", "device" or "idx:DIR".

@@ -187,6 +187,9 @@ const std::vector<Spec>& table() {
       {"shard-optimizer", nullptr, Group::Ddp, "ZeRO stage 1: reduce-scatter each bucket instead of all-reducing it, update only this rank's 1/N shard (optimizer state for it alone), then all-gather the parameters; --compression none only",
        [](Options& o, const std::string&) { o.shard_optimizer = true; },
        [](const Options& o) { return true_false(o.shard_optimizer); }},
+      {"allgather-dtype", "auto|fp32|bf16", Group::Ddp, "ZeRO-1: fp32 (DDP bit for bit), bf16 (half the bytes, fp32 shard masters, Megatron-LM); auto: bf16 iff --precision bf16, >1 rank",
+       [](Options& o, const std::string& v) { o.allgather_dtype = parse_enum<AllGatherDtype>("--allgather-dtype", v); },
+       [](const Options& o) { return to_string(o.allgather_dtype); }},
       {"grad-as-bucket-view", "on|off", Group::Ddp, "on: gradients are the buckets, all-reduced in place (gradient_as_bucket_view=True); off: a bucket buffer, copies",
        [](Options& o, const std::string& v) { o.grad_as_bucket_view = one_of("--grad-as-bucket-view", v, {"on", "off"}) == "on"; },
        [](const Options& o) { return on_off(o.grad_as_bucket_view); }},
@@ -416,6 +419,18 @@ void check_shard_optimizer(const Options& o) {
                                  "averaged gradients to a buffer of its own: there is no averaged bucket to copy back)");
 }
 
+/// --allgather-dtype bf16: what the bf16 all-gather needs (auto and fp32 need nothing; without
+/// --shard-optimizer the no-effect rule refuses them).
+void check_allgather_dtype(const Options& o) {
+  if (o.allgather_dtype != AllGatherDtype::Bf16) return;
+  if (!o.shard_optimizer || !o.ddp)
+    bad("--allgather-dtype", "bf16: needs --shard-optimizer (only ZeRO-1 all-gathers the parameters; DDP all-reduces "
+                             "the gradients and every replica updates its own fp32 parameters)");
+  if (o.precision != Precision::bf16)
+    bad("--allgather-dtype", "bf16: needs --precision bf16 (the gathered bf16 copy is what the bf16 model reads; "
+                             "with --precision " + to_string(o.precision) + " the model reads fp32 parameters)");
+}
+
 /// Combinations that cannot work together (as opposed to options without effect).
 void check_combinations(const Options& o) {
   // assign_buckets works in bytes: a limit below one byte would be 0.
@@ -433,6 +448,7 @@ void check_combinations(const Options& o) {
   if (o.allreduce == AllReduceImpl::CopyEngine && o.compression == Compression::PowerSgd)
     bad("--allreduce", "copy-engine: not with --compression powersgd (its all-reduces of P and Q use NCCL)");
   check_shard_optimizer(o);
+  check_allgather_dtype(o);
   if (o.eval_every > 0 && o.data.kind != DataSpec::Kind::idx)
     throw OptionError("--eval-every: --data " + to_string(o.data) + " has no --eval-split " + to_string(o.eval_split) +
                       " to evaluate; use --data idx:DIR (an MNIST-format data set with its t10k test files)");
@@ -484,6 +500,9 @@ const std::vector<EffectRule>& effect_rules() {
       {"first-bucket-mb", ddp, no_ddp},
       {"no-overlap", ddp, no_ddp},
       {"shard-optimizer", ddp, no_ddp},
+      {"allgather-dtype", ddp, no_ddp},
+      {"allgather-dtype", [](const Options& o) { return o.shard_optimizer; },
+       because("has no effect without --shard-optimizer (DDP all-reduces the gradients and gathers no parameters)")},
       {"grad-as-bucket-view", ddp, no_ddp},
       {"compression", ddp, no_ddp},
       {"powersgd-rank", ddp, no_ddp},
@@ -641,6 +660,13 @@ std::vector<std::pair<std::string, std::string>> option_values(const Options& o)
   for (const auto& sp : table())
     if (std::string(sp.name) != "help" && std::string(sp.name) != "version") v.emplace_back(sp.name, sp.get(o));
   return v;
+}
+
+bool allgather_in_bf16(const Options& o, int world_size) {
+  if (!o.shard_optimizer || !o.ddp) return false;
+  if (o.allgather_dtype == AllGatherDtype::Auto)
+    return o.precision == Precision::bf16 && o.backend != Backend::Cpu && world_size > 1;
+  return o.allgather_dtype == AllGatherDtype::Bf16;
 }
 
 std::vector<Bucket> run_buckets(const Options& o, const ParamLayout& layout) {

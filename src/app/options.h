@@ -40,6 +40,7 @@ struct Options {
   std::optional<int> comm_streams;  ///< 1..4 copy-engine comm streams (ReducerOptions::comm_streams); empty: auto
   bool grad_as_bucket_view = true;  ///< off: separate bucket buffer + copies (--grad-as-bucket-view)
   bool shard_optimizer = false;     ///< --shard-optimizer: ZeRO stage 1 (reduce-scatter, shard update, all-gather)
+  AllGatherDtype allgather_dtype = AllGatherDtype::Auto;  ///< auto | fp32 | bf16: ZeRO-1's all-gather (allgather_in_bf16)
   bool record_grad_ready = false;   ///< --record-grad-ready: each gradient-ready group's time (grad_ready/*)
   Compression compression = Compression::None;  ///< none | fp16 | bf16 | powersgd (DDP comm hook)
   bool cuda_graph = true;           ///< GPU: replay forward + backward + all-reduces as a CUDA graph (--cuda-graph)
@@ -121,6 +122,15 @@ std::vector<std::pair<std::string, std::string>> option_values(const Options& o)
 /// The reducer settings of a run (overlap, --grad-as-bucket-view, --compression and the
 /// --powersgd-* options, --shard-optimizer; PowerSGD's seed is --seed), for GpuReducer / CpuReducer.
 ReducerOptions reducer_options(const Options& o);
+
+/// --allgather-dtype resolved for a run on `world_size` ranks: true when ZeRO-1 all-gathers the
+/// parameters in bf16 (each rank keeps an fp32 master of its shard only; the model's parameters
+/// are bf16 rounds of the masters, Megatron-LM's distributed optimizer with bf16 parameters),
+/// false when it all-gathers the fp32 parameters (DDP's math bit for bit) or shards nothing.
+/// bf16: --allgather-dtype bf16 (validate_options requires --shard-optimizer and --precision bf16),
+/// or auto with --shard-optimizer, DDP, --precision bf16 and world_size > 1 (one rank moves
+/// nothing, so auto keeps it bit-identical to --no-ddp).
+bool allgather_in_bf16(const Options& o, int world_size);
 
 /// A --bucket-cap-mb / --first-bucket-mb value in whole bytes (MiB x 2^20, truncated): what
 /// assign_buckets receives; 0 for values below one byte (refused by validate_options).

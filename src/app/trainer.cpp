@@ -59,11 +59,15 @@ std::string mpi_library_version() {
   return nl == std::string::npos ? s : s.substr(0, nl);
 }
 
-/// The collectives a run's buckets go through: "all-reduce" (DDP), "reduce-scatter + all-gather
-/// (ZeRO-1)" (--shard-optimizer), "none (no DDP)".
-std::string collectives(const Options& o) {
+/// The collectives a run's buckets go through on `world_size` ranks: "all-reduce" (DDP),
+/// "reduce-scatter + all-gather (ZeRO-1)" (--shard-optimizer, fp32 parameters gathered),
+/// "reduce-scatter + bf16 all-gather (ZeRO-1)" (the bf16 all-gather, allgather_in_bf16),
+/// "none (no DDP)".
+std::string collectives(const Options& o, int world_size) {
   if (!o.ddp) return "none (no DDP)";
-  return o.shard_optimizer ? "reduce-scatter + all-gather (ZeRO-1)" : "all-reduce";
+  if (!o.shard_optimizer) return "all-reduce";
+  return allgather_in_bf16(o, world_size) ? "reduce-scatter + bf16 all-gather (ZeRO-1)"
+                                          : "reduce-scatter + all-gather (ZeRO-1)";
 }
 
 /// The gradient-ready groups the run records per step: grad_ready_groups(layout) with
@@ -126,7 +130,7 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   f.set_attr("overlap", (int64_t)o.overlap);
   f.set_attr("gradient_as_bucket_view", (int64_t)(o.grad_as_bucket_view ? 1 : 0));
   f.set_attr("compression", to_string(o.compression));
-  f.set_attr("collectives", collectives(o));
+  f.set_attr("collectives", collectives(o, w.world_size));
   f.set_attr("optimizer", to_string(o.optimizer));
   f.set_attr("num_buckets", (int64_t)buckets.size());
   f.set_attr("forward_flops_per_image", forward_flops_per_image(layout.cfg));
@@ -531,7 +535,7 @@ void write_timing_summary(ResultsFile& f, const Options& o, const World& w, cons
               std::isnan(busbw) ? "" : ("; median busbw " + format_gbps(busbw) + " GB/s").c_str());
   if (o.ddp && w.world_size > 1)
     std::printf("[vitddp] collectives: %s; %d of %d bucket %s started after backward compute ended\n",
-                collectives(o).c_str(), win.late_buckets(), win.buckets(),
+                collectives(o, w.world_size).c_str(), win.late_buckets(), win.buckets(),
                 o.shard_optimizer ? "reduce-scatters" : "all-reduces");
 }
 
@@ -542,12 +546,24 @@ std::string write_whole_files(const Options& o, const World& w, const ParamLayou
                               const Run& run) {
   const int steps_done = run.steps_done();
   std::string error;
+  // The bf16 all-gather keeps the fp32 masters sharded: every rank takes part in gathering them
+  // to rank 0 (Engine::parameters, collective then; a failure there is every rank's).
+  std::vector<float> masters;
+  if (!o.save_weights.empty() && allgather_in_bf16(o, w.world_size)) {
+    try {
+      masters = engine.parameters();
+    } catch (const std::exception& e) {
+      return std::string("--save-weights: ") + e.what();
+    }
+  }
   if (w.rank == 0) {
     try {
       if (!o.save_weights.empty()) {
-        // All replicas are identical (same start, same averaged gradients): rank 0's are the model's.
+        // The fp32 all-gather and DDP keep every replica identical (same start, same averaged
+        // gradients): rank 0's parameters are the model's; the bf16 all-gather's are the masters.
         try {
-          save_weights(o.save_weights, layout, engine.parameters().data(), o.overwrite);
+          save_weights(o.save_weights, layout, masters.empty() ? engine.parameters().data() : masters.data(),
+                       o.overwrite);
         } catch (const std::exception& e) {  // one line starting with the option
           const std::string m = e.what(), own = "save_weights: ";
           throw std::runtime_error("--save-weights: " + (m.rfind(own, 0) == 0 ? m.substr(own.size()) : m));

@@ -187,6 +187,10 @@ class CpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   std::string async_error() override { return ""; }
   std::string nccl_transport() override { return "none (CPU backend: MPI)"; }
   void profiler(bool) override {}
+  void model_parameters(std::vector<float>* fp32, std::vector<uint16_t>* bf16) const override {
+    *fp32 = params_;
+    bf16->clear();  // the CPU model computes in fp32 only
+  }
 
   // FaultTarget (abort_communicator: the default, which throws).
   void poison_staged_batch() override { images_[0] = std::nanf(""); }

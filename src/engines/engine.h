@@ -95,6 +95,14 @@ class EngineDiagnostics {
   /// backend, nothing for the CPU backend): `start` true at its start, false at its end.
   /// Training thread, between steps.
   virtual void profiler(bool start) = 0;
+  /// Host copies of the parameter buffers the model reads (what the tests of ZeRO-1's bf16
+  /// all-gather check): `fp32` the flat fp32 buffer (layout.total floats), `bf16` the bits of the
+  /// GPU model's bf16 working copy (layout.total, --precision bf16; empty otherwise and on the CPU
+  /// backend). Training thread, between steps; waits for the device and the all-gathers. With the
+  /// fp32 all-gather or DDP the fp32 buffer is parameters(); with the bf16 all-gather only the
+  /// entries of bf16_model_fp32_params (model/param_layout.h) are read, and they hold
+  /// float(bf16) of the masters (the others keep their start-up values).
+  virtual void model_parameters(std::vector<float>* fp32, std::vector<uint16_t>* bf16) const = 0;
 };
 
 /// The hooks of the debug fault injection (src/app/fault_injection.h: --debug-nan-at-step,
@@ -147,7 +155,10 @@ class Engine {
   /// Waits for the device; call it between steps (after finish_step). Throws
   /// std::invalid_argument on a bad batch size.
   virtual EvalResult evaluate(const HostBatch& b) = 0;
-  /// A host copy of the flat parameter buffer (layout.total floats); waits for the device.
+  /// A host copy of the flat fp32 parameters (layout.total floats); waits for the device. With
+  /// the bf16 all-gather (--allgather-dtype bf16) these are the fp32 masters and the call is
+  /// collective: every rank calls it, rank 0 gets them (assembled from every rank's master shard,
+  /// gather_train_state), the other ranks an empty vector.
   virtual std::vector<float> parameters() const = 0;
   /// A host copy of the parameters and optimizer state (see TrainState, the full model's); waits
   /// for the device. Call between steps (after finish_step). With --shard-optimizer it is

@@ -7,6 +7,11 @@
 // buckets that hold its parameters (GpuViT's ParamsNeededFn; inside the CUDA graph as event-wait
 // nodes on the eagerly recorded events). Whatever else reads or overwrites the parameters
 // (evaluate, parameters, train_state, load_train_state) waits for all of them first.
+// With the bf16 all-gather (--allgather-dtype bf16, allgather_in_bf16) each rank keeps an fp32
+// master of its shard only (compact, ShardPlan::slot_numel floats): the optimizer updates the
+// masters and writes their bf16 rounds into the model's bf16 copy at their flat places, the
+// reducer all-gathers that copy in bf16 and sets the fp32 parameters the bf16 model reads
+// (bf16_model_fp32_params) to float(bf16); checkpoints and --save-weights hold the masters.
 #include <cublasLt.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -26,6 +31,7 @@
 #include "cuda/model/gpu_vit.h"
 #include "src/io/nvtx.h"
 #include "cuda/kernels/cast.h"
+#include "cuda/kernels/compression.h"  // cast_from_16bit
 #include "cuda/kernels/sgd.h"  // flag_nonfinite
 #include "cuda/model/step_graph.h"
 #include "cuda/kernels/synthetic_data.h"
@@ -211,7 +217,10 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       // ZeRO-1: every rank's updated chunks back into the full parameters (and their bf16 copy) on
       // the comm stream; a skipped step gathers the unchanged chunks, which changes nothing. Not
       // waited for here: the next forward waits bucket by bucket (wait_for_gathered).
-      if (shard_) gather_set_ = reducer_->all_gather(params_.get(), model_->bf16_weights(), compute_);
+      // bf16 all-gather: the optimizer wrote the rounds of this rank's masters into the bf16 copy.
+      if (shard_)
+        gather_set_ = gather_bf16_ ? reducer_->all_gather_bf16(model_->bf16_weights(), params_.get(), fp32_read_, compute_)
+                                   : reducer_->all_gather(params_.get(), model_->bf16_weights(), compute_);
     }
     CUDA_CHECK(cudaMemcpyAsync(loss_host_, loss_.get(), micro_steps * sizeof(float), cudaMemcpyDeviceToHost, compute_));
     CUDA_CHECK(cudaMemcpyAsync(nonfinite_host_, nonfinite_.get(), sizeof(int), cudaMemcpyDeviceToHost, compute_));
@@ -279,7 +288,13 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
 
   void wait_staged_copy() override { CUDA_CHECK(cudaStreamSynchronize(copy_)); }
 
-  std::vector<float> parameters() const override { return download(params_.get()); }
+  /// bf16 all-gather: collective, the fp32 masters gathered to rank 0 (the other ranks get none).
+  std::vector<float> parameters() const override {
+    if (!gather_bf16_) return download(params_.get());
+    return gather_train_state([this] { return TrainState{download(master_.get(), master_.size()), {}, 0}; }, *shard_,
+                              MasterParams::Shard)
+        .params;
+  }
 
   void set_lr(double lr) override { lr_ = lr; }
 
@@ -288,12 +303,13 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       TrainState s;
       s.optimizer = optimizer_->state();
       s.optimizer_steps = optimizer_->applied_steps();
-      s.params = download(params_.get());  // after the all-gathers
+      // After the all-gathers; the bf16 all-gather's parameters are the master shard's.
+      s.params = gather_bf16_ ? download(master_.get(), master_.size()) : download(params_.get());
       return s;
     };
-    // ZeRO-1, collective: the shards of the optimizer state gathered to rank 0 (a failure of the
-    // local read on any rank ends the call on every rank).
-    return shard_ ? gather_train_state(local, *shard_) : local();
+    // ZeRO-1, collective: the shards of the optimizer state (and of the masters) gathered to rank
+    // 0 (a failure of the local read on any rank ends the call on every rank).
+    return shard_ ? gather_train_state(local, *shard_, gather_bf16_ ? MasterParams::Shard : MasterParams::Full) : local();
   }
 
   void load_train_state(const TrainState& s) override {
@@ -307,10 +323,7 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     } else {
       optimizer_->load_state(s);
     }
-    if (model_->bf16_weights()) {  // the model's bf16 working copy follows the restored parameters
-      convert_to_bf16(params_.get(), model_->bf16_weights(), layout_.total, compute_);
-      CUDA_CHECK(cudaStreamSynchronize(compute_));
-    }
+    refresh_model_copies();  // the bf16 copy (and the masters) follow the restored parameters
   }
 
   EngineInfo info() const override {
@@ -332,8 +345,8 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
                  nccl_version_string() + ", cuBLASLt " + std::to_string(cublasLtGetVersion()) + ", cuDNN " +
                  std::to_string(cudnnGetVersion());
     // ZeRO-1: the state is the shard's only (state_numel).
-    i.device_bytes = (params_.size() + own_grads_.size() + optimizer_->state_names().size() * optimizer_->state_numel() +
-                      loss_.size()) * sizeof(float) +
+    i.device_bytes = (params_.size() + master_.size() + own_grads_.size() +
+                      optimizer_->state_names().size() * optimizer_->state_numel() + loss_.size()) * sizeof(float) +
                      nonfinite_.size() * sizeof(int) + model_->device_bytes() + (reducer_ ? reducer_->device_bytes() : 0);
     for (int s = 0; s < 2; ++s) i.device_bytes += images_[s].size() * sizeof(float) + labels_[s].size() * sizeof(int32_t);
     return i;
@@ -367,6 +380,14 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   void profiler(bool start) override {
     if (start) CUDA_CHECK(cudaProfilerStart());
     else CUDA_CHECK(cudaProfilerStop());
+  }
+
+  void model_parameters(std::vector<float>* fp32, std::vector<uint16_t>* bf16) const override {
+    *fp32 = download(params_.get());
+    bf16->clear();
+    if (!model_->bf16_weights()) return;
+    bf16->resize(layout_.total);
+    CUDA_CHECK(cudaMemcpy(bf16->data(), model_->bf16_weights(), bf16->size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
   }
 
   // FaultTarget.
@@ -418,6 +439,15 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       for (const Bucket& b : buckets_)
         for (size_t p : b.params) bucket_of_param_[p] = b.index;
       bucket_waited_.assign(buckets_.size(), 0);
+      gather_bf16_ = allgather_in_bf16(o, w.world_size);
+      if (gather_bf16_) {
+        if (o.precision != Precision::bf16)
+          throw std::logic_error("--allgather-dtype bf16 without --precision bf16 (validate_options refuses it)");
+        master_ = DeviceBuffer<float>(shard_->slot_numel(), "fp32 master shard (--allgather-dtype bf16)");
+        std::vector<size_t> read;
+        for (const ParamRef& r : bf16_model_fp32_params(layout)) read.push_back(r.index);
+        fp32_read_ = bucket_ranges(layout, buckets_, read);
+      }
     }
     optimizer_ = make_gpu_optimizer(o, shard_ ? shard_->slot_numel() : n, compute_);  // its zeroed state buffers
     nonfinite_ = DeviceBuffer<int>(1, "non-finite flag");
@@ -448,7 +478,12 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       own_grads_ = DeviceBuffer<float>(n, "gradients");
       grads_ = own_grads_.get();
     }
-    if (shard_) {
+    if (gather_bf16_) {
+      // ZeRO-1, bf16 all-gather: this rank's masters, and their rounds into its chunks of the bf16
+      // copy, which the all-gather then spreads (GpuReducer::all_gather_bf16).
+      optimizer_->bind(master_.get(), grads_, nonfinite_.get(), model_->bf16_weights(),
+                       zero_segments(*shard_, MasterParams::Shard));
+    } else if (shard_) {
       // ZeRO-1: this rank's chunks, in place; the bf16 working copy is refreshed after the
       // all-gather instead (GpuReducer::all_gather).
       optimizer_->bind(params_.get(), grads_, nonfinite_.get(), nullptr, zero_segments(*shard_));
@@ -460,11 +495,34 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     CUDA_CHECK(cudaStreamSynchronize(compute_));
     if (o.eval_every > 0) allocate_eval_buffers();
     if (o.record_grad_ready) ready_events_ = std::make_unique<GradReadyEvents>(layout);
-    if (model_->bf16_weights()) {
-      convert_to_bf16(params_.get(), model_->bf16_weights(), n, compute_);
-      CUDA_CHECK(cudaStreamSynchronize(compute_));
-    }
+    refresh_model_copies();
     if (mo.gemm_autotune_candidates > 1) tuning_pass(o);
+  }
+
+  /// After the flat fp32 parameters were set (start-up, --init-from, --resume), the same on every
+  /// rank: the model's bf16 copy := bf16(params) (round to nearest even). bf16 all-gather: this
+  /// rank's masters := its shard of the parameters (ShardPlan::take, padding 0), and the
+  /// parameters the bf16 model reads in fp32 := float(bf16(params)), which is what every later
+  /// all_gather_bf16 leaves there, so a resumed run continues bit for bit. Synchronous.
+  void refresh_model_copies() {
+    const size_t n = layout_.total;
+    if (!model_->bf16_weights()) return;
+    convert_to_bf16(params_.get(), model_->bf16_weights(), n, compute_);
+    if (gather_bf16_) {
+      for (const ShardSlice& sl : shard_->slices()) {
+        float* dst = master_.get() + sl.slot_offset;
+        if (sl.count)
+          CUDA_CHECK(cudaMemcpyAsync(dst, params_.get() + sl.flat_offset, sl.count * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, compute_));
+        if (sl.chunk > sl.count)
+          CUDA_CHECK(cudaMemsetAsync(dst + sl.count, 0, (sl.chunk - sl.count) * sizeof(float), compute_));
+      }
+      for (const std::vector<FlatRange>& bucket : fp32_read_)
+        for (const FlatRange& r : bucket)
+          cast_from_16bit(reinterpret_cast<const uint16_t*>(model_->bf16_weights() + r.offset), r.count, DType::BF16,
+                          params_.get() + r.offset, compute_);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(compute_));
   }
 
   /// One forward + backward on zero images, before NCCL exists, so that the cuBLASLt (and cuDNN)
@@ -615,9 +673,9 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       micro_ev_.push_back(m);
     }
   }
-  /// A host copy of n = layout.total device floats, after the compute stream's work and the all-gathers.
-  std::vector<float> download(const float* d) const {
-    std::vector<float> h(layout_.total);
+  /// A host copy of n device floats (default layout.total), after the compute stream's work and the all-gathers.
+  std::vector<float> download(const float* d, size_t n = 0) const {
+    std::vector<float> h(n ? n : layout_.total);
     join_gathers();
     CUDA_CHECK(cudaStreamSynchronize(compute_));
     CUDA_CHECK(cudaMemcpy(h.data(), d, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
@@ -641,6 +699,9 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   DeviceBuffer<float> params_, own_grads_, loss_;
   float* grads_ = nullptr;  // own_grads_, or the model's overlaid buffer (GpuViT::gradients())
   std::unique_ptr<ShardPlan> shard_;   // ZeRO-1 (--shard-optimizer): this rank's shard, else null
+  bool gather_bf16_ = false;           // ZeRO-1 with the bf16 all-gather (allgather_in_bf16)
+  DeviceBuffer<float> master_;         // bf16 all-gather: this rank's fp32 masters (slot_numel, compact)
+  std::vector<std::vector<FlatRange>> fp32_read_;  // bf16 all-gather: per bucket, the fp32-read parameters' ranges
   std::vector<size_t> bucket_of_param_;  // ZeRO-1: the bucket of each parameter (registration index)
   std::vector<char> bucket_waited_;      // ZeRO-1: per bucket, the forward being enqueued waits for it already
   int gather_set_ = -1;   // ZeRO-1: event set of the last all-gathers (GpuReducer::all_gather), -1 before any

@@ -44,8 +44,9 @@ struct MemoryEstimate {
 };
 
 /// The estimate for `o` (--model, --num-classes, --batch-size, --grad-accum-steps, --precision,
-/// --momentum, --no-ddp, --grad-as-bucket-view, --compression, --powersgd-*, --shard-optimizer)
-/// with the parameter layout and buckets the run uses. Pure host arithmetic: no CUDA call. Throws
+/// --momentum, --no-ddp, --grad-as-bucket-view, --compression, --powersgd-*, --shard-optimizer,
+/// --allgather-dtype: the bf16 all-gather adds "master shard", the fp32 masters of the rank's
+/// shard, ShardPlan::slot_numel floats) with the parameter layout and buckets the run uses. Pure host arithmetic: no CUDA call. Throws
 /// std::invalid_argument for an unknown precision or compression name. `world_size`: ranks of
 /// the run (sizes the copy-engine all-reduce's scratch, --allreduce copy-engine, and ZeRO-1's
 /// shard, --shard-optimizer). Defined with the
@@ -85,8 +86,9 @@ MemoryEstimate estimate_cpu_memory(const Options& o, int world_size = 1);
 
 /// The optimizer's item, the same for both backends: "optimizer state", fp32, one buffer per
 /// optimizer_state_names of ParamLayout::total elements, or with --shard-optimizer of this rank's
-/// shard: ShardPlan::slot_numel of `buckets` on `world_size` ranks, the same on every rank. The
-/// sharded update runs in place on the flat parameters, so there is no master copy.
+/// shard: ShardPlan::slot_numel of `buckets` on `world_size` ranks, the same on every rank. With
+/// the fp32 all-gather the sharded update runs in place on the flat parameters (no master copy);
+/// the bf16 all-gather's master shard is an item of its own (estimate_gpu_memory).
 MemoryItem optimizer_memory(const Options& o, const ParamLayout& layout, const std::vector<Bucket>& buckets,
                             int world_size);
 

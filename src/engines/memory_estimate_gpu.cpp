@@ -12,6 +12,7 @@
 #include "cuda/model/gpu_vit.h"
 #include "cuda/model/gpu_vit_arena.h"
 #include "model/precision.h"
+#include "mpi/buckets/shard_plan.h"
 #include "mpi/reducer/gpu_reducer_gpu.h"
 
 namespace vitddp {
@@ -27,7 +28,17 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
   e.batch = o.batch_size;
   e.precision = precision_name(p);
   // The order of GpuEngine::allocate, then GpuViT (workspace, arena), then the reducer.
-  e.items.push_back({"parameters", "fp32 master weights, " + std::to_string(n) + " elements", n * f32});
+  const bool bf16_gather = allgather_in_bf16(o, world_size);
+  e.items.push_back({"parameters", bf16_gather ? "fp32, the model's (only those it reads in fp32 are refreshed), " +
+                                                     std::to_string(n) + " elements"
+                                               : "fp32 master weights, " + std::to_string(n) + " elements",
+                     n * f32});
+  if (bf16_gather) {  // --allgather-dtype bf16: the masters of this rank's shard only (ZeRO-1)
+    const size_t m = ShardPlan(buckets, world_size, 0).slot_numel();
+    e.items.push_back({"master shard", "fp32 master weights of this rank's shard (bf16 all-gather), " +
+                                           std::to_string(m) + " of " + std::to_string(n) + " elements",
+                       m * f32});
+  }
   // The model settings GpuEngine uses. Without gradient accumulation the gradients live inside the
   // activation arena (overlay_gradients), sharing memory with activations backward is done with.
   const GpuViTOptions vo = gpu_model_options(o, layout);

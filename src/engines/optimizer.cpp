@@ -78,7 +78,7 @@ class HostSgd final : public HostOptimizer {
     c.lr = lr;
     c.grad_scale = grad_scale;
     for (const OptimizerSegment& s : segments_)
-      sgd_step_host(params_ + s.param_offset, grads_ + s.param_offset, state_.empty() ? nullptr : state_at(0, s),
+      sgd_step_host(params_ + s.param_offset, grads_ + s.grad_offset, state_.empty() ? nullptr : state_at(0, s),
                     s.count, c, applied_steps_ == 0);
   }
 };
@@ -92,7 +92,7 @@ class HostAdamW final : public HostOptimizer {
     c.lr = lr;
     c.grad_scale = grad_scale;
     for (const OptimizerSegment& s : segments_)
-      adamw_step_host(params_ + s.param_offset, grads_ + s.param_offset, state_at(0, s), state_at(1, s), s.count, c,
+      adamw_step_host(params_ + s.param_offset, grads_ + s.grad_offset, state_at(0, s), state_at(1, s), s.count, c,
                       applied_steps_ + 1);
   }
 };
@@ -108,7 +108,7 @@ void check_segments(const std::vector<OptimizerSegment>& segments, size_t state_
 }
 
 std::unique_ptr<Optimizer> make_host_optimizer(const Options& o, float* params, const float* grads, size_t n) {
-  return make_host_optimizer(o, params, grads, n, {OptimizerSegment{0, 0, n}});
+  return make_host_optimizer(o, params, grads, n, {OptimizerSegment{0, 0, 0, n}});
 }
 
 std::unique_ptr<Optimizer> make_host_optimizer(const Options& o, float* params, const float* grads, size_t state_numel,

@@ -51,12 +51,16 @@ LrSchedule lr_schedule(const Options& o);
 int64_t lr_decay_steps(const Options& o);
 
 /// One run of elements an optimizer updates: parameter params[param_offset + i] from gradient
-/// grads[param_offset + i] with state element state[state_offset + i], for i < count (offsets and
-/// count in elements). DDP updates one segment, the whole flat buffer ({0, 0, total}); ZeRO-1
-/// (--shard-optimizer) one per bucket, this rank's chunk of the flat buffers with its slot of the
-/// compact state (zero_segments, src/engines/zero_state.h).
+/// grads[grad_offset + i] with state element state[state_offset + i], for i < count (offsets and
+/// count in elements). DDP updates one segment, the whole flat buffer ({0, 0, 0, total}); ZeRO-1
+/// (--shard-optimizer) one per bucket, this rank's chunk of the flat gradient buffer with its slot
+/// of the compact state, and the chunk of the flat parameter buffer (fp32 all-gather: param_offset
+/// = grad_offset) or the slot of the compact fp32 master shard (bf16 all-gather: param_offset =
+/// state_offset); see zero_segments, src/engines/zero_state.h. The GPU optimizer's bf16 copy of the
+/// updated parameters is written at the flat offset, grad_offset.
 struct OptimizerSegment {
   size_t param_offset = 0;
+  size_t grad_offset = 0;
   size_t state_offset = 0;
   size_t count = 0;
 };
@@ -115,12 +119,12 @@ class Optimizer {
 };
 
 /// The host optimizer of optimizer_spec(o) over `params` and `grads` (host, n fp32 elements each,
-/// kept alive by the caller), state of n elements, one segment {0, 0, n}: SGD through
+/// kept alive by the caller), state of n elements, one segment {0, 0, 0, n}: SGD through
 /// sgd_step_host, AdamW through adamw_step_host, in fp32.
 std::unique_ptr<Optimizer> make_host_optimizer(const Options& o, float* params, const float* grads, size_t n);
 
 /// The same over `segments` of `params` and `grads` (host fp32 buffers that hold every segment's
-/// parameter range) with state buffers of `state_numel` elements; one sgd_step_host /
+/// parameter and gradient range) with state buffers of `state_numel` elements; one sgd_step_host /
 /// adamw_step_host call per segment. Throws std::invalid_argument as check_segments.
 std::unique_ptr<Optimizer> make_host_optimizer(const Options& o, float* params, const float* grads, size_t state_numel,
                                                std::vector<OptimizerSegment> segments);

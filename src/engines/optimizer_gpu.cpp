@@ -22,7 +22,7 @@ GpuOptimizer::GpuOptimizer(const OptimizerSpec& spec, size_t state_numel, cudaSt
 
 void GpuOptimizer::bind(float* params, const float* grads, const int* d_skip, __nv_bfloat16* params_bf16,
                         std::vector<OptimizerSegment> segments) {
-  if (segments.empty()) segments.push_back(OptimizerSegment{0, 0, state_numel()});
+  if (segments.empty()) segments.push_back(OptimizerSegment{0, 0, 0, state_numel()});
   check_segments(segments, state_numel(), "GPU optimizer");
   params_ = params;
   grads_ = grads;
@@ -68,9 +68,9 @@ class GpuSgd final : public GpuOptimizer {
     // gives the same result either way (buf = m * 0 + g). bf16: the same pass refreshes the
     // model's bf16 working copy of the weights.
     for (const OptimizerSegment& s : segments_)
-      sgd_step_gpu(params_ + s.param_offset, grads_ + s.param_offset,
+      sgd_step_gpu(params_ + s.param_offset, grads_ + s.grad_offset,
                    state_.empty() ? nullptr : state_[0].get() + s.state_offset, s.count, cfg, applied_steps_ == 0,
-                   stream_, skip_, bf16_ ? bf16_ + s.param_offset : nullptr);
+                   stream_, skip_, bf16_ ? bf16_ + s.grad_offset : nullptr);
   }
 };
 
@@ -84,10 +84,10 @@ class GpuAdamW final : public GpuOptimizer {
     cfg.lr = lr;
     cfg.grad_scale = grad_scale;
     for (const OptimizerSegment& s : segments_) {
-      adamw_step_gpu(params_ + s.param_offset, grads_ + s.param_offset, state_[0].get() + s.state_offset,
+      adamw_step_gpu(params_ + s.param_offset, grads_ + s.grad_offset, state_[0].get() + s.state_offset,
                      state_[1].get() + s.state_offset, s.count, cfg, applied_steps_ + 1, stream_, skip_);
       // bf16: refresh the model's working copy (unchanged parameters when the step was skipped).
-      if (bf16_) convert_to_bf16(params_ + s.param_offset, bf16_ + s.param_offset, s.count, stream_);
+      if (bf16_) convert_to_bf16(params_ + s.param_offset, bf16_ + s.grad_offset, s.count, stream_);
     }
   }
 };

@@ -26,11 +26,12 @@ class GpuOptimizer : public Optimizer {
   GpuOptimizer(const OptimizerSpec& spec, size_t state_numel, cudaStream_t stream);
 
   /// The device buffers of step(): `params` and `grads` (fp32, holding every segment's parameter
-  /// range), `d_skip` (one int: when non-zero at run time, the update leaves every buffer
-  /// unchanged - the non-finite skip), `params_bf16` (bf16 at the parameters' offsets: the model's
-  /// working copy of --precision bf16, rewritten from the new parameters of every segment by each
-  /// update; null for fp32, or when the caller refreshes it) and the segments to update (empty:
-  /// one segment {0, 0, state_numel()}, the whole buffer). Call once, before the first step().
+  /// and gradient range), `d_skip` (one int: when non-zero at run time, the update leaves every
+  /// buffer unchanged - the non-finite skip), `params_bf16` (bf16 at the gradients' flat offsets,
+  /// OptimizerSegment::grad_offset: the model's working copy of --precision bf16, rewritten from
+  /// the new parameters of every segment by each update, round to nearest even; null for fp32, or
+  /// when the caller refreshes it) and the segments to update (empty: one segment {0, 0, 0,
+  /// state_numel()}, the whole buffer). Call once, before the first step().
   /// Throws std::invalid_argument as check_segments.
   void bind(float* params, const float* grads, const int* d_skip, __nv_bfloat16* params_bf16,
             std::vector<OptimizerSegment> segments = {});

@@ -127,7 +127,8 @@ const std::vector<SeriesDef> kStepSeries = {
     {"buckets/allgather_time", "s", kF, kBucket, "--shard-optimizer: time inside the bucket's all-gather call", nullptr,
      0, VITDDP_BUCKET(allgather_ms, 1)},
     {"buckets/allgather_bytes", "bytes", kI, kBucket,
-     "--shard-optimizer: payload bytes of that all-gather (the whole bucket's fp32 numel*4; 0 without sharding, "
+     "--shard-optimizer: payload bytes of that all-gather (the whole bucket: numel*4 in fp32, numel*2 with the bf16 "
+     "all-gather; 0 without sharding, "
      "for a skipped step on the CPU, in the first step on the GPU)",
      nullptr, 0, VITDDP_BUCKET(allgather_bytes, 0)},
     {"buckets/allgather_busbw", "GB/s", kF, kBucket,

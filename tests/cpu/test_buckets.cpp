@@ -111,3 +111,41 @@ TEST_CASE("bucket tracker launches strictly in order", "[buckets]") {
   CHECK(t.launched() == 0u);
   CHECK(bucket_fingerprint(B) != bucket_fingerprint(assign_buckets(L, 64, 512)));
 }
+
+TEST_CASE("bucket_ranges: each bucket's ranges cover exactly its chosen tensors (and the padding between them)",
+          "[buckets]") {
+  const ParamLayout L = make_param_layout(vit_config("vit_micro"));
+  const std::vector<Bucket> buckets = assign_buckets(L, 64, 2048);
+  REQUIRE(buckets.size() > 3);
+  std::vector<size_t> chosen;
+  for (size_t i = 0; i < L.params.size(); i += 1 + i % 3) chosen.push_back(i);  // an irregular subset
+  const auto ranges = bucket_ranges(L, buckets, chosen);
+  REQUIRE(ranges.size() == buckets.size());
+  // Per element of the flat buffer: 1 chosen tensor, 2 other tensor, 0 padding.
+  std::vector<int> kind(L.total, 0);
+  std::vector<char> is_chosen(L.params.size(), 0);
+  for (size_t i : chosen) is_chosen[i] = 1;
+  for (size_t i = 0; i < L.params.size(); ++i)
+    for (size_t e = 0; e < L.params[i].numel; ++e) kind[L.params[i].offset + e] = is_chosen[i] ? 1 : 2;
+  std::vector<int> covered(L.total, 0);
+  size_t merged = 0;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    size_t end = 0;
+    for (const FlatRange& r : ranges[b]) {
+      CHECK(r.offset >= buckets[b].offset);
+      CHECK(r.offset + r.count <= buckets[b].offset + buckets[b].numel);
+      CHECK(r.offset >= end);  // offset order, disjoint
+      end = r.offset + r.count;
+      CHECK(kind[r.offset] == 1);
+      CHECK(kind[end - 1] == 1);
+      for (size_t e = r.offset; e < end; ++e) ++covered[e];
+    }
+    merged += ranges[b].size();
+  }
+  for (size_t e = 0; e < L.total; ++e) {
+    if (kind[e] == 1) CHECK(covered[e] == 1);
+    if (kind[e] == 2) CHECK(covered[e] == 0);
+  }
+  CHECK(merged < chosen.size());  // neighbours were merged
+  CHECK_THROWS_AS(bucket_ranges(L, buckets, {L.params.size()}), std::out_of_range);
+}

@@ -13,6 +13,7 @@
 #include "model/sgd.h"
 #include "src/engines/engine.h"
 #include "src/engines/optimizer.h"
+#include "src/engines/zero_state.h"
 #include "tests/catch.h"
 #include "tests/test_util.h"
 
@@ -324,7 +325,7 @@ TEST_CASE("host optimizer over segments (ZeRO-1's chunks): the whole-buffer upda
           "[optim][optimizer][zero]") {
   // Two segments of a 41-element buffer, their state compact (9 + 11 elements); element-wise
   // updates, so per element the same arithmetic as one pass over the whole buffer.
-  const std::vector<OptimizerSegment> segs = {{3, 0, 9}, {25, 9, 11}};
+  const std::vector<OptimizerSegment> segs = {{3, 3, 0, 9}, {25, 25, 9, 11}};
   for (const char* opt : {"sgd", "adamw"}) {
     INFO(opt);
     const Options o = std::string(opt) == "adamw"
@@ -360,4 +361,73 @@ TEST_CASE("host optimizer over segments (ZeRO-1's chunks): the whole-buffer upda
   std::vector<float> p(41), g(41);
   CHECK_THROWS_WITH(make_host_optimizer(o, p.data(), g.data(), 19, segs),
                     Catch::Contains("exceeds the state buffers of 19 elements"));
+}
+
+TEST_CASE("host optimizer over ZeRO-1 master shards (bf16 all-gather's layout): the whole-buffer update bit for bit",
+          "[optim][optimizer][zero]") {
+  // vit_micro's buckets on 3 ranks: each rank updates its compact master shard (parameters at
+  // slot offsets, gradients at flat offsets: zero_segments(plan, MasterParams::Shard)); the shards
+  // assembled equal one update of the whole flat buffer, element-wise the same arithmetic.
+  const ParamLayout L = make_param_layout(vit_config("vit_micro"));
+  const std::vector<Bucket> buckets = assign_buckets(L, 64, 2048);
+  REQUIRE(buckets.size() > 3);
+  const size_t n = L.total;
+  const std::vector<float> p0 = lcg_values(n, 11), g = lcg_values(n, 12);
+  for (const char* opt : {"sgd", "adamw"}) {
+    INFO(opt);
+    const Options o = std::string(opt) == "adamw"
+                          ? parse_args({"--optimizer", "adamw", "--lr", "0.01", "--weight-decay", "0.1"})
+                          : parse_args({"--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.01"});
+    std::vector<float> whole = p0;
+    auto ref = make_host_optimizer(o, whole.data(), g.data(), n);
+    const int N = 3;
+    std::vector<ShardPlan> plans;
+    std::vector<std::vector<float>> masters(N);
+    std::vector<std::unique_ptr<Optimizer>> opts;
+    for (int r = 0; r < N; ++r) {
+      plans.emplace_back(buckets, N, r);
+      masters[r].resize(plans[r].slot_numel());
+      plans[r].take(p0.data(), masters[r].data());
+      const std::vector<OptimizerSegment> segs = zero_segments(plans[r], MasterParams::Shard);
+      for (const OptimizerSegment& s : segs) CHECK(s.param_offset == s.state_offset);
+      opts.push_back(make_host_optimizer(o, masters[r].data(), g.data(), plans[r].slot_numel(), segs));
+    }
+    for (int t = 0; t < 3; ++t) {
+      ref->step(0.02 * (t + 1), 1.0);
+      ref->end_step(true);
+      for (auto& op : opts) {
+        op->step(0.02 * (t + 1), 1.0);
+        op->end_step(true);
+      }
+    }
+    std::vector<float> all, assembled(n, -1.0f);
+    for (const auto& m : masters) all.insert(all.end(), m.begin(), m.end());
+    plans[0].assemble(all.data(), assembled.data());
+    CHECK(assembled == whole);
+    CHECK(whole != p0);
+    // The training state of one rank's shard: params (masters) and state cut the same way.
+    const TrainState full{whole, ref->state(), ref->applied_steps()};
+    const TrainState s1 = shard_of(full, plans[1], MasterParams::Shard);
+    CHECK(s1.params == masters[1]);
+    CHECK(s1.optimizer == opts[1]->state());
+    CHECK(shard_of(full, plans[1]).params == whole);  // MasterParams::Full keeps them whole
+  }
+}
+
+TEST_CASE("gather_train_state: a one-rank master shard comes back as the full parameters", "[optimizer][zero]") {
+  const ParamLayout L = make_param_layout(vit_config("vit_micro"));
+  const std::vector<Bucket> buckets = assign_buckets(L, 64, 2048);
+  const ShardPlan plan(buckets, 1, 0);
+  const std::vector<float> p = lcg_values(L.total, 3), m = lcg_values(L.total, 4);
+  std::vector<float> pshard(plan.slot_numel()), mshard(plan.slot_numel());
+  plan.take(p.data(), pshard.data());
+  plan.take(m.data(), mshard.data());
+  const TrainState got = gather_train_state(TrainState{pshard, {{"momentum_buffer", mshard}}, 7}, plan, MasterParams::Shard);
+  CHECK(got.params == p);
+  REQUIRE(got.optimizer.size() == 1);
+  CHECK(got.optimizer[0].second == m);
+  CHECK(got.optimizer_steps == 7);
+  // A master shard of the wrong size is refused by name.
+  CHECK_THROWS_WITH(gather_train_state(TrainState{std::vector<float>(L.total + 1), {}, 0}, plan, MasterParams::Shard),
+                    Catch::Contains("(the master shard)"));
 }

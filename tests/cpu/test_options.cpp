@@ -199,7 +199,7 @@ TEST_CASE("to_string gives the command-line names; option_values holds them as b
   CHECK(v["cuda-graph"] == "on");
   CHECK(v["no-ddp"] == "false");
   CHECK(v["record-grad-ready"] == "false");
-  CHECK(option_values(Options{}).size() == 64);
+  CHECK(option_values(Options{}).size() == 65);
   std::map<std::string, std::string> g;
   for (const auto& [k, x] : option_values(parse_args({"--data", "idx:/x", "--eval-every", "2", "--eval-split", "train",
                                                       "--allreduce", "copy-engine", "--comm-streams", "3", "--init", "random",
@@ -364,6 +364,49 @@ TEST_CASE("--shard-optimizer: off by default; the options its reduce-scatter can
   CHECK(help_text().find("--shard-optimizer") < help_text().find("Precision and speed"));  // the DDP group
 }
 
+TEST_CASE("--allgather-dtype: auto resolves by precision and rank count; bf16 needs --shard-optimizer and bf16",
+          "[options][zero]") {
+  CHECK(Options{}.allgather_dtype == AllGatherDtype::Auto);
+  const Options bf = parse_args({"--shard-optimizer", "--precision", "bf16"});
+  CHECK_FALSE(allgather_in_bf16(bf, 1));  // one rank moves nothing: stays bit-identical to --no-ddp
+  CHECK(allgather_in_bf16(bf, 2));
+  CHECK(allgather_in_bf16(bf, 8));
+  CHECK_FALSE(allgather_in_bf16(parse_args({"--shard-optimizer", "--precision", "bf16", "--allgather-dtype", "fp32"}), 2));
+  CHECK(allgather_in_bf16(parse_args({"--shard-optimizer", "--precision", "bf16", "--allgather-dtype", "bf16"}), 1));
+  CHECK_FALSE(allgather_in_bf16(parse_args({"--shard-optimizer", "--precision", "tf32"}), 4));
+  CHECK_FALSE(allgather_in_bf16(parse_args({"--shard-optimizer"}), 4));
+  CHECK_FALSE(allgather_in_bf16(parse_args({"--precision", "bf16"}), 4));  // DDP gathers nothing
+  // The CPU backend has no bf16 (--precision bf16 is refused there), so auto is fp32.
+  CHECK_FALSE(allgather_in_bf16(parse_args({"--shard-optimizer", "--backend", "cpu"}), 4));
+  // Rules, one line each naming the option.
+  CHECK(option_error({"--precision", "bf16", "--allgather-dtype", "bf16"}) ==
+        "--allgather-dtype: bf16: needs --shard-optimizer (only ZeRO-1 all-gathers the parameters; DDP all-reduces "
+        "the gradients and every replica updates its own fp32 parameters)");
+  CHECK(option_error({"--shard-optimizer", "--allgather-dtype", "bf16"}) ==
+        "--allgather-dtype: bf16: needs --precision bf16 (the gathered bf16 copy is what the bf16 model reads; with "
+        "--precision fp32 the model reads fp32 parameters)");
+  CHECK(option_error({"--shard-optimizer", "--allgather-dtype", "bf16", "--precision", "tf32"}).rfind(
+            "--allgather-dtype: bf16: needs --precision bf16", 0) == 0);
+  CHECK(option_error({"--allgather-dtype", "fp32"}) ==
+        "--allgather-dtype: has no effect without --shard-optimizer (DDP all-reduces the gradients and gathers no "
+        "parameters)");
+  CHECK(option_error({"--allgather-dtype", "auto"}).rfind("--allgather-dtype: has no effect without --shard-optimizer", 0) == 0);
+  CHECK(option_error({"--no-ddp", "--allgather-dtype", "auto"}) ==
+        "--allgather-dtype: has no effect with --no-ddp (one replica, no reducer)");
+  CHECK(option_error({"--shard-optimizer", "--allgather-dtype", "fp16"}).rfind("--allgather-dtype: ", 0) == 0);
+  CHECK(option_error({"--backend", "cpu", "--shard-optimizer", "--precision", "bf16", "--allgather-dtype", "bf16"})
+            .rfind("--precision bf16: needs the GPU backend", 0) == 0);
+  for (const std::vector<std::string>& fine :
+       {std::vector<std::string>{"--shard-optimizer", "--precision", "bf16", "--allgather-dtype", "bf16"},
+        {"--shard-optimizer", "--precision", "bf16", "--allgather-dtype", "fp32"},
+        {"--shard-optimizer", "--allgather-dtype", "fp32"},
+        {"--shard-optimizer", "--allgather-dtype", "auto", "--backend", "cpu"}}) {
+    INFO(fine[2]);
+    CHECK(option_error(fine).empty());
+  }
+  CHECK(help_text().find("--allgather-dtype auto|fp32|bf16") < help_text().find("Precision and speed"));  // DDP group
+}
+
 TEST_CASE("--help: sections in order, one to three lines per option, defaults, no history", "[options]") {
   const std::string h = help_text();
   size_t at = 0;
@@ -393,7 +436,7 @@ TEST_CASE("--help: sections in order, one to three lines per option, defaults, n
       current.clear();
     }
   }
-  CHECK(count.size() == 66);
+  CHECK(count.size() == 67);
   for (const auto& [name, n] : count) {
     INFO(name);
     CHECK(n <= 3);

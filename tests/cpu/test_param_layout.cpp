@@ -1,6 +1,7 @@
 // The per-role view of the parameter table (ParamLayout::named, model/param_layout.h): every
 // reference names the torchvision state_dict entry of its role, with that entry's index, offset
 // and size, and together they cover the table exactly once.
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -94,4 +95,32 @@ TEST_CASE("find_model_params names a missing tensor", "[layout]") {
   ParamLayout L = make_param_layout(vit_config("vit_micro"));
   L.params[L.index_of("encoder.layers.encoder_layer_0.mlp.0.bias")].name = "encoder.layers.encoder_layer_0.mlp.1.bias";
   CHECK_THROWS_WITH(find_model_params(L), Catch::Contains("encoder.layers.encoder_layer_0.mlp.0.bias"));
+}
+
+TEST_CASE("bf16_model_fp32_params: the tensors the bf16 model reads in fp32, by torchvision name", "[layout]") {
+  // The list written out from the bf16 forward and backward (cuda/model/gpu_vit.cu: every
+  // parameter passed to a kernel without the bf16 working copy, W()): LayerNorms, the biases of
+  // the GEMMs that write the fp32 residual stream, the tokens and the fp32 head.
+  const ParamLayout L = make_param_layout(vit_config("vit_b_16"));
+  std::vector<std::string> want = {"class_token", "conv_proj.bias", "encoder.pos_embedding"};
+  for (int l = 0; l < L.cfg.layers; ++l) {
+    const std::string b = "encoder.layers.encoder_layer_" + std::to_string(l) + ".";
+    for (const char* t : {"ln_1.weight", "ln_1.bias", "self_attention.out_proj.bias", "ln_2.weight", "ln_2.bias",
+                          "mlp.3.bias"})
+      want.push_back(b + t);
+  }
+  for (const char* t : {"encoder.ln.weight", "encoder.ln.bias", "heads.head.weight", "heads.head.bias"}) want.push_back(t);
+  std::vector<std::string> got;
+  size_t last = 0;
+  for (const ParamRef& r : bf16_model_fp32_params(L)) {
+    got.push_back(L.params.at(r.index).name);
+    CHECK(r.offset == L.params[r.index].offset);
+    CHECK(r.numel == L.params[r.index].numel);
+    CHECK((got.size() == 1 || r.index > last));  // registration order
+    last = r.index;
+  }
+  std::sort(want.begin(), want.end());
+  std::sort(got.begin(), got.end());
+  CHECK(got == want);
+  CHECK(got.size() == 3 + 6 * 12 + 4);
 }

@@ -116,7 +116,7 @@ void check_segments_against_whole(const Options& o) {
   const size_t n = 4099;
   // Parameter offsets 1 (not 16-byte aligned) and 1500 (aligned), state offsets 0 and 1001 (not):
   // the SGD kernel's scalar path for both, the vector path for none, the same results.
-  const std::vector<OptimizerSegment> segs = {{1, 0, 1001}, {1500, 1001, 998}, {3000, 1999, 1099}};
+  const std::vector<OptimizerSegment> segs = {{1, 1, 0, 1001}, {1500, 1500, 1001, 998}, {3000, 3000, 1999, 1099}};
   const size_t state_n = 1001 + 998 + 1099;
   const std::vector<float> p0 = normal_vec(n, 51, 0, 0.05);
   const std::vector<uint16_t> sentinel(n, 0x7fc1);  // a bf16 NaN nothing writes outside the segments

@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -212,7 +213,8 @@ TEST_CASE("GPU engine, ZeRO-1 on 2 GPUs equals DDP: fp32 and bf16, SGD and AdamW
     std::vector<std::string> da = c.args;
     da.insert(da.end(), {"--allreduce", transport});
     std::vector<std::string> za = da;
-    za.push_back("--shard-optimizer");
+    // fp32 all-gather: DDP's math (auto would gather bf16 under --precision bf16 on 2 ranks).
+    for (const char* a : {"--shard-optimizer", "--allgather-dtype", "fp32"}) za.push_back(a);
     const Options od = zero_options("gpu", da), oz = zero_options("gpu", za);
     const auto buckets = run_buckets(od, L);
     auto ddp = make_gpu_engine(od, w, L, buckets, nullptr);
@@ -268,7 +270,8 @@ TEST_CASE("GPU engine, ZeRO-1 on 2 GPUs equals DDP bit for bit while the next fo
     std::vector<std::string> da = c.args;
     da.insert(da.end(), {"--allreduce", transport});
     std::vector<std::string> za = da;
-    za.push_back("--shard-optimizer");
+    // fp32 all-gather: DDP's math (auto would gather bf16 under --precision bf16 on 2 ranks).
+    for (const char* a : {"--shard-optimizer", "--allgather-dtype", "fp32"}) za.push_back(a);
     Options od = zero_options("gpu", da), oz = zero_options("gpu", za);
     od.checkpoint_every = oz.checkpoint_every = 1000;  // no GEMM autotuning: the same algorithms in both engines
     const auto buckets = run_buckets(od, L);
@@ -295,6 +298,64 @@ TEST_CASE("GPU engine, ZeRO-1 on 2 GPUs equals DDP bit for bit while the next fo
       CHECK(sz.params == sd.params);
       for (size_t k = 0; k < sd.optimizer.size(); ++k) CHECK(sz.optimizer[k].second == sd.optimizer[k].second);
     }
+  }
+}
+
+TEST_CASE("GPU engine, ZeRO-1 bf16 all-gather on 2 GPUs: both ranks' models read the bf16 rounds of the masters",
+          "[gpu][mpi][zero]") {
+  // --precision bf16 on 2 ranks: auto gathers bf16 (half the bytes). After every step, on each
+  // rank, the model's bf16 copy is bf16(master) everywhere (its own chunks from its update, the
+  // peer's through the all-gather) and the fp32-read parameters are float(bf16(master)); both
+  // ranks hold the same model copies; the losses stay within bf16's tolerance of DDP's.
+  const World w = test_world();
+  REQUIRE(w.world_size == 2);
+  const ParamLayout L = make_param_layout(vit_config("vit_micro"));
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--momentum", "0.9", "--weight-decay", "0.01", "--precision", "bf16"},
+        {"--optimizer", "adamw", "--precision", "bf16", "--cuda-graph", "off"}}) {
+    std::vector<std::string> za = args;
+    za.push_back("--shard-optimizer");
+    const Options od = zero_options("gpu", args), oz = zero_options("gpu", za);
+    REQUIRE(allgather_in_bf16(oz, w.world_size));
+    const auto buckets = run_buckets(od, L);
+    auto ddp = make_gpu_engine(od, w, L, buckets, nullptr);
+    auto zero = make_gpu_engine(oz, w, L, buckets, nullptr);
+    std::vector<float> start;
+    std::vector<uint16_t> bits;
+    zero->diagnostics().model_parameters(&start, &bits);
+    INFO(to_string(oz.optimizer) << ", cuda graph " << oz.cuda_graph);
+    std::vector<std::vector<StepRecord>> rz, rd;
+    for (int s = 0; s < 4; ++s) {
+      INFO("step " << s);
+      // One step at a time (each on run_zero_steps' first batch and learning rate).
+      std::vector<std::vector<StepRecord>> one;
+      run_zero_steps({zero.get()}, L, 1, 1, -1, &one);
+      rz.push_back(one[0]);
+      run_zero_steps({ddp.get()}, L, 1, 1, -1, &one);
+      rd.push_back(one[0]);
+      std::vector<float> masters = zero->parameters();  // collective: rank 0 gets them
+      masters.resize(L.total);
+      MPI_Bcast(masters.data(), (int)L.total, MPI_FLOAT, 0, MPI_COMM_WORLD);
+      const vitddp_test::Bf16GatherCheck c = vitddp_test::check_bf16_gather(*zero, L, masters, start);
+      CHECK(c.bf16 == 0);
+      CHECK(c.fp32_read == 0);
+      CHECK(c.untouched == 0);
+      CHECK(c.fp32_read_elements > 0);
+      // Identical replicas: rank 0's model copies broadcast and compared on rank 1.
+      std::vector<float> f32, f32_0;
+      std::vector<uint16_t> b16, b16_0;
+      zero->diagnostics().model_parameters(&f32, &b16);
+      f32_0 = f32;
+      b16_0 = b16;
+      MPI_Bcast(f32_0.data(), (int)f32_0.size() * 4, MPI_BYTE, 0, MPI_COMM_WORLD);
+      MPI_Bcast(b16_0.data(), (int)b16_0.size() * 2, MPI_BYTE, 0, MPI_COMM_WORLD);
+      CHECK(std::memcmp(f32.data(), f32_0.data(), f32.size() * 4) == 0);
+      CHECK(b16 == b16_0);
+      for (size_t b = 0; b < buckets.size(); ++b) CHECK(rz[s][0].buckets.allgather_bytes[b] == (s == 0 ? 0 : buckets[b].numel * 2));
+    }
+    for (int s = 0; s < 4; ++s) CHECK(rz[s][0].loss == Approx(rd[s][0].loss).epsilon(3e-2));
+    const std::vector<float> pz = zero->parameters(), pd = ddp->parameters();  // collective for the sharded engine
+    if (w.rank == 0) CHECK(max_abs_diff(pz, pd) < 1e-2);
   }
 }
 
@@ -349,5 +410,14 @@ TEST_CASE("GPU engine, ZeRO-1: the memory estimate equals the allocations, the s
     const size_t slot = ShardPlan(buckets, w.world_size, w.rank).slot_numel() * sizeof(float);
     CHECK(e.bytes_of("optimizer state") == (adamw ? 2 : 1) * slot);
     CHECK(e.bytes_of("shard parameters") == 0);  // the update runs in place on the parameters
+    CHECK(e.bytes_of("master shard") == 0);      // the fp32 all-gather keeps no masters
+    // The bf16 all-gather adds this rank's fp32 master shard (--precision bf16: auto on 2 ranks).
+    const Options ob = zero_options("gpu", {adamw ? "--optimizer" : "--momentum", adamw ? "adamw" : "0.9", "--attention",
+                                            "custom", "--shard-optimizer", "--precision", "bf16", "--allgather-dtype",
+                                            "bf16"});
+    const MemoryEstimate eb = estimate_gpu_memory(ob, L, buckets, w.world_size);
+    CHECK(eb.bytes_of("master shard") == slot);
+    auto bf16_engine = make_gpu_engine(ob, w, L, buckets, nullptr);
+    CHECK(bf16_engine->info().device_bytes == eb.persistent_bytes());
   }
 }
