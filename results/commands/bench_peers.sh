@@ -28,7 +28,8 @@
 # Writes OUT/bench_peers.log, OUT/runs.tsv (one line a run: round, tool, mode, model, batch,
 # precision, exit status, seconds, file), the runs' HDF5/JSON files, mem-*.txt and peers_table.md.
 # Exit 0 when every run succeeded, 1 when one failed (the table still lists the others), 2 on bad
-# settings (before any run).
+# settings (before any run), 124 when stopped by SIGTERM or SIGINT (the table then holds the runs
+# that finished).
 set -u -o pipefail
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 OUT=${1:-}
@@ -76,7 +77,11 @@ if [ "$SKIP_VITDDP" != 1 ]; then
 fi
 TORCH_MODES=$(for mode in $MODES; do case $mode in eager|cudagraph|compile-*) echo "$mode";; esac; done)
 JAX_MODES=$(for mode in $MODES; do case $mode in jax|jax-xla) echo "$mode";; esac; done)
-"$PY" -c 'import torch, torchvision, h5py' 2>/dev/null || bad "PYTHON: '$PY' cannot import torch, torchvision and h5py"
+if [ -n "$TORCH_MODES" ] || [ "$GEMM" = 1 ]; then  # the PyTorch peers and the GEMM probe
+  "$PY" -c 'import torch, torchvision, h5py' 2>/dev/null || bad "PYTHON: '$PY' cannot import torch, torchvision and h5py"
+else
+  "$PY" -c 'import h5py' 2>/dev/null || bad "PYTHON: '$PY' cannot import h5py"
+fi
 [ -z "$JAX_MODES" ] || "$PY" -c 'import jax' 2>/dev/null || bad "PYTHON: '$PY' cannot import jax (MODES has $JAX_MODES)"
 MPIRUN=()
 command -v mpirun >/dev/null && MPIRUN=(mpirun --bind-to none -x NCCL_NVLS_ENABLE=0 -np 1)
@@ -85,22 +90,42 @@ OUT=$(cd "$OUT" && pwd)
 LOG=$OUT/bench_peers.log
 [ -e "$OUT/runs.tsv" ] || printf 'round\ttool\tmode\tmodel\tbatch\tprecision\trc\tseconds\tfile\n' > "$OUT/runs.tsv"
 status=0
+CHILD=0 SMI=0  # the running tool and its nvidia-smi sampler (0: none)
+
+# On SIGTERM/SIGINT (a job's time limit, Slurm's --signal, Ctrl-C): stop the running tool, write
+# the table of the runs that finished, exit 124 (as timeout does), so a cut job keeps its results.
+on_stop() {
+  trap - TERM INT
+  [ "$CHILD" -gt 0 ] && { kill -TERM "$CHILD" 2>/dev/null; wait "$CHILD" 2>/dev/null; }
+  [ "$SMI" -gt 0 ] && { kill "$SMI" 2>/dev/null; wait "$SMI" 2>/dev/null; }
+  # (stdout is the log here: the trap runs inside the main block, whose output goes to $LOG)
+  echo "== stopped by a signal: peers_table.md holds the runs that finished"
+  "$PY" "$PEERS/peers_table.py" "$OUT" > "$OUT/peers_table.md"
+  cat "$OUT/peers_table.md" 2>/dev/null
+  exit 124
+}
+trap on_stop TERM INT
 
 # run_one ROUND TOOL MODE MODEL BATCH PRECISION FILE COMMAND...: runs COMMAND under timeout with
 # nvidia-smi sampling memory.used into mem-<FILE's name without extension>.txt; appends to runs.tsv.
 run_one() {
   local round=$1 tool=$2 mode=$3 model=$4 batch=$5 prec=$6 file=$7
   shift 7
-  local stem limit=$TIMEOUT_S t0 rc smi
+  local stem limit=$TIMEOUT_S t0 rc
   stem=$(basename "${file%.*}")
   [ "$mode" = compile-max-autotune ] && limit=$TIMEOUT_AUTOTUNE_S
   echo "== round $round: $tool $mode $model batch $batch $prec (timeout $limit s): $*"
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "$GPU" -lms 100 > "$OUT/mem-$stem.txt" 2>/dev/null &
-  smi=$!
+  SMI=$!
   t0=$(date +%s.%N)
-  timeout -k 10 "$limit" "$@"
+  # In the background and waited for, so that a signal reaches on_stop at once.
+  timeout -k 10 "$limit" "$@" &
+  CHILD=$!
+  wait "$CHILD"
   rc=$?
-  kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+  CHILD=0
+  kill "$SMI" 2>/dev/null; wait "$SMI" 2>/dev/null
+  SMI=0
   local dt
   dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$tool" "$mode" "$model" "$batch" "$prec" "$rc" "$dt" \
@@ -115,7 +140,8 @@ run_one() {
 
 {
   date -u; nvidia-smi -L
-  "$PY" -c 'import sys, torch, torchvision; print("python", sys.version.split()[0], "torch", torch.__version__, "torchvision", torchvision.__version__)'
+  [ -z "$TORCH_MODES" ] && [ "$GEMM" != 1 ] ||
+    "$PY" -c 'import sys, torch, torchvision; print("python", sys.version.split()[0], "torch", torch.__version__, "torchvision", torchvision.__version__)'
   [ -z "$JAX_MODES" ] || "$PY" -c 'import jax, jaxlib; print("jax", jax.__version__, "jaxlib", jaxlib.__version__, jax.devices())'
   echo "MODELS=$MODELS BATCHES=$BATCHES PRECISIONS=$PRECISIONS MODES=$MODES ROUNDS=$ROUNDS WARMUP=$WARMUP STEPS=$STEPS"
   if [ "$GEMM" = 1 ]; then

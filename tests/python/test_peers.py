@@ -6,8 +6,10 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import h5py
@@ -256,3 +258,33 @@ def test_jax_model_matches_torchvision(tmp_path):
     assert r["loss_jax"] == pytest.approx(r["loss_torch"], rel=1e-4)
     assert r["grad_norm_jax"] == pytest.approx(r["grad_norm_torch"], rel=1e-4)
     assert r["loss_after_sgd_jax"] == pytest.approx(r["loss_after_sgd_torch"], rel=1e-4)
+
+
+def test_bench_peers_stopped_by_a_signal_keeps_the_table(bench_folder, tmp_path_factory):
+    """SIGTERM (a job's time limit) while a run is in progress: the run is stopped, the table of
+    the runs that finished is written, exit 124. vitddp is a stand-in that sleeps; the folder
+    already holds finished runs (bench_folder)."""
+    tmp = tmp_path_factory.mktemp("stop")
+    started = tmp / "started"
+    fake = tmp / "vitddp"
+    fake.write_text("#!/usr/bin/env bash\ntouch %s\nexec sleep 60\n" % started)
+    fake.chmod(0o755)
+    (bench_folder / "peers_table.md").unlink(missing_ok=True)
+    env = dict(os.environ, VITDDP=str(fake), PYTHON=sys.executable, MODES="none", GEMM="0", ROUNDS="1",
+               MPIRUN="", PATH=os.environ["PATH"])
+    p = subprocess.Popen(["bash", os.path.join(ROOT, "results", "commands", "bench_peers.sh"), str(bench_folder)],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(200):
+        if started.exists():
+            break
+        time.sleep(0.05)
+    assert started.exists(), "the stand-in never started"
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 124, out + err
+    assert time.monotonic() - t0 < 20  # not after the stand-in's 60 s
+    log = (bench_folder / "bench_peers.log").read_text()
+    assert "stopped by a signal" in log
+    table = (bench_folder / "peers_table.md").read_text()
+    assert "| torch | eager |" in table and "| jax | jit, cudnn attention |" in table
