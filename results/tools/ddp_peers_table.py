@@ -23,8 +23,8 @@ Per precision, one row per run (the file name without its suffix), vitddp's firs
                 the first 1-rank file (sorted by name) whose name matches --baseline (default: any);
                 for PyTorch the 1-GPU run with the same `compile` mode (eager against eager,
                 compiled against compiled; empty when that one failed)
-  vs best PyTorch  a vitddp row's steps/s over the fastest PyTorch run of the same precision and
-                GPU count (the line under the table names it)
+  vs best PyTorch  a vitddp row's steps/s over the fastest PyTorch run of the same precision, GPU
+                count and optimizer (the lines under the table name them; empty when there is none)
 A table whose rows do not all share one optimizer says so under it.
 
 Exit 0; 2 when DIR is not a folder or holds none of these files.
@@ -132,10 +132,11 @@ def render(rows, baseline=""):
         mine = sorted([(n, r) for n, r in rows if r["precision"] == p],
                       key=lambda t: (t[1]["tool"] != "vitddp", t[1]["failed"] is not None, t[1]["ranks"], t[0]))
         share = shares(mine, baseline)
-        best = {}  # GPUs -> (steps/s, name) of the fastest PyTorch run
+        best = {}  # (GPUs, optimizer) -> (steps/s, name) of the fastest PyTorch run
         for n, r in mine:
-            if r["tool"] == "PyTorch" and r["sps"] is not None and r["sps"] > best.get(r["ranks"], (0, ""))[0]:
-                best[r["ranks"]] = (r["sps"], n)
+            k = (r["ranks"], r["optimizer"])
+            if r["tool"] == "PyTorch" and r["sps"] is not None and r["sps"] > best.get(k, (0, ""))[0]:
+                best[k] = (r["sps"], n)
         out.append(f"### {p}\n")
         out.append("| run | tool | GPUs | what | optimizer | steps/s per GPU | share of 1 GPU | vs best PyTorch |")
         out.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -143,14 +144,15 @@ def render(rows, baseline=""):
             sps = f"failed: {r['failed']}" if r["failed"] else f"{r['sps']:.2f}"
             sh = f"{100 * share[n]:.1f}%" if n in share else ""
             vs = ""
-            if r["tool"] == "vitddp" and r["ranks"] in best:
-                vs = f"{r['sps'] / best[r['ranks']][0]:.2f}x"
+            k = (r["ranks"], r["optimizer"])
+            if r["tool"] == "vitddp" and k in best:
+                vs = f"{r['sps'] / best[k][0]:.2f}x"
             out.append(f"| {n} | {r['tool']} | {r['ranks']} | {r['what']} | {r['optimizer']} | {sps} | {sh} | {vs} |")
         out.append("")
-        for g in sorted(best):
-            name = best[g][1]
-            out.append(f"Best PyTorch run on {g} GPU{'s' if g > 1 else ''}: `{name}` "
-                       f"({dict(mine)[name]['what']}, {best[g][0]:.2f} steps/s per GPU).")
+        for g, o in sorted(best):
+            sps, name = best[g, o]
+            out.append(f"Best PyTorch run on {g} GPU{'s' if g > 1 else ''} with {o}: `{name}` "
+                       f"({dict(mine)[name]['what']}, {sps:.2f} steps/s per GPU).")
         if not best:
             out.append("No PyTorch run finished in this precision.")
         opts = sorted({r["optimizer"] for _, r in mine if r["optimizer"]})

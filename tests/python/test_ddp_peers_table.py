@@ -91,17 +91,21 @@ def test_shares_ratios_and_failures(tmp_path):
     assert bf16["torch-bf16-zero1"][4:6] == ["2.60", f"{100 * 2.6 / 3.0:.1f}%"]
     assert bf16["torch-bf16-1gpu"][1:2] + bf16["torch-bf16-1gpu"][4:6] == ["1", "3.00", "100.0%"]
     assert bf16["torch-bf16-fsdp"][:2] == ["PyTorch", "2"] and bf16["torch-bf16-fsdp"][4] == "failed: timed out after 600 s"
-    assert "Best PyTorch run on 2 GPUs: `torch-bf16-ddp-compile` (DDP + compile reduce-overhead, 3.25" in block
+    assert "Best PyTorch run on 2 GPUs with adamw: `torch-bf16-ddp-compile` (DDP + compile reduce-overhead, 3.25" in block
     assert "Not one optimizer" not in block
     # vitddp rows first, PyTorch's after, the failure last.
     assert list(bf16)[:5] == ["bf16-solo0", "bf16-solo1", "bf16-nccl", "bf16-zero", "bf16-zero-ce"]
     assert list(bf16)[-1] == "torch-bf16-fsdp"
-    # fp32: no 1-GPU PyTorch run, so no PyTorch share; the optimizers differ and the table says so.
+    # fp32: no 1-GPU PyTorch run, so no PyTorch share; the optimizers differ: no ratio, and a note.
     fp32, block = rows_of(md, "fp32")
-    assert fp32["fp32-nccl"][4:] == ["0.95", "95.0%", f"{0.95 / 0.9:.2f}x"]
+    assert fp32["fp32-nccl"][4:] == ["0.95", "95.0%", ""]
     assert fp32["fp32-solo0"][6] == ""  # no 1-GPU PyTorch run in fp32
     assert fp32["torch-fp32-ddp"][3:6] == ["sgd", "0.90", ""]
     assert "Not one optimizer: the rows use adamw, sgd" in block
+    assert "Best PyTorch run on 2 GPUs with sgd: `torch-fp32-ddp`" in block
+    torch_json(out, "torch-fp32-ddp-adamw", 2, 0.5, precision="fp32")
+    fp32, _ = rows_of(table.render(table.gather(str(out)), "solo0"), "fp32")
+    assert fp32["fp32-nccl"][6] == f"{0.95 / 0.5:.2f}x"  # against the AdamW run, not the faster SGD one
     assert md.index("### fp32") < md.index("### bf16")
 
 

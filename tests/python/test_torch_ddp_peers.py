@@ -63,8 +63,9 @@ def test_adamw_trains_alike_under_every_strategy(tmp_path):
         assert r["optimizer"] == "adamw" and r["lr"] == 1e-3
         assert r["adamw"] == {"betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0, "fused": False}
     assert sgd["optimizer"] == "sgd" and sgd["adamw"] == {}
-    # AdamW's first steps move each weight by about lr (m / sqrt(v) ~ 1): far more than SGD at lr 0.001.
+    # The same start; AdamW's steps move each weight by about lr (m / sqrt(v) ~ 1), the head's far
+    # more than SGD's lr x gradient: 4 steps take the loss from ln(1000) = 6.91 to about 3.4 (SGD 6.3).
     assert ddp["loss_first"] == pytest.approx(sgd["loss_first"], abs=1e-6)
-    assert abs(ddp["loss_last"] - ddp["loss_first"]) > 10 * abs(sgd["loss_last"] - sgd["loss_first"])
+    assert ddp["loss_last"] < sgd["loss_last"] - 1.0
     assert zero["loss_last"] == pytest.approx(ddp["loss_last"], rel=1e-5)
     assert fsdp["loss_last"] == pytest.approx(ddp["loss_last"], rel=1e-5)
