@@ -15,7 +15,7 @@
 # Writes into OUT: <precision>-<run>.h5 (packed into h5.tar.xz), torch-<precision>-<run>.json (a
 # PyTorch run that failed or ran out of time: torch-<precision>-<run>.failed, its reason, and its last
 # lines in log.txt; the job goes on), log.txt, peers_table.md (results/tools/ddp_peers_table.py),
-# README.md. About 20 to 25 minutes on 2 x H200 (10 without PyTorch).
+# README.md. About 20 to 30 minutes on 2 x H200 (7 to 13 without PyTorch).
 TOPIC=zero
 TITLE="ZeRO-1 against DDP and PyTorch's data-parallel peers: per-GPU speed and memory, ViT-L/32, batch 32 per GPU"
 NEED_GPUS=2
