@@ -35,7 +35,7 @@ DDP options, as torch.nn.parallel.DistributedDataParallel names them:
 PyTorch's other data-parallel strategies and the compiler (the multi-GPU peers of vitddp's DDP and
 --shard-optimizer):
   --strategy ddp|zero1|fsdp ddp: DistributedDataParallel (default); zero1: DDP with
-                            torch.distributed.optim.ZeroRedundancyOptimizer(optimizer_class=SGD)
+                            torch.distributed.optim.ZeroRedundancyOptimizer(optimizer_class=SGD or AdamW)
                             (ZeRO stage 1: each rank updates and keeps the state of its share of
                             the parameters, then broadcasts it); fsdp: FSDP2 (torch.distributed.fsdp
                             .fully_shard on every encoder block and on the whole model, one device
@@ -51,9 +51,15 @@ PyTorch's other data-parallel strategies and the compiler (the multi-GPU peers o
                             DDPOptimizer splits the graph at bucket boundaries so the all-reduces
                             still overlap backward [none]
 
+Optimizer: --optimizer sgd (default: torch.optim.SGD(lr), the article's loop) or adamw:
+torch.optim.AdamW(lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0), vitddp's --optimizer adamw
+with its defaults (vitddp --help; note torch's own weight_decay default is 0.01), fused=True on
+CUDA (PyTorch's fastest AdamW; the foreach implementation on the CPU); --strategy zero1 passes
+the same class and arguments to ZeroRedundancyOptimizer.
+
 Precisions as in results/bench_torch_vit.py: fp32 = strict (allow_tf32 False), tf32, bf16 =
-torch.autocast("cuda", torch.bfloat16) around forward and loss (fp32 weights, gradients, SGD and
-all-reduce).
+torch.autocast("cuda", torch.bfloat16) around forward and loss (fp32 weights, gradients,
+optimizer and all-reduce).
 
 Timing: --warmup-steps untimed steps; then torch.cuda.synchronize(), a barrier over the ranks and
 synchronize again; --steps steps; synchronize. steps/s per GPU = timed steps / the wall time of that
@@ -96,7 +102,9 @@ def parse_args(argv=None):
     ap.add_argument("--batch-size", type=int, default=32, help="images per GPU per step [32]")
     ap.add_argument("--warmup-steps", type=int, default=10, help="[10]")
     ap.add_argument("--steps", type=int, default=20, help="timed steps [20]")
-    ap.add_argument("--lr", type=float, default=1e-3, help="SGD learning rate [0.001]")
+    ap.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd",
+                    help="sgd: torch.optim.SGD; adamw: torch.optim.AdamW with vitddp's defaults (fused on CUDA) [sgd]")
+    ap.add_argument("--lr", type=float, default=1e-3, help="learning rate [0.001]")
     ap.add_argument("--seed", type=int, default=0, help="[0]")
     ap.add_argument("--no-ddp", action="store_true", help="no DDP, no process group (1 process)")
     ap.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket_cap_mb [25]")
@@ -164,7 +172,8 @@ def shard_fsdp2(torch, model, dev, world, bf16, reshard_after_forward):
     """FSDP2 over all ranks (torch.distributed.fsdp.fully_shard, PyTorch 2.6+): every encoder block
     its own unit, then the root (patch embedding, class token, positions, final LayerNorm, head), as
     the FSDP2 documentation shards transformers. Under bf16 MixedPrecisionPolicy(param_dtype=bf16,
-    reduce_dtype=fp32): bf16 all-gathers, fp32 reduce-scatters, fp32 sharded parameters for SGD.
+    reduce_dtype=fp32): bf16 all-gathers, fp32 reduce-scatters, fp32 sharded parameters for the
+    optimizer.
     Returns the model (sharded in place)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -174,6 +183,17 @@ def shard_fsdp2(torch, model, dev, world, bf16, reshard_after_forward):
         fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     return model
+
+
+ADAMW = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}  # vitddp's --adam-beta1/2, --adam-eps, --weight-decay
+
+
+def optimizer_of(torch, a, cuda):
+    """(optimizer class, its keyword arguments) of --optimizer: SGD(lr) or AdamW(lr, ADAMW), fused on
+    CUDA."""
+    if a.optimizer == "sgd":
+        return torch.optim.SGD, {"lr": a.lr}
+    return torch.optim.AdamW, dict(ADAMW, lr=a.lr, fused=cuda)
 
 
 def median(xs):
@@ -257,11 +277,12 @@ def main(argv=None):
             state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=a.powersgd_rank,
                                                 start_powerSGD_iter=a.powersgd_start_iter)
             net.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    opt_class, opt_kw = optimizer_of(torch, a, cuda)
     if a.strategy == "zero1":
         from torch.distributed.optim import ZeroRedundancyOptimizer
-        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=a.lr)
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=opt_class, **opt_kw)
     else:
-        opt = torch.optim.SGD(model.parameters(), lr=a.lr)
+        opt = opt_class(model.parameters(), **opt_kw)
     compile_s = 0.0
     if a.compile != "none":
         net = torch.compile(net, mode=None if a.compile == "default" else a.compile)
@@ -333,7 +354,11 @@ def main(argv=None):
         "comm_hook": a.comm_hook if ddp and a.strategy != "fsdp" else "none",
         "strategy": a.strategy if ddp else "none",
         "compile": a.compile,
+        "optimizer": a.optimizer,
+        "lr": a.lr,
         "compile_s": compile_s,
+        "adamw": ({"betas": list(ADAMW["betas"]), "eps": ADAMW["eps"], "weight_decay": ADAMW["weight_decay"],
+                   "fused": cuda} if a.optimizer == "adamw" else {}),
         "powersgd_start_iter": a.powersgd_start_iter if a.comm_hook == "powersgd" else 0,
         "powersgd_rank": a.powersgd_rank if a.comm_hook == "powersgd" else 0,
         "warmup_steps": a.warmup_steps,
