@@ -187,7 +187,7 @@ const std::vector<Spec>& table() {
       {"shard-optimizer", nullptr, Group::Ddp, "ZeRO stage 1: reduce-scatter each bucket instead of all-reducing it, update only this rank's 1/N shard (optimizer state for it alone), then all-gather the parameters; --compression none only",
        [](Options& o, const std::string&) { o.shard_optimizer = true; },
        [](const Options& o) { return true_false(o.shard_optimizer); }},
-      {"allgather-dtype", "auto|fp32|bf16", Group::Ddp, "ZeRO-1: fp32 (DDP bit for bit), bf16 (half the bytes, fp32 shard masters, Megatron-LM); auto: bf16 iff --precision bf16, >1 rank",
+      {"allgather-dtype", "auto|fp32|bf16", Group::Ddp, "ZeRO-1: fp32 (DDP's arithmetic), bf16 (half the bytes, fp32 shard masters, Megatron-LM); auto: bf16 iff --precision bf16, >1 rank",
        [](Options& o, const std::string& v) { o.allgather_dtype = parse_enum<AllGatherDtype>("--allgather-dtype", v); },
        [](const Options& o) { return to_string(o.allgather_dtype); }},
       {"grad-as-bucket-view", "on|off", Group::Ddp, "on: gradients are the buckets, all-reduced in place (gradient_as_bucket_view=True); off: a bucket buffer, copies",
@@ -422,8 +422,8 @@ void check_shard_optimizer(const Options& o) {
 /// --allgather-dtype bf16: what the bf16 all-gather needs (auto and fp32 need nothing; without
 /// --shard-optimizer the no-effect rule refuses them).
 void check_allgather_dtype(const Options& o) {
-  if (o.allgather_dtype != AllGatherDtype::Bf16) return;
-  if (!o.shard_optimizer || !o.ddp)
+  if (o.allgather_dtype != AllGatherDtype::Bf16 || !o.ddp) return;  // with --no-ddp the no-effect rule refuses it
+  if (!o.shard_optimizer)
     bad("--allgather-dtype", "bf16: needs --shard-optimizer (only ZeRO-1 all-gathers the parameters; DDP all-reduces "
                              "the gradients and every replica updates its own fp32 parameters)");
   if (o.precision != Precision::bf16)

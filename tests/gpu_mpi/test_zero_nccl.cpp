@@ -310,9 +310,11 @@ TEST_CASE("GPU engine, ZeRO-1 bf16 all-gather on 2 GPUs: both ranks' models read
   const World w = test_world();
   REQUIRE(w.world_size == 2);
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
-  for (const std::vector<std::string>& args :
+  for (const char* transport : {"nccl", "copy-engine"})
+  for (std::vector<std::string> args :
        {std::vector<std::string>{"--momentum", "0.9", "--weight-decay", "0.01", "--precision", "bf16"},
         {"--optimizer", "adamw", "--precision", "bf16", "--cuda-graph", "off"}}) {
+    args.insert(args.end(), {"--allreduce", transport});
     std::vector<std::string> za = args;
     za.push_back("--shard-optimizer");
     const Options od = zero_options("gpu", args), oz = zero_options("gpu", za);
@@ -323,7 +325,7 @@ TEST_CASE("GPU engine, ZeRO-1 bf16 all-gather on 2 GPUs: both ranks' models read
     std::vector<float> start;
     std::vector<uint16_t> bits;
     zero->diagnostics().model_parameters(&start, &bits);
-    INFO(to_string(oz.optimizer) << ", cuda graph " << oz.cuda_graph);
+    INFO(to_string(oz.optimizer) << ", cuda graph " << oz.cuda_graph << ", over " << transport);
     std::vector<std::vector<StepRecord>> rz, rd;
     for (int s = 0; s < 4; ++s) {
       INFO("step " << s);
@@ -363,7 +365,11 @@ TEST_CASE("GPU engine, ZeRO-1: a NaN on rank 0 skips the step on both ranks; a f
           "[gpu][mpi][zero]") {
   const World w = test_world();
   const ParamLayout L = make_param_layout(vit_config("vit_micro"));
-  const Options od = zero_options("gpu", {"--optimizer", "adamw"}), oz = zero_options("gpu", {"--optimizer", "adamw", "--shard-optimizer"});
+  // Over the copy engines too: the agreement on the skip is its max_over_ranks there.
+  for (const char* transport : {"nccl", "copy-engine"}) {
+  INFO("over " << transport);
+  const Options od = zero_options("gpu", {"--optimizer", "adamw", "--allreduce", transport}),
+                oz = zero_options("gpu", {"--optimizer", "adamw", "--shard-optimizer", "--allreduce", transport});
   const auto buckets = run_buckets(od, L);
   auto ddp = make_gpu_engine(od, w, L, buckets, nullptr);
   auto zero = make_gpu_engine(oz, w, L, buckets, nullptr);
@@ -390,6 +396,7 @@ TEST_CASE("GPU engine, ZeRO-1: a NaN on rank 0 skips the step on both ranks; a f
   }
   run_zero_steps({ddp.get(), again.get()}, L, 2, 1);
   CHECK(max_abs_diff(again->parameters(), ddp->parameters()) <= 1e-6);
+  }
 }
 
 TEST_CASE("GPU engine, ZeRO-1: the memory estimate equals the allocations, the state is the shard's, no master copy",
@@ -414,7 +421,7 @@ TEST_CASE("GPU engine, ZeRO-1: the memory estimate equals the allocations, the s
     // The bf16 all-gather adds this rank's fp32 master shard (--precision bf16: auto on 2 ranks).
     const Options ob = zero_options("gpu", {adamw ? "--optimizer" : "--momentum", adamw ? "adamw" : "0.9", "--attention",
                                             "custom", "--shard-optimizer", "--precision", "bf16", "--allgather-dtype",
-                                            "bf16"});
+                                            "bf16", "--allreduce", transport});
     const MemoryEstimate eb = estimate_gpu_memory(ob, L, buckets, w.world_size);
     CHECK(eb.bytes_of("master shard") == slot);
     auto bf16_engine = make_gpu_engine(ob, w, L, buckets, nullptr);
