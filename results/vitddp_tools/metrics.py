@@ -99,8 +99,9 @@ def run_metrics(run):
       - peak memory: where the file records it.
     ResultsError when the file has no summary (the run ended before its timed window)."""
     if not run.has("summary/steps_per_second"):
-        reason = text(run.attr("stop_reason", "no summary/steps_per_second"))
-        raise ResultsError("%s: no summary/steps_per_second (stop_reason: %s)" % (run.path, reason))
+        reason = run.attr("stop_reason", None)
+        raise ResultsError("%s: no summary/steps_per_second (%s)" % (
+            run.path, "stop_reason: %s" % text(reason) if reason is not None else "the run ended before its timed window"))
     m = {"file": run.name}
     m.update(config(run))
     timed = run.timed()

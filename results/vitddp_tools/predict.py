@@ -79,7 +79,7 @@ def _scenario(a, ref):
                     powersgd_rank=a.powersgd_rank if a.powersgd_rank is not None else int(ref.options.get("powersgd-rank", "1")),
                     powersgd_rate=a.powersgd_rate if a.powersgd_rate is not None
                     else float(ref.options.get("powersgd-min-compression-rate", "2")),
-                    precision=ref.precision, allgather_dtype=a.allgather_dtype)
+                    precision=ref.precision, allgather_dtype=a.allgather_dtype or "auto")
 
 
 def _open_all(paths):
@@ -299,7 +299,7 @@ def parser(prog):
     ap.add_argument("--powersgd-rate", type=float, help="PowerSGD min compression rate [the reference's option]")
     ap.add_argument("--mode", choices=["ddp", "zero1"], default="ddp", help="ddp: all-reduce; zero1: reduce-scatter + "
                     "parameter all-gather, optimizer on 1/N [ddp]")
-    ap.add_argument("--allgather-dtype", choices=["auto", "fp32", "bf16"], default="auto", help="--mode zero1: the "
+    ap.add_argument("--allgather-dtype", choices=["auto", "fp32", "bf16"], default=None, help="--mode zero1: the "
                     "dtype of the parameter all-gather, as vitddp's option (auto: bf16 for a bf16 reference on more than "
                     "one rank) [auto]")
     ap.add_argument("--no-overlap", action="store_true", help="all buckets after backward")
@@ -347,10 +347,15 @@ def main(argv=None, prog="vitddp-report predict"):
     if a.baseline:
         with Run(a.baseline) as b:
             baseline = Baseline.from_run(b)
+    if a.allgather_dtype is not None and a.mode != "zero1":
+        raise ResultsError("--allgather-dtype %s: has no effect without --mode zero1 (DDP all-reduces the gradients)"
+                           % a.allgather_dtype)
     sc = _scenario(a, ref)
     if sc.ranks > 1 and not table.has(sc.transport, "allreduce" if sc.mode == "ddp" else "reducescatter") \
             and not table.has(sc.transport, "allreduce"):
-        raise ResultsError("--transport %s: the link table %s has no row for it" % (sc.transport, table.name))
+        who = "--transport %s" % sc.transport if a.transport else "the reference's transport '%s'" % sc.transport
+        raise ResultsError("%s: the link table %s has no row for it (give --transport with one of its transports, "
+                           "--link-table or --fit-link)" % (who, table.name))
     p = predict(ref, sc, table, baseline)
     if a.json:
         import json

@@ -184,7 +184,7 @@ const std::vector<Spec>& table() {
       {"no-overlap", nullptr, Group::Ddp, "all-reduce every bucket after backward instead of as soon as it is ready",
        [](Options& o, const std::string&) { o.overlap = false; },
        [](const Options& o) { return true_false(!o.overlap); }},
-      {"shard-optimizer", nullptr, Group::Ddp, "ZeRO stage 1: reduce-scatter each bucket instead of all-reducing it, update only this rank's 1/N shard (optimizer state for it alone), then all-gather the parameters; --compression none only",
+      {"shard-optimizer", nullptr, Group::Ddp, "ZeRO stage 1: reduce-scatter each bucket, update this rank's 1/N shard (its optimizer state alone), all-gather the parameters; needs --compression none, --grad-as-bucket-view on",
        [](Options& o, const std::string&) { o.shard_optimizer = true; },
        [](const Options& o) { return true_false(o.shard_optimizer); }},
       {"allgather-dtype", "auto|fp32|bf16", Group::Ddp, "ZeRO-1: fp32 (DDP's arithmetic), bf16 (half the bytes, fp32 shard masters, Megatron-LM); auto: bf16 iff --precision bf16, >1 rank",
@@ -423,6 +423,8 @@ void check_shard_optimizer(const Options& o) {
 /// --shard-optimizer the no-effect rule refuses them).
 void check_allgather_dtype(const Options& o) {
   if (o.allgather_dtype != AllGatherDtype::Bf16 || !o.ddp) return;  // with --no-ddp the no-effect rule refuses it
+  if (o.backend == Backend::Cpu)
+    bad("--allgather-dtype", "bf16: not with --backend cpu (the CPU backend computes and gathers in fp32 only)");
   if (!o.shard_optimizer)
     bad("--allgather-dtype", "bf16: needs --shard-optimizer (only ZeRO-1 all-gathers the parameters; DDP all-reduces "
                              "the gradients and every replica updates its own fp32 parameters)");

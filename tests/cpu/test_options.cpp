@@ -395,7 +395,9 @@ TEST_CASE("--allgather-dtype: auto resolves by precision and rank count; bf16 ne
         "--allgather-dtype: has no effect with --no-ddp (one replica, no reducer)");
   CHECK(option_error({"--shard-optimizer", "--allgather-dtype", "fp16"}).rfind("--allgather-dtype: ", 0) == 0);
   CHECK(option_error({"--backend", "cpu", "--shard-optimizer", "--precision", "bf16", "--allgather-dtype", "bf16"})
-            .rfind("--precision bf16: needs the GPU backend", 0) == 0);
+            .rfind("--allgather-dtype: bf16: not with --backend cpu", 0) == 0);
+  CHECK(option_error({"--backend", "cpu", "--shard-optimizer", "--allgather-dtype", "bf16"}) ==
+        "--allgather-dtype: bf16: not with --backend cpu (the CPU backend computes and gathers in fp32 only)");
   for (const std::vector<std::string>& fine :
        {std::vector<std::string>{"--shard-optimizer", "--precision", "bf16", "--allgather-dtype", "bf16"},
         {"--shard-optimizer", "--precision", "bf16", "--allgather-dtype", "fp32"},

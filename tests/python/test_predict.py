@@ -288,3 +288,6 @@ def test_zero1_allgather_dtype_bf16_moves_half_the_bytes(tmp_path, capsys):
     assert report.main(["predict", ref_path, "--link-table", str(tab), "--ranks", "4", "--mode", "zero1", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["scenario"]["gathered_dtype"] == "bf16" and d["allgather_total_s"] == pytest.approx(auto.allgather_total)
+    # the dtype of an all-gather DDP does not run is refused, as vitddp refuses it
+    assert report.main(["predict", ref_path, "--link-table", str(tab), "--allgather-dtype", "fp32"]) == 2
+    assert "--allgather-dtype fp32: has no effect without --mode zero1" in capsys.readouterr().err
