@@ -109,6 +109,21 @@ TEST_CASE("gpu optimizer: AdamW against the host optimizer, skip flag not counte
 
 namespace {
 
+/// Three updates of `whole` and `part` on the same gradients (normal_vec(n, seed, t)), the second
+/// skipped by the device flag, on stream `st`.
+void three_updates(GpuOptimizer& whole, GpuOptimizer& part, DevVec<float>& dg, DevVec<int>& dskip, size_t n,
+                   unsigned seed, cudaStream_t st) {
+  for (int t = 0; t < 3; ++t) {
+    dg.upload(normal_vec(n, seed, t));
+    dskip.upload(std::vector<int>{t == 1 ? 1 : 0});
+    whole.step(0.02, 1.0);
+    part.step(0.02, 1.0);
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    whole.end_step(t != 1);
+    part.end_step(t != 1);
+  }
+}
+
 /// Three updates (the second skipped by the device flag) of options `o` over `segments` of a
 /// 4099-element buffer with compact state, against the whole-buffer GPU optimizer: the segments'
 /// parameters, bf16 copy and state bit for bit; everything outside the segments untouched.
@@ -130,15 +145,7 @@ void check_segments_against_whole(const Options& o) {
   whole->bind(dwhole.get(), dg.get(), dskip.get(), reinterpret_cast<__nv_bfloat16*>(bwhole.get()));
   part->bind(dseg.get(), dg.get(), dskip.get(), reinterpret_cast<__nv_bfloat16*>(bseg.get()), segs);
   CHECK(part->state_numel() == state_n);
-  for (int t = 0; t < 3; ++t) {
-    dg.upload(normal_vec(n, 52, t));
-    dskip.upload(std::vector<int>{t == 1 ? 1 : 0});
-    whole->step(0.02, 1.0);
-    part->step(0.02, 1.0);
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    whole->end_step(t != 1);
-    part->end_step(t != 1);
-  }
+  three_updates(*whole, *part, dg, dskip, n, 52, st);
   const std::vector<float> pw = dwhole.download(), ps = dseg.download();
   const std::vector<uint16_t> bw = bwhole.download(), bs = bseg.download();
   std::vector<char> inside(n, 0);
@@ -192,15 +199,7 @@ void check_compact_masters_against_whole(const Options& o) {
   auto part = make_gpu_optimizer(o, m, st);
   whole->bind(dwhole.get(), dg.get(), dskip.get(), reinterpret_cast<__nv_bfloat16*>(bwhole.get()));
   part->bind(dmaster.get(), dg.get(), dskip.get(), reinterpret_cast<__nv_bfloat16*>(bseg.get()), segs);
-  for (int t = 0; t < 3; ++t) {
-    dg.upload(normal_vec(n, 62, t));
-    dskip.upload(std::vector<int>{t == 1 ? 1 : 0});
-    whole->step(0.02, 1.0);
-    part->step(0.02, 1.0);
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    whole->end_step(t != 1);
-    part->end_step(t != 1);
-  }
+  three_updates(*whole, *part, dg, dskip, n, 62, st);
   const std::vector<float> pw = dwhole.download(), pm = dmaster.download();
   const std::vector<uint16_t> bw = bwhole.download(), bs = bseg.download();
   std::vector<char> inside(n, 0);
