@@ -14,6 +14,8 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cuda/check/check_cuda.h"
@@ -50,6 +52,16 @@ DeviceBuffer<T> to_device(const std::vector<T>& h, const char* what) {
   DeviceBuffer<T> d(h.size(), what);
   CUDA_CHECK(cudaMemcpy(d.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
   return d;
+}
+
+/// The options of DDP and of ZeRO-1 for `args` over `transport` (--allreduce), the ZeRO-1 run
+/// with the fp32 all-gather: DDP's arithmetic (auto would gather bf16 under --precision bf16 on
+/// 2 ranks).
+std::pair<Options, Options> ddp_and_zero(std::vector<std::string> args, const char* transport) {
+  args.insert(args.end(), {"--allreduce", transport});
+  std::vector<std::string> za = args;
+  for (const char* a : {"--shard-optimizer", "--allgather-dtype", "fp32"}) za.push_back(a);
+  return {zero_options("gpu", args), zero_options("gpu", za)};
 }
 
 }  // namespace
@@ -210,12 +222,7 @@ TEST_CASE("GPU engine, ZeRO-1 on 2 GPUs equals DDP: fp32 and bf16, SGD and AdamW
   };
   for (const char* transport : {"nccl", "copy-engine"})
   for (const Case& c : cases) {
-    std::vector<std::string> da = c.args;
-    da.insert(da.end(), {"--allreduce", transport});
-    std::vector<std::string> za = da;
-    // fp32 all-gather: DDP's math (auto would gather bf16 under --precision bf16 on 2 ranks).
-    for (const char* a : {"--shard-optimizer", "--allgather-dtype", "fp32"}) za.push_back(a);
-    const Options od = zero_options("gpu", da), oz = zero_options("gpu", za);
+    const auto [od, oz] = ddp_and_zero(c.args, transport);
     const auto buckets = run_buckets(od, L);
     auto ddp = make_gpu_engine(od, w, L, buckets, nullptr);
     auto zero = make_gpu_engine(oz, w, L, buckets, nullptr);
@@ -267,12 +274,8 @@ TEST_CASE("GPU engine, ZeRO-1 on 2 GPUs equals DDP bit for bit while the next fo
   // (a + b, commutative in fp32), times 1/2.
   for (const char* transport : {"nccl", "copy-engine"})
   for (const Case& c : cases) {
-    std::vector<std::string> da = c.args;
-    da.insert(da.end(), {"--allreduce", transport});
-    std::vector<std::string> za = da;
-    // fp32 all-gather: DDP's math (auto would gather bf16 under --precision bf16 on 2 ranks).
-    for (const char* a : {"--shard-optimizer", "--allgather-dtype", "fp32"}) za.push_back(a);
-    Options od = zero_options("gpu", da), oz = zero_options("gpu", za);
+    Options od, oz;
+    std::tie(od, oz) = ddp_and_zero(c.args, transport);
     od.checkpoint_every = oz.checkpoint_every = 1000;  // no GEMM autotuning: the same algorithms in both engines
     const auto buckets = run_buckets(od, L);
     REQUIRE(buckets.size() > 3);
