@@ -300,10 +300,15 @@ int GpuReducer::all_gather_bf16(__nv_bfloat16* d_bf16, float* d_params,
       [&](const Bucket& bk, cudaStream_t cs) {
         // The parameters the bf16 model reads in fp32 become float(bf16): every rank's model then
         // reads the same values, the rounds of the masters.
-        for (const FlatRange& r : fp32_read[bk.index])
-          ::vitddp::cast_from_16bit(reinterpret_cast<const uint16_t*>(d_bf16 + r.offset), r.count, DType::BF16,
-                          d_params + r.offset, cs);
+        upcast_bf16_ranges(d_bf16, d_params, fp32_read[bk.index], cs);
       });
+}
+
+void upcast_bf16_ranges(const __nv_bfloat16* d_bf16, float* d_params, const std::vector<FlatRange>& ranges,
+                        cudaStream_t stream) {
+  for (const FlatRange& r : ranges)
+    cast_from_16bit(reinterpret_cast<const uint16_t*>(d_bf16 + r.offset), r.count, DType::BF16, d_params + r.offset,
+                    stream);
 }
 
 void GpuReducer::gather_times(int set, cudaEvent_t from, BucketTimes* t) const {

@@ -216,4 +216,10 @@ class GpuReducer : private ReducerBackend, private HookBackend {
   std::array<size_t, 2> gather_elem_bytes_{{4, 4}};  ///< per set: bytes per gathered element (fp32 4, bf16 2)
 };
 
+/// d_params[i] = float(d_bf16[i]) (exact) over each flat range of `ranges` (elements, offsets into
+/// both layout.total buffers), enqueued on `stream`: what all_gather_bf16 does per bucket after its
+/// all-gather, and what the engine does at start-up and after a restore.
+void upcast_bf16_ranges(const __nv_bfloat16* d_bf16, float* d_params, const std::vector<FlatRange>& ranges,
+                        cudaStream_t stream);
+
 }  // namespace vitddp

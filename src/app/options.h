@@ -126,7 +126,7 @@ ReducerOptions reducer_options(const Options& o);
 /// --allgather-dtype resolved for a run on `world_size` ranks: true when ZeRO-1 all-gathers the
 /// parameters in bf16 (each rank keeps an fp32 master of its shard only; the model's parameters
 /// are bf16 rounds of the masters, Megatron-LM's distributed optimizer with bf16 parameters),
-/// false when it all-gathers the fp32 parameters (DDP's math bit for bit) or shards nothing.
+/// false when it all-gathers the fp32 parameters (DDP's arithmetic) or shards nothing.
 /// bf16: --allgather-dtype bf16 (validate_options requires --shard-optimizer and --precision bf16),
 /// or auto with --shard-optimizer, DDP, --precision bf16 and world_size > 1 (one rank moves
 /// nothing, so auto keeps it bit-identical to --no-ddp).

@@ -31,7 +31,6 @@
 #include "cuda/model/gpu_vit.h"
 #include "src/io/nvtx.h"
 #include "cuda/kernels/cast.h"
-#include "cuda/kernels/compression.h"  // cast_from_16bit
 #include "cuda/kernels/sgd.h"  // flag_nonfinite
 #include "cuda/model/step_graph.h"
 #include "cuda/kernels/synthetic_data.h"
@@ -518,9 +517,7 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
           CUDA_CHECK(cudaMemsetAsync(dst + sl.count, 0, (sl.chunk - sl.count) * sizeof(float), compute_));
       }
       for (const std::vector<FlatRange>& bucket : fp32_read_)
-        for (const FlatRange& r : bucket)
-          cast_from_16bit(reinterpret_cast<const uint16_t*>(model_->bf16_weights() + r.offset), r.count, DType::BF16,
-                          params_.get() + r.offset, compute_);
+        upcast_bf16_ranges(model_->bf16_weights(), params_.get(), bucket, compute_);
     }
     CUDA_CHECK(cudaStreamSynchronize(compute_));
   }
