@@ -44,8 +44,9 @@ PY
   for n in 2 4 8; do for tr in nvlink shm; do
     for cfg in "none ddp fp32" "bf16 ddp fp32" "none zero1 fp32" "none zero1 bf16"; do
       set -- $cfg
+      ag=(); [ "$2" = zero1 ] && ag=(--allgather-dtype "$3")  # DDP runs no all-gather: predict refuses the option there
       $R predict "$T"/vitddp-bf16-np2-none.h5 --baseline "$T"/vitddp-bf16-graph.h5 --link-table $OUT/link-$tr.csv \
-        --transport $tr --ranks $n --bucket-cap-mb 25 --compression $1 --mode $2 --allgather-dtype $3 --json >"$T/p.json"
+        --transport $tr --ranks $n --bucket-cap-mb 25 --compression $1 --mode $2 "${ag[@]}" --json >"$T/p.json"
       ${PYTHON:-python3} - "$T/p.json" "$T"/vitddp-bf16-graph.h5 <<'PY'
 import json, sys, h5py
 p = json.load(open(sys.argv[1])); s = p["scenario"]
