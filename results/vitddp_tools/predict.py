@@ -3,12 +3,13 @@ configuration (ranks, transport, bucket cap, compression, DDP or ZeRO-1) from on
 link table, and the validation of the model against measured runs.
 
     vitddp-report predict REF.h5 [--baseline ONE_GPU.h5] [--link-table T.csv | --fit-link RUN.h5...]
-                          [--ranks N] [--transport T] [--bucket-cap-mb C] [--first-bucket-mb F]
+                          [--ranks N] [--transport T] [--comm-streams auto|N] [--bucket-cap-mb C] [--first-bucket-mb F]
                           [--compression none|fp16|bf16|powersgd] [--mode ddp|zero1] [--allgather-dtype auto|fp32|bf16] [--json] [-o FILE]
     vitddp-report predict --validate DIR_OR_TAR... [-o validation.md] [--plot validation.png]
     vitddp-report predict --fit-link RUN.h5... --write-link-table T.csv
 
-The model: predict_core's module doc; the link-table file: predict_link's.
+The model: predict_core's module doc (the copy-engine all-reduce: predict_ce's); the link-table
+file: predict_link's.
 """
 import argparse
 import glob
@@ -18,8 +19,9 @@ import tempfile
 import numpy as np
 
 from .bandwidth import bus_factor
+from .predict_ce import CE_TRANSPORT, RunShares, comm_streams_of, fit_gain
 from .predict_core import Baseline, Reference, Scenario, predict, prediction_dict, prediction_text, transport_of
-from .predict_link import LinkTable, curve_rows, default_table, load_table
+from .predict_link import GAIN, LinkTable, Row, curve_rows, default_table, load_table
 from .reader import ResultsError, Run, write_output
 
 # options whose differences between a run and its reference the model covers (or that do not change
@@ -27,7 +29,7 @@ from .reader import ResultsError, Run, write_output
 MODELED = frozenset({"bucket-cap-mb", "first-bucket-mb", "compression", "no-overlap", "powersgd-rank",
            "powersgd-min-compression-rate", "powersgd-start-step", "out", "seed", "steps", "warmup-steps",
            "cooldown-steps", "progress-every", "flush-every", "trace", "step-timeout", "data-workers", "overwrite",
-           "powersgd-no-warm-start", "powersgd-no-error-feedback"})
+           "powersgd-no-warm-start", "powersgd-no-error-feedback", "comm-streams"})
 
 
 def _timed_min_median(run, name):
@@ -37,27 +39,43 @@ def _timed_min_median(run, name):
     return np.median(v.min(axis=0), axis=0)
 
 
-def fit_link_table(runs, name="fitted"):
+def fit_link_table(runs, name="fitted", shares=None):
     """A LinkTable fitted from multi-rank vitddp runs (list of Run), per transport (transport_of):
     allreduce rows from the per-bucket (buckets/bytes_sent, buckets/allreduce_time) of the runs
     with one call per bucket (compression none, fp16, bf16; predict_link.curve_rows); `cast` and
     `powersgd` rows from buckets/compress_time against buckets/bytes of the runs with that
-    compression. Times: _timed_min_median. ResultsError when no run has bucket times."""
+    compression. Times: _timed_min_median. Copy-engine runs (predict_ce): first the `concurrency`
+    rows (predict_ce.fit_gain over the runs that differ only in modelled options), then each bucket's
+    times as if alone (RunShares.scaled at its payload's gain) in place of the measured ones.
+    `shares`: {run path: RunShares} already computed (computed here otherwise). ResultsError when no
+    run has bucket times."""
     pts = {}
-    for run in runs:
-        if run.world_size < 2 or not run.ddp or not run.has("buckets/allreduce_time"):
-            continue
+    usable = [r for r in runs if r.world_size >= 2 and r.ddp and r.has("buckets/allreduce_time")]
+    shares = dict(shares or {})
+    for run in usable:
+        if run.allreduce == CE_TRANSPORT and run.path not in shares:
+            shares[run.path] = RunShares.from_run(run)
+    ce = [shares[r.path] for r in usable if r.allreduce == CE_TRANSPORT]
+    comparable = lambda a, b: not _option_differences(a, b) and not _option_differences(b, a)
+    gain_rows = [Row(CE_TRANSPORT, GAIN, b, 0.0, g, name) for b, g, _ in fit_gain(ce, comparable)]
+    gains = LinkTable(gain_rows, name)
+    for run in usable:
         tr, comp = transport_of(run), run.compression
         nb = np.asarray(run.data("buckets/bytes"), dtype=float)
         sent = np.median(np.asarray(run.bucket_series("buckets/bytes_sent"), dtype=float)[0, run.timed()], axis=0)
+        if run.allreduce == CE_TRANSPORT:
+            sh, g = shares[run.path], np.array([gains.gain(tr, x) for x in sent])
+            times = lambda series: np.median(sh.scaled(series, g).min(axis=0), axis=0)
+        else:
+            times = lambda series: _timed_min_median(run, "buckets/" + series + "_time")
         if comp in ("none", "fp16", "bf16"):
             d = pts.setdefault((tr, "allreduce", run.world_size), ([], []))
             d[0].extend(sent)
-            d[1].extend(_timed_min_median(run, "buckets/allreduce_time"))
+            d[1].extend(times("allreduce"))
         if comp in ("fp16", "bf16", "powersgd") and run.has("buckets/compress_time"):
             d = pts.setdefault((tr, "cast" if comp != "powersgd" else "powersgd", 0), ([], []))
             d[0].extend(nb)
-            d[1].extend(_timed_min_median(run, "buckets/compress_time"))
+            d[1].extend(times("compress"))
     rows = []
     for (tr, coll, n), (b, t) in sorted(pts.items()):
         if not any(x > 0 and y > 0 for x, y in zip(b, t)):
@@ -66,7 +84,11 @@ def fit_link_table(runs, name="fitted"):
         rows += curve_rows(tr, coll, b, t, factor, name)
     if not rows:
         raise ResultsError("--fit-link: no multi-rank DDP run with per-bucket times among %d files" % len(runs))
-    return LinkTable(rows, name)
+    table = LinkTable(rows + gain_rows, name)
+    if any(s.streams > 1 for s in ce) and not gain_rows:
+        table.notes.append("%s: no copy-engine run on one comm stream measured the payloads of the runs on several "
+                           "(with the same options otherwise): no concurrency rows, G = 1" % name)
+    return table
 
 
 def _scenario(a, ref):
@@ -79,7 +101,24 @@ def _scenario(a, ref):
                     powersgd_rank=a.powersgd_rank if a.powersgd_rank is not None else int(ref.options.get("powersgd-rank", "1")),
                     powersgd_rate=a.powersgd_rate if a.powersgd_rate is not None
                     else float(ref.options.get("powersgd-min-compression-rate", "2")),
-                    precision=ref.precision, allgather_dtype=a.allgather_dtype or "auto")
+                    precision=ref.precision, allgather_dtype=a.allgather_dtype or "auto",
+                    comm_streams=_comm_streams(a, ref, a.transport or ref.transport, comp))
+
+
+def _comm_streams(a, ref, transport, compression):
+    """The scenario's comm streams: --comm-streams N; else the reference's count when the transport
+    is the reference's and its --comm-streams was not auto; else vitddp's auto rule (2 for the
+    copy-engine transport under bf16 without compression, otherwise 1). ResultsError for a value
+    that is neither auto nor an integer."""
+    v = a.comm_streams
+    if v is None and transport == ref.transport and ref.options.get("comm-streams", "auto") != "auto":
+        return ref.comm_streams
+    if v is None or v == "auto":
+        return 2 if transport == CE_TRANSPORT and ref.precision == "bf16" and compression == "none" else 1
+    try:
+        return int(v)
+    except ValueError:
+        raise ResultsError("--comm-streams: expected auto or an integer in [1, 4], got '%s'" % v)
 
 
 def _open_all(paths):
@@ -122,24 +161,47 @@ def unpack(paths, tmp):
     return sorted(set(files))
 
 
-def _differences(run, ref_options):
-    """Options of `run` that differ from `ref_options` ({name: str}) and that the model does not cover:
-    sorted list of 'name=value'. An option the reference's (older) build lacks counts as its default
-    there: a run's value 0, off, false, auto, none or empty is no difference."""
-    a, b = run.options(), ref_options
+def _option_differences(a, b):
+    """Options of `a` ({name: str}) that differ from `b` and that the model does not cover: sorted list
+    of 'name=value'. An option b's (older) build lacks counts as its default there: a value 0, off,
+    false, auto, none or empty in `a` is no difference."""
     default = {"0", "off", "false", "auto", "none", ""}
     return sorted("%s=%s" % (k, a[k]) for k in a if k not in MODELED
                   and (a[k] != b[k] if k in b else a[k].lower() not in default))
 
 
+def _differences(run, ref_options):
+    """_option_differences of `run`'s options against `ref_options` ({name: str})."""
+    return _option_differences(run.options(), ref_options)
+
+
+def _skip_reason(r):
+    """Why multi-rank DDP run `r` (reader.Run) is not predicted (str), or None."""
+    if r.allreduce not in ("nccl", CE_TRANSPORT):
+        return "--allreduce %s: the predictor models nccl and copy-engine only; not predicted" % r.allreduce
+    if r.allreduce == CE_TRANSPORT:
+        try:
+            comm_streams_of(r)
+        except ResultsError:
+            return ("--allreduce copy-engine, and the file does not record its comm-stream count (a build before "
+                    "--comm-streams; the streams were set at build time or by environment then); not predicted")
+    if not np.asarray(r.data("buckets/bytes_sent")).any():
+        return "buckets/bytes_sent is 0 everywhere (the file records no communication: %.2f steps/s); not predicted" % (
+            r.summary("steps_per_second"))
+    return None
+
+
 def validate(paths, tmp, leave_one_out=False):
-    """Predicts every multi-rank NCCL run of `paths` from one reference per group (the --validate
-    argument it came from, transport, all-reduce, precision, model, batch): the 25 MiB,
-    no-compression, overlapped run with the fewest unmodelled option differences; the link table
-    fitted from the group's runs; the 1-GPU no-DDP run of the same argument and precision as
-    baseline; with `leave_one_out`, each run's link table is fitted without that run's own buckets.
-    Returns (rows list of dict, tables {group: LinkTable}, notes list of str)."""
-    groups, singles, notes, runs = {}, {}, [], []
+    """Predicts every multi-rank NCCL and copy-engine run of `paths` from one reference per group
+    (the --validate argument it came from, transport, all-reduce, precision, model, batch): the 25 MiB,
+    no-compression, overlapped run with the fewest unmodelled option differences (ties: fewer
+    unmodelled options away from their defaults, then the path); the link table fitted from the
+    group's runs; the 1-GPU no-DDP run of the same argument and precision as baseline; with
+    `leave_one_out`, each run's link table is fitted without that run's own buckets. Runs that
+    cannot be predicted are named in the notes, per argument and reason.
+    Returns (rows list of dict, tables {(argument, transport, all-reduce, precision): LinkTable},
+    notes list of str)."""
+    groups, singles, notes, runs, skipped = {}, {}, [], [], {}
     for origin, p in enumerate(paths):
         for f, lab in unpack([p], tmp):
             r = Run(f)
@@ -150,12 +212,8 @@ def validate(paths, tmp, leave_one_out=False):
                 singles.setdefault(key, []).append(r)
             elif r.world_size == 1 or not r.ddp or not r.has("buckets/allreduce_start"):
                 continue
-            elif r.allreduce != "nccl":
-                notes.append("%s: --allreduce %s (several comm streams, sums on the compute stream): not this "
-                             "model; not predicted" % (r.label, r.allreduce))
-            elif not np.asarray(r.data("buckets/bytes_sent")).any():
-                notes.append("%s: buckets/bytes_sent is 0 everywhere (the file records no communication: %.2f "
-                             "steps/s); not predicted" % (r.label, r.summary("steps_per_second")))
+            elif _skip_reason(r):
+                skipped.setdefault((p, _skip_reason(r)), []).append(r.label)
             else:
                 groups.setdefault((transport_of(r), r.allreduce) + key[1:] + (origin,), []).append(r)
     rows, tables = [], {}
@@ -165,14 +223,17 @@ def validate(paths, tmp, leave_one_out=False):
             notes.append("%s: no 25 MiB no-compression overlapped run to serve as reference; not predicted" % (gk,))
             continue
         others = [r.options() for r in members]
-        ref_run = min(cands, key=lambda r: (sum(len(_differences(r, o)) for o in others), r.path))
+        # ties: the run with fewer unmodelled options away from their defaults, then the path
+        ref_run = min(cands, key=lambda r: (sum(len(_differences(r, o)) for o in others),
+                                            len(_option_differences(r.options(), {})), r.path))
         ref = Reference.from_run(ref_run)
         base = singles.get((gk[-1],) + gk[2:-1], [])
         base = min(base, key=lambda r: (len(_differences(r, ref.options)), r.path)) if base else None
         baseline = Baseline.from_run(base) if base else None
         name = "fitted from %d %s runs" % (len(members), gk[0])
-        table = fit_link_table(members, name)
-        tables[gk] = table
+        shares = {r.path: RunShares.from_run(r) for r in members if r.allreduce == CE_TRANSPORT}
+        table = fit_link_table(members, name, shares)
+        tables[(paths[gk[-1]],) + gk[:3]] = table
         for r in members:
             sc = Scenario(ranks=r.world_size, transport=gk[0], cap_mb=r.bucket_cap_mb,
                           first_mb=float(r.option("first-bucket-mb", "1")), compression=r.compression,
@@ -180,36 +241,51 @@ def validate(paths, tmp, leave_one_out=False):
                           powersgd_rate=float(r.option("powersgd-min-compression-rate", "2")), precision=r.precision,
                           mode="zero1" if r.option("shard-optimizer", "false").lower() in ("true", "1", "on") else "ddp",
                           # files from before --allgather-dtype gathered fp32
-                          allgather_dtype=r.option("allgather-dtype", "fp32"))
+                          allgather_dtype=r.option("allgather-dtype", "fp32"), comm_streams=comm_streams_of(r))
             own = table
             if leave_one_out and len(members) > 1:
-                own = fit_link_table([m for m in members if m is not r], name + " without this run")
+                own = fit_link_table([m for m in members if m is not r], name + " without this run", shares)
             p = predict(ref, sc, own, baseline)
             meas = r.summary("steps_per_second")
             t = r.timed()
             mexp = float(np.median(np.asarray(r.step_series("timing/exposed_comm"), dtype=float)[:, t].max(axis=0)))
             mbwd = float(np.median(np.asarray(r.step_series("timing/backward"), dtype=float)[:, t].max(axis=0)))
             diffs = _differences(r, ref.options)
-            rows.append({"run": r.label, "transport": gk[0], "precision": gk[2], "allreduce": gk[1],
-                         "cap_mb": r.bucket_cap_mb, "compression": r.compression, "overlap": r.overlap,
+            rows.append({"run": r.label, "origin": paths[gk[-1]], "transport": gk[0], "precision": gk[2],
+                         "allreduce": gk[1], "cap_mb": r.bucket_cap_mb, "compression": r.compression,
+                         "overlap": r.overlap, "comm_streams": sc.comm_streams,
                          "reference": r.path == ref.path, "baseline": base.label if base else "",
                          "measured": meas, "predicted": p.steps_per_second,
                          "error": p.steps_per_second / meas - 1.0, "backward_measured": mbwd,
                          "backward_predicted": p.backward, "exposed_measured": mexp, "exposed_predicted": p.exposed,
                          "unmodelled": diffs, "reference_run": ref_run.label})
+    for (p, why), labels in sorted(skipped.items()):
+        notes.append("%s: %s (%d run%s: %s)" % (p, why, len(labels), "" if len(labels) == 1 else "s",
+                                                ", ".join(sorted(labels))))
     for r in runs:
         r.close()
     return rows, tables, notes
 
 
-TARGETS = (("nvlink", 0.05), ("shm", 0.05), ("net", 0.10))  # |predicted / measured - 1| per transport
+# |predicted / measured - 1| per transport (the copy-engine all-reduce runs over NVLink)
+TARGETS = (("nvlink", 0.05), ("copy-engine", 0.05), ("shm", 0.05), ("net", 0.10))
+
+
+def _group_of(r):
+    """A validation row's group: (argument, transport, all-reduce, precision)."""
+    return r["origin"], r["transport"], r["allreduce"], r["precision"]
+
+
+def _short(r):
+    """A row's run named with the last folder of its argument (labels repeat across arguments)."""
+    return "%s/%s" % (os.path.basename(os.path.normpath(r["origin"])), r["run"])
 
 
 def validation_text(rows, tables, notes, command, leave_one_out=False):
     """The validation report (Markdown): one table per group, the targets, the fitted link tables."""
     out = ["# Predicted against measured steps/s per GPU", "",
            "Made by `%s`." % command, "",
-           "Each run predicted from one reference run of its group (transport, all-reduce, precision) - marked "
+           "Each run predicted from one reference run of its group (folder, transport, all-reduce, precision) - marked "
            "**ref** - the link table fitted from the group's runs (below) and the group's 1-GPU no-DDP run as "
            "baseline for backward's slowdown%s. Times: medians over the timed steps of the slowest rank (ms). "
            "*unmodelled*: options that differ from the reference and that the model does not represent; those rows "
@@ -217,18 +293,19 @@ def validation_text(rows, tables, notes, command, leave_one_out=False):
                " (leave one out: each run's link table fitted without that run)" if leave_one_out else ""), ""]
     groups = []
     for r in rows:
-        g = (r["transport"], r["allreduce"], r["precision"])
-        if g not in groups:
-            groups.append(g)
+        if _group_of(r) not in groups:
+            groups.append(_group_of(r))
     for g in groups:
-        rs = [r for r in rows if (r["transport"], r["allreduce"], r["precision"]) == g]
-        out += ["## %s, %s, %s (reference %s, baseline %s)" % (g + (rs[0]["reference_run"], rs[0]["baseline"] or "none")), "",
+        rs = [r for r in rows if _group_of(r) == g]
+        out += ["## %s: %s, %s, %s (reference %s, baseline %s)" % (g + (rs[0]["reference_run"], rs[0]["baseline"] or "none")), "",
                 "| run | cap MiB | compression | measured steps/s | predicted | error | backward ms meas / pred | "
                 "exposed ms meas / pred | unmodelled |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in sorted(rs, key=lambda r: r["run"]):
             out.append("| %s%s | %g | %s%s | %.2f | %.2f | %+.1f%% | %.2f / %.2f | %.2f / %.2f | %s |" % (
                 r["run"], " **ref**" if r["reference"] else "", r["cap_mb"], r["compression"],
-                "" if r["overlap"] else ", no overlap", r["measured"], r["predicted"], 100 * r["error"],
+                ("" if r["overlap"] else ", no overlap") + ("" if r["allreduce"] != CE_TRANSPORT else ", %d comm stream%s" % (
+                    r["comm_streams"], "" if r["comm_streams"] == 1 else "s")),
+                r["measured"], r["predicted"], 100 * r["error"],
                 1e3 * r["backward_measured"], 1e3 * r["backward_predicted"], 1e3 * r["exposed_measured"],
                 1e3 * r["exposed_predicted"], ", ".join(r["unmodelled"])))
         out.append("")
@@ -240,10 +317,10 @@ def validation_text(rows, tables, notes, command, leave_one_out=False):
             continue
         ok = sum(abs(r["error"]) <= tgt for r in rs)
         worst = max(rs, key=lambda r: abs(r["error"]))
-        out.append("| %s | %.0f%% | %d | %d | %s %+.1f%% |" % (tr, 100 * tgt, len(rs), ok, worst["run"], 100 * worst["error"]))
+        out.append("| %s | %.0f%% | %d | %d | %s %+.1f%% |" % (tr, 100 * tgt, len(rs), ok, _short(worst), 100 * worst["error"]))
     out += ["", "## Fitted link tables", ""]
     for g, t in tables.items():
-        out += ["%s (%s):" % (", ".join(str(x) for x in g[:3]), t.name), "", "```", t.to_csv().rstrip(), "```", ""]
+        out += ["%s: %s (%s):" % (g[0], ", ".join(g[1:]), t.name), "", "```", t.to_csv().rstrip(), "```", ""]
     if notes:
         out += ["Notes:", ""] + ["- " + n for n in notes] + [""]
     return "\n".join(out)
@@ -261,7 +338,7 @@ def validation_plot(rows, path):
     for f, ls in ((0.05, "--"), (0.10, ":")):
         ax.plot(x, x * (1 + f), "k" + ls, lw=0.6, label="+-%d%%" % (100 * f))
         ax.plot(x, x * (1 - f), "k" + ls, lw=0.6)
-    for tr, c in (("nvlink", "tab:green"), ("shm", "tab:blue"), ("net", "tab:red")):
+    for tr, c in (("nvlink", "tab:green"), ("copy-engine", "tab:purple"), ("shm", "tab:blue"), ("net", "tab:red")):
         for unm, marker in ((False, "o"), (True, "x")):
             rs = [r for r in rows if r["transport"] == tr and bool(r["unmodelled"]) == unm]
             if rs:
@@ -291,7 +368,10 @@ def parser(prog):
     ap.add_argument("--fit-link", nargs="+", metavar="RUN.h5", help="fit the link table from these runs' buckets instead")
     ap.add_argument("--write-link-table", metavar="CSV", help="write the link table used (default or fitted) to CSV")
     ap.add_argument("--ranks", type=int, help="ranks N [the reference's]")
-    ap.add_argument("--transport", help="link-table transport, e.g. nvlink, shm, net [the reference's]")
+    ap.add_argument("--transport", help="link-table transport, e.g. nvlink, shm, net, copy-engine [the reference's]")
+    ap.add_argument("--comm-streams", metavar="auto|N", help="transport copy-engine: the comm streams the buckets "
+                    "alternate over, as vitddp's option (auto: 2 under bf16 without compression, else 1) [the "
+                    "reference's]")
     ap.add_argument("--bucket-cap-mb", type=float, help="bucket cap, MiB [the reference's]")
     ap.add_argument("--first-bucket-mb", type=float, help="first bucket, MiB [the reference's]")
     ap.add_argument("--compression", choices=["none", "fp16", "bf16", "powersgd"], help="[the reference's]")

@@ -6,6 +6,9 @@ The model is vitddp's reducer (README.md, docs/findings.md): buckets in gradient
 comm stream, launched strictly in bucket order, each once its last gradient is ready. Bucket j's
 work starts at max(ready_j, end_{j-1}) and lasts its compression work plus its collective calls
 (predict_link: alpha + bytes x factor / busbw). Exposed communication = max(0, last end - backward).
+The copy-engine all-reduce (transport 'copy-engine', vitddp --allreduce copy-engine) alternates the
+buckets over N comm streams whose buckets in flight share the copy engines: predict_ce's schedule,
+which for N = 1 is this one.
 Step = input wait + forward + backward + exposed + optimizer (+ ZeRO-1's parameter all-gather where the
 next forward does not hide it) + the
 reference's host time per step outside the device step (1 / steps_per_second - median step time).
@@ -22,13 +25,17 @@ The curve is kept as a fraction of backward; the last bucket is ready at the end
 Backward's slowdown under concurrent traffic: with a 1-GPU baseline, backward = baseline backward +
 k x (comm-stream busy time inside backward), k = (reference backward - baseline backward) /
 (reference busy time inside backward), solved as a fixed point with the schedule; without one, the
-reference's backward as it is (factor 1.0).
+reference's backward as it is (factor 1.0). On several comm streams the busy time is the comm work
+done inside backward in seconds of one bucket alone (predict_ce.work_inside: overlapping buckets
+count once, times their concurrency gain), so that the same bucket costs backward the same on one
+stream and on several.
 """
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .predict_model import MIB, VIT_CONFIGS, assign_buckets, powersgd_bucket, vit_parameters
+from .predict_ce import CE_TRANSPORT, comm_streams_of, overlap_split, shared_schedule, work_inside
+from .predict_model import MIB, VIT_CONFIGS, assign_buckets, powersgd_bucket, vit_parameters, wire_bytes
 from .reader import ResultsError
 
 IDLE_GAP_S = 10e-6  # a bucket starting later than this after the previous one's end found the stream idle
@@ -55,8 +62,11 @@ class Reference:
     ready_bytes / ready_frac (float64 [k] points of the gradient-ready curve: cumulative fp32 bytes
     in gradient-ready order -> fraction of backward), ready_source ('recorded': grad_ready/*, with
     ready_groups groups; 'inferred': from idle comm-stream starts), busy_in_backward (comm-stream
-    time inside backward), and the configuration (model, ranks, batch, precision, transport, cap,
-    compression)."""
+    time inside backward; on several comm streams see work_in_backward), and the configuration
+    (model, ranks, batch, precision, transport, cap, compression, comm_streams). sent: float [buckets],
+    rank 0's median buckets/bytes_sent; alone_in_backward / shared_in_backward: float [ranks, timed
+    steps, buckets] seconds, each bucket's time alone and shared (predict_ce.overlap_split) inside
+    backward, filled on several comm streams only."""
     path: str
     model: str
     num_classes: int
@@ -81,6 +91,10 @@ class Reference:
     num_buckets: int = 0
     busy_in_backward: float = 0.0
     options: dict = field(default_factory=dict)
+    comm_streams: int = 1
+    sent: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    alone_in_backward: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0)))
+    shared_in_backward: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0)))
 
     @classmethod
     def from_run(cls, run):
@@ -107,14 +121,17 @@ class Reference:
                   first_mb=float(run.option("first-bucket-mb", "1")), compression=run.compression,
                   overlap=run.overlap if run.ddp else True, forward=_med(fwd.max(axis=0)),
                   backward=_med(bwd.max(axis=0)), optimizer=_med(g("timing/optimizer").max(axis=0)),
-                  host_gap=max(0.0, 1.0 / sps - _med(step)), steps_per_second=sps, options=run.options())
+                  host_gap=max(0.0, 1.0 / sps - _med(step)), steps_per_second=sps, options=run.options(),
+                  comm_streams=comm_streams_of(run))
         ref._read_buckets(run, t, fwd, bwd)
         if run.has_grad_ready():
             ref._read_grad_ready(run, t, fwd)
         return ref
 
     def _read_buckets(self, run, t, fwd, bwd):
-        """The ready curve and the busy time inside backward from buckets/allreduce_start/_end."""
+        """The ready curve and the busy time inside backward from buckets/allreduce_start/_end. On N
+        comm streams a bucket found its stream idle when it started after bucket j - N's end; the
+        flight split inside backward (predict_ce.overlap_split) is kept for work_in_backward."""
         total = 4.0 * sum(p.numel + (-p.numel) % 4 for p in vit_parameters(self.model, self.num_classes))
         xs, ys = [0.0], [0.0]
         if run.ddp and run.has("buckets/allreduce_start") and run.has("buckets/bytes"):
@@ -123,7 +140,8 @@ class Reference:
             cum = np.cumsum(np.asarray(run.data("buckets/bytes"), dtype=float))
             self.num_buckets = cum.size
             if cum.size and end.max() > 0:
-                prev_end = np.concatenate([np.full(end.shape[:2] + (1,), -np.inf), end[:, :, :-1]], axis=2)
+                n = self.comm_streams
+                prev_end = np.concatenate([np.full(end.shape[:2] + (min(n, cum.size),), -np.inf), end[:, :, :-n]], axis=2)
                 idle = start > prev_end + IDLE_GAP_S
                 for j in range(cum.size - 1):  # the last bucket's ready time is the end of backward
                     if idle[:, :, j].any() and self.overlap:
@@ -133,6 +151,9 @@ class Reference:
                 b = bwd[:, :, None]
                 busy = np.clip(np.minimum(end, b) - np.maximum(start, 0.0), 0.0, None).sum(axis=2)
                 self.busy_in_backward = _med(busy.max(axis=0))
+                self.sent = np.median(np.asarray(run.bucket_series("buckets/bytes_sent"), dtype=float)[0][t], axis=0)
+                if n > 1:
+                    self.alone_in_backward, self.shared_in_backward = overlap_split(start, end, bwd)
         xs.append(total)
         ys.append(1.0)
         ys = np.clip(np.maximum.accumulate(np.asarray(ys)), 0.0, 1.0)
@@ -155,6 +176,16 @@ class Reference:
         self.ready_frac = ys
         self.ready_source, self.ready_groups = "recorded", g.groups
 
+    def work_in_backward(self, gain):
+        """Comm work inside the reference's backward in seconds of one bucket alone (float): per
+        rank and step sum over buckets of alone + gain x shared inside backward, the slowest rank,
+        median over the timed steps; busy_in_backward on one comm stream. gain: float or float
+        [buckets] (the link table's concurrency gain at each bucket's payload)."""
+        if self.comm_streams == 1 or not self.alone_in_backward.size:
+            return self.busy_in_backward
+        w = (self.alone_in_backward + np.asarray(gain, dtype=float) * self.shared_in_backward).sum(axis=2)
+        return _med(w.max(axis=0))
+
     def ready_fraction(self, cum_bytes):
         """Fraction of backward at which the gradients up to `cum_bytes` (fp32 bytes in ready order)
         are ready: the ready curve interpolated linearly."""
@@ -167,7 +198,9 @@ class Scenario:
     compression (none, fp16, bf16, powersgd), mode ('ddp' all-reduce or 'zero1' reduce-scatter +
     parameter all-gather), overlap (buckets during backward), powersgd_rank / powersgd_rate,
     precision (the reference's), allgather_dtype (ZeRO-1's parameter all-gather, as vitddp's
-    --allgather-dtype: 'auto' = bf16 under --precision bf16 on more than one rank, else fp32)."""
+    --allgather-dtype: 'auto' = bf16 under --precision bf16 on more than one rank, else fp32),
+    comm_streams (the comm streams the buckets alternate over: 1, or 1-4 for transport
+    'copy-engine', as vitddp's --comm-streams)."""
     ranks: int
     transport: str
     cap_mb: float
@@ -179,6 +212,7 @@ class Scenario:
     powersgd_rate: float = 2.0
     precision: str = "fp32"
     allgather_dtype: str = "auto"
+    comm_streams: int = 1
 
     def gathered_dtype(self):
         """The dtype ZeRO-1's all-gather moves: 'fp32' or 'bf16' (allgather_dtype resolved)."""
@@ -187,9 +221,11 @@ class Scenario:
         return "bf16" if self.precision == "bf16" and self.ranks > 1 else "fp32"
 
     def describe(self):
-        """One line: ranks, transport, buckets, compression, mode."""
-        return "%d rank%s, %s, %g MiB buckets (first %g MiB), compression %s, %s%s" % (
-            self.ranks, "" if self.ranks == 1 else "s", self.transport, self.cap_mb, self.first_mb, self.compression,
+        """One line: ranks, transport (and comm streams), buckets, compression, mode."""
+        streams = "" if self.transport != CE_TRANSPORT else " on %d comm stream%s" % (
+            self.comm_streams, "" if self.comm_streams == 1 else "s")
+        return "%d rank%s, %s%s, %g MiB buckets (first %g MiB), compression %s, %s%s" % (
+            self.ranks, "" if self.ranks == 1 else "s", self.transport, streams, self.cap_mb, self.first_mb, self.compression,
             "DDP all-reduce" if self.mode == "ddp" else "ZeRO-1 (%s all-gather)" % self.gathered_dtype(),
             "" if self.overlap else ", no overlap")
 
@@ -295,6 +331,15 @@ def predict(ref, sc, table, baseline=None, iterations=100):
     if sc.first_mb > sc.cap_mb:
         raise ResultsError("--first-bucket-mb %g must not exceed --bucket-cap-mb %g (as vitddp refuses it)" % (
             sc.first_mb, sc.cap_mb))
+    if not 1 <= sc.comm_streams <= 4:
+        raise ResultsError("--comm-streams must be in [1, 4] (vitddp's range), got %d" % sc.comm_streams)
+    if sc.comm_streams > 1 and sc.transport != CE_TRANSPORT:
+        raise ResultsError("--comm-streams %d with transport %s: vitddp alternates the buckets over several comm "
+                           "streams only with --allreduce copy-engine (transport %s)" % (
+                               sc.comm_streams, sc.transport, CE_TRANSPORT))
+    if sc.transport == CE_TRANSPORT and sc.compression == "powersgd":
+        raise ResultsError("--compression powersgd with transport %s: vitddp refuses it (PowerSGD's P and Q "
+                           "all-reduces use NCCL)" % CE_TRANSPORT)
     notes = []
     params = vit_parameters(ref.model, ref.num_classes)
     buckets = assign_buckets(params, sc.cap_mb, sc.first_mb)
@@ -303,30 +348,41 @@ def predict(ref, sc, table, baseline=None, iterations=100):
     frac[-1] = 1.0
     work = [bucket_work(b, sc, table) for b in buckets] if sc.ranks > 1 else [(0.0, 0.0)] * len(buckets)
     dur = np.array([w + c for w, c in work])
+    streams = sc.comm_streams
+    gains = np.array([table.gain(sc.transport, wire_bytes(b, sc.compression, sc.powersgd_rank, sc.powersgd_rate)[0])
+                      for b in buckets])
+    if streams == 1:
+        sched, inside = (lambda r: schedule(r, dur)), busy_inside
+    else:
+        sched = lambda r: shared_schedule(r, dur, streams, gains)
+        inside = lambda st, en, h: work_inside(st, en, h, gains)
+    ref_busy = ref.work_in_backward(np.array([table.gain(ref.transport, x) for x in ref.sent]))
+    one = ref.comm_streams == 1 and streams == 1
+    what = ("comm-stream work", "comm-stream time") if one else ("comm work (s of one bucket alone)",) * 2
     if baseline is not None:
-        k = (ref.backward - baseline.backward) / ref.busy_in_backward if ref.busy_in_backward > 0 else 0.0
+        k = (ref.backward - baseline.backward) / ref_busy if ref_busy > 0 else 0.0
         if k < 0:
             notes.append("reference backward %.2f ms < baseline %.2f ms: no slowdown (k = 0)" % (
                 ref.backward * 1e3, baseline.backward * 1e3))
             k = 0.0
         b0 = baseline.backward
-        notes.append("backward slowdown: reference %.2f ms / baseline %.2f ms = %.3f with %.2f ms of comm-stream "
-                     "work inside it; backward = %.2f ms + %.3f x (comm-stream time inside backward)" % (
+        notes.append("backward slowdown: reference %.2f ms / baseline %.2f ms = %.3f with %.2f ms of %s "
+                     "inside it; backward = %.2f ms + %.3f x (%s inside backward)" % (
                          ref.backward * 1e3, baseline.backward * 1e3, ref.backward / baseline.backward,
-                         ref.busy_in_backward * 1e3, b0 * 1e3, k))
+                         ref_busy * 1e3, what[0], b0 * 1e3, k, what[1]))
     else:
         k, b0 = 0.0, ref.backward
         notes.append("backward slowdown factor 1.0 (no --baseline): backward = the reference's %.2f ms, whatever "
                      "traffic runs beside it" % (ref.backward * 1e3))
     bwd = b0
     for _ in range(iterations):
-        start, end = schedule(frac * bwd, dur)
-        new = b0 + k * busy_inside(start, end, bwd)
+        start, end = sched(frac * bwd)
+        new = b0 + k * inside(start, end, bwd)
         if abs(new - bwd) < 1e-9:
             break
         bwd = new
-    start, end = schedule(frac * bwd, dur)
-    exposed = max(0.0, float(end[-1]) - bwd) if len(end) and sc.ranks > 1 else 0.0
+    start, end = sched(frac * bwd)
+    exposed = max(0.0, float(end.max()) - bwd) if len(end) and sc.ranks > 1 else 0.0  # several streams: not always the last bucket
     opt = ref.optimizer / (sc.ranks if sc.mode == "zero1" else 1)
     gather = gather_total = 0.0
     if sc.mode == "zero1" and sc.ranks > 1:
@@ -348,14 +404,15 @@ def predict(ref, sc, table, baseline=None, iterations=100):
                          "; the bf16 casts around the all-gather are not modelled" if dtype == "bf16" else ""))
     step = ref.forward + bwd + exposed + opt + gather + ref.host_gap
     terms = {"compute": ref.forward + bwd, "exposed comm": exposed + gather, "optimizer": opt}
-    notes += _assumptions(ref, sc, table, len(buckets))
+    notes += _assumptions(ref, sc, table, len(buckets), gains)
     return Prediction(sc, ref.forward, bwd, exposed, opt, gather, ref.host_gap, step, 1.0 / step,
                       ref.batch / step, float(dur.sum()), max(terms, key=terms.get), len(buckets),
                       start, end, frac * bwd, notes, gather_total)
 
 
-def _assumptions(ref, sc, table, nbuckets):
-    """The assumptions every prediction prints (list of str)."""
+def _assumptions(ref, sc, table, nbuckets, gains):
+    """The assumptions every prediction prints (list of str); gains: float [buckets], the link
+    table's concurrency gain at each bucket's payload."""
     out = [
         "reference %s: %s, %d ranks, %s, %g MiB buckets, compression %s, batch %d per GPU, %s" % (
             ref.path, ref.model, ref.ranks, ref.transport, ref.cap_mb, ref.compression, ref.batch, ref.precision),
@@ -364,8 +421,7 @@ def _assumptions(ref, sc, table, nbuckets):
         "buckets: %d (PyTorch DDP's rule over %s's parameters in reverse registration order, cap %g MiB, first "
         "%g MiB, a tensor never split)" % (nbuckets, ref.model, sc.cap_mb, sc.first_mb),
         _ready_assumption(ref),
-        "one comm stream, buckets launched in order, each when its last gradient is ready; ranks in step "
-        "(no skew between ranks)",
+        _stream_assumption(sc, table),
         "link table %s; alpha and busbw do not depend on the number of ranks (nccl-tests' busbw is meant to "
         "stay flat; ring latency that grows with the ranks is not modelled)" % table.name,
     ]
@@ -375,8 +431,28 @@ def _assumptions(ref, sc, table, nbuckets):
     for kind, comp in (("cast", ("fp16", "bf16")), ("powersgd", ("powersgd",))):
         if sc.compression in comp and not table.has(sc.transport, kind):
             out.append("the link table has no '%s' row: the compression's own work on the comm stream counts 0" % kind)
+    if sc.transport == CE_TRANSPORT and sc.comm_streams > 1:
+        g = np.asarray(gains)
+        out.append("buckets in flight share the copy engines: with k >= 2 in flight each progresses at G / k of "
+                   "its alone rate, G %s (the link table's concurrency rows%s)" % (
+                       "%.3f" % g[0] if np.ptp(g) == 0 else "%.3f-%.3f over the buckets' payloads" % (g.min(), g.max()),
+                       "" if table.has(sc.transport, "concurrency") else ": none, so G = 1, no gain from the streams"))
     out += table.notes
     return out
+
+
+def _stream_assumption(sc, table):
+    """How the buckets reach the link (str): one comm stream, or the copy-engine all-reduce's."""
+    if sc.transport != CE_TRANSPORT:
+        return ("one comm stream, buckets launched in order, each when its last gradient is ready; ranks in step "
+                "(no skew between ranks)")
+    n = sc.comm_streams
+    where = ("one comm stream, bucket j starts at max(ready_j, end_{j-1})" if n == 1 else
+             "bucket j on comm stream j mod %d, each stream in order, bucket j starts at max(ready_j, end_{j-%d})" % (n, n))
+    return ("the copy-engine all-reduce (vitddp --allreduce copy-engine, mpi/transports/copy_engine_allreduce_gpu.h): "
+            "per bucket peer-to-peer copies by the copy engines, a sum kernel on the bucket's comm stream beside "
+            "backward, copies back; %s; a bucket's time alone is the link table's %s rows (cast + all-reduce); "
+            "ranks in step (no skew between ranks)" % (where, sc.transport))
 
 
 def _ready_assumption(ref):

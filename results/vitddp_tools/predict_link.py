@@ -11,7 +11,10 @@ size]):
   transport    free text matched case-insensitively (e.g. nvlink, shm, net); `*` matches any;
   collective   allreduce, reducescatter, allgather (nccl-tests' names) - or a compression's own work
                on the comm stream: cast (fp16/bf16: divide, cast, cast back), powersgd (its GEMMs and
-               orthogonalisation), whose bytes are the bucket's uncompressed fp32 bytes and factor 1;
+               orthogonalisation), whose bytes are the bucket's uncompressed fp32 bytes and factor 1 -
+               or concurrency: the copy-engine all-reduce's gain from buckets in flight on several
+               comm streams (predict_ce), a dimensionless G in the busbw_GBps column (alpha unused),
+               bytes = the all-reduce payload; without such rows G = 1;
   bytes        message size of the row (empty: every size). Several rows of one (transport,
                collective) form a curve: alpha and busbw are interpolated linearly in log2(bytes)
                between them, and held constant beyond the first and the last;
@@ -36,6 +39,7 @@ from .reader import ResultsError
 GB = 1e9
 COLLECTIVES = ("allreduce", "reducescatter", "allgather")
 WORK = ("cast", "powersgd")
+GAIN = "concurrency"
 
 # docs/benchmarks.md, 2 x H200 (NV18), NCCL 2.28.3 all-reduce of fp32 (nccl-tests' busbw at 16 MiB,
 # 256 MiB, 1 GiB). Those are effective figures (latency included), hence alpha 0.
@@ -101,6 +105,13 @@ class LinkTable:
         return (float(np.interp(x, xs, [r.alpha_s for r in sized])),
                 float(np.interp(x, xs, [r.busbw_gbps for r in sized])))
 
+    def gain(self, transport, nbytes):
+        """The copy-engine concurrency gain G at all-reduce payload `nbytes` (float > 0; interpolated
+        as params() does): 1.0 when the table has no concurrency row for `transport`."""
+        if not self._rows(transport, GAIN):
+            return 1.0
+        return self.params(transport, GAIN, nbytes)[1]
+
     def time(self, transport, collective, nbytes, ranks):
         """Seconds of one call moving `nbytes` (per rank) on `ranks` ranks; 0 for 0 bytes or one
         rank of a collective."""
@@ -139,8 +150,9 @@ def parse_table(text, name):
     for i, d in enumerate(reader, start=2):
         try:
             coll = d["collective"].strip().lower().replace("-", "").replace("_", "")
-            if coll not in COLLECTIVES + WORK:
-                raise ValueError("collective '%s' is not one of %s" % (d["collective"], ", ".join(COLLECTIVES + WORK)))
+            if coll not in COLLECTIVES + WORK + (GAIN,):
+                raise ValueError("collective '%s' is not one of %s" % (
+                    d["collective"], ", ".join(COLLECTIVES + WORK + (GAIN,))))
             nb = (d.get("bytes") or "").strip()
             bw = float(d["busbw_GBps"])
             alpha = float(d["alpha_us"]) * 1e-6

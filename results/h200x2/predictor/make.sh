@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Rewrites this folder: the validation against every 2-GPU run of ../interconnects and ../speed, the
-# link tables fitted per transport, and the 4- and 8-GPU predictions (predictions.md).
+# Rewrites this folder: the validation against every 2-GPU run of ../interconnects, ../speed,
+# ../copy-engine/* and ../power/* (NCCL and copy-engine), the link tables fitted per transport, and the
+# 4- and 8-GPU predictions (predictions.md).
 # Usage: bash results/h200x2/predictor/make.sh   (from the repository root; vitddp-report on PATH,
 # or VITDDP_REPORT="python3 -m vitddp_tools.report" with PYTHONPATH=results; PYTHON: a python3 with h5py)
 set -euo pipefail
@@ -8,10 +9,16 @@ R=${VITDDP_REPORT:-vitddp-report}
 OUT=results/h200x2/predictor
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-$R predict --validate results/h200x2/interconnects results/h200x2/speed --leave-one-out \
+# each folder its own --validate argument (its own reference, link table and baseline); power/parts is left
+# out: its skip-* runs drop parts of the all-reduce by a switch the files do not record (README)
+RUNS="results/h200x2/interconnects results/h200x2/speed"
+for a in results/h200x2/copy-engine/*/h5.tar.xz results/h200x2/power/*/h5.tar.xz; do
+  d=$(dirname "$a")
+  [ "$d" = results/h200x2/power/parts ] || RUNS="$RUNS $d"
+done
+$R predict --validate $RUNS --leave-one-out \
   -o $OUT/validation-leave-one-out.md --plot $OUT/validation-leave-one-out.png >/dev/null
-$R predict --validate results/h200x2/interconnects results/h200x2/speed \
-  -o $OUT/validation.md --plot $OUT/validation.png >/dev/null
+$R predict --validate $RUNS -o $OUT/validation.md --plot $OUT/validation.png >/dev/null
 tar xJf results/h200x2/interconnects/h5.tar.xz -C "$T" --wildcards '*.h5'
 for tr in nvlink shm net; do
   $R predict --fit-link "$T"/$tr/*.h5 --write-link-table $OUT/link-$tr.csv
@@ -44,8 +51,9 @@ PY
   for n in 2 4 8; do for tr in nvlink shm; do
     for cfg in "none ddp fp32" "bf16 ddp fp32" "none zero1 fp32" "none zero1 bf16"; do
       set -- $cfg
+      ag=(); [ "$2" = zero1 ] && ag=(--allgather-dtype "$3")  # DDP runs no all-gather: predict refuses the option there
       $R predict "$T"/vitddp-bf16-np2-none.h5 --baseline "$T"/vitddp-bf16-graph.h5 --link-table $OUT/link-$tr.csv \
-        --transport $tr --ranks $n --bucket-cap-mb 25 --compression $1 --mode $2 --allgather-dtype $3 --json >"$T/p.json"
+        --transport $tr --ranks $n --bucket-cap-mb 25 --compression $1 --mode $2 "${ag[@]}" --json >"$T/p.json"
       ${PYTHON:-python3} - "$T/p.json" "$T"/vitddp-bf16-graph.h5 <<'PY'
 import json, sys, h5py
 p = json.load(open(sys.argv[1])); s = p["scenario"]

@@ -1,0 +1,252 @@
+"""vitddp-report predict with the copy-engine all-reduce (predict_ce): the shared-copy-engine
+schedule on several comm streams, the split of measured intervals into alone and shared time, the
+concurrency gain fitted from runs on one and on two streams, and whole predictions and a validation
+on hand-made results files. Every expected value is worked out by hand in the comments."""
+import h5py
+import numpy as np
+import pytest
+
+from vitddp_tools import report
+from vitddp_tools.predict import fit_link_table
+from vitddp_tools.predict_ce import RunShares, comm_streams_of, fit_gain, overlap_split, shared_schedule, work_inside
+from vitddp_tools.predict_core import Baseline, Reference, Scenario, predict, schedule
+from vitddp_tools.predict_link import parse_table
+from vitddp_tools.reader import ResultsError, Run
+
+CE = "copy-engine (CUDA IPC peer-to-peer copies, %d comm stream%s; NCCL: none)"
+
+
+def write_ce_run(path, intervals, bucket_bytes, world_size=2, streams=2, backward=0.05, precision="fp32",
+                 options=None, transport=None, sps=None):
+    """A vit_micro results file (docs/schema.md) of the copy-engine all-reduce: input wait 0.001 s,
+    forward 0.019 s (backward starts 0.02 s into the step), `backward`, optimizer 0.01 s, 4 steps of
+    which steps 1 and 2 are timed; bucket j's comm work over intervals[j] = (start, end) seconds after
+    backward starts, its allreduce_time the interval's length; steps/s such that the host adds 1 ms.
+    `transport`: nccl_transport (default: the copy-engine string with `streams`)."""
+    R, S, B = world_size, 4, len(bucket_bytes)
+    step = 0.001 + 0.019 + backward + 0.01
+    tr = transport if transport is not None else (CE % (streams, "" if streams == 1 else "s") if R > 1 else "none (no DDP)")
+    with h5py.File(path, "w") as f:
+        for k, v in {"model": "vit_micro", "world_size": R, "batch_size": 8, "backend": "gpu", "precision": precision,
+                     "compression": "none", "ddp": int(R > 1), "overlap": 1, "num_buckets": B,
+                     "nccl_transport": np.array([tr] * R, dtype=h5py.string_dtype())}.items():
+            f.attrs[k] = v
+        opts = {"bucket-cap-mb": "25", "first-bucket-mb": "1", "grad-accum-steps": "1", "compression": "none",
+                "num-classes": "0", "allreduce": "copy-engine", "comm-streams": str(streams), "grad-as-bucket-view": "on"}
+        opts.update(options or {})
+        for k, v in opts.items():
+            f.attrs["option." + k] = v
+        for name, v in (("input_wait", 0.001), ("forward", 0.019), ("backward", backward), ("optimizer", 0.01),
+                        ("exposed_comm", 0.0), ("step_time", step)):
+            f["timing/" + name] = np.full((R, S), v)
+        f["steps/timed"] = np.array([[0, 1, 1, 0]], dtype=np.int64)
+        f["buckets/bytes"] = np.asarray(bucket_bytes, dtype=np.int64)
+        iv = np.asarray(intervals, dtype=float)
+        f["buckets/allreduce_start"] = np.broadcast_to(0.02 + iv[:, 0], (R, S, B)).copy()
+        f["buckets/allreduce_end"] = np.broadcast_to(0.02 + iv[:, 1], (R, S, B)).copy()
+        f["buckets/allreduce_time"] = np.broadcast_to(iv[:, 1] - iv[:, 0], (R, S, B)).copy()
+        f["buckets/compress_time"] = np.zeros((R, S, B))
+        f["buckets/bytes_sent"] = np.broadcast_to(np.asarray(bucket_bytes, dtype=np.int64) * (R > 1), (R, S, B)).copy()
+        f["summary/steps_per_second"] = float(sps or 1.0 / (step + 0.001))
+    return str(path)
+
+
+def test_one_stream_is_the_single_stream_schedule():
+    ready, work = [0.0, 1.0, 5.0, 5.5], [2.0, 1.0, 1.0, 0.25]
+    # as test_predict's schedule by hand: bucket 1 waits for 0, bucket 2 finds the stream idle, 3 waits for 2
+    for gain in (1.0, 1.7):
+        start, end = shared_schedule(ready, work, 1, gain)
+        assert start.tolist() == [0.0, 2.0, 5.0, 6.0] and end.tolist() == [2.0, 3.0, 6.0, 6.25]
+    assert np.allclose(shared_schedule(ready, work, 1)[1], schedule(ready, work)[1])
+
+
+def test_two_streams_share_the_copy_engines_by_hand():
+    # gain 1: two buckets of 1 s together progress at 1/2 each and both end at 2 s
+    start, end = shared_schedule([0.0, 0.0], [1.0, 1.0], 2, 1.0)
+    assert start.tolist() == [0.0, 0.0] and end == pytest.approx([2.0, 2.0])
+    # gain 1.5: bucket 0 alone for 0.5 s (0.5 left); then each at 0.75: bucket 0 ends 0.5 + 0.5 / 0.75 = 7/6,
+    # bucket 1 has done 0.5 by then and runs its other 0.5 alone: ends 7/6 + 0.5 = 5/3
+    start, end = shared_schedule([0.0, 0.5], [1.0, 1.0], 2, 1.5)
+    assert start.tolist() == [0.0, 0.5] and end == pytest.approx([7 / 6, 5 / 3])
+    # stream order: bucket 2 is on stream 0 behind bucket 0 (both streams busy until 2 s), then alone for 1 s
+    start, end = shared_schedule([0.0, 0.0, 0.0], [1.0, 1.0, 1.0], 2, 1.0)
+    assert start == pytest.approx([0.0, 0.0, 2.0]) and end == pytest.approx([2.0, 2.0, 3.0])
+    # per-bucket gain [2, 1]: bucket 0 at 2/2 = 1 ends at 1 s; bucket 1 at 1/2 has done 0.5 of 2, then 1.5 alone
+    start, end = shared_schedule([0.0, 0.0], [1.0, 2.0], 2, [2.0, 1.0])
+    assert end == pytest.approx([1.0, 2.5])
+    # three streams, gain 1.2: three buckets of 0.4 s each progress at 0.4 and end together at 1 s
+    assert shared_schedule([0.0] * 3, [0.4] * 3, 3, 1.2)[1] == pytest.approx([1.0, 1.0, 1.0])
+    # a bucket without work ends where it starts and never slows the other
+    start, end = shared_schedule([0.0, 1.0], [0.0, 1.0], 2, 1.0)
+    assert start.tolist() == [0.0, 1.0] and end.tolist() == [0.0, 2.0]
+
+
+def test_overlap_split_and_work_inside_by_hand():
+    # [0, 2] and [1, 3]: each is alone for 1 s and shares 1 s with the other (counted 1/2)
+    alone, shared = overlap_split(np.array([[0.0, 1.0]]), np.array([[2.0, 3.0]]))
+    assert alone.tolist() == [[1.0, 1.0]] and shared.tolist() == [[0.5, 0.5]]
+    # inside [0, 1.5]: bucket 0 alone 1 s and shared 0.5 s (0.25); bucket 1 only shared 0.5 s (0.25)
+    alone, shared = overlap_split(np.array([[0.0, 1.0]]), np.array([[2.0, 3.0]]), 1.5)
+    assert alone[0] == pytest.approx([1.0, 0.0]) and shared[0] == pytest.approx([0.25, 0.25])
+    # apart: all alone; leading axes kept ([2 ranks, 1 step, 2 buckets])
+    alone, shared = overlap_split(np.array([[[0.0, 2.0]], [[0.0, 2.0]]]), np.array([[[1.0, 3.0]], [[1.0, 3.0]]]))
+    assert alone.shape == (2, 1, 2) and alone.tolist() == [[[1.0, 1.0]], [[1.0, 1.0]]] and not shared.any()
+    # the gain-1.5 schedule above: bucket 0 [0, 7/6] alone 0.5 + shared (7/6 - 0.5) / 2 = 1/3 -> 0.5 + 1.5 / 3 = 1
+    # (its work); inside [0, 1]: bucket 0 did 0.5 + 0.5 x 0.75, bucket 1 0.5 x 0.75 -> 1.25 in all
+    start, end = np.array([0.0, 0.5]), np.array([7 / 6, 5 / 3])
+    alone, shared = overlap_split(start, end)
+    assert alone + 1.5 * shared == pytest.approx([1.0, 1.0])
+    assert work_inside(start, end, 1.0, 1.5) == pytest.approx(1.25)
+    assert work_inside(start, end, 1.0, 1.0) == pytest.approx(0.5 + 0.5)  # gain 1: the union of busy time
+
+
+def test_comm_streams_of_files(tmp_path):
+    iv, nb = [(0.0, 0.01)], [6816]
+    with Run(write_ce_run(tmp_path / "two.h5", iv, nb, streams=2)) as r:
+        assert comm_streams_of(r) == 2
+    with Run(write_ce_run(tmp_path / "one.h5", iv, nb, streams=1)) as r:
+        assert comm_streams_of(r) == 1
+    with Run(write_ce_run(tmp_path / "nccl.h5", iv, nb, transport="P2P [P2P/CUMEM]",
+                          options={"allreduce": "nccl"})) as r:
+        assert comm_streams_of(r) == 1
+    old = write_ce_run(tmp_path / "old.h5", iv, nb, transport="copy-engine (CUDA IPC peer-to-peer copies; NCCL: none)")
+    with Run(old) as r:
+        with pytest.raises(ResultsError, match="old.h5: --allreduce copy-engine without a comm-stream count"):
+            comm_streams_of(r)
+        with pytest.raises(ResultsError, match="comm-stream count"):
+            Reference.from_run(r)
+
+
+# Three equal buckets of 2000 bytes. On two streams: b0 [0, 20 ms], b1 [10, 30], b2 [20, 40] (b2 behind b0
+# on stream 0): b0 alone 10 ms + shared 10 ms with b1 (5); b1 shared with b0 then with b2 (5 + 5); b2
+# shared 5 + alone 10. On one stream each takes 16 ms. Least squares over the three:
+# G = sum shared (16 - alone) / sum shared^2 = (5 x 6 + 10 x 16 + 5 x 6) / (25 + 100 + 25) = 220 / 150.
+TWO = [(0.0, 0.02), (0.01, 0.03), (0.02, 0.04)]
+ONE = [(0.0, 0.016), (0.016, 0.032), (0.032, 0.048)]
+G_HAND = 220 / 150
+
+
+def test_fit_gain_by_hand(tmp_path):
+    with Run(write_ce_run(tmp_path / "two.h5", TWO, [2000] * 3)) as r:
+        two = RunShares.from_run(r)
+    with Run(write_ce_run(tmp_path / "one.h5", ONE, [2000] * 3, streams=1)) as r:
+        one = RunShares.from_run(r)
+    assert two.alone[0, 0] == pytest.approx([0.01, 0.0, 0.01]) and two.shared[0, 0] == pytest.approx([0.005, 0.01, 0.005])
+    [(nbytes, g, points)] = fit_gain([two, one])
+    assert nbytes == 2000 and g == pytest.approx(G_HAND) and points == 3
+    assert fit_gain([two, one], comparable=lambda a, b: False) == []   # no comparable pair
+    assert fit_gain([two]) == [] and fit_gain([two, one], min_points=4) == []
+    # alone-equivalent allreduce times at G: 10 + G 5, G 10, 10 + G 5 ms (allreduce_time = the interval)
+    want = [0.01 + G_HAND * 0.005, G_HAND * 0.01, 0.01 + G_HAND * 0.005]
+    assert two.scaled("allreduce", G_HAND)[0, 0] == pytest.approx(want)
+    assert one.scaled("allreduce", G_HAND)[0, 0] == pytest.approx([0.016] * 3)  # one stream: as measured
+
+
+def test_fit_link_table_with_concurrency_rows(tmp_path):
+    runs = [Run(write_ce_run(tmp_path / "two.h5", TWO, [2000] * 3)),
+            Run(write_ce_run(tmp_path / "one.h5", ONE, [2000] * 3, streams=1)),
+            # same payloads on two streams with bucket copies: an unmodelled option, no pair for the gain
+            Run(write_ce_run(tmp_path / "copy.h5", [(0.0, 0.05), (0.0, 0.05), (0.0, 0.05)], [2000] * 3,
+                             options={"grad-as-bucket-view": "off"}))]
+    try:
+        t = fit_link_table(runs[:2], "t")
+        assert t.gain("copy-engine", 2000) == pytest.approx(G_HAND) and t.gain("nvlink", 2000) == 1.0
+        # allreduce points: 16, 16, 16 ms (one stream) and 10 + 5G, 10G, 10 + 5G ms; one size, alpha 0,
+        # busbw from their median: 16 ms, as 5G + 10 = 17.3 > 16 > 10G = 14.7
+        assert t.time("copy-engine", "allreduce", 2000, 2) == pytest.approx(0.016)
+        assert fit_link_table(runs, "t").gain("copy-engine", 2000) == pytest.approx(G_HAND)
+        alone = fit_link_table(runs[:1], "t")
+        assert not alone.has("copy-engine", "concurrency") and any("G = 1" in n for n in alone.notes)
+    finally:
+        for r in runs:
+            r.close()
+
+
+# A prediction by hand: vit_micro in buckets of 0.004 MiB (4194 bytes) gives two buckets, 4224 and 2592 bytes
+# (1056 and 648 fp32 elements, 6816 in all). Reference on two streams: bucket 0 over [10, 30] ms of a 50 ms
+# backward, bucket 1 over [20, 40]; both found their stream idle, so bucket 0 (4224 bytes) was ready at
+# 10 / 50 = 0.2 of backward. Under gain 1.5 its comm work inside backward: alone 10 + 10 ms, shared
+# 2 x 5 ms -> 20 + 1.5 x 10 = 35 ms; 1-GPU backward 40 ms -> k = 10 / 35.
+CAP = 4194.304 / 2 ** 20
+W0 = 0.005                       # link table: bucket 0 takes 5 ms alone ...
+BW = 4224 / W0 / 1e9             # ... so busbw 4224 bytes / 5 ms (2 ranks: factor 1)
+W1 = 2592 / (BW * 1e9)           # bucket 1: 3.068 ms alone
+
+
+def ce_table(gain=True):
+    return parse_table("transport,collective,bytes,alpha_us,busbw_GBps\ncopy-engine,allreduce,,0,%r\n%s" % (
+        BW, "copy-engine,concurrency,,0,1.5\n" if gain else ""), "t")
+
+
+def test_copy_engine_prediction_by_hand(tmp_path):
+    with Run(write_ce_run(tmp_path / "ref.h5", [(0.01, 0.03), (0.02, 0.04)], [4224, 2592])) as r:
+        ref = Reference.from_run(r)
+    with Run(write_ce_run(tmp_path / "one.h5", [(0.0, 0.0)], [0], world_size=1, backward=0.04)) as r:
+        base = Baseline.from_run(r)
+    assert ref.comm_streams == 2 and ref.transport == "copy-engine"
+    assert ref.ready_bytes.tolist() == [0.0, 4224.0, 6816.0] and ref.ready_frac == pytest.approx([0.0, 0.2, 1.0])
+    assert ref.busy_in_backward == pytest.approx(0.04) and ref.work_in_backward(1.5) == pytest.approx(0.035)
+    sc = dict(ranks=2, transport="copy-engine", cap_mb=CAP, first_mb=CAP)
+    # overlapped, two streams: bucket 0 ready at 0.2 of backward, alone, done inside it -> backward =
+    # 40 ms + (10 / 35) x 5 ms; bucket 1 ready at the end, alone on the other stream: exposed = W1
+    p = predict(ref, Scenario(comm_streams=2, **sc), ce_table(), base)
+    bwd = 0.04 + 0.01 / 0.035 * W0
+    assert p.buckets == 2 and p.backward == pytest.approx(bwd) and p.exposed == pytest.approx(W1)
+    assert p.start == pytest.approx([0.2 * bwd, bwd]) and p.step == pytest.approx(0.02 + bwd + W1 + 0.01 + 0.001)
+    assert any("j mod 2" in a for a in p.assumptions) and any("G 1.500" in a for a in p.assumptions)
+    # no overlap: both start at the end of backward (40 ms, nothing inside it) and share the engines at
+    # 0.75 each: bucket 1 ends after W1 / 0.75, bucket 0 then runs its remaining W0 - W1 alone
+    p = predict(ref, Scenario(comm_streams=2, overlap=False, **sc), ce_table(), base)
+    assert p.backward == pytest.approx(0.04) and p.exposed == pytest.approx(W1 / 0.75 + W0 - W1)
+    # one stream: one after the other; without a concurrency row two streams gain nothing either
+    one = predict(ref, Scenario(comm_streams=1, overlap=False, **sc), ce_table(), base)
+    assert one.exposed == pytest.approx(W0 + W1)
+    g1 = predict(ref, Scenario(comm_streams=2, overlap=False, **sc), ce_table(gain=False), base)
+    assert g1.exposed == pytest.approx(W0 + W1) and any("G = 1" in a for a in g1.assumptions)
+    with pytest.raises(ResultsError, match="--comm-streams 2 with transport nvlink"):
+        predict(ref, Scenario(ranks=2, transport="nvlink", cap_mb=25, comm_streams=2), ce_table(), base)
+    with pytest.raises(ResultsError, match="--comm-streams must be in"):
+        predict(ref, Scenario(comm_streams=5, **sc), ce_table(), base)
+    with pytest.raises(ResultsError, match="powersgd with transport copy-engine"):
+        predict(ref, Scenario(comm_streams=1, compression="powersgd", **sc), ce_table(), base)
+
+
+def test_cli_comm_streams(tmp_path, capsys):
+    import json
+    ref = write_ce_run(tmp_path / "ref.h5", [(0.01, 0.03), (0.02, 0.04)], [4224, 2592])
+    tab = tmp_path / "t.csv"
+    tab.write_text(ce_table().to_csv())
+    args = ["predict", ref, "--link-table", str(tab), "--bucket-cap-mb", repr(CAP), "--first-bucket-mb", repr(CAP),
+            "--no-overlap", "--json"]
+
+    def run(*extra):
+        assert report.main(args + list(extra)) == 0
+        return json.loads(capsys.readouterr().out)
+    d = run()                                   # the reference's explicit --comm-streams 2
+    assert d["scenario"]["comm_streams"] == 2 and d["exposed_comm_s"] == pytest.approx(W1 / 0.75 + W0 - W1)
+    assert run("--comm-streams", "1")["exposed_comm_s"] == pytest.approx(W0 + W1)
+    assert run("--comm-streams", "auto")["scenario"]["comm_streams"] == 1   # vitddp's rule: fp32 -> 1
+    assert report.main(args + ["--comm-streams", "two"]) == 2
+    assert "--comm-streams: expected auto or an integer in [1, 4], got 'two'" in capsys.readouterr().err
+    bf16 = write_ce_run(tmp_path / "bf16.h5", [(0.01, 0.03), (0.02, 0.04)], [4224, 2592], precision="bf16",
+                        options={"comm-streams": "auto"})
+    args[1] = bf16
+    assert run()["scenario"]["comm_streams"] == 2            # auto under bf16 without compression
+    assert run("--compression", "bf16")["scenario"]["comm_streams"] == 1
+
+
+def test_validate_copy_engine_runs(tmp_path):
+    d = tmp_path / "runs"
+    d.mkdir()
+    write_ce_run(d / "two.h5", TWO, [2000] * 3)
+    write_ce_run(d / "one.h5", ONE, [2000] * 3, streams=1, options={"bucket-cap-mb": "12"})
+    write_ce_run(d / "old.h5", ONE, [2000] * 3, transport="copy-engine (CUDA IPC peer-to-peer copies; NCCL: none)")
+    write_ce_run(d / "solo.h5", [(0.0, 0.0)], [0], world_size=1, backward=0.04)
+    out = tmp_path / "v.md"
+    assert report.main(["predict", "--validate", str(d), "-o", str(out)]) == 0
+    text = out.read_text()
+    assert ": copy-engine, copy-engine, fp32 (reference two, baseline solo)" in text
+    assert "| two **ref** | 25 | none, 2 comm streams |" in text and "| one | 12 | none, 1 comm stream |" in text
+    assert "| copy-engine | 5% | 2 |" in text
+    assert "copy-engine,concurrency,2000,0.000,1.467" in text
+    assert "does not record its comm-stream count" in text and "(1 run: old)" in text
