@@ -4,11 +4,13 @@
 
 namespace vitddp {
 
-const char* attention_impl_name(AttentionImpl a) { return a == AttentionImpl::cudnn ? "cudnn" : "custom"; }
+const char* attention_impl_name(AttentionImpl a) {
+  return a == AttentionImpl::cudnn ? "cudnn" : a == AttentionImpl::gemm ? "gemm" : "custom";
+}
 
 const char* patch_embed_impl_name(PatchEmbedImpl p) { return p == PatchEmbedImpl::cudnn ? "cudnn" : "gemm"; }
 
-std::vector<std::string> attention_choice_names() { return {"auto", "cudnn", "custom"}; }
+std::vector<std::string> attention_choice_names() { return {"auto", "cudnn", "custom", "gemm"}; }
 
 std::vector<std::string> patch_embed_choice_names() { return {"auto", "cudnn", "gemm"}; }
 
@@ -25,6 +27,9 @@ std::string attention_choice_error(const std::string& name, Precision p) {
     return std::string("--attention cudnn: needs --precision bf16 (cuDNN's fused flash attention takes bf16 "
                        "operands; got --precision ") +
            precision_name(p) + "): use --attention custom or auto";
+  if (name == "gemm" && p == Precision::bf16)
+    return "--attention gemm: needs --precision fp32 or tf32 (its batched GEMMs take fp32 activations; bf16 runs "
+           "cudnn or custom): use --attention auto";
   return "";
 }
 
@@ -35,17 +40,21 @@ AttentionImpl resolve_attention(const std::string& name, Precision p, int head_d
   if (!err.empty()) throw std::invalid_argument(err);
   if (name == "cudnn") return AttentionImpl::cudnn;
   if (name == "custom") return AttentionImpl::custom;
+  if (name == "gemm") return AttentionImpl::gemm;
   // auto, measured on an H200 ([attention_bench], vit_l_32 batch 32, 24 layers, forward + backward):
   //  - the tensor-core custom kernels 0.78 ms per step against cuDNN's fused attention 1.30 ms,
   //    +4.9% steps/s end to end in bf16 (results/h200/kernels/attention-mma);
   //  - for the other shapes cuDNN: 1.31 ms against 2.11 ms for the fp32-arithmetic custom kernels,
   //    +6% end to end (docs/findings.md);
-  //  - fp32/tf32 have no cuDNN path.
+  //  - fp32/tf32 have no cuDNN path: beyond the tensor-core kernels' sequences they run as
+  //    batched GEMMs (vit_b_16 tf32: the fp32-arithmetic custom kernels made the step 8x slower
+  //    than JAX's; results/h200/kernels/attention-gemm).
   if (name == "auto") {
-    if (p != Precision::bf16 || attention_mma_shape(seq_len, head_dim)) return AttentionImpl::custom;
+    if (p != Precision::bf16) return seq_len > kMmaMaxSeqLen ? AttentionImpl::gemm : AttentionImpl::custom;
+    if (attention_mma_shape(seq_len, head_dim)) return AttentionImpl::custom;
     return head_dim == 0 || cudnn_attention_supports(head_dim) ? AttentionImpl::cudnn : AttentionImpl::custom;
   }
-  throw std::invalid_argument("--attention: unknown value '" + name + "' (choose one of: auto, cudnn, custom)");
+  throw std::invalid_argument("--attention: unknown value '" + name + "' (choose one of: auto, cudnn, custom, gemm)");
 }
 
 PatchEmbedImpl resolve_patch_embed(const std::string& name, Precision p) {

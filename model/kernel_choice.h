@@ -10,23 +10,25 @@ namespace vitddp {
 
 /// Attention core softmax(QK^T/sqrt(dh))V: custom = cuda/kernels/attention.h (fp32 and bf16, keeps the
 /// probabilities), cudnn = cuda/kernels/cudnn_attention.h (cuDNN fused flash attention, bf16 only, keeps
-/// the softmax log-sum-exp).
-enum class AttentionImpl { custom, cudnn };
+/// the softmax log-sum-exp), gemm = cuda/kernels/attention_gemm.h (batched cuBLAS GEMMs and row
+/// softmax kernels, fp32 activations only - fp32 and tf32 -, keeps the probabilities as custom).
+enum class AttentionImpl { custom, cudnn, gemm };
 
 /// conv_proj: gemm = im2col + cuBLASLt GEMM (cuda/kernels/patch_embed.h), cudnn = cuDNN convolution
 /// (cuda/kernels/cudnn_conv.h). Both run in every precision.
 enum class PatchEmbedImpl { gemm, cudnn };
 
-/// "custom" / "cudnn"; "gemm" / "cudnn".
+/// "custom" / "cudnn" / "gemm"; "gemm" / "cudnn".
 const char* attention_impl_name(AttentionImpl a);
 const char* patch_embed_impl_name(PatchEmbedImpl p);
 
-/// Accepted option values: {"auto", "cudnn", "custom"} and {"auto", "cudnn", "gemm"}.
+/// Accepted option values: {"auto", "cudnn", "custom", "gemm"} and {"auto", "cudnn", "gemm"}.
 std::vector<std::string> attention_choice_names();
 std::vector<std::string> patch_embed_choice_names();
 
 /// "" when `name` (one of attention_choice_names()) can run in precision `p`; otherwise one line
-/// saying why not (cudnn needs bf16: cuDNN's flash attention has no fp32 form).
+/// saying why not (cudnn needs bf16: cuDNN's flash attention has no fp32 form; gemm needs fp32 or
+/// tf32: its products take fp32 activations).
 std::string attention_choice_error(const std::string& name, Precision p);
 
 /// "" when `name` (one of patch_embed_choice_names()) can run in precision `p`; otherwise one
@@ -39,8 +41,11 @@ std::string patch_embed_choice_error(const std::string& name, Precision p);
 /// custom in bf16 for the shapes of the tensor-core kernels (attention_mma_shape: T <= 64,
 /// head_dim 64, e.g. vit_l_32: 0.78 vs 1.30 ms per step for cuDNN,
 /// results/h200/kernels/attention-mma), cudnn for the other bf16 shapes cuDNN takes (1.6x faster
-/// than the fp32-arithmetic custom kernels), custom otherwise; patch embedding auto = gemm
-/// (cuDNN's convolution is 2.6-4.7x slower).
+/// than the fp32-arithmetic custom kernels), custom otherwise; in fp32 and tf32, custom for the
+/// tensor-core shapes (and whenever seq_len is 0) and gemm for sequences longer than
+/// kMmaMaxSeqLen (vit_b_16 tf32: the custom kernels' fp32 arithmetic made the step 8x slower than
+/// JAX's, results/h200/kernels/attention-gemm); patch embedding auto = gemm (cuDNN's convolution
+/// is 2.6-4.7x slower).
 /// Throws std::invalid_argument for an unknown name or a combination attention_choice_error
 /// rejects.
 /// `head_dim`, `seq_len` (0 = unknown): auto falls back to custom for shapes cuDNN's flash

@@ -328,6 +328,9 @@ LtGemm::~LtGemm() = default;
 
 size_t LtGemm::device_bytes() const { return impl_->arena.bytes(); }
 size_t LtGemm::plan_count() const { return impl_->plans.size(); }
+void* LtGemm::workspace() const { return impl_->workspace; }
+size_t LtGemm::workspace_bytes() const { return impl_->workspace_bytes; }
+cublasComputeType_t LtGemm::compute_type() const { return impl_->compute; }
 
 void LtGemm::set_sm_count_target(int n) {
   if (n < 0 || n > impl_->device_sms)

@@ -105,6 +105,12 @@ class LtGemm {
 
   /// Device bytes held (the workspace).
   size_t device_bytes() const;
+  /// The device workspace (workspace_bytes() bytes; null when 0) and the compute type of every
+  /// GEMM: for another library's GEMMs enqueued on the same stream (GemmAttention), which may use
+  /// the workspace between this object's GEMMs since the stream orders them.
+  void* workspace() const;
+  size_t workspace_bytes() const;
+  cublasComputeType_t compute_type() const;
   /// Number of cached plans (one per distinct shape seen).
   size_t plan_count() const;
 

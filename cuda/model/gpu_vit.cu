@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "cuda/kernels/attention.h"
+#include "cuda/kernels/attention_gemm.h"
 #include "cuda/kernels/cast.h"
 #include "cuda/check/check_cuda.h"
 #include "cuda/kernels/cudnn_attention.h"
@@ -90,6 +91,7 @@ struct GpuViT::Impl {
   AttentionImpl attention = AttentionImpl::custom;
   PatchEmbedImpl patch_embed = PatchEmbedImpl::gemm;
   std::unique_ptr<CudnnAttention> cudnn_attention;  // attention == cudnn
+  std::unique_ptr<GemmAttention> gemm_attention;    // attention == gemm (fp32 activations)
   std::unique_ptr<CudnnPatchEmbed> cudnn_conv;      // patch_embed == cudnn
 
   // fp32 activations.
@@ -142,6 +144,12 @@ struct GpuViT::Impl {
                                     precision_name(precision) + ")");
       cudnn_attention = std::make_unique<CudnnAttention>(s, o.deterministic);
       cudnn_attention->prepare(max_batch, cfg.seq_len(), cfg.heads, cfg.head_dim());
+    }
+    if (attention == AttentionImpl::gemm) {
+      if (precision == Precision::bf16)
+        throw std::invalid_argument("GpuViT: the batched-GEMM attention needs fp32 activations (fp32 or tf32 precision)");
+      // The products share the LtGemm workspace: every GEMM of this model runs in order on `s`.
+      gemm_attention = std::make_unique<GemmAttention>(s, lt.compute_type(), lt.workspace(), lt.workspace_bytes());
     }
     if (patch_embed == PatchEmbedImpl::cudnn) {
       cudnn_conv = std::make_unique<CudnnPatchEmbed>(geometry(max_batch), precision, s,
@@ -236,12 +244,15 @@ struct GpuViT::Impl {
     else return weights16 + (p - params);
   }
 
-  /// The attention core of one block (custom kernels or cuDNN; cuDNN only with T = bf16).
+  /// The attention core of one block (custom kernels, cuDNN or batched GEMMs; cuDNN only with
+  /// T = bf16, the GEMMs only with T = float; the GEMMs' pointer arrays in reduce_scratch).
   template <typename T>
   void attention_core_forward(BlockActs<T>& a, int B) {
     const int T_ = cfg.seq_len(), H = cfg.heads, dh = cfg.head_dim();
     if constexpr (std::is_same_v<T, bf16>) {
       if (cudnn_attention) return cudnn_attention->forward(a.qkv, a.probs, a.attn, B, T_, H, dh);
+    } else {
+      if (gemm_attention) return gemm_attention->forward(a.qkv, a.probs, a.attn, B, T_, H, dh, reduce_scratch);
     }
     if constexpr (std::is_same_v<T, bf16>) attention_forward(a.qkv, a.probs, a.attn, B, T_, H, dh, stream);
     else attention_forward(a.qkv, a.probs, a.attn, B, T_, H, dh, stream, precision);
@@ -251,6 +262,9 @@ struct GpuViT::Impl {
     const int T_ = cfg.seq_len(), H = cfg.heads, dh = cfg.head_dim();
     if constexpr (std::is_same_v<T, bf16>) {
       if (cudnn_attention) return cudnn_attention->backward(a.qkv, a.attn, a.probs, dout, dqkv, B, T_, H, dh);
+    } else {
+      if (gemm_attention)
+        return gemm_attention->backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, reduce_scratch);
     }
     if constexpr (std::is_same_v<T, bf16>) attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream);
     else attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream, precision);

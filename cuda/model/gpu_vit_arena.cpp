@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "cuda/kernels/attention.h"
+#include "cuda/kernels/attention_gemm.h"
 #include "cuda/kernels/cudnn_attention.h"
 #include "cuda/kernels/gelu.h"
 #include "cuda/kernels/layernorm.h"
@@ -116,6 +117,7 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
   r = std::max(r, gelu_backward_bias_scratch_floats(Ni, Mi));
   r = std::max(r, column_sum_scratch_floats(max_batch * (int)Np, Di));
   r = std::max(r, column_sum_scratch_floats(max_batch, Ki));
+  if (attention == AttentionImpl::gemm) r = std::max(r, GemmAttention::pointer_scratch_floats(max_batch, (int)H));
   r = std::max(r, softmax_xent_scratch_floats(max_batch));
   p.reduce_scratch_floats = r;
   p.reduce_scratch = a.add(r, f32, "reduction scratch");

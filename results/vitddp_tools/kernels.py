@@ -49,6 +49,8 @@ FAMILIES = [
     ("attention forward (cuDNN)", r"sdpa.*fprop"),
     ("attention backward (vitddp)", r"attn.*bwd|attention.*backward|attention_bwd"),
     ("attention forward (vitddp)", r"attn.*fwd|attention.*forward|attention_fwd"),
+    # --attention gemm: its products are cuBLAS GEMMs (counted above), these its row kernels.
+    ("attention softmax (vitddp, batched GEMMs)", r"softmax_rows|softmax_backward_rows|fill_pointers"),
     ("GELU backward + bias gradient", r"gelu_backward_bias"),
     ("GELU forward", r"gelu_forward|gelu_kernel"),
     ("LayerNorm backward", r"ln_warp::backward|layernorm.*backward|ln_param_grad"),

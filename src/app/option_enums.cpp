@@ -26,7 +26,8 @@ const std::vector<std::pair<EvalSplit, std::string>>& enum_names<EvalSplit>() {
 template <>
 const std::vector<std::pair<AttentionChoice, std::string>>& enum_names<AttentionChoice>() {
   static const std::vector<std::pair<AttentionChoice, std::string>> n = {
-      {AttentionChoice::Auto, "auto"}, {AttentionChoice::Cudnn, "cudnn"}, {AttentionChoice::Custom, "custom"}};
+      {AttentionChoice::Auto, "auto"}, {AttentionChoice::Cudnn, "cudnn"}, {AttentionChoice::Custom, "custom"},
+      {AttentionChoice::Gemm, "gemm"}};
   return n;
 }
 template <>

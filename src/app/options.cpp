@@ -1,5 +1,7 @@
 #include "src/app/options.h"
 
+#include "model/kernel_choice.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -205,7 +207,7 @@ const std::vector<Spec>& table() {
       {"cuda-graph", "on|off", Group::Speed, "GPU: on = forward, backward and the bucket all-reduces of a step replayed as one CUDA graph from the second step (PowerSGD runs eagerly); off = launched each step, with NVTX ranges",
        [](Options& o, const std::string& v) { o.cuda_graph = one_of("--cuda-graph", v, {"on", "off"}) == "on"; },
        [](const Options& o) { return on_off(o.cuda_graph); }},
-      {"attention", "auto|cudnn|custom", Group::Speed, "GPU attention core: custom = own kernels; cudnn = cuDNN flash attention (bf16 only); auto = the faster for the shape",
+      {"attention", "auto|cudnn|custom|gemm", Group::Speed, "GPU attention core: custom (own kernels), cudnn (flash attention, bf16), gemm (batched cuBLAS, fp32/tf32), auto (the faster)",
        [](Options& o, const std::string& v) { o.attention = parse_enum<AttentionChoice>("--attention", v); },
        [](const Options& o) { return to_string(o.attention); }},
       {"patch-embed", "auto|cudnn|gemm", Group::Speed, "GPU patch embedding: gemm = im2col + cuBLASLt GEMM; cudnn = cuDNN convolution (fp32, tf32); auto = gemm (faster)",
@@ -385,13 +387,10 @@ std::string nearest_option(const std::string& name) {
 
 /// --attention / --patch-embed against --precision (the choices model/kernel_choice.h can run).
 void check_kernel_choices(const Options& o) {
-  if (o.attention == AttentionChoice::Cudnn && o.precision != Precision::bf16)
-    throw OptionError("--attention cudnn: needs --precision bf16 (cuDNN's fused flash attention takes bf16 operands; got "
-                      "--precision " + to_string(o.precision) + "): use --attention custom or auto");
-  if (o.patch_embed == PatchEmbedChoice::Cudnn && o.precision == Precision::bf16)
-    throw OptionError("--patch-embed cudnn: not with --precision bf16 (cuDNN 9.14's bf16 weight-gradient convolution for "
-                      "this shape fails with CUDNN_STATUS_BAD_PARAM on the H200; it is also slower than im2col + GEMM): "
-                      "use --patch-embed gemm or auto");
+  const std::string a = attention_choice_error(to_string(o.attention), o.precision);
+  if (!a.empty()) throw OptionError(a);
+  const std::string p = patch_embed_choice_error(to_string(o.patch_embed), o.precision);
+  if (!p.empty()) throw OptionError(p);
 }
 
 /// --lr-schedule cosine against --lr, --min-lr, --lr-warmup-steps and --lr-decay-steps.

@@ -191,6 +191,20 @@ TEST_CASE("gpu_vit: fp32 with cuDNN patch embedding matches CpuViT<float> (vit_b
   compare_with_cpu(cfg, 4, 4, 101, 1e-5, 1e-6, 1e-4, o);
 }
 
+TEST_CASE("gpu_vit: attention as batched GEMMs matches CpuViT<float> in fp32 and within 5e-3 in tf32 "
+          "(vit_b_16 with 2 blocks, batch 2: 197 tokens)",
+          "[gpu][gpu_vit][precision][gemm]") {
+  REQUIRE_GPU();
+  ViTConfig cfg = vit_config("vit_b_16");
+  cfg.layers = 2;
+  GpuViTOptions o;  // fp32
+  o.attention = AttentionImpl::gemm;
+  compare_with_cpu(cfg, 2, 2, 101, 1e-5, 1e-6, 1e-4, o);
+  GpuViTOptions t = GpuViTOptions::for_precision(Precision::tf32);
+  t.attention = AttentionImpl::gemm;
+  compare_with_cpu(cfg, 2, 2, 101, 5e-3, 5e-3, 5e-3, t);
+}
+
 TEST_CASE("gpu_vit: bf16 without autotuning or fused bias gradients, odd sizes (vit_tiny, batch 3 of max 5)",
           "[gpu][gpu_vit][precision]") {
   REQUIRE_GPU();
