@@ -10,7 +10,8 @@ namespace vitddp {
 struct GpuViTOptions {
   /// Numeric precision (model/precision.h). fp32: strict fp32 (the default; bit-for-bit the
   /// original GpuViT). tf32: the same kernels, GEMMs with CUBLAS_COMPUTE_32F_FAST_TF32 and the attention core on
-  /// TF32 tensor cores where cuda/kernels/attention_mma.h takes the shape. bf16:
+  /// TF32 tensor cores where cuda/kernels/attention_mma.h takes the shape (or, with attention = gemm,
+  /// cuBLAS batched GEMMs of that compute type). bf16:
   /// autocast-style mixed precision, see GpuViT.
   Precision precision = Precision::fp32;
   /// cuBLASLt algorithm choice for each GEMM shape. 0: cuBLASLt's first heuristic choice (no
@@ -35,10 +36,11 @@ struct GpuViTOptions {
   /// forward (which overwrites them): for training without gradient accumulation, where the
   /// optimizer consumes them in between. The caller passes gradients() to backward().
   bool overlay_gradients = false;
-  /// Attention core: custom kernels (cuda/kernels/attention.h, every precision) or cuDNN's fused flash
+  /// Attention core: custom kernels (cuda/kernels/attention.h, every precision), cuDNN's fused flash
   /// attention (cuda/kernels/cudnn_attention.h, bf16 only: the constructor throws std::invalid_argument
-  /// otherwise). cudnn keeps [B, H, T] fp32 softmax statistics per block instead of the
-  /// [B, H, T, T] probabilities.
+  /// otherwise) or batched cuBLAS GEMMs (cuda/kernels/attention_gemm.h, fp32 activations only - fp32
+  /// and tf32; the constructor throws std::invalid_argument in bf16). cudnn keeps [B, H, T] fp32
+  /// softmax statistics per block instead of the [B, H, T, T] probabilities that custom and gemm keep.
   AttentionImpl attention = AttentionImpl::custom;
   /// conv_proj: im2col + cuBLASLt GEMM (cuda/kernels/patch_embed.h) or cuDNN convolution
   /// (cuda/kernels/cudnn_conv.h; algorithms timed at set-up when gemm_autotune_candidates > 1).

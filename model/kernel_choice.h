@@ -1,5 +1,6 @@
-// Which implementation runs the attention core and the patch embedding (custom kernels / GEMM or
-// cuDNN), and how the command line's auto|cudnn|custom names map to them.
+// Which implementation runs the attention core (custom kernels, cuDNN or batched GEMMs) and the
+// patch embedding (GEMM or cuDNN), and how the command line's auto|cudnn|custom|gemm and
+// auto|cudnn|gemm names map to them.
 #pragma once
 #include <string>
 #include <vector>
@@ -41,8 +42,8 @@ std::string patch_embed_choice_error(const std::string& name, Precision p);
 /// custom in bf16 for the shapes of the tensor-core kernels (attention_mma_shape: T <= 64,
 /// head_dim 64, e.g. vit_l_32: 0.78 vs 1.30 ms per step for cuDNN,
 /// results/h200/kernels/attention-mma), cudnn for the other bf16 shapes cuDNN takes (1.6x faster
-/// than the fp32-arithmetic custom kernels), custom otherwise; in fp32 and tf32, custom for the
-/// tensor-core shapes (and whenever seq_len is 0) and gemm for sequences longer than
+/// than the fp32-arithmetic custom kernels), custom otherwise; in fp32 and tf32, custom up to
+/// kMmaMaxSeqLen tokens, any head_dim (and whenever seq_len is 0), and gemm for sequences longer than
 /// kMmaMaxSeqLen (vit_b_16 tf32: the custom kernels' fp32 arithmetic made the step 8x slower than
 /// JAX's, results/h200/kernels/attention-gemm); patch embedding auto = gemm (cuDNN's convolution
 /// is 2.6-4.7x slower).

@@ -12,7 +12,8 @@ namespace vitddp {
 ///  - fp32: strict fp32 everywhere (cuBLASLt CUBLAS_COMPUTE_32F_PEDANTIC, fp32 operands).
 ///  - tf32: as fp32, but the GEMMs use CUBLAS_COMPUTE_32F_FAST_TF32 (operands rounded to TF32,
 ///          fp32 accumulation), like torch.backends.cuda.matmul.allow_tf32 = True, and the
-///          attention core for T <= 64, head_dim 64 runs on TF32 tensor cores (cuda/kernels/attention_mma.h).
+///          attention core for T <= 64, head_dim 64 runs on TF32 tensor cores (cuda/kernels/attention_mma.h),
+///          beyond 64 tokens as cuBLAS batched GEMMs of the same compute type (cuda/kernels/attention_gemm.h).
 ///  - bf16: mixed precision as torch.autocast(dtype=bfloat16): GEMM and attention operands in
 ///          bf16 with fp32 accumulation; LayerNorm, softmax and loss statistics, the residual
 ///          stream and every parameter gradient in fp32.

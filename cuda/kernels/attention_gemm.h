@@ -23,13 +23,17 @@ namespace vitddp {
 /// keeps an fp32 kernel where its heuristic prefers one (on an H200: every product at T = 70 with
 /// head_dim 80, the scores at T = 197).
 /// Deterministic: cuBLAS's batched GEMMs on one stream, no atomics. Limits: 1 <= T <= 512 (the
-/// softmax keeps a row in registers), 1 <= dh, B*H >= 1. Bad shapes throw std::invalid_argument;
+/// softmax keeps a row in registers), 1 <= dh, 1 <= B*H <= 2^30. Bad shapes throw std::invalid_argument;
 /// cuBLAS and CUDA failures throw std::runtime_error. Graph-capturable: the pointer arrays are
 /// written by a kernel on the stream into caller scratch before each call's GEMMs.
 class GemmAttention {
  public:
-  /// A cuBLAS handle on `stream` using `workspace` (workspace_bytes; may be null with 0: the
-  /// LtGemm workspace of the same stream, LtGemm::workspace) for every product.
+  /// A cuBLAS handle on `stream` whose products use `workspace`: workspace_bytes of device
+  /// memory, 256-byte aligned, that nothing on another stream uses (e.g. LtGemm::workspace() of an
+  /// LtGemm on the same stream); nullptr with 0 = no workspace. `compute`: CUBLAS_COMPUTE_32F,
+  /// _32F_PEDANTIC or _32F_FAST_TF32, else std::invalid_argument; cuBLAS errors throw
+  /// std::runtime_error. The handle's own memory (cublasCreate) is not the caller's to count.
+  /// (Should cublasSetStream or cublasSetWorkspace fail, the handle is not destroyed.)
   GemmAttention(cudaStream_t stream, cublasComputeType_t compute, void* workspace, size_t workspace_bytes);
   ~GemmAttention();
   GemmAttention(const GemmAttention&) = delete;
@@ -38,11 +42,14 @@ class GemmAttention {
   /// Floats of scratch (8-byte aligned) a forward or backward call needs for its pointer arrays:
   /// 12 device pointers per (batch, head) pair.
   static size_t pointer_scratch_floats(int batch, int heads);
+  /// Floats of backward's dS buffer: B*H*T*T.
+  static size_t dscores_floats(int batch, int T, int heads) { return (size_t)batch * heads * T * T; }
 
-  /// Writes probs and out; `scratch`: pointer_scratch_floats(batch, heads) floats.
+  /// Writes probs and out; `scratch`: pointer_scratch_floats(batch, heads) floats, 8-byte aligned,
+  /// free between the call's kernels (not checked).
   void forward(const float* qkv, float* probs, float* out, int batch, int T, int heads, int head_dim,
                float* scratch);
-  /// Writes dqkv; dscores: [B, H, T, T] fp32 (attention_backward_scratch_floats); `scratch` as in
+  /// Writes dqkv; dscores: [B, H, T, T] fp32 (dscores_floats), overwritten; `scratch` as in
   /// forward. probs must be forward's.
   void backward(const float* qkv, const float* probs, const float* dout, float* dqkv, float* dscores, int batch,
                 int T, int heads, int head_dim, float* scratch);

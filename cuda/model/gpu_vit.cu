@@ -104,9 +104,9 @@ struct GpuViT::Impl {
   bf16* weights16 = nullptr;  // bf16 working copy of the parameters (bf16 mode)
   // Backward scratch (shared by all blocks; everything runs in order on one stream).
   float* dx = nullptr;       // [N, D] gradient of the residual stream (fp32)
-  float* dscores = nullptr;  // [B, H, T, T] (attention's large-shape path)
+  float* dscores = nullptr;  // [B, H, T, T] (custom attention's large-shape path; the gemm attention's dS)
   float* dxf = nullptr;      // [B, D]
-  float* reduce_scratch = nullptr;  // column sums / LN partials / loss rows
+  float* reduce_scratch = nullptr;  // column sums / LN partials / loss rows / gemm attention's pointer arrays
   size_t reduce_scratch_floats = 0;
 
   bool fused_bias_grad = true;

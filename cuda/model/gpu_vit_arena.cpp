@@ -97,8 +97,9 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
   p.dx = a.add(N * D, f32, "residual-stream gradient");
   const bool cudnn_attention = attention == AttentionImpl::cudnn;
   p.dscores = cudnn_attention ? GpuViTArenaPlan::npos
-                              : a.add(attention_backward_scratch_floats(max_batch, (int)T, (int)H), f32,
-                                      "attention score gradient");
+              : a.add(attention == AttentionImpl::gemm ? GemmAttention::dscores_floats(max_batch, (int)T, (int)H)
+                                                       : attention_backward_scratch_floats(max_batch, (int)T, (int)H),
+                      f32, "attention score gradient");
   p.dxf = a.add(B * D, f32, "final LayerNorm output gradient");
   if (half) {
     p.weights16 = a.add(param_total, bf16, "bf16 copy of the parameters");

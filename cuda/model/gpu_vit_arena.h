@@ -70,8 +70,9 @@ struct GpuViTArenaPlan {
 /// of 1.2 GB). Throws std::invalid_argument if max_batch < 1, or for the overlay when
 /// param_total is not that layout's padding-free size.
 /// attention = cudnn keeps [B, H, T] softmax statistics (CudnnAttention::stats_floats) in the
-/// probs slot and needs no score-gradient scratch (dscores = npos); patch_embed = cudnn needs no
-/// im2col patches (patches = npos).
+/// probs slot and needs no score-gradient scratch (dscores = npos); attention = gemm also puts its
+/// pointer arrays (GemmAttention::pointer_scratch_floats) in the reduction scratch; patch_embed =
+/// cudnn needs no im2col patches (patches = npos).
 GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int max_batch, Precision precision,
                                    bool overlay_gradients = false, AttentionImpl attention = AttentionImpl::custom,
                                    PatchEmbedImpl patch_embed = PatchEmbedImpl::gemm);

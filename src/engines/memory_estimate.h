@@ -23,7 +23,8 @@ struct MemoryItem {
 };
 
 /// The device memory of one rank of the GPU backend, item by item in the order GpuEngine allocates
-/// them. Not counted: the CUDA context, NCCL's own buffers, cuBLASLt's handle, and the
+/// them. Not counted: the CUDA context, NCCL's own buffers, cuBLASLt's handle (and cuBLAS's, with
+/// --attention gemm), and the
 /// allocator's rounding (cudaMalloc rounds large requests up to 2 MiB).
 struct MemoryEstimate {
   bool host = false;                 ///< true: the CPU backend's host memory (estimate_cpu_memory)

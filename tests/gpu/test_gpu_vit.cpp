@@ -199,10 +199,14 @@ TEST_CASE("gpu_vit: attention as batched GEMMs matches CpuViT<float> in fp32 and
   cfg.layers = 2;
   GpuViTOptions o;  // fp32
   o.attention = AttentionImpl::gemm;
-  compare_with_cpu(cfg, 2, 2, 101, 1e-5, 1e-6, 1e-4, o);
+  compare_with_cpu(cfg, 3, 2, 101, 1e-5, 1e-6, 1e-4, o);  // batch 2 of max 3: an evaluation-sized batch
   GpuViTOptions t = GpuViTOptions::for_precision(Precision::tf32);
   t.attention = AttentionImpl::gemm;
   compare_with_cpu(cfg, 2, 2, 101, 5e-3, 5e-3, 5e-3, t);
+  GpuViTOptions b = GpuViTOptions::for_precision(Precision::bf16);
+  b.attention = AttentionImpl::gemm;
+  Stream st;
+  CHECK_THROWS_AS(GpuViT(make_param_layout(cfg), 2, st.s, b), std::invalid_argument);  // fp32 activations only
 }
 
 TEST_CASE("gpu_vit: bf16 without autotuning or fused bias gradients, odd sizes (vit_tiny, batch 3 of max 5)",

@@ -99,3 +99,14 @@ def test_ceilings_of_another_model_or_batch_and_bad_settings_are_refused(tmp_pat
     truncated.write_text(open(csv_path).read()[:-40])
     assert kernel_table.main([str(truncated)]) == 2
     assert "truncated" in capsys.readouterr().err
+
+
+def test_batched_gemm_attention_kernels_have_their_family():
+    # --attention gemm: its row kernels are attention, its products the cuBLAS GEMMs they are.
+    fam = "attention softmax (vitddp, batched GEMMs)"
+    assert kernel_table.family("void vitddp::(anonymous namespace)::softmax_rows_kernel(float *, long long, int)") == fam
+    assert kernel_table.family("void vitddp::(anonymous namespace)::softmax_backward_rows_kernel(const float *, "
+                               "float *, long long, int)") == fam
+    assert kernel_table.family("void vitddp::(anonymous namespace)::fill_pointers_kernel(PointerPlan, int, int, "
+                               "const float **)") == fam
+    assert kernel_table.family("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32") == "GEMM (cuBLASLt)"
