@@ -2,7 +2,7 @@
 configuration (ranks, transport, bucket cap, compression, DDP or ZeRO-1) from one results file and a
 link table, and the validation of the model against measured runs.
 
-    vitddp-report predict REF.h5 [--baseline ONE_GPU.h5] [--link-table T.csv | --fit-link RUN.h5...]
+    vitddp-report predict REF.h5 [--baseline ONE_GPU.h5] [--link-table T.csv | --fit-link RUN.h5...] [--small-link-table S.csv]
                           [--ranks N] [--transport T] [--comm-streams auto|N] [--bucket-cap-mb C] [--first-bucket-mb F]
                           [--compression none|fp16|bf16|powersgd] [--mode ddp|zero1] [--allgather-dtype auto|fp32|bf16] [--json] [-o FILE]
     vitddp-report predict --validate DIR_OR_TAR... [-o validation.md] [--plot validation.png]
@@ -14,6 +14,7 @@ file: predict_link's.
 import argparse
 import glob
 import os
+import re
 import tempfile
 
 import numpy as np
@@ -21,8 +22,8 @@ import numpy as np
 from .bandwidth import bus_factor
 from .predict_ce import CE_TRANSPORT, RunShares, comm_streams_of, fit_gain
 from .predict_core import Baseline, Reference, Scenario, predict, prediction_dict, prediction_text, transport_of
-from .predict_link import GAIN, LinkTable, Row, curve_rows, default_table, load_table
-from .reader import ResultsError, Run, write_output
+from .predict_link import COLLECTIVES, GAIN, LinkTable, Row, curve_rows, default_table, load_table
+from .reader import ResultsError, Run, text, write_output
 
 # options whose differences between a run and its reference the model covers (or that do not change
 # the device's work); any other difference is named in the validation's notes
@@ -191,16 +192,64 @@ def _skip_reason(r):
     return None
 
 
+def machine_of(run):
+    """What a run's link times depend on besides its buckets, as a hashable tuple: (GPU names,
+    the NCCL version from the attribute `versions`, the nccl_transport strings without the
+    copy-engine all-reduce's comm-stream count - a setting the model covers, not the link -, ranks);
+    None when the file records no device_names or no NCCL version (then no run counts as the same
+    machine)."""
+    names = run.attr("device_names", None)
+    nccl = re.search(r"NCCL [0-9][0-9.]*", text(run.attr("versions", "")))
+    if names is None or not nccl:
+        return None
+    names = tuple(sorted({text(x) for x in np.asarray(names).reshape(-1)}))
+    links = tuple(sorted({re.sub(r"\d+ comm streams?", "N comm streams", t) for t in run.transports()}))
+    return names, nccl.group(0), links, run.world_size
+
+
+def _group_label(path, gk, table):
+    """'ARGUMENT: transport, all-reduce, precision (table name)' of a validation group."""
+    return "%s: %s, %s, %s (%s)" % (path, gk[0], gk[1], gk[2], table.name)
+
+
+def lend_small_sizes(gk, table, fitted, machines, names):
+    """`table` (the LinkTable of validation group `gk` = (transport, all-reduce, precision, ...)) with,
+    per collective whose first row some other group's fitted table undercuts, that table's rows below
+    it (LinkTable.with_small_sizes): among the groups of the same transport and all-reduce whose runs
+    are all on one machine equal to `gk`'s (machines: {group: machine_of tuple or None}), the one with
+    the smallest size, then the most rows below, then the first group. fitted: {group: LinkTable};
+    names: {group: the lender's name in notes}. Returns the table itself when nothing is lent."""
+    out = table
+    if machines.get(gk) is None:
+        return out
+    for coll in COLLECTIVES:
+        own = table.smallest(gk[0], coll)
+        if own is None:
+            continue
+        cands = []
+        for i, (k, t) in enumerate(fitted.items()):
+            low = t.smallest(gk[0], coll)
+            if k != gk and k[:2] == gk[:2] and machines.get(k) == machines[gk] and low is not None and low < own:
+                below = sum(1 for b in t.sizes(gk[0], coll) if b < own)
+                cands.append((low, -below, i, k))
+        if cands:
+            k = min(cands)[3]
+            out = out.with_small_sizes(LinkTable(fitted[k].rows, names[k]), (coll,))
+    return out
+
+
 def validate(paths, tmp, leave_one_out=False):
     """Predicts every multi-rank NCCL and copy-engine run of `paths` from one reference per group
     (the --validate argument it came from, transport, all-reduce, precision, model, batch): the 25 MiB,
     no-compression, overlapped run with the fewest unmodelled option differences (ties: fewer
     unmodelled options away from their defaults, then the path); the link table fitted from the
-    group's runs; the 1-GPU no-DDP run of the same argument and precision as baseline; with
-    `leave_one_out`, each run's link table is fitted without that run's own buckets. Runs that
-    cannot be predicted are named in the notes, per argument and reason.
-    Returns (rows list of dict, tables {(argument, transport, all-reduce, precision): LinkTable},
-    notes list of str)."""
+    group's runs, with the small sizes of another group of the same machine where the group measured
+    none that small (lend_small_sizes); the 1-GPU no-DDP run of the same argument and precision as
+    baseline; with `leave_one_out`, each run's link table is fitted without that run's own buckets
+    (the lent rows still from the other groups' full tables). Runs that cannot be predicted are
+    named in the notes, per argument and reason.
+    Returns (rows list of dict, each with `small_calls`: _small_calls' list; tables {(argument,
+    transport, all-reduce, precision): LinkTable}, notes list of str)."""
     groups, singles, notes, runs, skipped = {}, {}, [], [], {}
     for origin, p in enumerate(paths):
         for f, lab in unpack([p], tmp):
@@ -216,7 +265,7 @@ def validate(paths, tmp, leave_one_out=False):
                 skipped.setdefault((p, _skip_reason(r)), []).append(r.label)
             else:
                 groups.setdefault((transport_of(r), r.allreduce) + key[1:] + (origin,), []).append(r)
-    rows, tables = [], {}
+    rows, tables, plans, fitted, machines, lenders = [], {}, [], {}, {}, {}
     for gk, members in sorted(groups.items()):
         cands = [r for r in members if r.compression == "none" and r.overlap and r.bucket_cap_mb == 25]
         if not cands:
@@ -226,13 +275,19 @@ def validate(paths, tmp, leave_one_out=False):
         # ties: the run with fewer unmodelled options away from their defaults, then the path
         ref_run = min(cands, key=lambda r: (sum(len(_differences(r, o)) for o in others),
                                             len(_option_differences(r.options(), {})), r.path))
+        name = "fitted from %d %s runs" % (len(members), gk[0])
+        shares = {r.path: RunShares.from_run(r) for r in members if r.allreduce == CE_TRANSPORT}
+        fitted[gk] = fit_link_table(members, name, shares)
+        one = {machine_of(r) for r in members}
+        machines[gk] = one.pop() if len(one) == 1 else None
+        lenders[gk] = _group_label(paths[gk[-1]], gk, fitted[gk])
+        plans.append((gk, members, ref_run, name, shares))
+    for gk, members, ref_run, name, shares in plans:
         ref = Reference.from_run(ref_run)
         base = singles.get((gk[-1],) + gk[2:-1], [])
         base = min(base, key=lambda r: (len(_differences(r, ref.options)), r.path)) if base else None
         baseline = Baseline.from_run(base) if base else None
-        name = "fitted from %d %s runs" % (len(members), gk[0])
-        shares = {r.path: RunShares.from_run(r) for r in members if r.allreduce == CE_TRANSPORT}
-        table = fit_link_table(members, name, shares)
+        table = lend_small_sizes(gk, fitted[gk], fitted, machines, lenders)
         tables[(paths[gk[-1]],) + gk[:3]] = table
         for r in members:
             sc = Scenario(ranks=r.world_size, transport=gk[0], cap_mb=r.bucket_cap_mb,
@@ -245,6 +300,8 @@ def validate(paths, tmp, leave_one_out=False):
             own = table
             if leave_one_out and len(members) > 1:
                 own = fit_link_table([m for m in members if m is not r], name + " without this run", shares)
+                own = lend_small_sizes(gk, own, fitted, machines, lenders)
+            own.clear_used()
             p = predict(ref, sc, own, baseline)
             meas = r.summary("steps_per_second")
             t = r.timed()
@@ -258,13 +315,30 @@ def validate(paths, tmp, leave_one_out=False):
                          "measured": meas, "predicted": p.steps_per_second,
                          "error": p.steps_per_second / meas - 1.0, "backward_measured": mbwd,
                          "backward_predicted": p.backward, "exposed_measured": mexp, "exposed_predicted": p.exposed,
-                         "unmodelled": diffs, "reference_run": ref_run.label})
+                         "unmodelled": diffs, "reference_run": ref_run.label,
+                         "small_calls": _small_calls(own)})
     for (p, why), labels in sorted(skipped.items()):
         notes.append("%s: %s (%d run%s: %s)" % (p, why, len(labels), "" if len(labels) == 1 else "s",
                                                 ", ".join(sorted(labels))))
     for r in runs:
         r.close()
     return rows, tables, notes
+
+
+def _small_calls(table):
+    """What priced the calls of the last prediction below `table`'s own rows (list of str, one per
+    transport and collective): borrowed rows (LinkTable.with_small_sizes) or the first row held."""
+    out = []
+    for key in sorted(table.borrowed_used):
+        own, lender, sizes = table.borrowed[key]
+        out.append("%s calls below %d bytes (the group's smallest measured) priced from the rows at %s bytes of %s, "
+                   "a group of the same transport and all-reduce on the same GPUs, NCCL version and link (alpha and "
+                   "busbw interpolated in log2(bytes) between those rows and the group's first row)" % (
+                       key[1], own, ", ".join("%d" % b for b in sizes), lender))
+    for key in sorted(table.held_used - table.borrowed_used):
+        out.append("%s calls below %d bytes (the group's smallest measured) at that row's alpha and busbw: no "
+                   "group of the same transport and machine measured smaller" % (key[1], table.smallest(key[0], key[1])))
+    return out
 
 
 # |predicted / measured - 1| per transport (the copy-engine all-reduce runs over NVLink)
@@ -287,7 +361,10 @@ def validation_text(rows, tables, notes, command, leave_one_out=False):
            "Made by `%s`." % command, "",
            "Each run predicted from one reference run of its group (folder, transport, all-reduce, precision) - marked "
            "**ref** - the link table fitted from the group's runs (below) and the group's 1-GPU no-DDP run as "
-           "baseline for backward's slowdown%s. Times: medians over the timed steps of the slowest rank (ms). "
+           "baseline for backward's slowdown%s. A call smaller than any the group measured takes, per collective, "
+           "the rows below that size of another group's table of the same transport and all-reduce on the same "
+           "GPUs, NCCL version and link where one measured smaller (else the group's first row); the runs that "
+           "needed it are named under their group's table. Times: medians over the timed steps of the slowest rank (ms). "
            "*unmodelled*: options that differ from the reference and that the model does not represent; those rows "
            "do not count against the targets." % (
                " (leave one out: each run's link table fitted without that run)" if leave_one_out else ""), ""]
@@ -309,6 +386,12 @@ def validation_text(rows, tables, notes, command, leave_one_out=False):
                 1e3 * r["backward_measured"], 1e3 * r["backward_predicted"], 1e3 * r["exposed_measured"],
                 1e3 * r["exposed_predicted"], ", ".join(r["unmodelled"])))
         out.append("")
+        small = {}
+        for r in sorted(rs, key=lambda r: r["run"]):
+            for s in r["small_calls"]:
+                small.setdefault(s, []).append(r["run"])
+        for s, runs in small.items():
+            out += ["Small calls of %s: %s." % (", ".join(runs), s), ""]
     out += ["## Targets", "", "| transport | target | modelled runs | within target | worst |",
             "| --- | --- | --- | --- | --- |"]
     for tr, tgt in TARGETS:
@@ -366,7 +449,11 @@ def parser(prog):
     ap.add_argument("--baseline", metavar="ONE_GPU.h5", help="1-GPU run without DDP: backward without traffic")
     ap.add_argument("--link-table", metavar="CSV", help="link table (format: README); default: H200 figures of docs/benchmarks.md")
     ap.add_argument("--fit-link", nargs="+", metavar="RUN.h5", help="fit the link table from these runs' buckets instead")
-    ap.add_argument("--write-link-table", metavar="CSV", help="write the link table used (default or fitted) to CSV")
+    ap.add_argument("--small-link-table", metavar="CSV", help="a link table of the same transport and machine that "
+                    "measured smaller calls: per collective, its rows below the link table's first row are used there "
+                    "(interpolated up to it); without it a call below the first row takes that row (both printed)")
+    ap.add_argument("--write-link-table", metavar="CSV", help="write the link table used (default or fitted, with "
+                    "--small-link-table's rows) to CSV")
     ap.add_argument("--ranks", type=int, help="ranks N [the reference's]")
     ap.add_argument("--transport", help="link-table transport, e.g. nvlink, shm, net, copy-engine [the reference's]")
     ap.add_argument("--comm-streams", metavar="auto|N", help="transport copy-engine: the comm streams the buckets "
@@ -414,6 +501,8 @@ def main(argv=None, prog="vitddp-report predict"):
         table = load_table(a.link_table)
     else:
         table = default_table()
+    if a.small_link_table:
+        table = table.with_small_sizes(load_table(a.small_link_table, "--small-link-table"))
     if a.write_link_table:
         with open(a.write_link_table, "w") as f:
             f.write(table.to_csv())

@@ -25,6 +25,14 @@ time(bytes) = alpha + bytes x factor(n) / busbw, factor = 2(n-1)/n for all-reduc
 reduce-scatter and all-gather (bandwidth.BUS_FACTOR), 1 for cast and powersgd. A reduce-scatter or
 all-gather without rows of its own takes the all-reduce's rows (NCCL's ring moves the same busbw in
 each); the prediction prints that assumption.
+
+Small sizes: a curve is held constant below its first row, so a table fitted from runs whose smallest
+all-reduce was 2 MB gives a 4 KB call the 2 MB row's alpha (22 us on 2 x H200 NVLink, where 2-4 KiB
+calls measured 9-15 us): NCCL's small-message latency (its LL protocol) is not visible in MB-sized
+buckets, neither in that row nor in an alpha-beta line through them. LinkTable.with_small_sizes takes the rows below a collective's
+first row from a second table measured on the same transport and machine (e.g. one fitted from
+runs with KB-sized buckets) and interpolates between the two as within one curve; every call
+below a curve's first row, and every use of borrowed rows, is a printed assumption.
 """
 import csv
 import io
@@ -70,33 +78,63 @@ class Row:
 
 class LinkTable:
     """A set of Rows with `time(transport, collective, nbytes, ranks)` (seconds) and `notes`
-    (assumptions taken while answering, list of str)."""
+    (assumptions taken while answering, list of str). `borrowed`: {(transport lower-case,
+    collective): (first own size, lender's name, [lent sizes])}, rows with_small_sizes took from
+    another table; `borrowed_used` / `held_used`: the (transport lower-case, collective) pairs for
+    which time() has priced a call with borrowed rows / below the curve's first row (sets;
+    clear_used() empties them between predictions)."""
 
     def __init__(self, rows, name=""):
         self.rows, self.name, self.notes = list(rows), name, []
+        self.borrowed, self.borrowed_used, self.held_used = {}, set(), set()
+
+    def clear_used(self):
+        """Empties borrowed_used and held_used."""
+        self.borrowed_used.clear()
+        self.held_used.clear()
 
     def _rows(self, transport, collective):
         t = transport.lower()
         exact = [r for r in self.rows if r.collective == collective and r.transport.lower() == t]
         return exact or [r for r in self.rows if r.collective == collective and r.transport == "*"]
 
+    def _note(self, note):
+        if note not in self.notes:
+            self.notes.append(note)
+
     def has(self, transport, collective):
         """True when the table has rows for (transport, collective)."""
         return bool(self._rows(transport, collective))
 
-    def params(self, transport, collective, nbytes):
-        """(alpha s, busbw GB/s) at message size `nbytes` (see the module doc); ResultsError when
-        the table has no row for them (reduce-scatter/all-gather fall back to all-reduce)."""
+    def _curve(self, transport, collective):
+        """(rows, collective whose rows they are) for (transport, collective): reduce-scatter and
+        all-gather without rows take the all-reduce's (noted); ResultsError when there are none."""
         rows = self._rows(transport, collective)
         if not rows and collective in ("reducescatter", "allgather"):
             rows = self._rows(transport, "allreduce")
-            note = "%s over %s: the all-reduce's alpha and busbw (the table has no %s rows)" % (
-                collective, transport, collective)
-            if rows and note not in self.notes:
-                self.notes.append(note)
+            if rows:
+                self._note("%s over %s: the all-reduce's alpha and busbw (the table has no %s rows)" % (
+                    collective, transport, collective))
+                collective = "allreduce"
         if not rows:
             raise ResultsError("link table %s: no row for transport '%s', collective '%s' (transports: %s)" % (
                 self.name, transport, collective, ", ".join(sorted({r.transport for r in self.rows}))))
+        return rows, collective
+
+    def sizes(self, transport, collective):
+        """Sorted bytes of the sized rows of (transport, collective) (list of float; no fallback to
+        the all-reduce's rows here)."""
+        return sorted(r.nbytes for r in self._rows(transport, collective) if r.nbytes)
+
+    def smallest(self, transport, collective):
+        """Bytes of the first sized row of (transport, collective) (float), None without one."""
+        sized = self.sizes(transport, collective)
+        return sized[0] if sized else None
+
+    def params(self, transport, collective, nbytes):
+        """(alpha s, busbw GB/s) at message size `nbytes` (see the module doc); ResultsError when
+        the table has no row for them (reduce-scatter/all-gather fall back to all-reduce)."""
+        rows, _ = self._curve(transport, collective)
         sized = sorted((r for r in rows if r.nbytes), key=lambda r: r.nbytes)
         if not sized:
             return rows[0].alpha_s, rows[0].busbw_gbps
@@ -104,6 +142,43 @@ class LinkTable:
         xs = [math.log2(r.nbytes) for r in sized]
         return (float(np.interp(x, xs, [r.alpha_s for r in sized])),
                 float(np.interp(x, xs, [r.busbw_gbps for r in sized])))
+
+    def _note_small(self, transport, collective, nbytes):
+        """Notes a call of `nbytes` below the curve's first row (held) or priced by borrowed rows."""
+        rows, coll = self._curve(transport, collective)
+        sized = sorted((r for r in rows if r.nbytes), key=lambda r: r.nbytes)
+        key = (transport.lower(), coll)
+        if sized and nbytes < sized[0].nbytes:
+            r = sized[0]
+            self.held_used.add(key)
+            self._note("%s over %s: calls below %d bytes, the table's smallest row, take that row's alpha %.1f us and "
+                       "busbw %.4g GB/s (held: nothing smaller measured%s)" % (
+                           coll, transport, r.nbytes, r.alpha_s * 1e6, r.busbw_gbps,
+                           "" if key in self.borrowed else "; --small-link-table lends measured small sizes"))
+        if key in self.borrowed and nbytes < self.borrowed[key][0]:
+            own, lender, sizes = self.borrowed[key]
+            self.borrowed_used.add(key)
+            self._note("%s over %s: calls below %d bytes, the smallest size of the link table's own rows (%s), priced "
+                       "from the rows at %s bytes of %s, assumed the same transport and machine; alpha and busbw "
+                       "interpolated in log2(bytes) between those and the %d-byte row" % (
+                           coll, transport, own, self.name, ", ".join("%d" % b for b in sizes), lender, own))
+
+    def with_small_sizes(self, lender, collectives=COLLECTIVES):
+        """A copy of this table whose curve of each (transport, collective in `collectives`) with
+        sized rows also holds `lender`'s (LinkTable) rows of the same pair below its first row
+        (Row.source = lender.name; recorded in `borrowed`). Pairs the lender does not reach below
+        stay as they are; the copy keeps `name` and the notes so far."""
+        out = LinkTable(self.rows, self.name)
+        out.notes, out.borrowed = list(self.notes), dict(self.borrowed)
+        pairs = sorted({(r.transport, r.collective) for r in self.rows if r.collective in collectives and r.nbytes})
+        for tr, coll in pairs:
+            own = self.smallest(tr, coll)
+            lent = sorted((r for r in lender._rows(tr, coll) if r.nbytes and r.nbytes < own), key=lambda r: r.nbytes)
+            if lent and (tr.lower(), coll) not in out.borrowed:
+                at = next(i for i, r in enumerate(out.rows) if (r.transport, r.collective) == (tr, coll))
+                out.rows[at:at] = [Row(tr, coll, r.nbytes, r.alpha_s, r.busbw_gbps, lender.name) for r in lent]
+                out.borrowed[(tr.lower(), coll)] = (own, lender.name, [r.nbytes for r in lent])
+        return out
 
     def gain(self, transport, nbytes):
         """The copy-engine concurrency gain G at all-reduce payload `nbytes` (float > 0; interpolated
@@ -124,13 +199,22 @@ class LinkTable:
         else:
             factor = 1.0
         alpha, bw = self.params(transport, collective, nbytes)
+        self._note_small(transport, collective, nbytes)
         return alpha + nbytes * factor / (bw * GB)
 
     def to_csv(self):
-        """The table in the file format of the module doc (str)."""
+        """The table in the file format of the module doc (str); borrowed rows (with_small_sizes)
+        follow a `#` line naming their lender."""
         out = io.StringIO()
         out.write("transport,collective,bytes,alpha_us,busbw_GBps\n")
+        lent = False
         for r in self.rows:
+            own, lender, _ = self.borrowed.get((r.transport.lower(), r.collective), (0, None, None))
+            now = r.source == lender and bool(r.nbytes) and r.nbytes < own
+            if now != lent:
+                out.write("# %s %s %s %d bytes: rows of %s\n" % (r.transport, r.collective, "below" if now else "from",
+                                                                own, lender if now else self.name))
+            lent = now
             out.write("%s,%s,%s,%.3f,%.4g\n" % (r.transport, r.collective, "" if not r.nbytes else "%d" % r.nbytes,
                                                r.alpha_s * 1e6, r.busbw_gbps))
         return out.getvalue()
@@ -164,13 +248,14 @@ def parse_table(text, name):
     return LinkTable(rows, name)
 
 
-def load_table(path):
-    """The LinkTable of CSV file `path`; ResultsError naming it when missing or malformed."""
+def load_table(path, option="--link-table"):
+    """The LinkTable of CSV file `path`; ResultsError naming `option` and the file when missing or
+    malformed."""
     try:
         with open(path) as f:
             text = f.read()
     except OSError as e:
-        raise ResultsError("--link-table %s: %s" % (path, e.strerror or e))
+        raise ResultsError("%s %s: %s" % (option, path, e.strerror or e))
     return parse_table(text, path)
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from vitddp_tools import report
 from vitddp_tools.predict_core import Baseline, Reference, Scenario, predict, schedule
+from vitddp_tools.predict import machine_of, validate
 from vitddp_tools.predict_link import fit_alpha_beta, parse_table
 from vitddp_tools.predict_model import assign_buckets, powersgd_bucket, powersgd_compresses, vit_parameters
 from vitddp_tools.reader import ResultsError, Run
@@ -79,21 +80,25 @@ def test_fit_alpha_beta_recovers_the_line():
 MICRO_BYTES = 4 * (1701 + 3)  # vit_micro: 1701 parameters, heads.head.bias (5) padded to 8
 
 
-def write_micro_run(path, world_size=2, backward=0.05, start=0.01, end=0.05, sps=None, ready=None):
+def write_micro_run(path, world_size=2, backward=0.05, start=0.01, end=0.05, sps=None, ready=None,
+                    compression="none", sent=MICRO_BYTES, gpu="NVIDIA H200"):
     """A vit_micro results file (docs/schema.md) with one 25 MiB bucket: input wait 0.001 s, forward
     0.019 s, `backward`, optimizer 0.01 s, the bucket's comm work from `start` to `end` after backward
     starts, exposed 0; steps/s such that the host adds 1 ms to each step. `ready`: the
     --record-grad-ready datasets, (prefix_bytes [G], ready_time [R, S, G] seconds from the step
-    start); grad_ready/bytes are the prefix's differences."""
+    start); grad_ready/bytes are the prefix's differences. `sent`: buckets/bytes_sent of the bucket;
+    `gpu`: device_names of every rank (NCCL 2.28.3 in `versions`)."""
     R, S = world_size, 4
     step = 0.001 + 0.019 + backward + 0.01
     with h5py.File(path, "w") as f:
         for k, v in {"model": "vit_micro", "world_size": R, "batch_size": 8, "backend": "gpu", "precision": "fp32",
-                     "compression": "none", "ddp": int(R > 1), "overlap": 1, "num_buckets": 1,
-                     "nccl_transport": np.array(["P2P [P2P/CUMEM]"] * R, dtype=h5py.string_dtype())}.items():
+                     "compression": compression, "ddp": int(R > 1), "overlap": 1, "num_buckets": 1,
+                     "nccl_transport": np.array(["P2P [P2P/CUMEM]"] * R, dtype=h5py.string_dtype()),
+                     "device_names": np.array([gpu] * R, dtype=h5py.string_dtype()),
+                     "versions": "CUDA runtime 13000, NCCL 2.28.3"}.items():
             f.attrs[k] = v
         for k, v in {"bucket-cap-mb": "25", "first-bucket-mb": "1", "grad-accum-steps": "1",
-                     "compression": "none", "num-classes": "0"}.items():
+                     "compression": compression, "num-classes": "0"}.items():
             f.attrs["option." + k] = v
         full = lambda v: np.full((R, S), v)
         for name, v in (("input_wait", 0.001), ("forward", 0.019), ("backward", backward), ("optimizer", 0.01),
@@ -104,7 +109,7 @@ def write_micro_run(path, world_size=2, backward=0.05, start=0.01, end=0.05, sps
         f["buckets/allreduce_start"] = np.full((R, S, 1), 0.02 + start)
         f["buckets/allreduce_end"] = np.full((R, S, 1), 0.02 + end)
         f["buckets/allreduce_time"] = np.full((R, S, 1), end - start)
-        f["buckets/bytes_sent"] = np.full((R, S, 1), MICRO_BYTES if R > 1 else 0, dtype=np.int64)
+        f["buckets/bytes_sent"] = np.full((R, S, 1), sent if R > 1 else 0, dtype=np.int64)
         f["summary/steps_per_second"] = float(sps or 1.0 / (step + 0.001))
         if ready is not None:
             prefix, times = np.asarray(ready[0], dtype=np.int64), np.asarray(ready[1], dtype=float)
@@ -291,3 +296,103 @@ def test_zero1_allgather_dtype_bf16_moves_half_the_bytes(tmp_path, capsys):
     # the dtype of an all-gather DDP does not run is refused, as vitddp refuses it
     assert report.main(["predict", ref_path, "--link-table", str(tab), "--allgather-dtype", "fp32"]) == 2
     assert "--allgather-dtype fp32: has no effect without --mode zero1" in capsys.readouterr().err
+
+
+def test_small_sizes_from_a_second_table_by_hand():
+    own = parse_table("transport,collective,bytes,alpha_us,busbw_GBps\nx,allreduce,1000000,20,10\n"
+                      "x,allreduce,4000000,30,20\n", "own.csv")
+    lender = parse_table("transport,collective,bytes,alpha_us,busbw_GBps\nx,allreduce,1000,2,1\n"
+                         "x,allreduce,4000,4,2\nx,allreduce,2000000,1,1\nx,cast,100,1,1\n", "lend.csv")
+    # alone: a 2000-byte call takes the 1 MB row's alpha and busbw, and says so
+    assert own.time("x", "allreduce", 2000, 2) == pytest.approx(20e-6 + 2000 / 10e9)
+    assert own.held_used == {("x", "allreduce")} and "calls below 1000000 bytes" in own.notes[0]
+    t = own.with_small_sizes(lender)
+    # lent: the rows below 1 MB only (1000, 4000; not 2 MB), no cast rows (collectives only)
+    assert t.sizes("x", "allreduce") == [1000, 4000, 1e6, 4e6] and not t.has("x", "cast")
+    assert t.borrowed == {("x", "allreduce"): (1e6, "lend.csv", [1000, 4000])}
+    # 2000 bytes: halfway in log2 between 1000 and 4000 -> alpha 3 us, busbw 1.5 GB/s (2 ranks: factor 1)
+    assert t.time("x", "allreduce", 2000, 2) == pytest.approx(3e-6 + 2000 / 1.5e9)
+    # 63246 bytes = sqrt(4000 x 1e6): halfway between the lender's 4000 row and the own 1 MB row
+    mid = (4000 * 1e6) ** 0.5
+    assert t.time("x", "allreduce", mid, 2) == pytest.approx(12e-6 + mid / 6e9)
+    assert t.time("x", "allreduce", 500, 2) == pytest.approx(2e-6 + 500 / 1e9)       # held below the 1000 row
+    assert t.time("x", "allreduce", 1e6, 2) == pytest.approx(20e-6 + 1e6 / 10e9)     # own rows unchanged
+    assert t.time("x", "reducescatter", 2000, 4) == pytest.approx(3e-6 + 2000 * 0.75 / 1.5e9)
+    assert t.borrowed_used == {("x", "allreduce")}
+    assert any("priced from the rows at 1000, 4000 bytes of lend.csv" in n for n in t.notes)
+    t.clear_used()
+    assert not t.borrowed_used and not t.held_used
+    # the CSV names the lender in comment lines and reads back to the same curve
+    csv = t.to_csv()
+    assert "# x allreduce below 1000000 bytes: rows of lend.csv" in csv and "# x allreduce from 1000000 bytes" in csv
+    assert parse_table(csv, "back").time("x", "allreduce", mid, 2) == pytest.approx(12e-6 + mid / 6e9)
+
+
+# vit_micro's one bucket under PowerSGD rank 1: the uncompressed part, P and Q (predict_model)
+PSGD_CALLS = (1012, 500, 544)
+
+
+def test_validate_lends_small_sizes_of_the_same_machine(tmp_path):
+    assert [4 * powersgd_bucket(b)[k] for b in assign_buckets(vit_parameters("vit_micro"), 25, 1)
+            for k in ("uncompressed", "p", "q")] == list(PSGD_CALLS)
+
+    def folders(lender_gpu):
+        a, b = tmp_path / lender_gpu.replace(" ", "-") / "a", tmp_path / lender_gpu.replace(" ", "-") / "b"
+        a.mkdir(parents=True)
+        b.mkdir()
+        # folder a measured 1012 bytes in 10 us and 4048 in 16 us: fit alpha 8 us, busbw 0.506 GB/s;
+        # rows (curve_rows, alpha at most half the time): 1012: 5 us, 0.2024 GB/s; 4048: 8 us, 0.506 GB/s
+        write_micro_run(a / "b25.h5", start=0.04, end=0.040016, sent=4048, gpu=lender_gpu)
+        write_micro_run(a / "small.h5", start=0.04, end=0.04001, sent=1012, gpu=lender_gpu)
+        # folder b measured one size, 6816 bytes in 40 us (alpha 0), and a PowerSGD run of 3 small calls
+        write_micro_run(b / "b25.h5", start=0.04, end=0.04004)
+        write_micro_run(b / "psgd.h5", compression="powersgd")
+        return [str(a), str(b)]
+
+    rows, tables, _ = validate(folders("NVIDIA H200"), str(tmp_path))
+    psgd = next(r for r in rows if r["run"] == "psgd")
+    # the one bucket is ready at the end of backward: exposed = its calls; 1012 is the lent row itself,
+    # 500 and 544 are below it (held at its alpha and busbw)
+    lent = 10e-6 + (5e-6 + 500 / 0.2024e9) + (5e-6 + 544 / 0.2024e9)
+    assert psgd["exposed_predicted"] == pytest.approx(lent, rel=1e-6)
+    assert len(psgd["small_calls"]) == 1 and "rows at 1012, 4048 bytes of %s" % rows[0]["origin"] in psgd["small_calls"][0]
+    table_b = next(t for k, t in tables.items() if k[0].endswith("b"))
+    assert table_b.sizes("nvlink", "allreduce") == [1012, 4048, 6816]
+    # the lender's own predictions and the reference's are unchanged: nothing of theirs below its rows
+    assert all(not r["small_calls"] for r in rows if r["run"] != "psgd")
+    # another GPU: nothing lent; the calls take the 6816-byte row (alpha 0, 6816 bytes in 40 us)
+    rows, _, _ = validate(folders("NVIDIA H100"), str(tmp_path))
+    psgd = next(r for r in rows if r["run"] == "psgd")
+    assert psgd["exposed_predicted"] == pytest.approx(sum(PSGD_CALLS) * 40e-6 / MICRO_BYTES, rel=1e-6)
+    assert "at that row's alpha and busbw: no group of the same transport and machine" in psgd["small_calls"][0]
+
+
+def test_machine_of(tmp_path):
+    with Run(write_micro_run(tmp_path / "a.h5")) as r:
+        assert machine_of(r) == (("NVIDIA H200",), "NCCL 2.28.3", ("P2P [P2P/CUMEM]",), 2)
+    path = write_micro_run(tmp_path / "old.h5")
+    with h5py.File(path, "a") as f:
+        del f.attrs["device_names"]
+    with Run(path) as r:
+        assert machine_of(r) is None  # no GPU names recorded: never the same machine as another
+
+
+def test_cli_small_link_table(tmp_path, capsys):
+    ref_path = write_micro_run(tmp_path / "ref.h5")
+    own, small = tmp_path / "own.csv", tmp_path / "small.csv"
+    own.write_text("transport,collective,bytes,alpha_us,busbw_GBps\nnvlink,allreduce,4096,20,1\n")
+    # rows at the three PowerSGD call sizes, each 2 us + bytes / busbw = 2 us: 4, 4, 5 us in all
+    small.write_text("transport,collective,bytes,alpha_us,busbw_GBps\nnvlink,allreduce,500,2,0.25\n"
+                     "nvlink,allreduce,544,2,0.272\nnvlink,allreduce,1012,3,0.506\nnvlink,allreduce,8192,1,1\n")
+    args = ["predict", ref_path, "--link-table", str(own), "--compression", "powersgd", "--json"]
+    assert report.main(args) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["exposed_comm_s"] == pytest.approx(3 * 20e-6 + sum(PSGD_CALLS) / 1e9)  # the 4096 row held
+    assert any("calls below 4096 bytes, the table's smallest row" in a and "--small-link-table" in a
+               for a in d["assumptions"])
+    assert report.main(args + ["--small-link-table", str(small)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["exposed_comm_s"] == pytest.approx(13e-6)
+    assert any("priced from the rows at 500, 544, 1012 bytes of %s" % small in a for a in d["assumptions"])
+    assert report.main(args + ["--small-link-table", str(tmp_path / "no.csv")]) == 2
+    assert "--small-link-table %s" % (tmp_path / "no.csv") in capsys.readouterr().err
