@@ -44,17 +44,26 @@ std::vector<double> five_steps(Engine& e, const Options& o, const ParamLayout& L
 
 }  // namespace
 
+namespace {
+
+/// Five steps replayed from a graph (`og`) against the same five launched eagerly (`oe`): equal
+/// losses and parameters, and the steps did train.
+void check_graph_equals_eager(const Options& og, const Options& oe) {
+  const ParamLayout L = make_param_layout(vit_config(og.model));
+  auto graph = make_gpu_engine(og, World{}, L, {}, nullptr);
+  auto eager = make_gpu_engine(oe, World{}, L, {}, nullptr);
+  const auto lg = five_steps(*graph, og, L), le = five_steps(*eager, oe, L);
+  CHECK(lg == le);
+  CHECK(graph->train_state().params == eager->train_state().params);
+  CHECK(lg.back() != lg.front());  // the steps did train
+}
+
+}  // namespace
+
 TEST_CASE("GPU engine: CUDA graph replay equals eager launches bitwise (losses and parameters)", "[gpu][graph]") {
   for (const std::string p : {"fp32", "tf32", "bf16"}) {
     INFO(p);
-    const Options og = graph_options(p, true), oe = graph_options(p, false);
-    const ParamLayout L = make_param_layout(vit_config(og.model));
-    auto graph = make_gpu_engine(og, World{}, L, {}, nullptr);
-    auto eager = make_gpu_engine(oe, World{}, L, {}, nullptr);
-    const auto lg = five_steps(*graph, og, L), le = five_steps(*eager, oe, L);
-    CHECK(lg == le);
-    CHECK(graph->train_state().params == eager->train_state().params);
-    CHECK(lg.back() != lg.front());  // the steps did train
+    check_graph_equals_eager(graph_options(p, true), graph_options(p, false));
   }
   // The attention as batched cuBLAS GEMMs (auto's choice beyond 64 tokens in fp32 and tf32; forced
   // here on vit_tiny): captured pointer-array kernels and cuBLAS calls replay bit for bit too.
@@ -62,13 +71,7 @@ TEST_CASE("GPU engine: CUDA graph replay equals eager launches bitwise (losses a
     INFO(p << ", --attention gemm");
     Options og = graph_options(p, true), oe = graph_options(p, false);
     og.attention = oe.attention = AttentionChoice::Gemm;
-    const ParamLayout L = make_param_layout(vit_config(og.model));
-    auto graph = make_gpu_engine(og, World{}, L, {}, nullptr);
-    auto eager = make_gpu_engine(oe, World{}, L, {}, nullptr);
-    const auto lg = five_steps(*graph, og, L), le = five_steps(*eager, oe, L);
-    CHECK(lg == le);
-    CHECK(graph->train_state().params == eager->train_state().params);
-    CHECK(lg.back() != lg.front());
+    check_graph_equals_eager(og, oe);
   }
 }
 
