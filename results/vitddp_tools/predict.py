@@ -192,6 +192,39 @@ def _skip_reason(r):
     return None
 
 
+def load_stream_table(path):
+    """The --comm-streams-table CSV: what the comm streams of runs were whose files do not record
+    them (builds before --comm-streams). Header `folder,run,comm_streams,unmodelled,evidence`
+    (lines starting with # skipped); folder: a --validate argument as given, run: a run's label
+    there or `*` for every run of the folder; comm_streams: an integer in [1, 4], or `-` for a run
+    not to predict (evidence then says why); unmodelled: what else differs from the reference that
+    the model does not represent (may be empty). Returns {(normalised folder, run): (int or None,
+    unmodelled str, evidence str)}; ResultsError naming the file and line for anything else."""
+    import csv
+    out = {}
+    try:
+        with open(path, newline="") as f:
+            lines = [(i, row) for i, row in enumerate(csv.reader(f), 1) if row and not row[0].startswith("#")]
+    except OSError as e:
+        raise ResultsError("--comm-streams-table %s: cannot read (%s)" % (path, e))
+    if not lines or lines[0][1] != ["folder", "run", "comm_streams", "unmodelled", "evidence"]:
+        raise ResultsError("--comm-streams-table %s: expected the header folder,run,comm_streams,unmodelled,evidence"
+                           % path)
+    for i, row in lines[1:]:
+        if len(row) != 5 or not (row[2] == "-" or row[2] in ("1", "2", "3", "4")) or not row[4].strip():
+            raise ResultsError("--comm-streams-table %s: line %d: expected folder,run,comm_streams (1-4 or -),"
+                               "unmodelled,evidence (not empty)" % (path, i))
+        out[(os.path.normpath(row[0]), row[1])] = (None if row[2] == "-" else int(row[2]), row[3], row[4])
+    return out
+
+
+def _stated(table, folder, label):
+    """The --comm-streams-table entry (load_stream_table's value) of run `label` of --validate
+    argument `folder`: its own row, else the folder's `*` row, else None."""
+    key = os.path.normpath(folder)
+    return table.get((key, label), table.get((key, "*")))
+
+
 def machine_of(run):
     """What a run's link times depend on besides its buckets, as a hashable tuple: (GPU names,
     the NCCL version from the attribute `versions`, the nccl_transport strings without the
@@ -238,7 +271,7 @@ def lend_small_sizes(gk, table, fitted, machines, names):
     return out
 
 
-def validate(paths, tmp, leave_one_out=False):
+def validate(paths, tmp, leave_one_out=False, streams=None):
     """Predicts every multi-rank NCCL and copy-engine run of `paths` from one reference per group
     (the --validate argument it came from, transport, all-reduce, precision, model, batch): the 25 MiB,
     no-compression, overlapped run with the fewest unmodelled option differences (ties: fewer
@@ -246,8 +279,10 @@ def validate(paths, tmp, leave_one_out=False):
     group's runs, with the small sizes of another group of the same machine where the group measured
     none that small (lend_small_sizes); the 1-GPU no-DDP run of the same argument and precision as
     baseline; with `leave_one_out`, each run's link table is fitted without that run's own buckets
-    (the lent rows still from the other groups' full tables). Runs that cannot be predicted are
-    named in the notes, per argument and reason.
+    (the lent rows still from the other groups' full tables). `streams`: load_stream_table's dict
+    (None: empty) - a run with an entry takes its comm streams where its file records none, and
+    its unmodelled text among the row's unmodelled differences; an entry `-` leaves the run out.
+    Runs that cannot be predicted are named in the notes, per argument and reason.
     Returns (rows list of dict, each with `small_calls`: _small_calls' list; tables {(argument,
     transport, all-reduce, precision): LinkTable}, notes list of str)."""
     groups, singles, notes, runs, skipped = {}, {}, [], [], {}
@@ -257,10 +292,15 @@ def validate(paths, tmp, leave_one_out=False):
             r.label = lab
             runs.append(r)
             key = (origin, r.precision, r.model, r.batch_size)
+            stated = _stated(streams or {}, p, lab)
+            if stated:
+                r.stated_comm_streams, r.stated_unmodelled = stated[0], stated[1]
             if r.world_size == 1 and not r.ddp:
                 singles.setdefault(key, []).append(r)
             elif r.world_size == 1 or not r.ddp or not r.has("buckets/allreduce_start"):
                 continue
+            elif stated and stated[0] is None:
+                skipped.setdefault((p, "%s (--comm-streams-table); not predicted" % stated[2]), []).append(r.label)
             elif _skip_reason(r):
                 skipped.setdefault((p, _skip_reason(r)), []).append(r.label)
             else:
@@ -307,7 +347,7 @@ def validate(paths, tmp, leave_one_out=False):
             t = r.timed()
             mexp = float(np.median(np.asarray(r.step_series("timing/exposed_comm"), dtype=float)[:, t].max(axis=0)))
             mbwd = float(np.median(np.asarray(r.step_series("timing/backward"), dtype=float)[:, t].max(axis=0)))
-            diffs = _differences(r, ref.options)
+            diffs = _differences(r, ref.options) + [u for u in [getattr(r, "stated_unmodelled", "")] if u]
             rows.append({"run": r.label, "origin": paths[gk[-1]], "transport": gk[0], "precision": gk[2],
                          "allreduce": gk[1], "cap_mb": r.bucket_cap_mb, "compression": r.compression,
                          "overlap": r.overlap, "comm_streams": sc.comm_streams,
@@ -476,6 +516,9 @@ def parser(prog):
     ap.add_argument("--leave-one-out", action="store_true", help="with --validate: fit each run's link table "
                     "without that run")
     ap.add_argument("--plot", metavar="PNG", help="with --validate: predicted against measured")
+    ap.add_argument("--comm-streams-table", metavar="CSV", help="with --validate: the comm streams of copy-engine "
+                    "runs whose files do not record them (builds before --comm-streams), per folder and run, with "
+                    "the evidence (format: README)")
     ap.add_argument("-o", "--output", metavar="FILE", help="also write the report to FILE")
     return ap
 
@@ -485,10 +528,13 @@ def main(argv=None, prog="vitddp-report predict"):
     a = parser(prog).parse_args(argv)
     if a.validate:
         with tempfile.TemporaryDirectory() as tmp:
-            rows, tables, notes = validate(a.validate, tmp, a.leave_one_out)
+            streams = load_stream_table(a.comm_streams_table) if a.comm_streams_table else None
+            rows, tables, notes = validate(a.validate, tmp, a.leave_one_out, streams)
         if not rows:
             raise ResultsError("--validate: no group with a reference run")
-        cmd = "vitddp-report predict --validate %s%s" % (" ".join(a.validate), " --leave-one-out" if a.leave_one_out else "")
+        cmd = "vitddp-report predict --validate %s%s%s" % (
+            " ".join(a.validate), " --leave-one-out" if a.leave_one_out else "",
+            " --comm-streams-table %s" % a.comm_streams_table if a.comm_streams_table else "")
         write_output(validation_text(rows, tables, notes, cmd, a.leave_one_out), a.output)
         if a.plot:
             validation_plot(rows, a.plot)

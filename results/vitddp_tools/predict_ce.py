@@ -36,15 +36,21 @@ GROUP_RATIO = 1.3  # bucket payloads within this ratio are compared as one size 
 
 def comm_streams_of(run):
     """Comm streams the buckets of `run` alternated over (int >= 1): 1 for NCCL, MPI and no DDP; for
-    --allreduce copy-engine the count in nccl_transport ('copy-engine (..., 2 comm streams; ...)').
-    ResultsError naming the file when a copy-engine file does not record it (builds before
-    --comm-streams wrote none)."""
+    --allreduce copy-engine the count in nccl_transport ('copy-engine (..., 2 comm streams; ...)');
+    else the file's own integer option.comm-streams (builds that had --comm-streams before
+    nccl_transport named the count); else `run.stated_comm_streams` when set (an int: the count a
+    --comm-streams-table row states for a file of a build before --comm-streams, predict.validate).
+    ResultsError naming the file when none of these gives it."""
     if run.allreduce != CE_TRANSPORT or run.world_size < 2 or not run.ddp:
         return 1
     for t in run.transports():
         m = re.search(r"(\d+) comm streams?\b", t)
         if m:
             return int(m.group(1))
+    if run.option("comm-streams", "auto").isdigit():
+        return int(run.option("comm-streams"))
+    if getattr(run, "stated_comm_streams", None) is not None:
+        return run.stated_comm_streams
     raise ResultsError("%s: --allreduce copy-engine without a comm-stream count in nccl_transport (a build "
                        "before --comm-streams): the streams its buckets used are unknown" % run.path)
 

@@ -16,9 +16,9 @@ for a in results/h200x2/copy-engine/*/h5.tar.xz results/h200x2/power/*/h5.tar.xz
   d=$(dirname "$a")
   [ "$d" = results/h200x2/power/parts ] || RUNS="$RUNS $d"
 done
-$R predict --validate $RUNS --leave-one-out \
+$R predict --validate $RUNS --leave-one-out --comm-streams-table $OUT/comm-streams.csv \
   -o $OUT/validation-leave-one-out.md --plot $OUT/validation-leave-one-out.png >/dev/null
-$R predict --validate $RUNS -o $OUT/validation.md --plot $OUT/validation.png >/dev/null
+$R predict --validate $RUNS --comm-streams-table $OUT/comm-streams.csv -o $OUT/validation.md --plot $OUT/validation.png >/dev/null
 tar xJf results/h200x2/interconnects/h5.tar.xz -C "$T" --wildcards '*.h5'
 for tr in nvlink shm net; do
   $R predict --fit-link "$T"/$tr/*.h5 --write-link-table $OUT/link-$tr.csv
