@@ -100,6 +100,15 @@ def test_overlap_split_and_work_inside_by_hand():
     assert work_inside(start, end, 1.0, 1.0) == pytest.approx(0.5 + 0.5)  # gain 1: the union of busy time
 
 
+def write_old_build(path, intervals, bucket_bytes, **kw):
+    """A copy-engine file as builds before --comm-streams wrote it: no count in nccl_transport and no
+    option.comm-streams."""
+    write_ce_run(path, intervals, bucket_bytes, transport="copy-engine (CUDA IPC peer-to-peer copies; NCCL: none)", **kw)
+    with h5py.File(path, "a") as f:
+        del f.attrs["option.comm-streams"]
+    return path
+
+
 def test_comm_streams_of_files(tmp_path):
     iv, nb = [(0.0, 0.01)], [6816]
     with Run(write_ce_run(tmp_path / "two.h5", iv, nb, streams=2)) as r:
@@ -109,7 +118,7 @@ def test_comm_streams_of_files(tmp_path):
     with Run(write_ce_run(tmp_path / "nccl.h5", iv, nb, transport="P2P [P2P/CUMEM]",
                           options={"allreduce": "nccl"})) as r:
         assert comm_streams_of(r) == 1
-    old = write_ce_run(tmp_path / "old.h5", iv, nb, transport="copy-engine (CUDA IPC peer-to-peer copies; NCCL: none)")
+    old = write_old_build(tmp_path / "old.h5", iv, nb)
     with Run(old) as r:
         with pytest.raises(ResultsError, match="old.h5: --allreduce copy-engine without a comm-stream count"):
             comm_streams_of(r)
@@ -240,7 +249,7 @@ def test_validate_copy_engine_runs(tmp_path):
     d.mkdir()
     write_ce_run(d / "two.h5", TWO, [2000] * 3)
     write_ce_run(d / "one.h5", ONE, [2000] * 3, streams=1, options={"bucket-cap-mb": "12"})
-    write_ce_run(d / "old.h5", ONE, [2000] * 3, transport="copy-engine (CUDA IPC peer-to-peer copies; NCCL: none)")
+    write_old_build(d / "old.h5", ONE, [2000] * 3)
     write_ce_run(d / "solo.h5", [(0.0, 0.0)], [0], world_size=1, backward=0.04)
     out = tmp_path / "v.md"
     assert report.main(["predict", "--validate", str(d), "-o", str(out)]) == 0
@@ -250,3 +259,65 @@ def test_validate_copy_engine_runs(tmp_path):
     assert "| copy-engine | 5% | 2 |" in text
     assert "copy-engine,concurrency,2000,0.000,1.467" in text
     assert "does not record its comm-stream count" in text and "(1 run: old)" in text
+
+
+def test_comm_streams_of_builds_without_the_count(tmp_path):
+    iv, nb, old = [(0.0, 0.01)], [6816], "copy-engine (CUDA IPC peer-to-peer copies; NCCL: none)"
+    # a build with --comm-streams whose nccl_transport names no count: the file's own integer option
+    with Run(write_ce_run(tmp_path / "opt.h5", iv, nb, streams=3, transport=old)) as r:
+        assert comm_streams_of(r) == 3
+        r.stated_comm_streams = 1  # the file's own record wins over a stated count
+        assert comm_streams_of(r) == 3
+    with Run(write_ce_run(tmp_path / "auto.h5", iv, nb, transport=old, options={"comm-streams": "auto"})) as r:
+        with pytest.raises(ResultsError, match="auto.h5: --allreduce copy-engine without a comm-stream count"):
+            comm_streams_of(r)
+    with Run(write_old_build(tmp_path / "old.h5", iv, nb)) as r:
+        r.stated_comm_streams = 4
+        assert comm_streams_of(r) == 4
+
+
+def test_load_stream_table(tmp_path):
+    from vitddp_tools.predict import _stated, load_stream_table
+    p = tmp_path / "s.csv"
+    p.write_text("# comment\nfolder,run,comm_streams,unmodelled,evidence\n"
+                 "runs/a,*,1,,one stream in that build\nruns/a,x,3,,set by the script\n"
+                 "runs/b/,pipe,-,,another schedule\n")
+    t = load_stream_table(str(p))
+    assert _stated(t, "runs/a", "x") == (3, "", "set by the script")
+    assert _stated(t, "runs/a/", "y") == (1, "", "one stream in that build")  # the folder's * row
+    assert _stated(t, "runs/b", "pipe") == (None, "", "another schedule")
+    assert _stated(t, "runs/b", "other") is None
+    for body, msg in (("folder,run,streams\n", "expected the header"),
+                      ("folder,run,comm_streams,unmodelled,evidence\nruns/a,x,5,,why\n", "line 2: expected"),
+                      ("folder,run,comm_streams,unmodelled,evidence\nruns/a,x,2,,\n", "line 2: expected")):
+        p.write_text(body)
+        with pytest.raises(ResultsError, match="--comm-streams-table .*: " + msg):
+            load_stream_table(str(p))
+    with pytest.raises(ResultsError, match="cannot read"):
+        load_stream_table(str(tmp_path / "missing.csv"))
+
+
+def test_validate_with_stated_comm_streams(tmp_path):
+    d = tmp_path / "runs"
+    d.mkdir()
+    write_ce_run(d / "two.h5", TWO, [2000] * 3)
+    write_ce_run(d / "one.h5", ONE, [2000] * 3, streams=1, options={"bucket-cap-mb": "12"})
+    # the same run as `one`, from a build that recorded no count: stated 1 stream it is `one` again
+    write_old_build(d / "old.h5", ONE, [2000] * 3, options={"bucket-cap-mb": "12"})
+    write_old_build(d / "pipe.h5", ONE, [2000] * 3, options={"bucket-cap-mb": "12"})
+    write_ce_run(d / "solo.h5", [(0.0, 0.0)], [0], world_size=1, backward=0.04)
+    table = tmp_path / "s.csv"
+    table.write_text("folder,run,comm_streams,unmodelled,evidence\n%s,old,1,older casts,one stream then\n"
+                     "%s,pipe,-,,copies and sums on two streams\n" % (d, d))
+    out = tmp_path / "v.md"
+    assert report.main(["predict", "--validate", str(d), "--comm-streams-table", str(table), "-o", str(out)]) == 0
+    text = out.read_text()
+    rows = {l.split(" | ")[0][2:]: l.split(" | ")[1:] for l in text.splitlines() if l.startswith("| one |")
+            or l.startswith("| old |")}
+    # identical inputs: the same prediction; old's unmodelled text keeps it out of the targets (2 runs)
+    assert rows["old"][:-1] == rows["one"][:-1] and rows["old"][-1] == "older casts |"
+    assert "| old | 12 | none, 1 comm stream |" in text and "| copy-engine | 5% | 2 |" in text
+    # the duplicated pair leaves the least-squares gain as it was: sum b y / sum b^2 over the same points twice
+    assert "copy-engine,concurrency,2000,0.000,1.467" in text
+    assert "copies and sums on two streams (--comm-streams-table); not predicted (1 run: pipe)" in text
+    assert "--comm-streams-table %s" % table in text
