@@ -123,8 +123,8 @@ std::optional<int> early_exit(const Options& o, const World& w) {
   return std::nullopt;
 }
 
-/// Whom check_before_training checks for: a training run, or --dry-run, which prints nothing but
-/// its report and gives the memory need instead of refusing it.
+/// What check_before_training checks for: a training run, or --dry-run, which prints nothing but
+/// its report and reports the CPU backend's host-memory need instead of refusing it.
 enum class Purpose { run, dry_run };
 
 /// The launch-level checks that need no backend: this rank's error or "". When several fail,

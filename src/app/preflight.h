@@ -40,8 +40,8 @@ enum class ResultsFileStep {
 ///  4. --resume: the checkpoint is read and checked (read_resume_point);
 ///  5. every output (run_outputs) against each other and every input (run_inputs):
 ///     output_paths_problem, on every rank;
-///  6. rank 0 creates the results file --out (ResultsFile::create), or, with `step` check (--dry-run),
-///     checks that it could and creates nothing: then no check writes any file.
+///  6. rank 0 creates the results file --out (ResultsFile::create); with ResultsFileStep::check
+///     (--dry-run) it checks that it could (ResultsFile::create_problem): then no step writes a file.
 /// Returns false on every rank at the first check that failed on some rank, after rank 0 printed
 /// one line "vitddp: error: ..." with the lowest failing rank's message: the caller returns exit
 /// code 2. Nothing that needs the device runs here.
