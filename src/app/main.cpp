@@ -18,7 +18,9 @@
 #include "src/engines/engine.h"
 #include "src/app/fault_injection.h"
 #include "src/engines/memory_estimate.h"
+#include "src/io/h5_util.h"
 #include "src/app/options.h"
+#include "src/app/preflight.h"
 #include "src/app/rank_agreement.h"
 #include "src/app/run_guard.h"
 #include "src/app/trainer.h"
@@ -111,32 +113,19 @@ Backend resolved_backend(const Options& o) {
   return visible_cuda_devices() > 0 ? Backend::Gpu : Backend::Cpu;
 }
 
-/// --dry-run: the memory estimate of one rank of the backend the run would use (the GPU backend's
-/// device memory, or the CPU backend's host memory), printed by rank 0; exit 0. No GPU, no other
-/// check. The GPU estimate needs the GPU backend built (exit 2 otherwise); a --backend auto that
-/// resolves to the CPU backend must pass the CPU backend's option rules (exit 2 otherwise). Collective.
-int dry_run(Options o, const World& w) {
-  const bool automatic = o.backend == Backend::Auto;
-  o.backend = resolved_backend(o);
-  if (o.backend == Backend::Gpu && !gpu_backend_built()) return input_error(w, gpu_backend_missing("--dry-run"));
-  const std::string err = automatic && o.backend == Backend::Cpu ? error_of([&] { validate_options(o); }) : "";
-  if (const std::string e = lowest_rank_error(err); !e.empty()) return input_error(w, e);
-  const MemoryEstimate e = o.backend == Backend::Gpu ? estimate_gpu_memory(o, w.world_size) : estimate_cpu_memory(o, w.world_size);
-  if (w.rank == 0) std::printf("%s", memory_report(e).c_str());
-  MPI_Finalize();
-  return 0;
-}
-
-/// --help, --version and --dry-run: the exit code when one of them ends the run here.
+/// --help and --version: the exit code when one of them ends the run here.
 std::optional<int> early_exit(const Options& o, const World& w) {
   if (o.help || o.version) {
     if (w.rank == 0) std::printf("%s", o.help ? help_text().c_str() : version_text().c_str());
     MPI_Finalize();
     return 0;
   }
-  if (o.dry_run) return dry_run(o, w);
   return std::nullopt;
 }
+
+/// What check_before_training checks for: a training run, or --dry-run, which prints nothing but
+/// its report and reports the CPU backend's host-memory need instead of refusing it.
+enum class Purpose { run, dry_run };
 
 /// The launch-level checks that need no backend: this rank's error or "". When several fail,
 /// the last one named here is the one reported.
@@ -156,10 +145,10 @@ std::string launch_error(const Options& o, const World& w) {
 
 /// --backend auto: picks the backend for this rank (saying so when it is the CPU one) and checks
 /// the backend-dependent option rules for it (src/app/options.h); `err` becomes their error, if any.
-void resolve_auto_backend(Options* o, const World& w, std::string* err) {
+void resolve_auto_backend(Options* o, const World& w, Purpose purpose, std::string* err) {
   if (o->backend != Backend::Auto) return;
   o->backend = resolved_backend(*o);
-  if (o->backend == Backend::Cpu && w.rank == 0)
+  if (o->backend == Backend::Cpu && w.rank == 0 && purpose == Purpose::run)
     std::printf("[vitddp] no CUDA device visible: running the CPU backend (reference kernels, MPI all-reduce)\n");
   try {
     validate_options(*o);
@@ -197,13 +186,13 @@ std::string input_checks(const Options& o, const World& w, std::string err) {
 }
 
 /// Collective. Every check before training: launch, backend, inputs, the same backend and the
-/// same options on every rank, and the CPU backend's host memory. Completes `o` (resolved
-/// backend, --out, --checkpoint-path). Returns the exit code (2) when a check fails.
-std::optional<int> check_before_training(Options* o, const World& w) {
+/// same options on every rank, and, for a run, the CPU backend's host memory. Completes `o`
+/// (resolved backend, --out, --checkpoint-path). Returns the exit code (2) when a check fails.
+std::optional<int> check_before_training(Options* o, const World& w, Purpose purpose) {
   std::string err = launch_error(*o, w);
-  resolve_auto_backend(o, w, &err);
+  resolve_auto_backend(o, w, purpose, &err);
   if (o->backend == Backend::Gpu && !gpu_backend_built()) return input_error(w, gpu_backend_missing("--backend gpu"));
-  warn_slow_cpu_model(*o, w);
+  if (purpose == Purpose::run) warn_slow_cpu_model(*o, w);
   if (const std::string e = lowest_rank_error(input_checks(*o, w, err)); !e.empty()) return input_error(w, e);
   // All ranks must run the same backend (a mixed job would deadlock in the all-reduce).
   if (!all_ranks_equal(o->backend == Backend::Gpu ? 1 : 0)) return input_error(w, "--backend auto: some ranks see a GPU and others do not; choose --backend");
@@ -212,10 +201,34 @@ std::optional<int> check_before_training(Options* o, const World& w) {
   if (o->checkpoint_every > 0 && o->checkpoint_path.empty()) o->checkpoint_path = default_checkpoint_path(o->out);
   // Every rank must run the same configuration (same command line, same environment defaults).
   if (!all_ranks_equal(options_fingerprint(*o))) return input_error(w, "ranks were started with different options: every rank must get the same command line");
-  // The CPU backend's host memory, before it allocates: every rank of this host at once.
+  // The CPU backend's host memory, before it allocates: every rank of this host at once (the
+  // dry run reports this need, on whatever host it runs).
+  if (purpose == Purpose::dry_run) return std::nullopt;
   const std::string mem = o->backend == Backend::Cpu ? host_memory_refusal(estimate_cpu_memory(*o, w.world_size), w.local_size, mem_available_bytes()) : "";
   if (const std::string e = lowest_rank_error(mem); !e.empty()) return input_error(w, e);
   return std::nullopt;
+}
+
+/// --dry-run: the checks of a run with these options, without its work and without writing any
+/// file: check_before_training, then preflight (every input read and checked, every output
+/// checked, the results file not created: ResultsFileStep::check), on every rank, agreed as in a
+/// run, the same one line and exit code 2 when one fails; then rank 0 prints the memory estimate
+/// of one rank of the backend the run would use (the GPU backend's device memory, or the CPU
+/// backend's host memory), exit 0. Needs no GPU. The GPU estimate needs the GPU backend built
+/// (exit 2 otherwise). Collective.
+int dry_run(Options o, const World& w) {
+  if (o.backend == Backend::Gpu && !gpu_backend_built()) return input_error(w, gpu_backend_missing("--dry-run"));
+  if (const auto rc = check_before_training(&o, w, Purpose::dry_run)) return *rc;
+  h5::prepare_library();  // as run_training: HDF5 failures as one-line exceptions
+  const ParamLayout layout = make_param_layout(vit_config(o.model, o.num_classes));
+  if (RunInputs in; !preflight(o, w, layout, &in, ResultsFileStep::check)) {
+    MPI_Finalize();
+    return 2;
+  }
+  const MemoryEstimate e = o.backend == Backend::Gpu ? estimate_gpu_memory(o, w.world_size) : estimate_cpu_memory(o, w.world_size);
+  if (w.rank == 0) std::printf("%s", memory_report(e).c_str());
+  MPI_Finalize();
+  return 0;
 }
 
 }  // namespace
@@ -233,7 +246,8 @@ int main(int argc, char** argv) {
   if (const auto rc = parse_on_all_ranks(argc, argv, w, &o)) return *rc;
   try {
     if (const auto rc = early_exit(o, w)) return *rc;
-    if (const auto rc = check_before_training(&o, w)) return *rc;
+    if (o.dry_run) return dry_run(o, w);
+    if (const auto rc = check_before_training(&o, w, Purpose::run)) return *rc;
     const int rc = run_training(o, w, cmd);
     MPI_Finalize();
     return rc;

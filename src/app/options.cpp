@@ -330,7 +330,7 @@ const std::vector<Spec>& table() {
       {"debug-fail-mode", "throw|exit|nccl-abort", Group::Debug, "how it fails: throw (error path, MPI_Abort), exit (status 1 at once), nccl-abort (GPU: ncclCommAbort mid-step)",
        [](Options& o, const std::string& v) { o.debug_fail_mode = parse_enum<FailMode>("--debug-fail-mode", v); },
        [](const Options& o) { return to_string(o.debug_fail_mode); }},
-      {"dry-run", nullptr, Group::Outputs, "print the device memory one GPU rank needs for this configuration, item by item, and exit without training; needs no GPU",
+      {"dry-run", nullptr, Group::Outputs, "make the checks a run makes before training (options, inputs, --resume, outputs: the same message and exit 2), write no file, print the memory one rank needs, item by item, exit 0; needs no GPU",
        [](Options& o, const std::string&) { o.dry_run = true; },
        [](const Options& o) { return true_false(o.dry_run); }},
       {"debug-crash-in-checkpoint", nullptr, Group::Debug, "rank 0 kills itself (SIGKILL) after writing the first checkpoint's .tmp file, before the rename",

@@ -82,7 +82,7 @@ struct Options {
   int debug_fail_at_step = -1;      ///< fault injection: rank debug_fail_rank fails in this step (-1: off)
   int debug_fail_rank = 0;          ///< the rank that fails (--debug-fail-at-step)
   FailMode debug_fail_mode = FailMode::Throw;  ///< throw | exit | nccl-abort (src/app/fault_injection.h)
-  bool dry_run = false;             ///< print the device-memory estimate and exit (src/engines/memory_estimate.h)
+  bool dry_run = false;             ///< run the start-up checks without writing, print the memory estimate (src/engines/memory_estimate.h), exit
   bool help = false;
   bool version = false;
   std::set<std::string> given;      ///< the options on the command line (names without "--"), defaults or not

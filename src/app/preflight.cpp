@@ -73,7 +73,7 @@ std::vector<InputFile> run_inputs(const Options& o, const RunInputs& in) {
 }
 
 
-bool preflight(const Options& o, const World& w, const ParamLayout& layout, RunInputs* in) {
+bool preflight(const Options& o, const World& w, const ParamLayout& layout, RunInputs* in, ResultsFileStep step) {
   if (!agree_or_report(w, error_of([&] { in->dataset = checked_training_data(o, w, layout); }), "--data: "))
     return false;
   if (!agree_or_report(w, error_of([&] { in->eval_data = load_eval_data(o, in->dataset, layout.cfg.num_classes); })))
@@ -87,7 +87,9 @@ bool preflight(const Options& o, const World& w, const ParamLayout& layout, RunI
   const std::string outputs_error = output_paths_problem(run_outputs(o, in->start_step(), inputs), inputs, o.overwrite);
   if (!agree_or_report(w, outputs_error)) return false;
   const std::string file_error = error_of([&] {
-    if (w.rank == 0) in->results.emplace(ResultsFile::create(o.out, o.overwrite));
+    if (w.rank != 0) return;
+    if (step == ResultsFileStep::create) in->results.emplace(ResultsFile::create(o.out, o.overwrite));
+    else if (const std::string e = ResultsFile::create_problem(o.out, o.overwrite); !e.empty()) throw std::runtime_error(e);
   });
   return agree_or_report(w, file_error, "--out: ");
 }

@@ -26,6 +26,12 @@ struct RunInputs {
   int start_step() const { return resume ? (int)resume->header.step : 0; }
 };
 
+/// What preflight does at its last step (6) with the results file --out.
+enum class ResultsFileStep {
+  create,  ///< a run: rank 0 creates it (ResultsFile::create)
+  check,   ///< --dry-run: rank 0 checks that it could (ResultsFile::create_problem): no file is created
+};
+
 /// Collective: the start-up checks, in order, each agreed on by every rank (agree_or_report):
 ///  1. --data: the training split is read (load_training_data), its labels fit the model's
 ///     classes (label_problem), and it holds at least one batch per rank;
@@ -34,11 +40,13 @@ struct RunInputs {
 ///  4. --resume: the checkpoint is read and checked (read_resume_point);
 ///  5. every output (run_outputs) against each other and every input (run_inputs):
 ///     output_paths_problem, on every rank;
-///  6. rank 0 creates the results file --out (ResultsFile::create).
+///  6. rank 0 creates the results file --out (ResultsFile::create); with ResultsFileStep::check
+///     (--dry-run) it checks that it could (ResultsFile::create_problem): then no step writes a file.
 /// Returns false on every rank at the first check that failed on some rank, after rank 0 printed
 /// one line "vitddp: error: ..." with the lowest failing rank's message: the caller returns exit
 /// code 2. Nothing that needs the device runs here.
-bool preflight(const Options& o, const World& w, const ParamLayout& layout, RunInputs* in);
+bool preflight(const Options& o, const World& w, const ParamLayout& layout, RunInputs* in,
+               ResultsFileStep step = ResultsFileStep::create);
 
 /// Every file a run with options `o` writes, first step `first_step`, for output_paths_problem:
 /// --out, --save-weights, --trace, then each of checkpoint_files (which may be the --resume file),

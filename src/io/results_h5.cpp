@@ -46,19 +46,15 @@ std::vector<const char*> c_strings(const std::vector<std::string>& v) {
 
 ResultsFile::ResultsFile(std::string path, int64_t file) : path_(std::move(path)), file_(file) {}
 
-ResultsFile ResultsFile::create(const std::string& path, bool overwrite) {
+std::string ResultsFile::create_problem(const std::string& path, bool overwrite) {
   namespace fs = std::filesystem;
   const fs::path p(path);
-  if (path.empty()) throw std::runtime_error("cannot create a results file with an empty path");
-  if (const std::string e = output_directory_problem("cannot create '" + path + "'", path); !e.empty())
-    throw std::runtime_error(e);
+  if (path.empty()) return "cannot create a results file with an empty path";
+  if (const std::string e = output_directory_problem("cannot create '" + path + "'", path); !e.empty()) return e;
   std::error_code ec;
-  if (fs::is_directory(p, ec))
-    throw std::runtime_error("'" + path + "' is a directory; give the path of the results file to write");
+  if (fs::is_directory(p, ec)) return "'" + path + "' is a directory; give the path of the results file to write";
   if (!overwrite && fs::exists(fs::symlink_status(p, ec)))
-    throw std::runtime_error("refusing to overwrite existing file '" + path +
-                             "' (choose another path, or pass --overwrite to replace it)");
-
+    return "refusing to overwrite existing file '" + path + "' (choose another path, or pass --overwrite to replace it)";
   if (overwrite && fs::exists(p, ec)) {
     // H5Fcreate(H5F_ACC_TRUNC) truncates before it takes its lock: a file another run is still
     // writing would be destroyed. HDF5 holds a flock() on files it has open for writing, so try
@@ -67,12 +63,14 @@ ResultsFile ResultsFile::create(const std::string& path, bool overwrite) {
     if (fd >= 0) {
       const bool busy = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
       ::close(fd);  // also releases the probe lock
-      if (busy)
-        throw std::runtime_error("'" + path + "' is open for writing by another run (HDF5 file lock held); "
-                                 "not overwriting it");
+      if (busy) return "'" + path + "' is open for writing by another run (HDF5 file lock held); not overwriting it";
     }
   }
+  return "";
+}
 
+ResultsFile ResultsFile::create(const std::string& path, bool overwrite) {
+  if (const std::string e = create_problem(path, overwrite); !e.empty()) throw std::runtime_error(e);
   QuietH5Errors quiet;
   // HDF5 1.8 format: dense attribute storage for large attributes, and no file-consistency flags
   // (those of the 1.10 v3 superblock would make a crashed file unreadable without h5clear).

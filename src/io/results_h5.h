@@ -34,6 +34,12 @@ class ResultsFile {
   /// file is flushed at once, so a run killed before its first step leaves a readable empty file.
   static ResultsFile create(const std::string& path, bool overwrite);
 
+  /// Why create(path, overwrite) would refuse before HDF5 is asked ("" when it would go ahead):
+  /// each reason listed for create() except HDF5's own, and, with `overwrite`, an existing file another process
+  /// holds the HDF5 write lock on (flock(2) probe). Creates and modifies nothing (the probe opens
+  /// the file read-only). For --dry-run, which checks what a run would create.
+  static std::string create_problem(const std::string& path, bool overwrite);
+
   ResultsFile(ResultsFile&& other) noexcept;
   ResultsFile& operator=(ResultsFile&& other) noexcept;
   ResultsFile(const ResultsFile&) = delete;

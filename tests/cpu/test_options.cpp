@@ -459,6 +459,9 @@ TEST_CASE("--help: sections in order, one to three lines per option, defaults, n
   }
   CHECK(h.find("--batch-size B              images per rank per micro-step [32]") != std::string::npos);
   CHECK(h.find("Examples:") != std::string::npos);
+  // --dry-run says that it makes the run's checks and writes nothing.
+  CHECK(h.find("--dry-run                   make the checks a run makes before training") != std::string::npos);
+  CHECK(h.find("write no file") != std::string::npos);
 }
 
 TEST_CASE("differing_options: the options two command lines disagree on, order aside", "[options]") {

@@ -1,5 +1,7 @@
 // ResultsFile: write, close, read back with the plain HDF5 C API (what a reader sees).
+#include <fcntl.h>
 #include <hdf5.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -294,6 +296,46 @@ TEST_CASE("ResultsFile refuses to overwrite unless asked, and names a missing pa
   CHECK(dup.find("H5Dcreate2") != std::string::npos);
   CHECK(dup.find(dir.file("dup.h5") + ":a") != std::string::npos);
   CHECK(dup.find("results_h5.cpp:") != std::string::npos);
+}
+
+TEST_CASE("ResultsFile::create_problem: create's refusal, word for word, and nothing created or changed", "[h5]") {
+  TempDir dir("vitddp_h5_");
+  const std::string missing = dir.file("no/run.h5");
+  CHECK(ResultsFile::create_problem(missing, false) == message_of([&] { ResultsFile::create(missing, false); }));
+  CHECK(ResultsFile::create_problem(missing, false).find("does not exist") != std::string::npos);
+  CHECK(!fs::exists(dir.file("no")));
+  CHECK(ResultsFile::create_problem(dir.path.string(), true) ==
+        message_of([&] { ResultsFile::create(dir.path.string(), true); }));
+  const std::string path = dir.file("run.h5");
+  CHECK(ResultsFile::create_problem(path, false).empty());  // a new file: create would go ahead
+  CHECK(!fs::exists(path));
+  {
+    ResultsFile f = ResultsFile::create(path, false);
+    f.set_attr("first", int64_t{1});
+  }
+  const auto size = fs::file_size(path);
+  const auto mtime = fs::last_write_time(path);
+  const std::string refused = ResultsFile::create_problem(path, false);
+  CHECK(refused == message_of([&] { ResultsFile::create(path, false); }));
+  CHECK(refused.find("refusing to overwrite existing file '" + path + "'") != std::string::npos);
+  CHECK(ResultsFile::create_problem(path, true).empty());  // --overwrite: create would truncate it
+  CHECK(fs::file_size(path) == size);
+  CHECK(fs::last_write_time(path) == mtime);
+  {
+    H5Reader r(path);  // neither check truncated it
+    CHECK(H5Aexists(r.file, "first") > 0);
+  }
+  // A file another writer holds the exclusive flock(2) on (as HDF5 does on a file open for
+  // writing) is refused with --overwrite.
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+  const std::string busy = ResultsFile::create_problem(path, true);
+  CHECK(busy == "'" + path + "' is open for writing by another run (HDF5 file lock held); not overwriting it");
+  CHECK(busy == message_of([&] { ResultsFile::create(path, true); }));
+  ::close(fd);
+  CHECK(fs::file_size(path) == size);
+  CHECK(ResultsFile::create_problem(path, true).empty());  // the lock released
 }
 
 TEST_CASE("ResultsFile is on disk as soon as it is created: a run killed during setup leaves a readable file",
