@@ -301,8 +301,8 @@ def validate(paths, tmp, leave_one_out=False, streams=None):
                 continue
             elif stated and stated[0] is None:
                 skipped.setdefault((p, "%s (--comm-streams-table); not predicted" % stated[2]), []).append(r.label)
-            elif _skip_reason(r):
-                skipped.setdefault((p, _skip_reason(r)), []).append(r.label)
+            elif why := _skip_reason(r):
+                skipped.setdefault((p, why), []).append(r.label)
             else:
                 groups.setdefault((transport_of(r), r.allreduce) + key[1:] + (origin,), []).append(r)
     rows, tables, plans, fitted, machines, lenders = [], {}, [], {}, {}, {}
