@@ -5,6 +5,26 @@ import numpy as np
 import pytest
 
 
+def pytest_addoption(parser):
+    parser.addoption("--peers", action="store_true",
+                     help="also run the tests marked peers: PyTorch's and JAX's own runs on the CPU (need torch, "
+                          "torchvision, jax and mpirun); without it they are deselected, as CTest's gpu label is "
+                          "left out on a machine without a GPU")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "peers: runs PyTorch or JAX (results/peers, results/bench_torch_ddp.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--peers"):
+        return
+    peers = [i for i in items if i.get_closest_marker("peers")]
+    if peers:
+        config.hook.pytest_deselected(items=peers)
+        items[:] = [i for i in items if not i.get_closest_marker("peers")]
+
+
 def write_run(path, *, world_size=2, batch_size=8, grad_accum=1, timed=(0, 1, 1, 0), step_time=None,
               exposed=None, bytes_sent=None, allreduce_time=None, bucket_bytes=None, compression="none",
               sps=10.0, summary_ips=None, precision="fp32", backend="cpu", options=None, attrs=None,

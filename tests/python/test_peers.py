@@ -1,7 +1,8 @@
 """Tests of results/peers/ (the PyTorch and JAX peers of vitddp's training step, their table) and
 results/commands/bench_peers.sh's settings checks. The FLOP formula, GEMM-ceiling weighting, the
-table and the script's checks need neither torch nor jax; the peers' CPU runs are skipped where
-torch (or jax) cannot be imported."""
+table and the script's checks need neither torch nor jax; the peers' own CPU runs are marked
+`peers` and run only with `pytest --peers` (conftest.py), where torch, torchvision and jax are
+installed (the GPU machine's Python: CTest's python_peers, label gpu)."""
 import importlib.util
 import json
 import math
@@ -181,7 +182,12 @@ def test_bench_peers_rejects_bad_settings(tmp_path, env, message):
     assert not (tmp_path / "out").exists()
 
 
-# ---- the peers themselves, on the CPU with the tiny size (skipped without torch / jax) ---------
+# ---- the peers themselves, on the CPU with the tiny size (`pytest --peers`: torch, jax) ----------
+
+def import_peer(name):
+    """Imports a peer's framework: a test marked peers fails (not skips) without it."""
+    return importlib.import_module(name)
+
 
 def run_peer(script, *args):
     p = subprocess.run([sys.executable, os.path.join(PEERS, script), *args], capture_output=True, text=True,
@@ -190,10 +196,11 @@ def run_peer(script, *args):
     return p
 
 
+@pytest.mark.peers
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_torch_peer_eager_on_cpu(tmp_path, precision):
-    pytest.importorskip("torch")
-    pytest.importorskip("torchvision")
+    import_peer("torch")
+    import_peer("torchvision")
     out = tmp_path / "r.json"
     run_peer("torch_peers.py", "--model", "tiny", "--device", "cpu", "--precision", precision, "--batch-size", "4",
              "--warmup-steps", "1", "--steps", "3", "--json", str(out))
@@ -206,8 +213,9 @@ def test_torch_peer_eager_on_cpu(tmp_path, precision):
     assert r["tflops"] == pytest.approx(3 * TINY_FLOPS * r["images_per_s"] / 1e12)
 
 
+@pytest.mark.peers
 def test_gemm_ceilings_on_cpu(tmp_path):
-    pytest.importorskip("torch")
+    import_peer("torch")
     out = tmp_path / "gemm.json"
     run_peer("torch_peers.py", "--gemm-ceilings", "--model", "tiny", "--batch-size", "2", "--device", "cpu",
              "--gemm-iters", "2", "--gemm-repeats", "1", "--json", str(out))
@@ -224,16 +232,18 @@ def test_gemm_ceilings_on_cpu(tmp_path):
         assert min(g["tflops"] for g in gemms) <= c["train_tflops"] <= max(g["tflops"] for g in gemms)
 
 
+@pytest.mark.peers
 def test_torch_peer_rejects_cudagraph_on_cpu():
-    pytest.importorskip("torch")
+    import_peer("torch")
     p = subprocess.run([sys.executable, os.path.join(PEERS, "torch_peers.py"), "--mode", "cudagraph", "--device", "cpu"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "--mode cudagraph needs --device cuda" in p.stderr
 
 
+@pytest.mark.peers
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_jax_peer_on_cpu(tmp_path, precision):
-    pytest.importorskip("jax")
+    import_peer("jax")
     out = tmp_path / "r.json"
     run_peer("jax_vit.py", "--model", "tiny", "--device", "cpu", "--precision", precision, "--batch-size", "4",
              "--warmup-steps", "1", "--steps", "3", "--json", str(out))
@@ -244,12 +254,13 @@ def test_jax_peer_on_cpu(tmp_path, precision):
     assert r["tflops"] == pytest.approx(3 * TINY_FLOPS * r["images_per_s"] / 1e12)
 
 
+@pytest.mark.peers
 def test_jax_model_matches_torchvision(tmp_path):
     """Loss, gradient norm, every gradient and the loss after one SGD step of the JAX model on
     torchvision's weights (jax_vit.py --check-against-torch asserts 1e-4; read back here too)."""
-    pytest.importorskip("jax")
-    pytest.importorskip("torch")
-    pytest.importorskip("torchvision")
+    import_peer("jax")
+    import_peer("torch")
+    import_peer("torchvision")
     out = tmp_path / "check.json"
     run_peer("jax_vit.py", "--model", "tiny", "--device", "cpu", "--precision", "fp32", "--batch-size", "4",
              "--check-against-torch", "--json", str(out))
