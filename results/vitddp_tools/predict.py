@@ -20,9 +20,10 @@ import tempfile
 import numpy as np
 
 from .bandwidth import bus_factor
-from .predict_ce import CE_TRANSPORT, RunShares, comm_streams_of, fit_gain
-from .predict_core import Baseline, Reference, Scenario, predict, prediction_dict, prediction_text, transport_of
-from .predict_link import COLLECTIVES, GAIN, LinkTable, Row, curve_rows, default_table, load_table
+from .predict_ce import CE_TRANSPORT, RunShares, comm_streams_of, fit_gain, gain_rows
+from .predict_core import (CASTS, Baseline, Reference, Scenario, fit_cast_cost, gains_at, predict, prediction_dict,
+                           prediction_text, transport_of)
+from .predict_link import COLLECTIVES, LinkTable, curve_rows, default_table, load_table
 from .reader import ResultsError, Run, text, write_output
 
 # options whose differences between a run and its reference the model covers (or that do not change
@@ -46,8 +47,9 @@ def fit_link_table(runs, name="fitted", shares=None):
     with one call per bucket (compression none, fp16, bf16; predict_link.curve_rows); `cast` and
     `powersgd` rows from buckets/compress_time against buckets/bytes of the runs with that
     compression. Times: _timed_min_median. Copy-engine runs (predict_ce): first the `concurrency`
-    rows (predict_ce.fit_gain over the runs that differ only in modelled options), then each bucket's
-    times as if alone (RunShares.scaled at its payload's gain) in place of the measured ones.
+    rows (predict_ce.fit_gain over the runs that differ only in modelled options; predict_ce.gain_rows:
+    the sizes of positive G, the others in the table's notes), then each bucket's times as if alone
+    (RunShares.scaled at its payload's gain) in place of the measured ones.
     `shares`: {run path: RunShares} already computed (computed here otherwise). ResultsError when no
     run has bucket times."""
     pts = {}
@@ -58,14 +60,14 @@ def fit_link_table(runs, name="fitted", shares=None):
             shares[run.path] = RunShares.from_run(run)
     ce = [shares[r.path] for r in usable if r.allreduce == CE_TRANSPORT]
     comparable = lambda a, b: not _option_differences(a, b) and not _option_differences(b, a)
-    gain_rows = [Row(CE_TRANSPORT, GAIN, b, 0.0, g, name) for b, g, _ in fit_gain(ce, comparable)]
-    gains = LinkTable(gain_rows, name)
+    gains, gain_notes = gain_rows(fit_gain(ce, comparable), name)
+    gains = LinkTable(gains, name)
     for run in usable:
         tr, comp = transport_of(run), run.compression
         nb = np.asarray(run.data("buckets/bytes"), dtype=float)
         sent = np.median(np.asarray(run.bucket_series("buckets/bytes_sent"), dtype=float)[0, run.timed()], axis=0)
         if run.allreduce == CE_TRANSPORT:
-            sh, g = shares[run.path], np.array([gains.gain(tr, x) for x in sent])
+            sh, g = shares[run.path], gains_at(gains, tr, sent)
             times = lambda series: np.median(sh.scaled(series, g).min(axis=0), axis=0)
         else:
             times = lambda series: _timed_min_median(run, "buckets/" + series + "_time")
@@ -85,8 +87,9 @@ def fit_link_table(runs, name="fitted", shares=None):
         rows += curve_rows(tr, coll, b, t, factor, name)
     if not rows:
         raise ResultsError("--fit-link: no multi-rank DDP run with per-bucket times among %d files" % len(runs))
-    table = LinkTable(rows + gain_rows, name)
-    if any(s.streams > 1 for s in ce) and not gain_rows:
+    table = LinkTable(rows + gains.rows, name)
+    table.notes += gain_notes
+    if any(s.streams > 1 for s in ce) and not gains.rows and not gain_notes:
         table.notes.append("%s: no copy-engine run on one comm stream measured the payloads of the runs on several "
                            "(with the same options otherwise): no concurrency rows, G = 1" % name)
     return table
@@ -174,6 +177,17 @@ def _option_differences(a, b):
 def _differences(run, ref_options):
     """_option_differences of `run`'s options against `ref_options` ({name: str})."""
     return _option_differences(run.options(), ref_options)
+
+
+def cast_references(runs, ref):
+    """(label, Reference) of the runs of `runs` (reader.Run) that measure what the fp16/bf16 casts
+    cost backward next to reference `ref` (predict_core.fit_cast_cost): multi-rank DDP with that
+    compression, on the reference's transport, precision, model and batch, with no option difference
+    from it that the model does not represent (nor a --comm-streams-table one). label: Run.label."""
+    return [(r.label, Reference.from_run(r)) for r in runs
+            if r.world_size >= 2 and r.ddp and r.compression in CASTS and transport_of(r) == ref.transport
+            and (r.precision, r.model, r.batch_size) == (ref.precision, ref.model, ref.batch)
+            and not _differences(r, ref.options) and not getattr(r, "stated_unmodelled", "")]
 
 
 def _skip_reason(r):
@@ -278,12 +292,14 @@ def validate(paths, tmp, leave_one_out=False, streams=None):
     unmodelled options away from their defaults, then the path); the link table fitted from the
     group's runs, with the small sizes of another group of the same machine where the group measured
     none that small (lend_small_sizes); the 1-GPU no-DDP run of the same argument and precision as
-    baseline; with `leave_one_out`, each run's link table is fitted without that run's own buckets
-    (the lent rows still from the other groups' full tables). `streams`: load_stream_table's dict
+    baseline; the cost of the fp16/bf16 casts on backward (predict_core.fit_cast_cost) from the
+    group's runs that cast_references admits; with `leave_one_out`, each run's link table and cast
+    cost are fitted without that run (the lent rows still from the other groups' full tables). `streams`: load_stream_table's dict
     (None: empty) - a run with an entry takes its comm streams where its file records none, and
     its unmodelled text among the row's unmodelled differences; an entry `-` leaves the run out.
     Runs that cannot be predicted are named in the notes, per argument and reason.
-    Returns (rows list of dict, each with `small_calls`: _small_calls' list; tables {(argument,
+    Returns (rows list of dict, each with `small_calls`: _small_calls' list, and `cast_cost`: the
+    CastCost.describe() its prediction used, in a list, or none; tables {(argument,
     transport, all-reduce, precision): LinkTable}, notes list of str)."""
     groups, singles, notes, runs, skipped = {}, {}, [], [], {}
     for origin, p in enumerate(paths):
@@ -329,6 +345,7 @@ def validate(paths, tmp, leave_one_out=False, streams=None):
         baseline = Baseline.from_run(base) if base else None
         table = lend_small_sizes(gk, fitted[gk], fitted, machines, lenders)
         tables[(paths[gk[-1]],) + gk[:3]] = table
+        casts = cast_references(members, ref)
         for r in members:
             sc = Scenario(ranks=r.world_size, transport=gk[0], cap_mb=r.bucket_cap_mb,
                           first_mb=float(r.option("first-bucket-mb", "1")), compression=r.compression,
@@ -342,7 +359,8 @@ def validate(paths, tmp, leave_one_out=False, streams=None):
                 own = fit_link_table([m for m in members if m is not r], name + " without this run", shares)
                 own = lend_small_sizes(gk, own, fitted, machines, lenders)
             own.clear_used()
-            p = predict(ref, sc, own, baseline)
+            cast = fit_cast_cost(ref, baseline, [c for c in casts if not leave_one_out or c[0] != r.label], own)
+            p = predict(ref, sc, own, baseline, cast)
             meas = r.summary("steps_per_second")
             t = r.timed()
             mexp = float(np.median(np.asarray(r.step_series("timing/exposed_comm"), dtype=float)[:, t].max(axis=0)))
@@ -356,7 +374,8 @@ def validate(paths, tmp, leave_one_out=False, streams=None):
                          "error": p.steps_per_second / meas - 1.0, "backward_measured": mbwd,
                          "backward_predicted": p.backward, "exposed_measured": mexp, "exposed_predicted": p.exposed,
                          "unmodelled": diffs, "reference_run": ref_run.label,
-                         "small_calls": _small_calls(own)})
+                         "small_calls": _small_calls(own),
+                         "cast_cost": [cast.describe()] if cast and r.compression in CASTS else []})
     for (p, why), labels in sorted(skipped.items()):
         notes.append("%s: %s (%d run%s: %s)" % (p, why, len(labels), "" if len(labels) == 1 else "s",
                                                 ", ".join(sorted(labels))))
@@ -401,13 +420,16 @@ def validation_text(rows, tables, notes, command, leave_one_out=False):
            "Made by `%s`." % command, "",
            "Each run predicted from one reference run of its group (folder, transport, all-reduce, precision) - marked "
            "**ref** - the link table fitted from the group's runs (below) and the group's 1-GPU no-DDP run as "
-           "baseline for backward's slowdown%s. A call smaller than any the group measured takes, per collective, "
-           "the rows below that size of another group's table of the same transport and all-reduce on the same "
-           "GPUs, NCCL version and link where one measured smaller (else the group's first row); the runs that "
-           "needed it are named under their group's table. Times: medians over the timed steps of the slowest rank (ms). "
+           "baseline for backward's slowdown (for the copy-engine all-reduce's fp16/bf16 casts a coefficient of their "
+           "own, from the group's runs with that compression, named under the group's table)%s. A call smaller "
+           "than any the group measured takes, per collective, the rows below that size of another group's table of "
+           "the same transport and all-reduce on the same GPUs, NCCL version and link where one measured smaller "
+           "(else the group's first row); the runs that needed it are named under their group's table. Times: "
+           "medians over the timed steps of the slowest rank (ms). "
            "*unmodelled*: options that differ from the reference and that the model does not represent; those rows "
            "do not count against the targets." % (
-               " (leave one out: each run's link table fitted without that run)" if leave_one_out else ""), ""]
+               " (leave one out: each run's link table and cast coefficient fitted without that run)" if leave_one_out
+               else ""), ""]
     groups = []
     for r in rows:
         if _group_of(r) not in groups:
@@ -426,12 +448,13 @@ def validation_text(rows, tables, notes, command, leave_one_out=False):
                 1e3 * r["backward_measured"], 1e3 * r["backward_predicted"], 1e3 * r["exposed_measured"],
                 1e3 * r["exposed_predicted"], ", ".join(r["unmodelled"])))
         out.append("")
-        small = {}
-        for r in sorted(rs, key=lambda r: r["run"]):
-            for s in r["small_calls"]:
-                small.setdefault(s, []).append(r["run"])
-        for s, runs in small.items():
-            out += ["Small calls of %s: %s." % (", ".join(runs), s), ""]
+        for key, what in (("small_calls", "Small calls"), ("cast_cost", "The casts' cost on backward")):
+            said = {}
+            for r in sorted(rs, key=lambda r: r["run"]):
+                for s in r[key]:
+                    said.setdefault(s, []).append(r["run"])
+            for s, runs in said.items():
+                out += ["%s of %s: %s." % (what, ", ".join(runs), s), ""]
     out += ["## Targets", "", "| transport | target | modelled runs | within target | worst |",
             "| --- | --- | --- | --- | --- |"]
     for tr, tgt in TARGETS:
@@ -571,7 +594,8 @@ def main(argv=None, prog="vitddp-report predict"):
         who = "--transport %s" % sc.transport if a.transport else "the reference's transport '%s'" % sc.transport
         raise ResultsError("%s: the link table %s has no row for it (give --transport with one of its transports, "
                            "--link-table or --fit-link)" % (who, table.name))
-    p = predict(ref, sc, table, baseline)
+    cast = fit_cast_cost(ref, baseline, cast_references(runs, ref), table) if a.fit_link else None
+    p = predict(ref, sc, table, baseline, cast)
     if a.json:
         import json
         write_output(json.dumps(prediction_dict(p), indent=1) + "\n", a.output)

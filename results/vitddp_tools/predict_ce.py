@@ -21,13 +21,16 @@ A measured bucket of a multi-stream run is turned into its alone-equivalent time
 over its [allreduce_start, allreduce_end], time with k = 1 in flight counts once, time with k >= 2
 counts G / k (`alone + G x shared`, overlap_split); its allreduce_time and compress_time are scaled
 by (alone + G shared) / (end - start). G is fitted per link table from runs that measured buckets of
-the same payload on one stream and on several (fit_gain).
+the same payload on one stream and on several (fit_gain); a size whose least-squares G is not
+positive (its buckets took longer on several streams than on one even while alone) gives no row
+(gain_rows).
 """
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
+from .predict_link import GAIN, Row
 from .reader import ResultsError
 
 CE_TRANSPORT = "copy-engine"
@@ -125,14 +128,14 @@ def shared_schedule(ready, work, streams, gain=1.0):
     return start, end
 
 
-def work_inside(start, end, horizon, gain=1.0):
+def work_inside(start, end, horizon, gain=1.0, weight=1.0):
     """Comm work done inside [0, horizon] by a schedule (start, end: float [n] seconds), in seconds of
     one bucket alone: per bucket, its time alone + gain x its shared time there (overlap_split),
-    summed (float). gain: float or float [n]."""
+    times weight, summed (float). gain, weight: float or float [n]."""
     if not len(start):
         return 0.0
     alone, shared = overlap_split(np.asarray(start)[None], np.asarray(end)[None], horizon)
-    return float((alone[0] + np.asarray(gain, dtype=float) * shared[0]).sum())
+    return float(((alone[0] + np.asarray(gain, dtype=float) * shared[0]) * weight).sum())
 
 
 @dataclass
@@ -203,7 +206,9 @@ def fit_gain(shares, comparable=lambda a, b: True, min_shared=0.1, min_points=3)
     A size group whose shared time is below `min_shared` of its buckets' intervals measured no
     concurrency and gives none; a size measured by fewer than `min_points` buckets gives none (one
     bucket's noise, e.g. the first bucket's, is no gain). Returns a list of (bytes float, G float,
-    buckets int) sorted by bytes (G floored at 1e-3); empty when no pair gives one."""
+    buckets int) sorted by bytes, G the least-squares value as it is: one <= 0 says the buckets of
+    that size took longer on several streams than on one even while alone, which no sharing of the
+    copy engines explains (gain_rows keeps G > 0 only); empty when no pair gives one."""
     med = lambda a: np.median(a.reshape(-1, a.shape[-1]), axis=0)
     pts = []  # (payload, shared, one - alone)
     singles = [s for s in shares if s.streams == 1]
@@ -225,5 +230,19 @@ def fit_gain(shares, comparable=lambda a, b: True, min_shared=0.1, min_points=3)
         if len(idx) < min_points:
             continue
         b, y = pts[idx, 1], pts[idx, 2]
-        out.append((float(np.median(pts[idx, 0])), max(float((b * y).sum() / (b * b).sum()), 1e-3), len(idx)))
+        out.append((float(np.median(pts[idx, 0])), float((b * y).sum() / (b * b).sum()), len(idx)))
     return out
+
+
+def gain_rows(fits, name):
+    """The `concurrency` rows of fit_gain's list `fits` whose G is positive (predict_link.Row, table
+    `name`), and a note (str) per size whose least-squares G is not. Under processor sharing a
+    bucket's time alone on several streams is part of its work (alone + G x shared = its time on one
+    stream), so buckets whose time alone already exceeds their time on one stream measured something
+    other than the sharing of the copy engines: their size gives no row, and G there is interpolated
+    or held from the other sizes' rows (predict_link)."""
+    rows = [Row(CE_TRANSPORT, GAIN, b, 0.0, g, name) for b, g, _ in fits if g > 0]
+    notes = ["%s: no concurrency row at %.0f bytes: the least-squares G of its %d buckets is %.2f (they took "
+             "longer on several comm streams than on one even while alone, which sharing the copy engines does not "
+             "explain); G there from the other sizes' rows" % (name, b, n, g) for b, g, n in fits if g <= 0]
+    return rows, notes

@@ -28,7 +28,12 @@ k x (comm-stream busy time inside backward), k = (reference backward - baseline 
 reference's backward as it is (factor 1.0). On several comm streams the busy time is the comm work
 done inside backward in seconds of one bucket alone (predict_ce.work_inside: overlapping buckets
 count once, times their concurrency gain), so that the same bucket costs backward the same on one
-stream and on several.
+stream and on several. The copy-engine all-reduce's fp16/bf16 casts have a coefficient of their own,
+s per second of cast work inside backward (the rest of a bucket's work keeps k): k prices copies
+that hold no SM and the sums, a cast kernel holds SMs for all of its time. s is measured from runs
+with that compression and the same options otherwise (fit_cast_cost: their backward less the
+baseline and k x their other comm work, least squares over their cast work inside backward); over
+NCCL, whose kernels hold SMs as the casts do, and without such runs the casts count at k.
 """
 from dataclasses import dataclass, field
 
@@ -38,6 +43,7 @@ from .predict_ce import CE_TRANSPORT, comm_streams_of, overlap_split, shared_sch
 from .predict_model import MIB, VIT_CONFIGS, assign_buckets, powersgd_bucket, vit_parameters, wire_bytes
 from .reader import ResultsError
 
+CASTS = ("fp16", "bf16")  # compressions whose own work is casting the bucket (the link table's `cast` rows)
 IDLE_GAP_S = 10e-6  # a bucket starting later than this after the previous one's end found the stream idle
 # (back-to-back buckets start 2-4 us apart on H200: results/h200x2/interconnects/net)
 
@@ -64,9 +70,11 @@ class Reference:
     ready_groups groups; 'inferred': from idle comm-stream starts), busy_in_backward (comm-stream
     time inside backward; on several comm streams see work_in_backward), and the configuration
     (model, ranks, batch, precision, transport, cap, compression, comm_streams). sent: float [buckets],
-    rank 0's median buckets/bytes_sent; alone_in_backward / shared_in_backward: float [ranks, timed
-    steps, buckets] seconds, each bucket's time alone and shared (predict_ce.overlap_split) inside
-    backward, filled on several comm streams only."""
+    rank 0's median buckets/bytes_sent; inside_backward: float [ranks, timed steps, buckets] seconds
+    of each bucket's interval inside backward; alone_in_backward / shared_in_backward: the same
+    split into time alone and shared (predict_ce.overlap_split), filled on several comm streams only;
+    cast_frac: float [buckets], the share of each bucket's comm work that is its fp16/bf16 casts
+    (median buckets/compress_time over median compress_time + allreduce_time; 0 without them)."""
     path: str
     model: str
     num_classes: int
@@ -93,8 +101,10 @@ class Reference:
     options: dict = field(default_factory=dict)
     comm_streams: int = 1
     sent: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    inside_backward: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0)))
     alone_in_backward: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0)))
     shared_in_backward: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0)))
+    cast_frac: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @classmethod
     def from_run(cls, run):
@@ -149,15 +159,26 @@ class Reference:
                         ys.append(_med(start[:, :, j][idle[:, :, j]]) / self.backward)
                         self.idle_buckets += 1
                 b = bwd[:, :, None]
-                busy = np.clip(np.minimum(end, b) - np.maximum(start, 0.0), 0.0, None).sum(axis=2)
-                self.busy_in_backward = _med(busy.max(axis=0))
+                self.inside_backward = np.clip(np.minimum(end, b) - np.maximum(start, 0.0), 0.0, None)
+                self.busy_in_backward = _med(self.inside_backward.sum(axis=2).max(axis=0))
                 self.sent = np.median(np.asarray(run.bucket_series("buckets/bytes_sent"), dtype=float)[0][t], axis=0)
+                self.cast_frac = self._cast_fraction(run, t)
                 if n > 1:
                     self.alone_in_backward, self.shared_in_backward = overlap_split(start, end, bwd)
         xs.append(total)
         ys.append(1.0)
         ys = np.clip(np.maximum.accumulate(np.asarray(ys)), 0.0, 1.0)
         self.ready_bytes, self.ready_frac = np.asarray(xs), ys
+
+    def _cast_fraction(self, run, t):
+        """cast_frac (float [buckets]) from buckets/compress_time and allreduce_time over the timed
+        steps `t`; zeros unless the run cast its buckets to fp16/bf16."""
+        if self.compression not in CASTS or not run.has("buckets/compress_time"):
+            return np.zeros(self.num_buckets)
+        med = lambda n: np.median(np.asarray(run.bucket_series(n), dtype=float)[:, t].reshape(-1, self.num_buckets), axis=0)
+        cast, comm = med("buckets/compress_time"), med("buckets/allreduce_time")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(cast + comm > 0, cast / (cast + comm), 0.0)
 
     def _read_grad_ready(self, run, t, fwd):
         """The ready curve from the recorded times (grad_ready/ready_time, --record-grad-ready): per
@@ -176,15 +197,19 @@ class Reference:
         self.ready_frac = ys
         self.ready_source, self.ready_groups = "recorded", g.groups
 
-    def work_in_backward(self, gain):
+    def work_in_backward(self, gain, weight=1.0):
         """Comm work inside the reference's backward in seconds of one bucket alone (float): per
-        rank and step sum over buckets of alone + gain x shared inside backward, the slowest rank,
-        median over the timed steps; busy_in_backward on one comm stream. gain: float or float
-        [buckets] (the link table's concurrency gain at each bucket's payload)."""
-        if self.comm_streams == 1 or not self.alone_in_backward.size:
+        rank and step the sum over buckets of weight x (alone + gain x shared) inside backward (one
+        comm stream: weight x the bucket's time inside backward), the slowest rank, median over the
+        timed steps; with weight 1 on one stream, busy_in_backward. gain: float or float [buckets]
+        (the link table's concurrency gain at each bucket's payload); weight: float or float
+        [buckets] (e.g. cast_frac: the casts' part of it)."""
+        per = self.inside_backward
+        if self.comm_streams > 1 and self.alone_in_backward.size:
+            per = self.alone_in_backward + np.asarray(gain, dtype=float) * self.shared_in_backward
+        if not per.size:
             return self.busy_in_backward
-        w = (self.alone_in_backward + np.asarray(gain, dtype=float) * self.shared_in_backward).sum(axis=2)
-        return _med(w.max(axis=0))
+        return _med((per * np.asarray(weight, dtype=float)).sum(axis=2).max(axis=0))
 
     def ready_fraction(self, cum_bytes):
         """Fraction of backward at which the gradients up to `cum_bytes` (fp32 bytes in ready order)
@@ -279,9 +304,65 @@ def schedule(ready, durations):
     return start, end
 
 
-def busy_inside(start, end, backward):
-    """Seconds of [start_j, end_j] intervals inside [0, backward] (float)."""
-    return float(np.clip(np.minimum(end, backward) - np.maximum(start, 0.0), 0.0, None).sum())
+def busy_inside(start, end, backward, weight=1.0):
+    """Seconds of [start_j, end_j] intervals inside [0, backward], each times weight_j (float or
+    float [k]), summed (float)."""
+    return float((np.clip(np.minimum(end, backward) - np.maximum(start, 0.0), 0.0, None) * weight).sum())
+
+
+@dataclass
+class CastCost:
+    """Backward's slowdown per second of fp16/bf16 cast work inside it (per_second, >= 0), measured
+    by fit_cast_cost from the compressed runs named in `runs` (list of str) beside the reference's k
+    (its slowdown per second of the rest of the comm work)."""
+    per_second: float
+    runs: list
+    k: float
+
+    def describe(self):
+        """One line: s, k and the runs s comes from."""
+        return "s = %.3f per second of cast work inside backward (k = %.3f for the rest of the comm work), from %s" % (
+            self.per_second, self.k, ", ".join(self.runs))
+
+
+def gains_at(table, transport, sent):
+    """The link table's concurrency gain at each payload of `sent` (bytes [buckets]): float [buckets]."""
+    return np.array([table.gain(transport, x) for x in sent])
+
+
+def slowdown(ref, baseline, table):
+    """(k, busy): backward's slowdown per second of comm work inside it, k = (reference backward -
+    baseline backward) / busy, busy the reference's comm work inside its backward (s of one bucket
+    alone: Reference.work_in_backward at the table's gains); k = 0 without comm work; may be < 0."""
+    busy = ref.work_in_backward(gains_at(table, ref.transport, ref.sent))
+    return ((ref.backward - baseline.backward) / busy if busy > 0 else 0.0), busy
+
+
+def fit_cast_cost(ref, baseline, casts, table):
+    """The CastCost of fp16/bf16 casts beside backward, from `casts` (list of (label, Reference):
+    runs with that compression, on the reference's transport, precision and model and otherwise
+    differing from it only in what the model covers). For the copy-engine all-reduce only: there k
+    (slowdown()) prices the copies, which hold no SM, and the sums, while a cast kernel holds SMs for
+    all of its time, so its second costs backward more; NCCL's comm work is itself kernels that hold
+    SMs throughout (k then holds for the casts as well). Each run i: backward_i - baseline = k x A_i
+    + s x C_i, C_i its casts' work inside its backward and A_i the rest (Reference.work_in_backward
+    weighted by cast_frac and 1 - cast_frac, at the table's gains); s = sum C_i (backward_i -
+    baseline - k A_i) / sum C_i^2 (least squares), floored at 0. None for another transport, without
+    a baseline, when the reference cast its own buckets (its k then holds for the casts) or without a
+    run that cast inside backward."""
+    if ref.transport != CE_TRANSPORT or baseline is None or ref.compression in CASTS:
+        return None
+    k = max(slowdown(ref, baseline, table)[0], 0.0)
+    pts = []
+    for label, c in casts:
+        g = gains_at(table, c.transport, c.sent)
+        cast = c.work_in_backward(g, c.cast_frac)
+        if cast > 0:
+            pts.append((label, cast, c.backward - baseline.backward - k * c.work_in_backward(g, 1.0 - c.cast_frac)))
+    if not pts:
+        return None
+    x, y = np.array([p[1] for p in pts]), np.array([p[2] for p in pts])
+    return CastCost(max(float((x * y).sum() / (x * x).sum()), 0.0), [p[0] for p in pts], k)
 
 
 @dataclass
@@ -311,9 +392,11 @@ class Prediction:
     allgather_total: float = 0.0
 
 
-def predict(ref, sc, table, baseline=None, iterations=100):
-    """The Prediction of scenario `sc` from Reference `ref`, LinkTable `table` and an optional
-    Baseline (see the module doc for the model). ResultsError for an impossible scenario."""
+def predict(ref, sc, table, baseline=None, cast=None, iterations=100):
+    """The Prediction of scenario `sc` from Reference `ref`, LinkTable `table`, an optional
+    Baseline and an optional CastCost (fit_cast_cost; None: the casts cost backward what the
+    reference's comm work does); the model: the module doc. ResultsError for an impossible
+    scenario."""
     if sc.ranks < 1:
         raise ResultsError("--ranks must be >= 1, got %d" % sc.ranks)
     if sc.compression == "powersgd" and sc.powersgd_rank < 1:
@@ -349,35 +432,18 @@ def predict(ref, sc, table, baseline=None, iterations=100):
     work = [bucket_work(b, sc, table) for b in buckets] if sc.ranks > 1 else [(0.0, 0.0)] * len(buckets)
     dur = np.array([w + c for w, c in work])
     streams = sc.comm_streams
-    gains = np.array([table.gain(sc.transport, wire_bytes(b, sc.compression, sc.powersgd_rank, sc.powersgd_rate)[0])
-                      for b in buckets])
+    gains = gains_at(table, sc.transport, [wire_bytes(b, sc.compression, sc.powersgd_rank, sc.powersgd_rate)[0]
+                                           for b in buckets])
+    b0, coef = _backward_terms(ref, sc, table, baseline, cast, work, notes)
     if streams == 1:
-        sched, inside = (lambda r: schedule(r, dur)), busy_inside
+        sched, inside = (lambda r: schedule(r, dur)), (lambda st, en, h: busy_inside(st, en, h, coef))
     else:
         sched = lambda r: shared_schedule(r, dur, streams, gains)
-        inside = lambda st, en, h: work_inside(st, en, h, gains)
-    ref_busy = ref.work_in_backward(np.array([table.gain(ref.transport, x) for x in ref.sent]))
-    one = ref.comm_streams == 1 and streams == 1
-    what = ("comm-stream work", "comm-stream time") if one else ("comm work (s of one bucket alone)",) * 2
-    if baseline is not None:
-        k = (ref.backward - baseline.backward) / ref_busy if ref_busy > 0 else 0.0
-        if k < 0:
-            notes.append("reference backward %.2f ms < baseline %.2f ms: no slowdown (k = 0)" % (
-                ref.backward * 1e3, baseline.backward * 1e3))
-            k = 0.0
-        b0 = baseline.backward
-        notes.append("backward slowdown: reference %.2f ms / baseline %.2f ms = %.3f with %.2f ms of %s "
-                     "inside it; backward = %.2f ms + %.3f x (%s inside backward)" % (
-                         ref.backward * 1e3, baseline.backward * 1e3, ref.backward / baseline.backward,
-                         ref_busy * 1e3, what[0], b0 * 1e3, k, what[1]))
-    else:
-        k, b0 = 0.0, ref.backward
-        notes.append("backward slowdown factor 1.0 (no --baseline): backward = the reference's %.2f ms, whatever "
-                     "traffic runs beside it" % (ref.backward * 1e3))
+        inside = lambda st, en, h: work_inside(st, en, h, gains, coef)
     bwd = b0
     for _ in range(iterations):
         start, end = sched(frac * bwd)
-        new = b0 + k * inside(start, end, bwd)
+        new = b0 + inside(start, end, bwd)
         if abs(new - bwd) < 1e-9:
             break
         bwd = new
@@ -408,6 +474,45 @@ def predict(ref, sc, table, baseline=None, iterations=100):
     return Prediction(sc, ref.forward, bwd, exposed, opt, gather, ref.host_gap, step, 1.0 / step,
                       ref.batch / step, float(dur.sum()), max(terms, key=terms.get), len(buckets),
                       start, end, frac * bwd, notes, gather_total)
+
+
+def _backward_terms(ref, sc, table, baseline, cast, work, notes):
+    """(b0, coef) of backward = b0 + sum over buckets of coef_j x (bucket j's comm work inside
+    backward): b0 the baseline's backward and coef_j = k, or for fp16/bf16 compression k x (1 - f_j)
+    + s x f_j, f_j the cast's share of bucket j's work (`work`: bucket_work's (cast, calls) per
+    bucket) and s CastCost.per_second (k without one); without a baseline the reference's backward
+    and 0. Appends the assumptions to `notes`."""
+    if baseline is None:
+        notes.append("backward slowdown factor 1.0 (no --baseline): backward = the reference's %.2f ms, whatever "
+                     "traffic runs beside it" % (ref.backward * 1e3))
+        return ref.backward, np.zeros(len(work))
+    k, busy = slowdown(ref, baseline, table)
+    if k < 0:
+        notes.append("reference backward %.2f ms < baseline %.2f ms: no slowdown (k = 0)" % (
+            ref.backward * 1e3, baseline.backward * 1e3))
+        k = 0.0
+    one = ref.comm_streams == 1 and sc.comm_streams == 1
+    what = ("comm-stream work", "comm-stream time") if one else ("comm work (s of one bucket alone)",) * 2
+    notes.append("backward slowdown: reference %.2f ms / baseline %.2f ms = %.3f with %.2f ms of %s "
+                 "inside it; backward = %.2f ms + %.3f x (%s inside backward)" % (
+                     ref.backward * 1e3, baseline.backward * 1e3, ref.backward / baseline.backward,
+                     busy * 1e3, what[0], baseline.backward * 1e3, k, what[1]))
+    if sc.compression not in CASTS or sc.ranks < 2:
+        return baseline.backward, np.full(len(work), k)
+    total = np.array([w + c for w, c in work])
+    f = np.divide([w for w, _ in work], total, out=np.zeros(len(work)), where=total > 0)
+    share = 100 * float((f * total).sum() / max(total.sum(), 1e-30))
+    if cast is None:
+        why = ("NCCL's kernels, like the casts, hold SMs while they run" if sc.transport != CE_TRANSPORT else
+               "the reference's own casts are part of its comm work" if ref.compression in CASTS else
+               "no run with that compression measured their own cost (--fit-link runs with it and --baseline)")
+        notes.append("the fp16/bf16 casts (%.0f%% of the comm work) slow backward as the reference's comm work does, "
+                     "k = %.3f per second of them inside it: %s" % (share, k, why))
+        return baseline.backward, np.full(len(work), k)
+    notes.append("the fp16/bf16 casts (%.0f%% of the comm work) slow backward by their own coefficient: %s (their "
+                 "backward - baseline - k x their other comm work inside it, least squares over their casts' work "
+                 "inside it; the copies hold no SM, a cast kernel holds SMs for all of its time)" % (share, cast.describe()))
+    return baseline.backward, k * (1.0 - f) + cast.per_second * f
 
 
 def _assumptions(ref, sc, table, nbuckets, gains):
