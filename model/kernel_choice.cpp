@@ -5,12 +5,17 @@
 namespace vitddp {
 
 const char* attention_impl_name(AttentionImpl a) {
-  return a == AttentionImpl::cudnn ? "cudnn" : a == AttentionImpl::gemm ? "gemm" : "custom";
+  switch (a) {
+    case AttentionImpl::cudnn: return "cudnn";
+    case AttentionImpl::gemm: return "gemm";
+    case AttentionImpl::gemm_recompute: return "gemm-recompute";
+    default: return "custom";
+  }
 }
 
 const char* patch_embed_impl_name(PatchEmbedImpl p) { return p == PatchEmbedImpl::cudnn ? "cudnn" : "gemm"; }
 
-std::vector<std::string> attention_choice_names() { return {"auto", "cudnn", "custom", "gemm"}; }
+std::vector<std::string> attention_choice_names() { return {"auto", "cudnn", "custom", "gemm", "gemm-recompute"}; }
 
 std::vector<std::string> patch_embed_choice_names() { return {"auto", "cudnn", "gemm"}; }
 
@@ -27,9 +32,9 @@ std::string attention_choice_error(const std::string& name, Precision p) {
     return std::string("--attention cudnn: needs --precision bf16 (cuDNN's fused flash attention takes bf16 "
                        "operands; got --precision ") +
            precision_name(p) + "): use --attention custom or auto";
-  if (name == "gemm" && p == Precision::bf16)
-    return "--attention gemm: needs --precision fp32 or tf32 (its batched GEMMs take fp32 activations; bf16 runs "
-           "cudnn or custom): use --attention auto";
+  if ((name == "gemm" || name == "gemm-recompute") && p == Precision::bf16)
+    return "--attention " + name + ": needs --precision fp32 or tf32 (its batched GEMMs take fp32 activations; bf16 "
+           "runs cudnn or custom): use --attention auto";
   return "";
 }
 
@@ -41,6 +46,7 @@ AttentionImpl resolve_attention(const std::string& name, Precision p, int head_d
   if (name == "cudnn") return AttentionImpl::cudnn;
   if (name == "custom") return AttentionImpl::custom;
   if (name == "gemm") return AttentionImpl::gemm;
+  if (name == "gemm-recompute") return AttentionImpl::gemm_recompute;
   // auto, measured on an H200 ([attention_bench], vit_l_32 batch 32, 24 layers, forward + backward):
   //  - the tensor-core custom kernels 0.78 ms per step against cuDNN's fused attention 1.30 ms,
   //    +4.9% steps/s end to end in bf16 (results/h200/kernels/attention-mma);
@@ -54,7 +60,7 @@ AttentionImpl resolve_attention(const std::string& name, Precision p, int head_d
     if (attention_mma_shape(seq_len, head_dim)) return AttentionImpl::custom;
     return head_dim == 0 || cudnn_attention_supports(head_dim) ? AttentionImpl::cudnn : AttentionImpl::custom;
   }
-  throw std::invalid_argument("--attention: unknown value '" + name + "' (choose one of: auto, cudnn, custom, gemm)");
+  throw std::invalid_argument("--attention: unknown value '" + name + "' (choose one of: auto, cudnn, custom, gemm, gemm-recompute)");
 }
 
 PatchEmbedImpl resolve_patch_embed(const std::string& name, Precision p) {

@@ -12,24 +12,31 @@ namespace vitddp {
 /// Attention core softmax(QK^T/sqrt(dh))V: custom = cuda/kernels/attention.h (fp32 and bf16, keeps the
 /// probabilities), cudnn = cuda/kernels/cudnn_attention.h (cuDNN fused flash attention, bf16 only, keeps
 /// the softmax log-sum-exp), gemm = cuda/kernels/attention_gemm.h (batched cuBLAS GEMMs and row
-/// softmax kernels, fp32 activations only - fp32 and tf32 -, keeps the probabilities as custom).
-enum class AttentionImpl { custom, cudnn, gemm };
+/// softmax kernels, fp32 activations only - fp32 and tf32 -, keeps the probabilities as custom),
+/// gemm_recompute = the same products, but keeping no probabilities between forward and backward:
+/// backward recomputes them (S = QK^T and the softmax again, bit for bit forward's) into one buffer
+/// all blocks share, as activation checkpointing of the attention core would (the keep-nothing idea
+/// of FlashAttention, Dao et al. 2022, without its fusion).
+enum class AttentionImpl { custom, cudnn, gemm, gemm_recompute };
+
+/// True for the batched-GEMM attention, keeping or recomputing its probabilities.
+inline bool is_gemm_attention(AttentionImpl a) { return a == AttentionImpl::gemm || a == AttentionImpl::gemm_recompute; }
 
 /// conv_proj: gemm = im2col + cuBLASLt GEMM (cuda/kernels/patch_embed.h), cudnn = cuDNN convolution
 /// (cuda/kernels/cudnn_conv.h). Both run in every precision.
 enum class PatchEmbedImpl { gemm, cudnn };
 
-/// "custom" / "cudnn" / "gemm"; "gemm" / "cudnn".
+/// "custom" / "cudnn" / "gemm" / "gemm-recompute"; "gemm" / "cudnn".
 const char* attention_impl_name(AttentionImpl a);
 const char* patch_embed_impl_name(PatchEmbedImpl p);
 
-/// Accepted option values: {"auto", "cudnn", "custom", "gemm"} and {"auto", "cudnn", "gemm"}.
+/// Accepted option values: {"auto", "cudnn", "custom", "gemm", "gemm-recompute"} and {"auto", "cudnn", "gemm"}.
 std::vector<std::string> attention_choice_names();
 std::vector<std::string> patch_embed_choice_names();
 
 /// "" when `name` (one of attention_choice_names()) can run in precision `p`; otherwise one line
-/// saying why not (cudnn needs bf16: cuDNN's flash attention has no fp32 form; gemm needs fp32 or
-/// tf32: its products take fp32 activations).
+/// saying why not (cudnn needs bf16: cuDNN's flash attention has no fp32 form; gemm and
+/// gemm-recompute need fp32 or tf32: their products take fp32 activations).
 std::string attention_choice_error(const std::string& name, Precision p);
 
 /// "" when `name` (one of patch_embed_choice_names()) can run in precision `p`; otherwise one

@@ -1,11 +1,13 @@
 #include "cuda/kernels/attention_gemm.h"
 
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
 #include "cuda/check/check_cublaslt.h"
 #include "cuda/check/check_cuda.h"
+#include "cuda/kernels/block_reduce.cuh"
 
 namespace vitddp {
 namespace {
@@ -37,23 +39,12 @@ __global__ void fill_pointers_kernel(PointerPlan plan, int batch, int heads, con
     }
 }
 
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// p[r, :] = softmax(p[r, :]) for `rows` rows of length T, one warp a row.
-__global__ void __launch_bounds__(kRowWarps * 32) softmax_rows_kernel(float* p, long long rows, int T) {
+// p[r, :T] = softmax(p[r, :T]) for `rows` rows of stride ld, one warp a row.
+__global__ void __launch_bounds__(kRowWarps * 32) softmax_rows_kernel(float* p, long long rows, int T, int ld) {
   const long long r = (long long)blockIdx.x * kRowWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= rows) return;
-  float* row = p + r * T;
+  float* row = p + r * ld;
   float v[kPerLane];
   float mx = -INFINITY;
 #pragma unroll
@@ -78,14 +69,15 @@ __global__ void __launch_bounds__(kRowWarps * 32) softmax_rows_kernel(float* p, 
   }
 }
 
-// ds[r, :] = p[r, :] * (ds[r, :] - sum_k p[r, k] ds[r, k]) (ds holds dP on entry), one warp a row.
+// ds[r, :T] = p[r, :T] * (ds[r, :T] - sum_k p[r, k] ds[r, k]) (ds holds dP on entry), rows of
+// stride ld, one warp a row.
 __global__ void __launch_bounds__(kRowWarps * 32)
-    softmax_backward_rows_kernel(const float* __restrict__ p, float* __restrict__ ds, long long rows, int T) {
+    softmax_backward_rows_kernel(const float* __restrict__ p, float* __restrict__ ds, long long rows, int T, int ld) {
   const long long r = (long long)blockIdx.x * kRowWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (r >= rows) return;
-  const float* prow = p + r * T;
-  float* drow = ds + r * T;
+  const float* prow = p + r * ld;
+  float* drow = ds + r * ld;
   float pv[kPerLane], dv[kPerLane];
   float dot = 0.0f;
 #pragma unroll
@@ -103,11 +95,14 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   }
 }
 
-void check_shape(int batch, int T, int heads, int head_dim, const char* who) {
+void check_call(int batch, int T, int heads, int head_dim, const float* scratch, const char* who) {
   if (batch < 1 || heads < 1 || T < 1 || T > kMaxRow || head_dim < 1 || (long long)batch * heads > (1LL << 30))
     throw std::invalid_argument(std::string(who) + ": unsupported shape B=" + std::to_string(batch) + " T=" +
                                 std::to_string(T) + " H=" + std::to_string(heads) + " dh=" + std::to_string(head_dim) +
-                                " (need 1 <= T <= 512, head_dim >= 1, B, H >= 1)");
+                                " (need 1 <= T <= 512, head_dim >= 1, B, H >= 1, B*H <= 2^30)");
+  if (scratch == nullptr || reinterpret_cast<uintptr_t>(scratch) % alignof(const float*) != 0)
+    throw std::invalid_argument(std::string(who) + ": the pointer scratch must be non-null and " +
+                                std::to_string(alignof(const float*)) + "-byte aligned");
 }
 
 unsigned row_blocks(long long rows) { return (unsigned)((rows + kRowWarps - 1) / kRowWarps); }
@@ -120,9 +115,19 @@ GemmAttention::GemmAttention(cudaStream_t stream, cublasComputeType_t compute, v
   if (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_PEDANTIC && compute != CUBLAS_COMPUTE_32F_FAST_TF32)
     throw std::invalid_argument("GemmAttention: compute type must be CUBLAS_COMPUTE_32F, _32F_PEDANTIC or _32F_FAST_TF32");
   CUBLAS_CHECK(cublasCreate(&handle_));
-  CUBLAS_CHECK(cublasSetStream(handle_, stream));
-  // The caller's workspace (or none): cuBLAS allocates nothing itself while a graph is captured.
-  CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace, workspace_bytes));
+  try {
+    CUBLAS_CHECK(cublasSetStream(handle_, stream));
+    // The caller's workspace (or none): cuBLAS allocates nothing itself while a graph is captured.
+    CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace, workspace_bytes));
+  } catch (...) {
+    cublasDestroy(handle_);
+    throw;
+  }
+}
+
+void GemmAttention::set_sm_count_target(int n) {
+  if (n < 0) throw std::invalid_argument("GemmAttention::set_sm_count_target: n must be >= 0, got " + std::to_string(n));
+  CUBLAS_CHECK(cublasSetSmCountTarget(handle_, n));
 }
 
 GemmAttention::~GemmAttention() {
@@ -164,11 +169,21 @@ void fill(const PointerPlan& plan, int batch, int heads, float* scratch, cudaStr
 // transposed; B = Q^T), O^T = V^T P^T, and likewise in backward.
 void GemmAttention::forward(const float* qkv, float* probs, float* out, int batch, int T, int heads, int head_dim,
                             float* scratch) {
-  check_shape(batch, T, heads, head_dim, "GemmAttention::forward");
-  const int D = heads * head_dim, n = batch * heads;
-  const long long row3 = (long long)T * 3 * D, tt = (long long)T * T;
+  check_call(batch, T, heads, head_dim, scratch, "GemmAttention::forward");
+  scores_softmax(qkv, probs, out, batch, T, heads, head_dim, scratch);
+}
+
+void GemmAttention::probs(const float* qkv, float* probs, int batch, int T, int heads, int head_dim, float* scratch) {
+  check_call(batch, T, heads, head_dim, scratch, "GemmAttention::probs");
+  scores_softmax(qkv, probs, nullptr, batch, T, heads, head_dim, scratch);
+}
+
+void GemmAttention::scores_softmax(const float* qkv, float* probs, float* out, int batch, int T, int heads,
+                                   int head_dim, float* scratch) {
+  const int D = heads * head_dim, n = batch * heads, ldp = probs_ld(T);
+  const long long row3 = (long long)T * 3 * D, tt = (long long)T * ldp;
   PointerPlan plan{};
-  plan.products = 2;
+  plan.products = out ? 2 : 1;
   // S = Q K^T / sqrt(dh): A = K, B = Q, C = probs[b, h].
   plan.op[0][0] = {qkv + D, row3, head_dim};
   plan.op[0][1] = {qkv, row3, head_dim};
@@ -180,17 +195,17 @@ void GemmAttention::forward(const float* qkv, float* probs, float* out, int batc
   fill(plan, batch, heads, scratch, stream_);
   const float** ptrs = reinterpret_cast<const float**>(scratch);
   const float scale = 1.0f / std::sqrt((float)head_dim);
-  batched(handle_, compute_, true, false, T, T, head_dim, scale, 3 * D, 3 * D, T, ptrs, 0, n);
-  softmax_rows_kernel<<<row_blocks((long long)n * T), kRowWarps * 32, 0, stream_>>>(probs, (long long)n * T, T);
+  batched(handle_, compute_, true, false, T, T, head_dim, scale, 3 * D, 3 * D, ldp, ptrs, 0, n);
+  softmax_rows_kernel<<<row_blocks((long long)n * T), kRowWarps * 32, 0, stream_>>>(probs, (long long)n * T, T, ldp);
   CUDA_CHECK_LAUNCH();
-  batched(handle_, compute_, false, false, head_dim, T, T, 1.0f, 3 * D, T, D, ptrs, 1, n);
+  if (out) batched(handle_, compute_, false, false, head_dim, T, T, 1.0f, 3 * D, ldp, D, ptrs, 1, n);
 }
 
 void GemmAttention::backward(const float* qkv, const float* probs, const float* dout, float* dqkv, float* dscores,
                              int batch, int T, int heads, int head_dim, float* scratch) {
-  check_shape(batch, T, heads, head_dim, "GemmAttention::backward");
-  const int D = heads * head_dim, n = batch * heads;
-  const long long row3 = (long long)T * 3 * D, rowd = (long long)T * D, tt = (long long)T * T;
+  check_call(batch, T, heads, head_dim, scratch, "GemmAttention::backward");
+  const int D = heads * head_dim, n = batch * heads, ldp = probs_ld(T);
+  const long long row3 = (long long)T * 3 * D, rowd = (long long)T * D, tt = (long long)T * ldp;
   const Operand q{qkv, row3, head_dim}, k{qkv + D, row3, head_dim}, v{qkv + 2 * D, row3, head_dim};
   const Operand p{probs, tt * heads, tt}, ds{dscores, tt * heads, tt}, d_o{dout, rowd, head_dim};
   PointerPlan plan{};
@@ -214,13 +229,13 @@ void GemmAttention::backward(const float* qkv, const float* probs, const float* 
   fill(plan, batch, heads, scratch, stream_);
   const float** ptrs = reinterpret_cast<const float**>(scratch);
   const float scale = 1.0f / std::sqrt((float)head_dim);
-  batched(handle_, compute_, false, true, head_dim, T, T, 1.0f, D, T, 3 * D, ptrs, 0, n);
-  batched(handle_, compute_, true, false, T, T, head_dim, 1.0f, 3 * D, D, T, ptrs, 1, n);
-  softmax_backward_rows_kernel<<<row_blocks((long long)n * T), kRowWarps * 32, 0, stream_>>>(probs, dscores,
-                                                                                          (long long)n * T, T);
+  batched(handle_, compute_, false, true, head_dim, T, T, 1.0f, D, ldp, 3 * D, ptrs, 0, n);
+  batched(handle_, compute_, true, false, T, T, head_dim, 1.0f, 3 * D, D, ldp, ptrs, 1, n);
+  softmax_backward_rows_kernel<<<row_blocks((long long)n * T), kRowWarps * 32, 0, stream_>>>(
+      probs, dscores, (long long)n * T, T, ldp);
   CUDA_CHECK_LAUNCH();
-  batched(handle_, compute_, false, false, head_dim, T, T, scale, 3 * D, T, 3 * D, ptrs, 2, n);
-  batched(handle_, compute_, false, true, head_dim, T, T, scale, 3 * D, T, 3 * D, ptrs, 3, n);
+  batched(handle_, compute_, false, false, head_dim, T, T, scale, 3 * D, ldp, 3 * D, ptrs, 2, n);
+  batched(handle_, compute_, false, true, head_dim, T, T, scale, 3 * D, ldp, 3 * D, ptrs, 3, n);
 }
 
 }  // namespace vitddp

@@ -10,22 +10,26 @@
 namespace vitddp {
 
 /// softmax(Q K^T / sqrt(dh)) V over the packed layout of cuda/kernels/attention.h (qkv [B*T, 3D],
-/// out [B*T, D], probs [B, H, T, T] row-major, dqkv [B*T, 3D]; D = H*dh), with one cuBLAS
-/// cublasGemmBatchedEx per product, one batch entry per (batch, head): its pointer arrays point
-/// into the packed buffers (leading dimensions 3D and D), so no head is copied out. Forward:
-/// S = Q K^T / sqrt(dh) into probs, a row softmax in place (fp32, exact expf), O = P V into out.
-/// Backward: dV = P^T dO, dP = dO V^T into `dscores`, dS = P * (dP - rowsum(P * dP)) in place,
-/// dQ = dS K / sqrt(dh), dK = dS^T Q / sqrt(dh), written (overwritten) into dqkv.
+/// out [B*T, D], dqkv [B*T, 3D]; D = H*dh), with one cuBLAS cublasGemmBatchedEx per product, one
+/// batch entry per (batch, head): its pointer arrays point into the packed buffers (leading
+/// dimensions 3D and D), so no head is copied out. The probabilities and the score gradient are
+/// [B, H, T, ldp] row-major with ldp = probs_ld(T) = T rounded up to 4 floats, so every row and
+/// every (batch, head) matrix starts 16-byte aligned (with T = 197 or 257 unpadded, cuBLAS ran the
+/// scores' product on fp32 kernels even under TF32); columns T..ldp-1 are never read or written.
+/// Forward: S = Q K^T / sqrt(dh) into probs, a row softmax in place (fp32, exact expf), O = P V
+/// into out. Backward: dV = P^T dO, dP = dO V^T into `dscores`, dS = P * (dP - rowsum(P * dP)) in
+/// place, dQ = dS K / sqrt(dh), dK = dS^T Q / sqrt(dh), written (overwritten) into dqkv.
 /// Every product has fp32 operands and output and the compute type given at construction:
 /// CUBLAS_COMPUTE_32F or _32F_PEDANTIC is strict fp32; CUBLAS_COMPUTE_32F_FAST_TF32 lets cuBLAS
 /// round the operands of a product, P and dS included, to TF32 inside the tensor cores (what
 /// PyTorch's math SDPA does under torch.backends.cuda.matmul.allow_tf32), fp32 accumulation; it
 /// keeps an fp32 kernel where its heuristic prefers one (on an H200: every product at T = 70 with
-/// head_dim 80, the scores at T = 197).
+/// head_dim 80).
 /// Deterministic: cuBLAS's batched GEMMs on one stream, no atomics. Limits: 1 <= T <= 512 (the
-/// softmax keeps a row in registers), 1 <= dh, 1 <= B*H <= 2^30. Bad shapes throw std::invalid_argument;
-/// cuBLAS and CUDA failures throw std::runtime_error. Graph-capturable: the pointer arrays are
-/// written by a kernel on the stream into caller scratch before each call's GEMMs.
+/// softmax keeps a row in registers), 1 <= dh, 1 <= B*H <= 2^30. Bad shapes and a null or
+/// misaligned pointer scratch throw std::invalid_argument; cuBLAS and CUDA failures throw
+/// std::runtime_error. Graph-capturable: the pointer arrays are written by a kernel on the stream
+/// into caller scratch before each call's GEMMs.
 class GemmAttention {
  public:
   /// A cuBLAS handle on `stream` whose products use `workspace`: workspace_bytes of device
@@ -33,7 +37,6 @@ class GemmAttention {
   /// LtGemm on the same stream); nullptr with 0 = no workspace. `compute`: CUBLAS_COMPUTE_32F,
   /// _32F_PEDANTIC or _32F_FAST_TF32, else std::invalid_argument; cuBLAS errors throw
   /// std::runtime_error. The handle's own memory (cublasCreate) is not the caller's to count.
-  /// (Should cublasSetStream or cublasSetWorkspace fail, the handle is not destroyed.)
   GemmAttention(cudaStream_t stream, cublasComputeType_t compute, void* workspace, size_t workspace_bytes);
   ~GemmAttention();
   GemmAttention(const GemmAttention&) = delete;
@@ -42,19 +45,35 @@ class GemmAttention {
   /// Floats of scratch (8-byte aligned) a forward or backward call needs for its pointer arrays:
   /// 12 device pointers per (batch, head) pair.
   static size_t pointer_scratch_floats(int batch, int heads);
-  /// Floats of backward's dS buffer: B*H*T*T.
-  static size_t dscores_floats(int batch, int T, int heads) { return (size_t)batch * heads * T * T; }
+  /// Leading dimension (floats) of the probabilities' and dS's rows: T rounded up to 4.
+  static int probs_ld(int T) { return (T + 3) / 4 * 4; }
+  /// Floats of the probabilities [B, H, T, probs_ld(T)]; backward's dS buffer has the same size.
+  static size_t probs_floats(int batch, int T, int heads) { return (size_t)batch * heads * T * probs_ld(T); }
+  static size_t dscores_floats(int batch, int T, int heads) { return probs_floats(batch, T, heads); }
 
-  /// Writes probs and out; `scratch`: pointer_scratch_floats(batch, heads) floats, 8-byte aligned,
-  /// free between the call's kernels (not checked).
+  /// Plans the products for n SMs (cublasSetSmCountTarget; 0 = every SM of the device), as
+  /// LtGemm::set_sm_count_target does for the other GEMMs. n < 0 throws std::invalid_argument.
+  void set_sm_count_target(int n);
+
+  /// Writes probs ([B, H, T, probs_ld(T)], probs_floats) and out; `scratch`:
+  /// pointer_scratch_floats(batch, heads) floats, 8-byte aligned (checked), free between the
+  /// call's kernels.
   void forward(const float* qkv, float* probs, float* out, int batch, int T, int heads, int head_dim,
                float* scratch);
-  /// Writes dqkv; dscores: [B, H, T, T] fp32 (dscores_floats), overwritten; `scratch` as in
+  /// Writes forward's probabilities alone (S = QK^T / sqrt(dh) and the row softmax, no O), the
+  /// same bits as forward's for the same qkv and SM count target: for a backward that kept none
+  /// (--attention gemm-recompute). Arguments as in forward.
+  void probs(const float* qkv, float* probs, int batch, int T, int heads, int head_dim, float* scratch);
+  /// Writes dqkv; dscores: [B, H, T, probs_ld(T)] fp32 (dscores_floats), overwritten; `scratch` as in
   /// forward. probs must be forward's.
   void backward(const float* qkv, const float* probs, const float* dout, float* dqkv, float* dscores, int batch,
                 int T, int heads, int head_dim, float* scratch);
 
  private:
+  // S, the softmax into probs, and O into out unless out is null (forward and probs, checked).
+  void scores_softmax(const float* qkv, float* probs, float* out, int batch, int T, int heads, int head_dim,
+                      float* scratch);
+
   cudaStream_t stream_;
   cublasComputeType_t compute_;
   cublasHandle_t handle_ = nullptr;

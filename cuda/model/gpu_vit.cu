@@ -105,6 +105,7 @@ struct GpuViT::Impl {
   // Backward scratch (shared by all blocks; everything runs in order on one stream).
   float* dx = nullptr;       // [N, D] gradient of the residual stream (fp32)
   float* dscores = nullptr;  // [B, H, T, T] (custom attention's large-shape path; the gemm attention's dS)
+  float* attn_probs = nullptr;  // gemm_recompute: the probabilities of the block being run, recomputed in backward
   float* dxf = nullptr;      // [B, D]
   float* reduce_scratch = nullptr;  // column sums / LN partials / loss rows / gemm attention's pointer arrays
   size_t reduce_scratch_floats = 0;
@@ -145,7 +146,7 @@ struct GpuViT::Impl {
       cudnn_attention = std::make_unique<CudnnAttention>(s, o.deterministic);
       cudnn_attention->prepare(max_batch, cfg.seq_len(), cfg.heads, cfg.head_dim());
     }
-    if (attention == AttentionImpl::gemm) {
+    if (is_gemm_attention(attention)) {
       if (precision == Precision::bf16)
         throw std::invalid_argument("GpuViT: the batched-GEMM attention needs fp32 activations (fp32 or tf32 precision)");
       // The products share the LtGemm workspace: every GEMM of this model runs in order on `s`.
@@ -195,7 +196,7 @@ struct GpuViT::Impl {
       auto f = [base](size_t offset) { return reinterpret_cast<float*>(base + offset); };
       a.mean1 = f(b.mean1);
       a.rstd1 = f(b.rstd1);
-      a.probs = f(b.probs);
+      a.probs = b.probs == GpuViTArenaPlan::npos ? nullptr : f(b.probs);
       a.xmid = f(b.xmid);
       a.mean2 = f(b.mean2);
       a.rstd2 = f(b.rstd2);
@@ -224,6 +225,7 @@ struct GpuViT::Impl {
     dlogits = f(plan.dlogits);
     dx = f(plan.dx);
     dscores = plan.dscores == GpuViTArenaPlan::npos ? nullptr : f(plan.dscores);
+    attn_probs = plan.attn_probs == GpuViTArenaPlan::npos ? nullptr : f(plan.attn_probs);
     dxf = f(plan.dxf);
     reduce_scratch = f(plan.reduce_scratch);
     reduce_scratch_floats = plan.reduce_scratch_floats;
@@ -245,14 +247,17 @@ struct GpuViT::Impl {
   }
 
   /// The attention core of one block (custom kernels, cuDNN or batched GEMMs; cuDNN only with
-  /// T = bf16, the GEMMs only with T = float; the GEMMs' pointer arrays in reduce_scratch).
+  /// T = bf16, the GEMMs only with T = float; the GEMMs' pointer arrays in reduce_scratch; with
+  /// gemm_recompute the probabilities live in attn_probs, shared by the blocks, and backward
+  /// recomputes them there first).
   template <typename T>
   void attention_core_forward(BlockActs<T>& a, int B) {
     const int T_ = cfg.seq_len(), H = cfg.heads, dh = cfg.head_dim();
     if constexpr (std::is_same_v<T, bf16>) {
       if (cudnn_attention) return cudnn_attention->forward(a.qkv, a.probs, a.attn, B, T_, H, dh);
     } else {
-      if (gemm_attention) return gemm_attention->forward(a.qkv, a.probs, a.attn, B, T_, H, dh, reduce_scratch);
+      if (gemm_attention)
+        return gemm_attention->forward(a.qkv, attn_probs ? attn_probs : a.probs, a.attn, B, T_, H, dh, reduce_scratch);
     }
     if constexpr (std::is_same_v<T, bf16>) attention_forward(a.qkv, a.probs, a.attn, B, T_, H, dh, stream);
     else attention_forward(a.qkv, a.probs, a.attn, B, T_, H, dh, stream, precision);
@@ -263,6 +268,10 @@ struct GpuViT::Impl {
     if constexpr (std::is_same_v<T, bf16>) {
       if (cudnn_attention) return cudnn_attention->backward(a.qkv, a.attn, a.probs, dout, dqkv, B, T_, H, dh);
     } else {
+      if (gemm_attention && attn_probs) {
+        gemm_attention->probs(a.qkv, attn_probs, B, T_, H, dh, reduce_scratch);
+        return gemm_attention->backward(a.qkv, attn_probs, dout, dqkv, dscores, B, T_, H, dh, reduce_scratch);
+      }
       if (gemm_attention)
         return gemm_attention->backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, reduce_scratch);
     }
@@ -515,12 +524,22 @@ void GpuViT::backward(const float* d_params, float* d_grads, bool accumulate,
                       const GradReadyFn& on_ready) {
   Impl& s = *impl_;
   if (!s.have_forward) throw std::logic_error("GpuViT::backward called before forward");
-  // Backward's GEMMs are planned for the SMs NCCL leaves free; forward's for all of them.
+  // Backward's GEMMs (the gemm attention's products too) are planned for the SMs NCCL leaves
+  // free; forward's for all of them.
   struct SmTarget {
     LtGemm& lt;
-    ~SmTarget() { lt.set_sm_count_target(0); }
-  } restore{s.lt};
+    GemmAttention* attention;
+    ~SmTarget() {
+      lt.set_sm_count_target(0);
+      // cublasSetSmCountTarget(0) fails only on a broken handle, which the next GEMM reports.
+      try {
+        if (attention) attention->set_sm_count_target(0);
+      } catch (...) {
+      }
+    }
+  } restore{s.lt, s.gemm_attention.get()};
   s.lt.set_sm_count_target(s.backward_sm_count);
+  if (s.gemm_attention) s.gemm_attention->set_sm_count_target(s.backward_sm_count);
   if (s.precision == Precision::bf16) s.backward_pass<bf16>(d_params, d_grads, accumulate, on_ready);
   else s.backward_pass<float>(d_params, d_grads, accumulate, on_ready);
 }

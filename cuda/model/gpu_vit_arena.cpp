@@ -38,9 +38,22 @@ class Planner {
 
 namespace {
 
+/// Floats of one block's probs slot: cuDNN's softmax statistics [B, H, T], the gemm attention's
+/// row-padded probabilities, or the custom kernels' [B, H, T, T]; 0 (no slot) for gemm_recompute.
+size_t probs_floats(AttentionImpl attention, size_t B, size_t T, size_t H) {
+  if (attention == AttentionImpl::cudnn) return CudnnAttention::stats_floats((int)B, (int)T, (int)H);
+  if (attention == AttentionImpl::gemm) return GemmAttention::probs_floats((int)B, (int)T, (int)H);
+  if (attention == AttentionImpl::gemm_recompute) return 0;
+  return B * H * T * T;
+}
+
+const char* probs_name(AttentionImpl attention) {
+  return attention == AttentionImpl::cudnn ? "attention softmax statistics" : "attention probabilities";
+}
+
 /// Byte offsets of one encoder block's buffers relative to the block's start (its input x[l]
 /// first, then everything backward reads of it); returns the block's bytes (aligned).
-size_t plan_block(const ViTConfig& cfg, size_t B, size_t op, bool cudnn_attention, GpuViTArenaPlan::Block& b,
+size_t plan_block(const ViTConfig& cfg, size_t B, size_t op, AttentionImpl attention, GpuViTArenaPlan::Block& b,
                   size_t& x_in) {
   const size_t T = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim, H = cfg.heads, N = B * T, f32 = 4;
   size_t off = 0;
@@ -54,7 +67,8 @@ size_t plan_block(const ViTConfig& cfg, size_t B, size_t op, bool cudnn_attentio
   b.mean1 = take(N, f32);
   b.rstd1 = take(N, f32);
   b.qkv = take(N * 3 * D, op);
-  b.probs = take(cudnn_attention ? CudnnAttention::stats_floats((int)B, (int)T, (int)H) : B * H * T * T, f32);
+  const size_t probs = probs_floats(attention, B, T, H);
+  b.probs = probs > 0 ? take(probs, f32) : GpuViTArenaPlan::npos;
   b.attn = take(N * D, op);
   b.xmid = take(N * D, f32);
   b.z = take(N * D, op);
@@ -68,7 +82,7 @@ size_t plan_block(const ViTConfig& cfg, size_t B, size_t op, bool cudnn_attentio
 /// Shifts every offset of a block plan by `base`.
 void shift(GpuViTArenaPlan::Block& b, size_t base) {
   for (size_t* o : {&b.y1, &b.qkv, &b.attn, &b.z, &b.u, &b.g, &b.mean1, &b.rstd1, &b.probs, &b.xmid, &b.mean2, &b.rstd2})
-    *o += base;
+    if (*o != GpuViTArenaPlan::npos) *o += base;
 }
 
 }  // namespace
@@ -97,9 +111,12 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
   p.dx = a.add(N * D, f32, "residual-stream gradient");
   const bool cudnn_attention = attention == AttentionImpl::cudnn;
   p.dscores = cudnn_attention ? GpuViTArenaPlan::npos
-              : a.add(attention == AttentionImpl::gemm ? GemmAttention::dscores_floats(max_batch, (int)T, (int)H)
+              : a.add(is_gemm_attention(attention) ? GemmAttention::dscores_floats(max_batch, (int)T, (int)H)
                                                        : attention_backward_scratch_floats(max_batch, (int)T, (int)H),
                       f32, "attention score gradient");
+  if (attention == AttentionImpl::gemm_recompute)
+    p.attn_probs = a.add(GemmAttention::probs_floats(max_batch, (int)T, (int)H), f32,
+                         "attention probabilities (every block's, recomputed in backward)");
   p.dxf = a.add(B * D, f32, "final LayerNorm output gradient");
   if (half) {
     p.weights16 = a.add(param_total, bf16, "bf16 copy of the parameters");
@@ -118,7 +135,7 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
   r = std::max(r, gelu_backward_bias_scratch_floats(Ni, Mi));
   r = std::max(r, column_sum_scratch_floats(max_batch * (int)Np, Di));
   r = std::max(r, column_sum_scratch_floats(max_batch, Ki));
-  if (attention == AttentionImpl::gemm) r = std::max(r, GemmAttention::pointer_scratch_floats(max_batch, (int)H));
+  if (is_gemm_attention(attention)) r = std::max(r, GemmAttention::pointer_scratch_floats(max_batch, (int)H));
   r = std::max(r, softmax_xent_scratch_floats(max_batch));
   p.reduce_scratch_floats = r;
   p.reduce_scratch = a.add(r, f32, "reduction scratch");
@@ -131,7 +148,7 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
   p.blocks.resize(L);
   std::vector<size_t> x_rel(L);
   size_t per_block = 0;
-  for (int l = 0; l < L; ++l) per_block = plan_block(cfg, B, op, cudnn_attention, p.blocks[l], x_rel[l]);
+  for (int l = 0; l < L; ++l) per_block = plan_block(cfg, B, op, attention, p.blocks[l], x_rel[l]);
   std::vector<size_t> start(L);
   size_t region = 0;
   if (overlay_gradients) {
@@ -168,13 +185,13 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
     const std::pair<const char*, std::pair<size_t, size_t>> bufs[] = {
         {"residual stream x[l]", {p.x[m], nd}}, {"ln_1 output", {b.y1, N * D * op}},
         {"ln_1 mean", {b.mean1, N * f32}},     {"ln_1 rstd", {b.rstd1, N * f32}},
-        {"qkv", {b.qkv, N * 3 * D * op}},       {cudnn_attention ? "attention softmax statistics" : "attention probabilities",
-         {b.probs, (cudnn_attention ? CudnnAttention::stats_floats((int)B, (int)T, (int)H) : B * H * T * T) * f32}},
+        {"qkv", {b.qkv, N * 3 * D * op}},       {probs_name(attention), {b.probs, probs_floats(attention, B, T, H) * f32}},
         {"attention output", {b.attn, N * D * op}}, {"post-attention residual", {b.xmid, nd}},
         {"ln_2 output", {b.z, N * D * op}},     {"ln_2 mean", {b.mean2, N * f32}},
         {"ln_2 rstd", {b.rstd2, N * f32}},      {"mlp.0 output", {b.u, N * M * op}},
         {"GELU output", {b.g, N * M * op}}};
-    for (const auto& [name, ob] : bufs) p.slots.push_back(ArenaSlot{std::string(name) + s, ob.first, ob.second});
+    for (const auto& [name, ob] : bufs)
+      if (ob.first != GpuViTArenaPlan::npos) p.slots.push_back(ArenaSlot{std::string(name) + s, ob.first, ob.second});
   }
   p.block_bytes = per_block;
   return p;

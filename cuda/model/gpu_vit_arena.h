@@ -32,7 +32,7 @@ struct GpuViTArenaPlan {
   /// Per encoder block l.
   struct Block {
     size_t y1, qkv, attn, z, u, g;                     ///< op: [N,D], [N,3D], [N,D], [N,D], [N,M], [N,M]
-    size_t mean1, rstd1, probs, xmid, mean2, rstd2;    ///< fp32: [N], [N], [B,H,T,T], [N,D], [N], [N]
+    size_t mean1, rstd1, probs, xmid, mean2, rstd2;    ///< fp32: [N], [N], probs (below), [N,D], [N], [N]
   };
   static constexpr size_t npos = static_cast<size_t>(-1);  ///< buffer absent in this precision
 
@@ -43,6 +43,7 @@ struct GpuViTArenaPlan {
   size_t logits = 0, dlogits = 0;        ///< fp32 [B, K]
   size_t dx = 0;                         ///< fp32 [N, D] residual-stream gradient
   size_t dscores = 0;                    ///< fp32 attention_backward_scratch_floats(B, T, H); npos with cuDNN attention
+  size_t attn_probs = npos;              ///< gemm_recompute only: fp32 GemmAttention::probs_floats(B, T, H), shared by the blocks
   size_t dxf = 0;                        ///< fp32 [B, D]
   size_t reduce_scratch = 0;             ///< fp32 [reduce_scratch_floats]
   size_t reduce_scratch_floats = 0;
@@ -69,9 +70,13 @@ struct GpuViTArenaPlan {
 /// then grows by much less than the gradients' size (vit_l_32 bf16 batch 32: about 0.1 GB instead
 /// of 1.2 GB). Throws std::invalid_argument if max_batch < 1, or for the overlay when
 /// param_total is not that layout's padding-free size.
-/// attention = cudnn keeps [B, H, T] softmax statistics (CudnnAttention::stats_floats) in the
-/// probs slot and needs no score-gradient scratch (dscores = npos); attention = gemm also puts its
-/// pointer arrays (GemmAttention::pointer_scratch_floats) in the reduction scratch; patch_embed =
+/// The probs slot holds [B, H, T, T] probabilities for attention = custom; attention = cudnn keeps
+/// [B, H, T] softmax statistics (CudnnAttention::stats_floats) there and needs no score-gradient
+/// scratch (dscores = npos); attention = gemm keeps row-padded probabilities and dS
+/// (GemmAttention::probs_floats) and also puts its pointer arrays
+/// (GemmAttention::pointer_scratch_floats) in the reduction scratch; attention = gemm_recompute
+/// keeps no per-block probabilities (Block::probs = npos) and one probabilities buffer of the same
+/// size for all blocks (attn_probs), plus gemm's dS and pointer scratch; patch_embed =
 /// cudnn needs no im2col patches (patches = npos).
 GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int max_batch, Precision precision,
                                    bool overlay_gradients = false, AttentionImpl attention = AttentionImpl::custom,

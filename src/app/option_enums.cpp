@@ -27,7 +27,7 @@ template <>
 const std::vector<std::pair<AttentionChoice, std::string>>& enum_names<AttentionChoice>() {
   static const std::vector<std::pair<AttentionChoice, std::string>> n = {
       {AttentionChoice::Auto, "auto"}, {AttentionChoice::Cudnn, "cudnn"}, {AttentionChoice::Custom, "custom"},
-      {AttentionChoice::Gemm, "gemm"}};
+      {AttentionChoice::Gemm, "gemm"}, {AttentionChoice::GemmRecompute, "gemm-recompute"}};
   return n;
 }
 template <>

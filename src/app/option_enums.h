@@ -45,7 +45,7 @@ struct DataSpec {
 enum class EvalSplit { Test, Train };
 
 /// --attention: auto (chosen by measurement, model/kernel_choice.h), cudnn, custom, gemm.
-enum class AttentionChoice { Auto, Cudnn, Custom, Gemm };
+enum class AttentionChoice { Auto, Cudnn, Custom, Gemm, GemmRecompute };
 
 /// --patch-embed: auto (= gemm, model/kernel_choice.h), cudnn, gemm.
 enum class PatchEmbedChoice { Auto, Cudnn, Gemm };

@@ -45,7 +45,7 @@ struct Options {
   Compression compression = Compression::None;  ///< none | fp16 | bf16 | powersgd (DDP comm hook)
   bool cuda_graph = true;           ///< GPU: replay forward + backward + all-reduces as a CUDA graph (--cuda-graph)
   Precision precision = Precision::fp32;  ///< fp32 | tf32 | bf16 (GPU model numerics; model/precision.h)
-  AttentionChoice attention = AttentionChoice::Auto;    ///< auto | cudnn | custom | gemm (attention core; model/kernel_choice.h)
+  AttentionChoice attention = AttentionChoice::Auto;    ///< auto | cudnn | custom | gemm | gemm-recompute (attention core; model/kernel_choice.h)
   PatchEmbedChoice patch_embed = PatchEmbedChoice::Auto;  ///< auto | cudnn | gemm (conv_proj; model/kernel_choice.h)
   int powersgd_rank = 1;            ///< PowerSGD matrix_approximation_rank
   int64_t powersgd_start_step = 1000;         ///< PowerSGD start_powerSGD_iter

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "cuda/kernels/attention_gemm.h"
 #include "cuda/model/gpu_vit.h"
 #include "cuda/kernels/gelu.h"
 #include "cuda/model/gpu_vit_arena.h"
@@ -99,6 +100,41 @@ TEST_CASE("memory estimate: momentum, bf16, reducer buffers", "[memory]") {
   CHECK(ec.bytes_of("activations") ==
         plan_gpu_vit_arena(layout.cfg, n, 8, Precision::bf16, true, AttentionImpl::cudnn).total_bytes);
   CHECK(ec.bytes_of("activations") < e.bytes_of("activations"));
+  // fp32 attention as batched GEMMs: probabilities [B, H, T, ldp] (rows padded to 4 floats) in every
+  // block, or (gemm-recompute) in one buffer for all blocks and none per block; the rest identical.
+  {
+    const ParamLayout l16 = make_param_layout(vit_config("vit_b_16"));
+    const size_t B = 8, T = 197, H = 12, ldp = 200, probs = B * H * T * ldp * 4;
+    CHECK(GemmAttention::probs_ld(197) == 200);
+    CHECK(GemmAttention::probs_ld(200) == 200);
+    CHECK(GemmAttention::probs_ld(1) == 4);
+    const GpuViTArenaPlan keep = plan_gpu_vit_arena(l16.cfg, l16.total, 8, Precision::tf32, false, AttentionImpl::gemm);
+    const GpuViTArenaPlan re =
+        plan_gpu_vit_arena(l16.cfg, l16.total, 8, Precision::tf32, false, AttentionImpl::gemm_recompute);
+    REQUIRE(re.attn_probs != GpuViTArenaPlan::npos);
+    CHECK(keep.attn_probs == GpuViTArenaPlan::npos);
+    for (const auto& b : re.blocks) CHECK(b.probs == GpuViTArenaPlan::npos);
+    size_t keep_probs = 0, re_probs = 0, keep_all = 0, re_all = 0;
+    for (const auto& s : keep.slots) {
+      keep_all += s.bytes;
+      if (s.name.rfind("attention probabilities", 0) == 0) keep_probs += s.bytes;
+    }
+    for (const auto& s : re.slots) {
+      re_all += s.bytes;
+      if (s.name.rfind("attention probabilities", 0) == 0) re_probs += s.bytes;
+    }
+    CHECK(keep_probs == 12 * probs);
+    CHECK(re_probs == probs);
+    CHECK(keep_all - re_all == 11 * probs);
+    Options og = parse_args({"--model", "vit_b_16", "--precision", "tf32", "--batch-size", "8", "--attention", "gemm"});
+    Options orc = og;
+    orc.attention = AttentionChoice::GemmRecompute;
+    const std::vector<Bucket> b16 = assign_buckets(l16, 1 << 20, 25 << 20);
+    CHECK(estimate_gpu_memory(og, l16, b16).bytes_of("activations") ==
+          plan_gpu_vit_arena(l16.cfg, l16.total, 8, Precision::tf32, true, AttentionImpl::gemm).total_bytes);
+    CHECK(estimate_gpu_memory(orc, l16, b16).bytes_of("activations") ==
+          plan_gpu_vit_arena(l16.cfg, l16.total, 8, Precision::tf32, true, AttentionImpl::gemm_recompute).total_bytes);
+  }
 
   Options nd = parse_args({"--model", "vit_b_32", "--no-ddp"});
   nd.grad_as_bucket_view = false;  // (refused on the command line with --no-ddp: no effect)

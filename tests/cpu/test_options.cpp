@@ -124,7 +124,7 @@ TEST_CASE("--attention and --patch-embed: auto by default; cuDNN attention only 
   CHECK(parse_args({"--attention", "cudnn", "--precision", "bf16"}).attention == AttentionChoice::Cudnn);
   CHECK(parse_args({"--patch-embed", "cudnn"}).patch_embed == PatchEmbedChoice::Cudnn);
   CHECK(parse_args({"--patch-embed=gemm", "--precision", "tf32"}).patch_embed == PatchEmbedChoice::Gemm);
-  CHECK(option_error({"--attention", "flash"}) == "--attention: unknown value 'flash' (choose one of: auto, cudnn, custom, gemm)");
+  CHECK(option_error({"--attention", "flash"}) == "--attention: unknown value 'flash' (choose one of: auto, cudnn, custom, gemm, gemm-recompute)");
   CHECK(option_error({"--patch-embed", "fft"}) == "--patch-embed: unknown value 'fft' (choose one of: auto, cudnn, gemm)");
   for (const char* p : {"fp32", "tf32"}) {
     const std::string e = option_error({"--attention", "cudnn", "--precision", p});
@@ -167,7 +167,15 @@ TEST_CASE("kernel choice: names map to implementations; auto never picks cuDNN a
     CHECK(resolve_attention("auto", p, 64, 197) == AttentionImpl::gemm);
     CHECK(resolve_attention("auto", p, 80, 257) == AttentionImpl::gemm);
     CHECK(resolve_attention("gemm", p, 64, 50) == AttentionImpl::gemm);
+    CHECK(resolve_attention("gemm-recompute", p, 64, 197) == AttentionImpl::gemm_recompute);
   }
+  CHECK(parse_args({"--attention", "gemm-recompute"}).attention == AttentionChoice::GemmRecompute);
+  CHECK(option_error({"--attention", "gemm-recompute", "--precision", "bf16"})
+            .rfind("--attention gemm-recompute: needs --precision fp32 or tf32", 0) == 0);
+  CHECK(std::string(attention_impl_name(AttentionImpl::gemm_recompute)) == "gemm-recompute");
+  CHECK(is_gemm_attention(AttentionImpl::gemm));
+  CHECK(is_gemm_attention(AttentionImpl::gemm_recompute));
+  CHECK_FALSE(is_gemm_attention(AttentionImpl::custom));
   CHECK_THROWS_WITH(resolve_attention("gemm", Precision::bf16),
                     Catch::StartsWith("--attention gemm: needs --precision fp32 or tf32"));
   CHECK(option_error({"--attention", "gemm", "--precision", "bf16"}).rfind("--attention gemm: needs --precision fp32 or tf32", 0) == 0);

@@ -140,15 +140,31 @@ TEST_CASE("attention as batched GEMMs (--attention gemm): fp32 and tf32 match ho
       const int D = sh.H * sh.dh;
       const auto hqkv = normal_vec((size_t)sh.B * sh.T * 3 * D, 4, 0), hdo = normal_vec((size_t)sh.B * sh.T * D, 4, 1);
       const AttentionRef ref = attention_reference(hqkv, hdo, sh.B, sh.T, sh.H, sh.dh);
-      DevVec<float> qkv(hqkv), probs(ref.probs.size()), out(ref.out.size()), dout(hdo), dqkv(ref.dqkv.size()),
+      DevVec<float> qkv(hqkv), probs(GemmAttention::probs_floats(sh.B, sh.T, sh.H)), out(ref.out.size()), dout(hdo),
+          dqkv(ref.dqkv.size()),
           dscores(GemmAttention::dscores_floats(sh.B, sh.T, sh.H)),
           ptrs(GemmAttention::pointer_scratch_floats(sh.B, sh.H)), ws(1 << 20);
       // dqkv poisoned first: every element must be written.
       CUDA_CHECK(cudaMemset(dqkv.get(), 0xFF, ref.dqkv.size() * sizeof(float)));
       GemmAttention g(st.s, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, ws.get(), (1 << 20) * sizeof(float));
+      // The row padding of probs and dS is never read: poisoned with NaN.
+      CUDA_CHECK(cudaMemset(probs.get(), 0xFF, GemmAttention::probs_floats(sh.B, sh.T, sh.H) * sizeof(float)));
+      CUDA_CHECK(cudaMemset(dscores.get(), 0xFF, GemmAttention::dscores_floats(sh.B, sh.T, sh.H) * sizeof(float)));
+      // Half the SMs in backward (--gemm-sm-carveout's route): the same products on fewer SMs.
       g.forward(qkv.get(), probs.get(), out.get(), sh.B, sh.T, sh.H, sh.dh, ptrs.get());
+      g.set_sm_count_target(66);
       g.backward(qkv.get(), probs.get(), dout.get(), dqkv.get(), dscores.get(), sh.B, sh.T, sh.H, sh.dh, ptrs.get());
-      const double ep = norm_rel_err(probs.download(), ref.probs), eo = norm_rel_err(out.download(), ref.out),
+      g.set_sm_count_target(0);
+      // Drop the padding columns: [B, H, T, probs_ld(T)] -> [B, H, T, T].
+      const int ldp = GemmAttention::probs_ld(sh.T);
+      CHECK(ldp % 4 == 0);
+      CHECK(ldp >= sh.T);
+      CHECK(ldp < sh.T + 4);
+      const std::vector<float> padded = probs.download();
+      std::vector<float> hp(ref.probs.size());
+      for (size_t r = 0; r < (size_t)sh.B * sh.H * sh.T; ++r)
+        for (int j = 0; j < sh.T; ++j) hp[r * sh.T + j] = padded[r * ldp + j];
+      const double ep = norm_rel_err(hp, ref.probs), eo = norm_rel_err(out.download(), ref.out),
                    ed = norm_rel_err(dqkv.download(), ref.dqkv);
       std::printf("attention gemm %s B=%d H=%d T=%d dh=%d: norm-relative errors probs %.2e out %.2e dqkv %.2e\n",
                   tf32 ? "tf32" : "fp32", sh.B, sh.H, sh.T, sh.dh, ep, eo, ed);
@@ -156,6 +172,16 @@ TEST_CASE("attention as batched GEMMs (--attention gemm): fp32 and tf32 match ho
       CHECK(ep < tol);
       CHECK(eo < tol);
       CHECK(ed < tol);
+      // probs() alone (what --attention gemm-recompute runs before backward) rewrites forward's
+      // probabilities bit for bit, into a buffer that held something else.
+      DevVec<float> again(GemmAttention::probs_floats(sh.B, sh.T, sh.H));
+      CUDA_CHECK(cudaMemset(again.get(), 0x7F, GemmAttention::probs_floats(sh.B, sh.T, sh.H) * sizeof(float)));
+      g.probs(qkv.get(), again.get(), sh.B, sh.T, sh.H, sh.dh, ptrs.get());
+      const std::vector<float> redone = again.download();
+      size_t differ = 0;
+      for (size_t r = 0; r < (size_t)sh.B * sh.H * sh.T; ++r)
+        for (int j = 0; j < sh.T; ++j) differ += !(redone[r * ldp + j] == padded[r * ldp + j]);
+      CHECK(differ == 0);
       // No check that tf32 rounding shows: CUBLAS_COMPUTE_32F_FAST_TF32 lets cuBLAS pick an fp32
       // kernel for a shape (measured: T = 70, head_dim 80, and the scores at T = 197 ran in fp32).
     }
@@ -166,5 +192,10 @@ TEST_CASE("attention as batched GEMMs (--attention gemm): fp32 and tf32 match ho
   CHECK_THROWS_AS(g.forward(dummy.get(), dummy.get(), dummy.get(), 1, 513, 1, 64, dummy.get()), std::invalid_argument);
   CHECK_THROWS_AS(g.forward(dummy.get(), dummy.get(), dummy.get(), 0, 50, 1, 64, dummy.get()), std::invalid_argument);
   CHECK_THROWS_AS(GemmAttention(st2.s, CUBLAS_COMPUTE_16F, nullptr, 0), std::invalid_argument);
+  // A null or misaligned pointer scratch, and a negative SM target, are refused before any launch.
+  CHECK_THROWS_AS(g.forward(dummy.get(), dummy.get(), dummy.get(), 1, 50, 1, 64, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(g.backward(dummy.get(), dummy.get(), dummy.get(), dummy.get(), dummy.get(), 1, 50, 1, 64, dummy.get() + 1),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(g.set_sm_count_target(-1), std::invalid_argument);
   CUDA_CHECK(cudaStreamSynchronize(st2.s));  // no launch error is left behind
 }

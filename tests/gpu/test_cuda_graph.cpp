@@ -67,12 +67,13 @@ TEST_CASE("GPU engine: CUDA graph replay equals eager launches bitwise (losses a
   }
   // The attention as batched cuBLAS GEMMs (auto's choice beyond 64 tokens in fp32 and tf32; forced
   // here on vit_tiny): captured pointer-array kernels and cuBLAS calls replay bit for bit too.
-  for (const std::string p : {"fp32", "tf32"}) {
-    INFO(p << ", --attention gemm");
-    Options og = graph_options(p, true), oe = graph_options(p, false);
-    og.attention = oe.attention = AttentionChoice::Gemm;
-    check_graph_equals_eager(og, oe);
-  }
+  for (const std::string p : {"fp32", "tf32"})
+    for (const AttentionChoice a : {AttentionChoice::Gemm, AttentionChoice::GemmRecompute}) {
+      INFO(p << ", --attention " << to_string(a));
+      Options og = graph_options(p, true), oe = graph_options(p, false);
+      og.attention = oe.attention = a;
+      check_graph_equals_eager(og, oe);
+    }
 }
 
 TEST_CASE("GPU engine: --record-grad-ready times each group inside backward, eager and replayed; training unchanged",

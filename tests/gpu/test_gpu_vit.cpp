@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "cuda/kernels/attention_gemm.h"
 #include "cuda/model/gpu_vit.h"
+#include "cuda/model/gpu_vit_arena.h"
 #include "model/cpu_vit.h"
 #include "model/init.h"
 #include "model/rng.h"
@@ -449,6 +451,48 @@ TEST_CASE("gpu_vit: gradients overlaid on dead activations equal separate gradie
       CUDA_CHECK(cudaMemcpy(gb.data(), overlaid.gradients(), grad_bytes, cudaMemcpyDeviceToHost));
       size_t differ = 0;
       for (size_t i = 0; i < L.total; ++i) differ += !(ga[i] == gb[i]);
+      CHECK(differ == 0);
+    }
+  }
+}
+
+TEST_CASE("gpu_vit: --attention gemm-recompute gives gemm's loss and gradients bit for bit, in less memory "
+          "(vit_b_16 with 3 blocks, 197 tokens)",
+          "[gpu][gpu_vit][gemm]") {
+  REQUIRE_GPU();
+  for (const Precision prec : {Precision::fp32, Precision::tf32}) {
+    ViTConfig cfg = vit_config("vit_b_16");
+    cfg.layers = 3;
+    const ParamLayout L = make_param_layout(cfg);
+    INFO(precision_name(prec));
+    const int B = 2;
+    Stream st;
+    DevVec<float> dp(random_params(L, 81)), dimg(random_images(cfg, B, 82)), dloss(1), ga(L.total), gb(L.total);
+    DevVec<int32_t> dlab(random_labels(cfg, B, 83));
+    GpuViTOptions o = GpuViTOptions::for_precision(prec);
+    o.gemm_autotune_candidates = 0;  // the same cuBLASLt algorithms in both models
+    o.attention = AttentionImpl::gemm;
+    GpuViT keep(L, B, st.s, o);
+    o.attention = AttentionImpl::gemm_recompute;
+    GpuViT recompute(L, B, st.s, o);
+    // Two blocks' probabilities fewer: [B, H, T, 200] fp32 each.
+    const size_t probs = (size_t)B * cfg.heads * 197 * GemmAttention::probs_ld(197) * sizeof(float);
+    std::printf("[gemm-recompute %s] device bytes: keep %zu, recompute %zu (difference %zu = %.3f x probs)\n",
+                precision_name(prec), keep.device_bytes(), recompute.device_bytes(),
+                keep.device_bytes() - recompute.device_bytes(), double(keep.device_bytes() - recompute.device_bytes()) / probs);
+    // (each block's buffers start kArenaAlign-aligned: the saving is 2 x probs to within that)
+    CHECK(keep.device_bytes() - recompute.device_bytes() + 3 * kArenaAlign >= 2 * probs);
+    CHECK(keep.device_bytes() - recompute.device_bytes() <= 2 * probs + 3 * kArenaAlign);
+    keep.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
+    const float loss_a = dloss.download()[0];
+    keep.backward(dp.get(), ga.get(), false, {});
+    for (int rep = 0; rep < 2; ++rep) {
+      recompute.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
+      CHECK(dloss.download()[0] == loss_a);
+      recompute.backward(dp.get(), gb.get(), false, {});
+      const std::vector<float> a = ga.download(), b = gb.download();
+      size_t differ = 0;
+      for (size_t i = 0; i < L.total; ++i) differ += !(a[i] == b[i]);
       CHECK(differ == 0);
     }
   }
