@@ -9,8 +9,9 @@ const char* attention_impl_name(AttentionImpl a) {
     case AttentionImpl::cudnn: return "cudnn";
     case AttentionImpl::gemm: return "gemm";
     case AttentionImpl::gemm_recompute: return "gemm-recompute";
-    default: return "custom";
+    case AttentionImpl::custom: break;
   }
+  return "custom";
 }
 
 const char* patch_embed_impl_name(PatchEmbedImpl p) { return p == PatchEmbedImpl::cudnn ? "cudnn" : "gemm"; }

@@ -34,6 +34,8 @@ expect_error "cuDNN patch embedding in bf16" "--patch-embed cudnn: not with --pr
 expect_error "warm-up longer than the cosine" "--lr-warmup-steps: must be less than the cosine schedule's length 14" --lr-schedule cosine --lr-warmup-steps 20
 expect_error "cuDNN attention in fp32" "--attention cudnn: needs --precision bf16" --attention cudnn
 expect_error "batched-GEMM attention in bf16" "--attention gemm: needs --precision fp32 or tf32" --attention gemm --precision bf16
+expect_error "recomputing batched-GEMM attention in bf16" "--attention gemm-recompute: needs --precision fp32 or tf32" \
+  --attention gemm-recompute --precision bf16
 expect_error "unknown patch embedding" "--patch-embed: unknown value 'fft'" --patch-embed fft
 expect_error "cuDNN patch embedding on the CPU backend" "--patch-embed cudnn: needs the GPU backend" --patch-embed cudnn --model vit_micro
 expect_error "GEMM SM carveout on the CPU backend" "--gemm-sm-carveout: needs the GPU backend" --gemm-sm-carveout 8 --model vit_micro

@@ -114,6 +114,9 @@ GemmAttention::GemmAttention(cudaStream_t stream, cublasComputeType_t compute, v
     : stream_(stream), compute_(compute) {
   if (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_PEDANTIC && compute != CUBLAS_COMPUTE_32F_FAST_TF32)
     throw std::invalid_argument("GemmAttention: compute type must be CUBLAS_COMPUTE_32F, _32F_PEDANTIC or _32F_FAST_TF32");
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&device_sms_, cudaDevAttrMultiProcessorCount, device));
   CUBLAS_CHECK(cublasCreate(&handle_));
   try {
     CUBLAS_CHECK(cublasSetStream(handle_, stream));
@@ -126,7 +129,9 @@ GemmAttention::GemmAttention(cudaStream_t stream, cublasComputeType_t compute, v
 }
 
 void GemmAttention::set_sm_count_target(int n) {
-  if (n < 0) throw std::invalid_argument("GemmAttention::set_sm_count_target: n must be >= 0, got " + std::to_string(n));
+  if (n < 0 || n > device_sms_)
+    throw std::invalid_argument("GemmAttention::set_sm_count_target: " + std::to_string(n) + " outside [0, " +
+                                std::to_string(device_sms_) + "] (the device's SM count)");
   CUBLAS_CHECK(cublasSetSmCountTarget(handle_, n));
 }
 

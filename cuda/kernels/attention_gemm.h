@@ -52,8 +52,11 @@ class GemmAttention {
   static size_t dscores_floats(int batch, int T, int heads) { return probs_floats(batch, T, heads); }
 
   /// Plans the products for n SMs (cublasSetSmCountTarget; 0 = every SM of the device), as
-  /// LtGemm::set_sm_count_target does for the other GEMMs. n < 0 throws std::invalid_argument.
+  /// LtGemm::set_sm_count_target does for the other GEMMs. n outside [0, device_sm_count()]
+  /// throws std::invalid_argument.
   void set_sm_count_target(int n);
+  /// The SM count of the device current at construction.
+  int device_sm_count() const { return device_sms_; }
 
   /// Writes probs ([B, H, T, probs_ld(T)], probs_floats) and out; `scratch`:
   /// pointer_scratch_floats(batch, heads) floats, 8-byte aligned (checked), free between the
@@ -61,7 +64,8 @@ class GemmAttention {
   void forward(const float* qkv, float* probs, float* out, int batch, int T, int heads, int head_dim,
                float* scratch);
   /// Writes forward's probabilities alone (S = QK^T / sqrt(dh) and the row softmax, no O), the
-  /// same bits as forward's for the same qkv and SM count target: for a backward that kept none
+  /// same bits as forward's for the same qkv and SM count target (cuBLAS may pick other kernels for
+  /// another target): for a backward that kept none
   /// (--attention gemm-recompute). Arguments as in forward.
   void probs(const float* qkv, float* probs, int batch, int T, int heads, int head_dim, float* scratch);
   /// Writes dqkv; dscores: [B, H, T, probs_ld(T)] fp32 (dscores_floats), overwritten; `scratch` as in
@@ -77,6 +81,7 @@ class GemmAttention {
   cudaStream_t stream_;
   cublasComputeType_t compute_;
   cublasHandle_t handle_ = nullptr;
+  int device_sms_ = 0;
 };
 
 }  // namespace vitddp

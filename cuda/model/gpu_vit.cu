@@ -7,7 +7,8 @@
 //   emb     [B*Np, D]         conv_proj output
 //   x[l]    [N, D]            residual stream entering block l (x[L] leaves the last block)
 //   per block l: y1 (LN1 out, op), mean1/rstd1, qkv [N,3D] (op), probs [B,H,T,T] (custom
-//   attention; cuDNN attention keeps the softmax log-sum-exp [B,H,T] there instead), attn [N,D] (op,
+//   attention; gemm: rows padded to GemmAttention::probs_ld(T); gemm_recompute: none, one shared
+//   attn_probs instead; cuDNN attention keeps the softmax log-sum-exp [B,H,T] there), attn [N,D] (op,
 //   heads concatenated), xmid [N,D] (= x[l] + out_proj), z (LN2 out, op), mean2/rstd2, u [N,M]
 //   (fc1 out, op), g [N,M] (GELU(u), op).  x[l+1] = xmid + fc2(g).
 //   xf [B, D] final LN of the class-token rows only (the head sees nothing else), logits [B, K].
@@ -55,7 +56,7 @@ template <typename T>
 struct BlockActs {
   T *y1 = nullptr, *qkv = nullptr, *attn = nullptr, *z = nullptr, *u = nullptr, *g = nullptr;
   float *mean1 = nullptr, *rstd1 = nullptr, *xmid = nullptr, *mean2 = nullptr, *rstd2 = nullptr;
-  float* probs = nullptr;  // custom attention: [B,H,T,T] probabilities; cuDNN: [B,H,T] statistics
+  float* probs = nullptr;  // custom: [B,H,T,T] probabilities; gemm: [B,H,T,ldp]; cuDNN: [B,H,T] statistics; gemm_recompute: null
 };
 
 /// Every buffer whose element type is the GEMM-operand type T.
@@ -91,7 +92,7 @@ struct GpuViT::Impl {
   AttentionImpl attention = AttentionImpl::custom;
   PatchEmbedImpl patch_embed = PatchEmbedImpl::gemm;
   std::unique_ptr<CudnnAttention> cudnn_attention;  // attention == cudnn
-  std::unique_ptr<GemmAttention> gemm_attention;    // attention == gemm (fp32 activations)
+  std::unique_ptr<GemmAttention> gemm_attention;    // attention == gemm or gemm_recompute (fp32 activations)
   std::unique_ptr<CudnnPatchEmbed> cudnn_conv;      // patch_embed == cudnn
 
   // fp32 activations.
@@ -104,7 +105,7 @@ struct GpuViT::Impl {
   bf16* weights16 = nullptr;  // bf16 working copy of the parameters (bf16 mode)
   // Backward scratch (shared by all blocks; everything runs in order on one stream).
   float* dx = nullptr;       // [N, D] gradient of the residual stream (fp32)
-  float* dscores = nullptr;  // [B, H, T, T] (custom attention's large-shape path; the gemm attention's dS)
+  float* dscores = nullptr;  // [B, H, T, T] (custom attention's large-shape path; the gemm attention's dS, [B,H,T,ldp])
   float* attn_probs = nullptr;  // gemm_recompute: the probabilities of the block being run, recomputed in backward
   float* dxf = nullptr;      // [B, D]
   float* reduce_scratch = nullptr;  // column sums / LN partials / loss rows / gemm attention's pointer arrays
@@ -249,7 +250,8 @@ struct GpuViT::Impl {
   /// The attention core of one block (custom kernels, cuDNN or batched GEMMs; cuDNN only with
   /// T = bf16, the GEMMs only with T = float; the GEMMs' pointer arrays in reduce_scratch; with
   /// gemm_recompute the probabilities live in attn_probs, shared by the blocks, and backward
-  /// recomputes them there first).
+  /// recomputes them there first, planned for every SM as forward's were, so with the same bits;
+  /// the last block's are still there from forward: `probs_current`).
   template <typename T>
   void attention_core_forward(BlockActs<T>& a, int B) {
     const int T_ = cfg.seq_len(), H = cfg.heads, dh = cfg.head_dim();
@@ -263,13 +265,17 @@ struct GpuViT::Impl {
     else attention_forward(a.qkv, a.probs, a.attn, B, T_, H, dh, stream, precision);
   }
   template <typename T>
-  void attention_core_backward(BlockActs<T>& a, const T* dout, T* dqkv, int B) {
+  void attention_core_backward(BlockActs<T>& a, const T* dout, T* dqkv, int B, bool probs_current) {
     const int T_ = cfg.seq_len(), H = cfg.heads, dh = cfg.head_dim();
     if constexpr (std::is_same_v<T, bf16>) {
       if (cudnn_attention) return cudnn_attention->backward(a.qkv, a.attn, a.probs, dout, dqkv, B, T_, H, dh);
     } else {
       if (gemm_attention && attn_probs) {
-        gemm_attention->probs(a.qkv, attn_probs, B, T_, H, dh, reduce_scratch);
+        if (!probs_current) {
+          gemm_attention->set_sm_count_target(0);
+          gemm_attention->probs(a.qkv, attn_probs, B, T_, H, dh, reduce_scratch);
+          gemm_attention->set_sm_count_target(backward_sm_count);
+        }
         return gemm_attention->backward(a.qkv, attn_probs, dout, dqkv, dscores, B, T_, H, dh, reduce_scratch);
       }
       if (gemm_attention)
@@ -439,7 +445,7 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
     ready(bp.proj_b, bp.proj_w);
     linear_backward_input(lt, dxo, W(w.proj_w), o.dnarrow, N, D, D);
     // Attention core, then in_proj.
-    attention_core_backward(a, o.dnarrow, o.dwide, B);
+    attention_core_backward(a, o.dnarrow, o.dwide, B, l == c.layers - 1);
     linear_grads(o.dwide, a.y1, g.qkv_w, g.qkv_b, N, 3 * D, D);
     ready(bp.qkv_b, bp.qkv_w);
     linear_backward_input(lt, o.dwide, W(w.qkv_w), o.dnarrow, N, 3 * D, D);
@@ -531,7 +537,7 @@ void GpuViT::backward(const float* d_params, float* d_grads, bool accumulate,
     GemmAttention* attention;
     ~SmTarget() {
       lt.set_sm_count_target(0);
-      // cublasSetSmCountTarget(0) fails only on a broken handle, which the next GEMM reports.
+      // cublasSetSmCountTarget(0) fails only on a broken handle; a destructor must not throw.
       try {
         if (attention) attention->set_sm_count_target(0);
       } catch (...) {

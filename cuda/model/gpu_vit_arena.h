@@ -34,7 +34,7 @@ struct GpuViTArenaPlan {
     size_t y1, qkv, attn, z, u, g;                     ///< op: [N,D], [N,3D], [N,D], [N,D], [N,M], [N,M]
     size_t mean1, rstd1, probs, xmid, mean2, rstd2;    ///< fp32: [N], [N], probs (below), [N,D], [N], [N]
   };
-  static constexpr size_t npos = static_cast<size_t>(-1);  ///< buffer absent in this precision
+  static constexpr size_t npos = static_cast<size_t>(-1);  ///< buffer absent in this configuration
 
   size_t emb = 0;                 ///< fp32 [B*Np, D] patch embeddings
   std::vector<size_t> x;          ///< fp32 [N, D] residual stream x[0..layers]
@@ -42,7 +42,7 @@ struct GpuViTArenaPlan {
   size_t xf = 0, meanf = 0, rstdf = 0;   ///< fp32 [B, D], [B], [B] final LayerNorm (class tokens)
   size_t logits = 0, dlogits = 0;        ///< fp32 [B, K]
   size_t dx = 0;                         ///< fp32 [N, D] residual-stream gradient
-  size_t dscores = 0;                    ///< fp32 attention_backward_scratch_floats(B, T, H); npos with cuDNN attention
+  size_t dscores = 0;                    ///< fp32 attention_backward_scratch_floats(B, T, H) (gemm: GemmAttention::dscores_floats); npos with cuDNN attention
   size_t attn_probs = npos;              ///< gemm_recompute only: fp32 GemmAttention::probs_floats(B, T, H), shared by the blocks
   size_t dxf = 0;                        ///< fp32 [B, D]
   size_t reduce_scratch = 0;             ///< fp32 [reduce_scratch_floats]

@@ -44,7 +44,7 @@ struct DataSpec {
 /// --eval-split: the IDX split --eval-every evaluates (test = the t10k-* files, train = the training files).
 enum class EvalSplit { Test, Train };
 
-/// --attention: auto (chosen by measurement, model/kernel_choice.h), cudnn, custom, gemm.
+/// --attention: auto (chosen by measurement, model/kernel_choice.h), cudnn, custom, gemm, gemm-recompute.
 enum class AttentionChoice { Auto, Cudnn, Custom, Gemm, GemmRecompute };
 
 /// --patch-embed: auto (= gemm, model/kernel_choice.h), cudnn, gemm.

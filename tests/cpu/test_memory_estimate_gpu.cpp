@@ -177,10 +177,13 @@ TEST_CASE("memory estimate: momentum, bf16, reducer buffers", "[memory]") {
 }
 
 TEST_CASE("activation arena: aligned, disjoint buffers; every pointer GpuViT binds is a slot", "[memory]") {
-  for (Precision p : {Precision::fp32, Precision::bf16}) {
+  for (const auto& [p, attention] : {std::pair{Precision::fp32, AttentionImpl::custom},
+                                     std::pair{Precision::bf16, AttentionImpl::custom},
+                                     std::pair{Precision::tf32, AttentionImpl::gemm_recompute}}) {
+    INFO(precision_name(p) << " " << attention_impl_name(attention));
     const ViTConfig c = vit_config("vit_tiny");
     const size_t total = make_param_layout(c).total;
-    const GpuViTArenaPlan plan = plan_gpu_vit_arena(c, total, 5, p);
+    const GpuViTArenaPlan plan = plan_gpu_vit_arena(c, total, 5, p, false, attention);
     std::map<size_t, size_t> slot_at;  // offset -> bytes
     size_t end = 0;
     for (const auto& s : plan.slots) {
@@ -196,7 +199,14 @@ TEST_CASE("activation arena: aligned, disjoint buffers; every pointer GpuViT bin
     for (size_t x : plan.x) bound.push_back(x);
     for (const auto& b : plan.blocks)
       for (size_t off : {b.y1, b.qkv, b.attn, b.z, b.u, b.g, b.mean1, b.rstd1, b.probs, b.xmid, b.mean2, b.rstd2})
-        bound.push_back(off);
+        if (off != GpuViTArenaPlan::npos) bound.push_back(off);
+    if (attention == AttentionImpl::gemm_recompute) {
+      for (const auto& b : plan.blocks) CHECK(b.probs == GpuViTArenaPlan::npos);
+      REQUIRE(plan.attn_probs != GpuViTArenaPlan::npos);
+      bound.push_back(plan.attn_probs);
+    } else {
+      CHECK(plan.attn_probs == GpuViTArenaPlan::npos);
+    }
     if (p == Precision::bf16) {
       bound.push_back(plan.weights16);
       bound.push_back(plan.dx16);
@@ -213,9 +223,12 @@ TEST_CASE("activation arena: aligned, disjoint buffers; every pointer GpuViT bin
   CHECK_THROWS(plan_gpu_vit_arena(vit_config("vit_tiny"), 10, 0, Precision::fp32));
   // The overlay: block m's buffers never share memory with the gradients of blocks m..L-1 (nor
   // the head's), which backward writes while block m is still to be read.
-  for (Precision p : {Precision::fp32, Precision::bf16}) {
+  for (const auto& [p, attention] : {std::pair{Precision::fp32, AttentionImpl::custom},
+                                     std::pair{Precision::bf16, AttentionImpl::custom},
+                                     std::pair{Precision::tf32, AttentionImpl::gemm_recompute}}) {
+    INFO(precision_name(p) << " " << attention_impl_name(attention));
     const ParamLayout layout = make_param_layout(vit_config("vit_b_32"));
-    const GpuViTArenaPlan plan = plan_gpu_vit_arena(layout.cfg, layout.total, 8, p, true);
+    const GpuViTArenaPlan plan = plan_gpu_vit_arena(layout.cfg, layout.total, 8, p, true, attention);
     REQUIRE(plan.gradients != GpuViTArenaPlan::npos);
     const int L = layout.cfg.layers;
     for (int m = 0; m < L; ++m) {
@@ -225,6 +238,7 @@ TEST_CASE("activation arena: aligned, disjoint buffers; every pointer GpuViT bin
       const size_t lo = plan.x[m];
       const auto& b = plan.blocks[m];
       for (size_t off : {b.y1, b.qkv, b.attn, b.z, b.u, b.g, b.mean1, b.rstd1, b.probs, b.xmid, b.mean2, b.rstd2, lo}) {
+        if (off == GpuViTArenaPlan::npos) continue;  // gemm_recompute's per-block probabilities
         CHECK(off >= plan.gradients + grad_end);
         CHECK(off < plan.gradients + grad_end + plan.block_bytes * (L - m) + kArenaAlign * L);
       }

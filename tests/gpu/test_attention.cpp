@@ -152,7 +152,7 @@ TEST_CASE("attention as batched GEMMs (--attention gemm): fp32 and tf32 match ho
       CUDA_CHECK(cudaMemset(dscores.get(), 0xFF, GemmAttention::dscores_floats(sh.B, sh.T, sh.H) * sizeof(float)));
       // Half the SMs in backward (--gemm-sm-carveout's route): the same products on fewer SMs.
       g.forward(qkv.get(), probs.get(), out.get(), sh.B, sh.T, sh.H, sh.dh, ptrs.get());
-      g.set_sm_count_target(66);
+      g.set_sm_count_target(g.device_sm_count() / 2);
       g.backward(qkv.get(), probs.get(), dout.get(), dqkv.get(), dscores.get(), sh.B, sh.T, sh.H, sh.dh, ptrs.get());
       g.set_sm_count_target(0);
       // Drop the padding columns: [B, H, T, probs_ld(T)] -> [B, H, T, T].
@@ -197,5 +197,6 @@ TEST_CASE("attention as batched GEMMs (--attention gemm): fp32 and tf32 match ho
   CHECK_THROWS_AS(g.backward(dummy.get(), dummy.get(), dummy.get(), dummy.get(), dummy.get(), 1, 50, 1, 64, dummy.get() + 1),
                   std::invalid_argument);
   CHECK_THROWS_AS(g.set_sm_count_target(-1), std::invalid_argument);
+  CHECK_THROWS_AS(g.set_sm_count_target(g.device_sm_count() + 1), std::invalid_argument);
   CUDA_CHECK(cudaStreamSynchronize(st2.s));  // no launch error is left behind
 }

@@ -457,10 +457,12 @@ TEST_CASE("gpu_vit: gradients overlaid on dead activations equal separate gradie
 }
 
 TEST_CASE("gpu_vit: --attention gemm-recompute gives gemm's loss and gradients bit for bit, in less memory "
-          "(vit_b_16 with 3 blocks, 197 tokens)",
+          "(vit_b_16 with 3 blocks, 197 tokens; also with backward planned for fewer SMs)",
           "[gpu][gpu_vit][gemm]") {
   REQUIRE_GPU();
+  for (const int carveout : {0, 16})
   for (const Precision prec : {Precision::fp32, Precision::tf32}) {
+    INFO("backward_sm_carveout " << carveout);
     ViTConfig cfg = vit_config("vit_b_16");
     cfg.layers = 3;
     const ParamLayout L = make_param_layout(cfg);
@@ -471,6 +473,7 @@ TEST_CASE("gpu_vit: --attention gemm-recompute gives gemm's loss and gradients b
     DevVec<int32_t> dlab(random_labels(cfg, B, 83));
     GpuViTOptions o = GpuViTOptions::for_precision(prec);
     o.gemm_autotune_candidates = 0;  // the same cuBLASLt algorithms in both models
+    o.backward_sm_carveout = carveout;  // the recomputed probabilities are still planned for every SM
     o.attention = AttentionImpl::gemm;
     GpuViT keep(L, B, st.s, o);
     o.attention = AttentionImpl::gemm_recompute;
