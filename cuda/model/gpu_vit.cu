@@ -270,16 +270,15 @@ struct GpuViT::Impl {
     if constexpr (std::is_same_v<T, bf16>) {
       if (cudnn_attention) return cudnn_attention->backward(a.qkv, a.attn, a.probs, dout, dqkv, B, T_, H, dh);
     } else {
-      if (gemm_attention && attn_probs) {
-        if (!probs_current) {
+      if (gemm_attention) {
+        if (attn_probs && !probs_current) {
           gemm_attention->set_sm_count_target(0);
           gemm_attention->probs(a.qkv, attn_probs, B, T_, H, dh, reduce_scratch);
           gemm_attention->set_sm_count_target(backward_sm_count);
         }
-        return gemm_attention->backward(a.qkv, attn_probs, dout, dqkv, dscores, B, T_, H, dh, reduce_scratch);
+        return gemm_attention->backward(a.qkv, attn_probs ? attn_probs : a.probs, dout, dqkv, dscores, B, T_, H, dh,
+                                        reduce_scratch);
       }
-      if (gemm_attention)
-        return gemm_attention->backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, reduce_scratch);
     }
     if constexpr (std::is_same_v<T, bf16>) attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream);
     else attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream, precision);
