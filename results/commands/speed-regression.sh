@@ -10,7 +10,7 @@
 #   OUT/[<model>-]<p>-{base,new}-r<r>.h5 (no model prefix for vit_l_32), log.txt,
 #   regression_table.md, README.md. About 2 minutes on an H200 with the defaults.
 TOPIC=speed-regression
-TITLE="Speed of two vitddp builds on one GPU, alternating (ViT-L/32, batch 32)"
+TITLE="Speed of two vitddp builds on one GPU, alternating (batch 32)"
 NEED_GPUS=1
 ROUNDS=${ROUNDS:-3}
 about() {
