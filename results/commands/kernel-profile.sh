@@ -5,7 +5,9 @@
 #   vitddp brackets its timed steps with cudaProfilerStart/Stop, so --profile-from-start off keeps
 #   that step), at the application clocks (--clock-control none); the GEMM ceilings at the model's
 #   shapes (results/peers/torch_peers.py --gemm-ceilings, needs torch); then
-#   results/kernel_table.py (vitddp-report kernels) writes one table per model into OUT/kernel_tables.md.
+#   results/kernel_table.py (vitddp-report kernels) writes one table per model into OUT/kernel_tables.md,
+#   memory-bound kernels against the GPU's device-to-device copy bandwidth measured in the same job
+#   (torch, a 1 GiB copy, read + write bytes; OUT/hbm_gbps.txt; 4300 GB/s, an H200's, when absent).
 # Usage: bash results/commands/kernel-profile.sh OUT  |  bash results/commands/kernel-profile.sh --readme DIR
 #   VITDDP [build/vitddp]  PYTHON [python3]  MODELS [vit_b_16 vit_l_32 vit_l_16]  BATCH [32]
 #   PRECISION [bf16]  NCU [ncu]. About 40 s a model on an H200.
@@ -23,6 +25,32 @@ die() { echo "kernel-profile.sh: $*" >&2; exit 2; }
 export NCCL_NVLS_ENABLE=0
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 
+hbm_gbps() {  # hbm_gbps DIR: the copy bandwidth measured into DIR/hbm_gbps.txt, else an H200's 4300 GB/s
+  local v; v=$(cat "$1/hbm_gbps.txt" 2>/dev/null)
+  if [[ $v =~ ^[0-9]+(\.[0-9]+)?$ ]]; then echo "$v"; else echo 4300; fi
+}
+
+measure_hbm() {  # measure_hbm FILE: device-to-device copy bandwidth in GB/s (read + write bytes) into FILE
+  "$PY" - "$1" <<'PY'
+import sys
+import torch
+n = 1 << 30
+a = torch.empty(n, dtype=torch.uint8, device="cuda")
+b = torch.empty_like(a)
+for _ in range(3):
+    b.copy_(a)
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+start.record()
+for _ in range(20):
+    b.copy_(a)
+end.record()
+end.synchronize()
+gbps = 2 * n * 20 / (start.elapsed_time(end) * 1e-3) / 1e9
+open(sys.argv[1], "w").write("%.0f\n" % gbps)
+print("device-to-device copy: %.0f GB/s (read + write)" % gbps)
+PY
+}
+
 tables() {  # tables DIR: DIR/kernel_tables.md from DIR's ncu and GEMM files
   local dir=$1 f m g rc=0
   : > "$dir/kernel_tables.md"
@@ -32,7 +60,8 @@ tables() {  # tables DIR: DIR/kernel_tables.md from DIR's ncu and GEMM files
     m=$(sed -E 's/^ncu-(.*)-(bf16|tf32|fp32)-b[0-9]+$/\1/' <<<"$stem")
     p=$(sed -E 's/.*-(bf16|tf32|fp32)-b[0-9]+$/\1/' <<<"$stem"); b=$(sed -E 's/.*-b([0-9]+)$/\1/' <<<"$stem")
     g=(); [ -e "$dir/gemm-$m-b$b.json" ] && g=(--gemm "$dir/gemm-$m-b$b.json")
-    "$PY" "$ROOT/results/kernel_table.py" "$f" "${g[@]}" --model "$m" --precision "$p" --batch-size "$b" \
+    "$PY" "$ROOT/results/kernel_table.py" "$f" "${g[@]}" --hbm-gbps "$(hbm_gbps "$dir")" \
+      --model "$m" --precision "$p" --batch-size "$b" \
       --title "$m, batch $b, $p: one training step" --top 0 >> "$dir/kernel_tables.md" || rc=1
   done
   return $rc
@@ -49,7 +78,12 @@ readme() {  # readme DIR
     echo "application clocks; \`x floor\` is a family's time over its floor: GEMMs against the same GEMMs at their"
     echo "measured ceilings (torch.matmul at the model's shapes, \`gemm-*.json\`), attention against the larger of its"
     echo "matrix products at the forward GEMM ceiling and its DRAM bytes, everything else against its DRAM bytes at"
-    echo "4300 GB/s (a large device-to-device copy). Kernel by kernel, as ncu runs them, the step is longer than"
+    if [ -e "$dir/hbm_gbps.txt" ]; then
+      echo "$(hbm_gbps "$dir") GB/s (a 1 GiB device-to-device copy measured in the same job, read + write bytes: \`hbm_gbps.txt\`)."
+      echo "Kernel by kernel, as ncu runs them, the step is longer than"
+    else
+      echo "4300 GB/s (a large device-to-device copy). Kernel by kernel, as ncu runs them, the step is longer than"
+    fi
     echo "in a CUDA-graph run (no overlap between launches); the shares are what to read."
     echo
     cat "$dir/kernel_tables.md"
@@ -71,6 +105,7 @@ mkdir -p "$OUT" || die "$OUT: cannot create the folder"
 status=0
 {
   date -u; nvidia-smi -L
+  measure_hbm "$OUT/hbm_gbps.txt" || echo "kernel-profile.sh: no copy bandwidth measured (torch failed): floors at 4300 GB/s"
   for m in $MODELS; do
     csv=$OUT/ncu-$m-$PRECISION-b$BATCH.csv
     timeout 300 "$NCU" --profile-from-start off --clock-control none --csv \
