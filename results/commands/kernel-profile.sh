@@ -74,6 +74,8 @@ readme() {  # readme DIR
     echo "# Where a training step's GPU time goes, per kernel family (one GPU)"
     echo
     echo "Written by \`bash results/commands/kernel-profile.sh OUT\` (rewrite: \`bash results/commands/kernel-profile.sh --readme DIR\`)."
+    local gpu; gpu=$(sed -nE 's/^GPU 0: ([^(]*[^ (]) *\(.*/\1/p' "$dir/log.txt" 2>/dev/null | head -1)
+    [ -n "$gpu" ] && echo "Device: $gpu (\`log.txt\`)."
     echo "Nsight Compute timed each kernel of one step of \`vitddp --no-ddp --data device --cuda-graph off\` at the"
     echo "application clocks; \`x floor\` is a family's time over its floor: GEMMs against the same GEMMs at their"
     echo "measured ceilings (torch.matmul at the model's shapes, \`gemm-*.json\`), attention against the larger of its"

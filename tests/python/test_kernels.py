@@ -110,3 +110,11 @@ def test_batched_gemm_attention_kernels_have_their_family():
     assert kernel_table.family("void vitddp::(anonymous namespace)::fill_pointers_kernel(PointerPlan, int, int, "
                                "const float **)") == fam
     assert kernel_table.family("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32") == "GEMM (cuBLASLt)"
+
+
+def test_layernorm_kernels_of_every_width_have_their_family():
+    # D = 128 x V (V <= 8) runs ln_warp's kernels; other widths (vit_h_14's 1280) the row kernels.
+    for kind, fam in (("forward", "LayerNorm forward"), ("backward", "LayerNorm backward")):
+        assert kernel_table.family("void vitddp::<unnamed>::ln_%s_vec_kernel<__nv_bfloat16>(const float *, int)" % kind) == fam
+        assert kernel_table.family("void vitddp::<unnamed>::ln_%s_kernel<float>(const float *, int)" % kind) == fam
+        assert kernel_table.family("void vitddp::ln_warp::%s<(int)8, __nv_bfloat16>(const float *, int)" % kind) == fam
