@@ -37,24 +37,48 @@ struct GpuRun {
   Groups groups;
 };
 
-/// Runs GPU and CPU on the same inputs and checks logits, loss and every gradient tensor.
-void compare_with_cpu(const ViTConfig& cfg, int max_batch, int batch, uint64_t seed,
-                      double logit_tol, double loss_tol, double grad_tol,
-                      const GpuViTOptions& options = GpuViTOptions()) {
-  const ParamLayout L = make_param_layout(cfg);
-  const std::vector<float> params = random_params(L, seed);
-  const std::vector<float> img = random_images(cfg, batch, seed + 1);
-  const std::vector<int32_t> lab = random_labels(cfg, batch, seed + 2);
+/// One CpuViT<float> forward + backward on seeded random parameters, images and labels: the
+/// reference every GPU run of the same (cfg, batch, seed) is checked against.
+struct CpuReference {
+  ParamLayout L;
+  std::vector<float> params, img, grads;
+  std::vector<int32_t> lab;
+  std::vector<double> logits;
+  double loss = 0;
+  Groups groups;
+  int batch = 0;
+};
 
-  // CPU reference.
-  CpuViT<float> cpu(L, batch);
-  const double cpu_loss = cpu.forward(params.data(), img.data(), lab.data(), batch);
-  std::vector<float> cpu_grads(L.total, 0.0f);
-  Groups cpu_groups;
-  cpu.backward(params.data(), cpu_grads.data(), false, [&](const std::vector<size_t>& idx) {
-    cpu_groups.emplace_back(idx.begin(), idx.end());
+CpuReference cpu_reference(const ViTConfig& cfg, int batch, uint64_t seed) {
+  CpuReference r;
+  r.L = make_param_layout(cfg);
+  r.params = random_params(r.L, seed);
+  r.img = random_images(cfg, batch, seed + 1);
+  r.lab = random_labels(cfg, batch, seed + 2);
+  r.batch = batch;
+  CpuViT<float> cpu(r.L, batch);
+  r.loss = cpu.forward(r.params.data(), r.img.data(), r.lab.data(), batch);
+  r.grads.assign(r.L.total, 0.0f);
+  cpu.backward(r.params.data(), r.grads.data(), false, [&](const std::vector<size_t>& idx) {
+    r.groups.emplace_back(idx.begin(), idx.end());
   });
-  const std::vector<double>& cpu_logits = cpu.logits();
+  r.logits = cpu.logits();
+  return r;
+}
+
+/// Runs the GPU model on `ref`'s inputs and checks logits, loss and every gradient tensor
+/// (norm-relative errors) and the gradient-ready groups.
+void check_gpu_against(const ViTConfig& cfg, const CpuReference& ref, int max_batch, double logit_tol,
+                       double loss_tol, double grad_tol, const GpuViTOptions& options = GpuViTOptions()) {
+  const ParamLayout& L = ref.L;
+  const std::vector<float>& params = ref.params;
+  const std::vector<float>& img = ref.img;
+  const std::vector<int32_t>& lab = ref.lab;
+  const int batch = ref.batch;
+  const double cpu_loss = ref.loss;
+  const std::vector<float>& cpu_grads = ref.grads;
+  const Groups& cpu_groups = ref.groups;
+  const std::vector<double>& cpu_logits = ref.logits;
 
   // GPU.
   Stream st;
@@ -93,6 +117,12 @@ void compare_with_cpu(const ViTConfig& cfg, int max_batch, int batch, uint64_t s
   std::printf("  worst gradient norm-rel err %.3g (%s)\n", worst, worst_name.c_str());
   CHECK(gpu_groups == expected_groups(L));
   CHECK(gpu_groups == cpu_groups);
+}
+
+/// Runs GPU and CPU on the same inputs and checks logits, loss and every gradient tensor.
+void compare_with_cpu(const ViTConfig& cfg, int max_batch, int batch, uint64_t seed, double logit_tol,
+                      double loss_tol, double grad_tol, const GpuViTOptions& options = GpuViTOptions()) {
+  check_gpu_against(cfg, cpu_reference(cfg, batch, seed), max_batch, logit_tol, loss_tol, grad_tol, options);
 }
 
 }  // namespace
@@ -209,6 +239,32 @@ TEST_CASE("gpu_vit: attention as batched GEMMs matches CpuViT<float> in fp32 and
   b.attention = AttentionImpl::gemm;
   Stream st;
   CHECK_THROWS_AS(GpuViT(make_param_layout(cfg), 2, st.s, b), std::invalid_argument);  // fp32 activations only
+}
+
+// Every torchvision ViT the trainer runs, one block of each (widths 768 / 1024 / 1280, 50 / 197 /
+// 257 tokens, head_dim 64 and 80, patches of 32, 16 and 14 pixels), in each precision with the
+// kernels `--attention auto` picks for it (resolve_attention: custom or the tensor-core kernels at
+// 50 tokens, batched GEMMs in fp32/tf32 and cuDNN in bf16 beyond 64), against one CpuViT<float> run
+// per model, at the published tolerances (fp32 logits 1e-5 / loss 1e-6 / gradients 1e-4; tf32
+// 5e-3; bf16 3e-2).
+TEST_CASE("gpu_vit: every torchvision ViT in fp32, tf32 and bf16 with the auto kernels matches CpuViT<float> "
+          "(1 block, batch 2)",
+          "[gpu][gpu_vit][precision][models]") {
+  REQUIRE_GPU();
+  for (const char* model : {"vit_b_32", "vit_l_32", "vit_b_16", "vit_l_16", "vit_h_14"}) {
+    ViTConfig cfg = vit_config(model);
+    cfg.layers = 1;
+    const CpuReference ref = cpu_reference(cfg, 2, 401);
+    for (const Precision p : {Precision::fp32, Precision::tf32, Precision::bf16}) {
+      GpuViTOptions o = GpuViTOptions::for_precision(p);
+      o.attention = resolve_attention("auto", p, cfg.head_dim(), cfg.seq_len());
+      o.patch_embed = resolve_patch_embed("auto", p);
+      const double tol = p == Precision::fp32 ? 1e-5 : p == Precision::tf32 ? 5e-3 : 3e-2;
+      INFO(model << " " << precision_name(p) << ", attention " << attention_impl_name(o.attention));
+      std::printf("%s %s, attention %s:\n", model, precision_name(p), attention_impl_name(o.attention));
+      check_gpu_against(cfg, ref, 2, tol, p == Precision::fp32 ? 1e-6 : tol, p == Precision::fp32 ? 1e-4 : tol, o);
+    }
+  }
 }
 
 TEST_CASE("gpu_vit: bf16 without autotuning or fused bias gradients, odd sizes (vit_tiny, batch 3 of max 5)",
