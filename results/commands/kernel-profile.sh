@@ -25,9 +25,13 @@ die() { echo "kernel-profile.sh: $*" >&2; exit 2; }
 export NCCL_NVLS_ENABLE=0
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 
-hbm_gbps() {  # hbm_gbps DIR: the copy bandwidth measured into DIR/hbm_gbps.txt, else an H200's 4300 GB/s
+measured_hbm() {  # measured_hbm DIR: the copy bandwidth in DIR/hbm_gbps.txt (GB/s > 0), nothing when absent or not one
   local v; v=$(cat "$1/hbm_gbps.txt" 2>/dev/null)
-  if [[ $v =~ ^[0-9]+(\.[0-9]+)?$ ]]; then echo "$v"; else echo 4300; fi
+  if [[ $v =~ ^0*[1-9][0-9]*(\.[0-9]+)?$ ]]; then echo "$v"; fi
+}
+hbm_gbps() {  # hbm_gbps DIR: measured_hbm, else an H200's 4300 GB/s
+  local v; v=$(measured_hbm "$1")
+  echo "${v:-4300}"
 }
 
 measure_hbm() {  # measure_hbm FILE: device-to-device copy bandwidth in GB/s (read + write bytes) into FILE
@@ -73,14 +77,20 @@ readme() {  # readme DIR
   {
     echo "# Where a training step's GPU time goes, per kernel family (one GPU)"
     echo
-    echo "Written by \`bash results/commands/kernel-profile.sh OUT\` (rewrite: \`bash results/commands/kernel-profile.sh --readme DIR\`)."
+    local files models precision batch
+    files=$(find "$dir" -maxdepth 1 -name 'ncu-*.csv*' -printf '%f\n' | sed -E 's/\.csv(\.xz)?$//')
+    models=$(sed -E 's/^ncu-(.*)-(bf16|tf32|fp32)-b[0-9]+$/\1/' <<<"$files" | sort -u | xargs)
+    precision=$(sed -E 's/^.*-(bf16|tf32|fp32)-b[0-9]+$/\1/' <<<"$files" | sort -u | xargs)
+    batch=$(sed -E 's/^.*-b([0-9]+)$/\1/' <<<"$files" | sort -u | xargs)
+    echo "Written by \`MODELS=\"$models\" PRECISION=\"$precision\" BATCH=\"$batch\" bash results/commands/kernel-profile.sh OUT\`"
+    echo "(rewrite: \`bash results/commands/kernel-profile.sh --readme DIR\`)."
     local gpu; gpu=$(sed -nE 's/^GPU 0: ([^(]*[^ (]) *\(.*/\1/p' "$dir/log.txt" 2>/dev/null | head -1)
     [ -n "$gpu" ] && echo "Device: $gpu (\`log.txt\`)."
     echo "Nsight Compute timed each kernel of one step of \`vitddp --no-ddp --data device --cuda-graph off\` at the"
     echo "application clocks; \`x floor\` is a family's time over its floor: GEMMs against the same GEMMs at their"
     echo "measured ceilings (torch.matmul at the model's shapes, \`gemm-*.json\`), attention against the larger of its"
     echo "matrix products at the forward GEMM ceiling and its DRAM bytes, everything else against its DRAM bytes at"
-    if [ -e "$dir/hbm_gbps.txt" ]; then
+    if [ -n "$(measured_hbm "$dir")" ]; then
       echo "$(hbm_gbps "$dir") GB/s (a 1 GiB device-to-device copy measured in the same job, read + write bytes: \`hbm_gbps.txt\`)."
       echo "Kernel by kernel, as ncu runs them, the step is longer than"
     else
@@ -107,6 +117,7 @@ mkdir -p "$OUT" || die "$OUT: cannot create the folder"
 status=0
 {
   date -u; nvidia-smi -L
+  rm -f "$OUT/hbm_gbps.txt"
   measure_hbm "$OUT/hbm_gbps.txt" || echo "kernel-profile.sh: no copy bandwidth measured (torch failed): floors at 4300 GB/s"
   for m in $MODELS; do
     csv=$OUT/ncu-$m-$PRECISION-b$BATCH.csv
