@@ -72,10 +72,12 @@ def target_share(np_):
 
 
 def unpack(path, tmp):
-    """A folder for `path`: itself, or a temporary folder with the tar unpacked."""
+    """A folder for `path`: itself, or a temporary folder named as the tar (the name the tables show
+    for its runs) with the tar unpacked."""
     if os.path.isdir(path):
         return path
-    dest = tempfile.mkdtemp(dir=tmp)
+    dest = os.path.join(tempfile.mkdtemp(dir=tmp), os.path.basename(path.rsplit(".part-", 1)[0]))
+    os.makedirs(dest)
     if ".part-" in os.path.basename(path):  # split tar: concatenate every part
         whole = os.path.join(dest, "whole.tar.gz")
         with open(whole, "wb") as out:
@@ -166,74 +168,68 @@ def cell(sps, base, reason=None):
     return "%.2f (%.0f%%)" % (sps, 100 * sps / base) if base else "%.2f" % sps
 
 
-def markdown(runs):
-    T = Table(runs)
-    out = []
-    ps = [p for p in PRECISIONS if any(r["precision"] == p for r in runs)]
-    ts = [t for t in TRANSPORTS if any(r["transport"] == t for r in runs)]
-    nps = sorted({r["ranks"] for r in runs})
-    np_max = nps[-1] if nps else 0
-    models = sorted({r["res"]["model"] for r in runs if r["res"] and r["res"].get("model")}) or ["vit_l_32"]
-    out.append("# The article's table: %s, up to %d ranks\n" % (", ".join(models), np_max))
-    out.append("Per-GPU steps/s (`summary/steps_per_second`; PyTorch: `steps_per_s` of "
-               "results/bench_torch_ddp.py); in brackets the share of the same framework's 1-GPU figure "
-               "without DDP in the same precision. Made by vitddp-report article from %d runs.\n" % len(runs))
-    for p in ps:
-        out.append("## %s\n" % p)
-
-        def ones(impl):
-            rs = [r for r in runs if r["impl"] == impl and r["precision"] == p and r["key"] == "noddp" and r["res"]]
-            return ", ".join("%.2f (%s)" % (r["res"]["sps"], os.path.basename(r["inv"])) for r in rs) or "n/a"
-        out.append("1-GPU figures without DDP (job): ours %s; PyTorch %s. Each share is against the figure "
-                   "of the same job where it has one.\n" % (ones("vitddp"), ones("torch")))
-        head = ["configuration"] + [TNAME[t] for t in ts] + ["PyTorch " + " / ".join(TNAME[t] for t in ts)]
-        out.append("| " + " | ".join(head) + " |")
-        out.append("|" + " --- |" * len(head))
-        for key, label in ROWS:
-            cells = []
-            for t in ts:
-                sps, _, why = T.value("vitddp", t, p, key)
-                b, _ = T.baseline("vitddp", p, why["inv"] if isinstance(why, dict) else None)
-                cells.append(cell(sps, b, why))
-            tc = []
-            for t in ts:
-                sps, _, why = T.value("torch", t, p, key)
-                b, _ = T.baseline("torch", p, why["inv"] if isinstance(why, dict) else None)
-                tc.append(cell(sps, b, why) or "-")
-            if not any(cells) and all(c == "-" for c in tc):
-                continue
-            ranks = sorted({r["ranks"] for t in ts for impl in ("vitddp", "torch") for r in T.find(impl, t, p, key)})
-            lab = label + ("" if key.startswith("b25-np") or key == "noddp" or not ranks
-                           else " [%s ranks]" % "/".join(map(str, ranks)))
-            out.append("| " + " | ".join([lab] + cells + [" / ".join(tc)]) + " |")
-        out.append("")
-    out.append("## Detail per interconnect\n")
-    for p in ps:
+def _precision_tables(T, runs, p, ts):
+    """Markdown lines of precision `p`'s table: one row per configuration, one column per transport,
+    each cell our per-GPU steps/s with its share of our 1-GPU figure, and PyTorch's beside them."""
+    def ones(impl):
+        rs = [r for r in runs if r["impl"] == impl and r["precision"] == p and r["key"] == "noddp" and r["res"]]
+        return ", ".join("%.2f (%s)" % (r["res"]["sps"], os.path.basename(r["inv"])) for r in rs) or "n/a"
+    out = ["## %s\n" % p,
+           "1-GPU figures without DDP (job): ours %s; PyTorch %s. Each share is against the figure "
+           "of the same job where it has one.\n" % (ones("vitddp"), ones("torch"))]
+    head = ["configuration"] + [TNAME[t] for t in ts] + ["PyTorch " + " / ".join(TNAME[t] for t in ts)]
+    out.append("| " + " | ".join(head) + " |")
+    out.append("|" + " --- |" * len(head))
+    for key, label in ROWS:
+        cells = []
         for t in ts:
-            if not any(r["precision"] == p and r["transport"] == t for r in runs):
-                continue
-            out.append("### %s, %s\n" % (TNAME[t], p))
-            out.append("| configuration | ranks | steps/s per GPU | share of our 1-GPU figure | exposed comm median (ms) "
-                       "| NCCL transport | PyTorch steps/s per GPU (share of its 1-GPU) | vitddp / PyTorch |")
-            out.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
-            for key, label in ROWS:
-                sps, exp, why = T.value("vitddp", t, p, key)
-                tsps, _, twhy = T.value("torch", t, p, key)
-                if why is None and twhy is None:
-                    continue
-                run = why if isinstance(why, dict) else (twhy if isinstance(twhy, dict) else None)
-                ranks = run["ranks"] if run else (T.find("vitddp", t, p, key) or T.find("torch", t, p, key))[-1]["ranks"]
-                b, _ = T.baseline("vitddp", p, why["inv"] if isinstance(why, dict) else None)
-                tb, _ = T.baseline("torch", p, twhy["inv"] if isinstance(twhy, dict) else None)
-                share = "%.1f%%" % (100 * sps / b) if sps and b else (why if isinstance(why, str) else "n/a")
-                tr = ", ".join(why["res"]["transport"]) if isinstance(why, dict) else ""
-                tcell = ("%.2f (%.0f%%)" % (tsps, 100 * tsps / tb) if tb else "%.2f" % tsps) if tsps else (twhy if isinstance(twhy, str) else "-")
-                ratio = "%.2fx" % (sps / tsps) if sps and tsps else ""
-                out.append("| %s | %d | %s | %s | %s | %s | %s | %s |" % (
-                    label, ranks, fmt(sps), share, fmt(exp), tr, tcell, ratio))
-            out.append("")
-    # targets
-    out.append("## Targets\n")
+            sps, _, why = T.value("vitddp", t, p, key)
+            b, _ = T.baseline("vitddp", p, why["inv"] if isinstance(why, dict) else None)
+            cells.append(cell(sps, b, why))
+        tc = []
+        for t in ts:
+            sps, _, why = T.value("torch", t, p, key)
+            b, _ = T.baseline("torch", p, why["inv"] if isinstance(why, dict) else None)
+            tc.append(cell(sps, b, why) or "-")
+        if not any(cells) and all(c == "-" for c in tc):
+            continue
+        ranks = sorted({r["ranks"] for t in ts for impl in ("vitddp", "torch") for r in T.find(impl, t, p, key)})
+        lab = label + ("" if key.startswith("b25-np") or key == "noddp" or not ranks
+                       else " [%s ranks]" % "/".join(map(str, ranks)))
+        out.append("| " + " | ".join([lab] + cells + [" / ".join(tc)]) + " |")
+    out.append("")
+    return out
+
+
+def _detail_table(T, p, t):
+    """Markdown lines of the detail table of precision `p` on transport `t`: ranks, steps/s, share,
+    exposed communication, the NCCL transport used and PyTorch's figure per configuration."""
+    out = ["### %s, %s\n" % (TNAME[t], p),
+           "| configuration | ranks | steps/s per GPU | share of our 1-GPU figure | exposed comm median (ms) "
+           "| NCCL transport | PyTorch steps/s per GPU (share of its 1-GPU) | vitddp / PyTorch |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for key, label in ROWS:
+        sps, exp, why = T.value("vitddp", t, p, key)
+        tsps, _, twhy = T.value("torch", t, p, key)
+        if why is None and twhy is None:
+            continue
+        run = why if isinstance(why, dict) else (twhy if isinstance(twhy, dict) else None)
+        ranks = run["ranks"] if run else (T.find("vitddp", t, p, key) or T.find("torch", t, p, key))[-1]["ranks"]
+        b, _ = T.baseline("vitddp", p, why["inv"] if isinstance(why, dict) else None)
+        tb, _ = T.baseline("torch", p, twhy["inv"] if isinstance(twhy, dict) else None)
+        share = "%.1f%%" % (100 * sps / b) if sps and b else (why if isinstance(why, str) else "n/a")
+        tr = ", ".join(why["res"]["transport"]) if isinstance(why, dict) else ""
+        tcell = ("%.2f (%.0f%%)" % (tsps, 100 * tsps / tb) if tb else "%.2f" % tsps) if tsps else (twhy if isinstance(twhy, str) else "-")
+        ratio = "%.2fx" % (sps / tsps) if sps and tsps else ""
+        out.append("| %s | %d | %s | %s | %s | %s | %s | %s |" % (
+            label, ranks, fmt(sps), share, fmt(exp), tr, tcell, ratio))
+    out.append("")
+    return out
+
+
+def _target_lines(T, runs, ps, nps):
+    """One line per precision, interconnect (NVLink, CPU) and rank count: the 25 MB run's share of our
+    1-GPU figure against target_share(ranks), and the best row of the same invocation."""
     lines = []
     for p in ps:
         for t in ("nvlink", "cpu"):
@@ -257,7 +253,12 @@ def markdown(runs):
                              "(target >= %.0f%%): **%s**; best row of the invocation: %s %.2f (%.1f%%)" % (
                                  TNAME[t], p, n, sps, share, b, tgt, "met" if share >= tgt else "MISSED",
                                  best[1], best[0], 100 * best[0] / b))
-    out.extend(lines or ["- no 25 MB multi-rank run with a 1-GPU figure in the same precision"])
+    return lines or ["- no 25 MB multi-rank run with a 1-GPU figure in the same precision"]
+
+
+def _check_lines(runs):
+    """The interconnect check (every multi-rank file used the transport its folder asked for) and
+    the runs that failed or were skipped."""
     bad = []
     for r in runs:
         if r["impl"] in ("vitddp", "sbatch") and r["res"] and r["ranks"] > 1:
@@ -266,9 +267,9 @@ def markdown(runs):
             got = r["res"]["transport"]
             if want and got and any(g != want for g in got):
                 bad.append("%s/%s/%s: %s" % (r["transport"], r["precision"], r["key"], ", ".join(got)))
-    out.append("- interconnect check (`nccl_transport` of every multi-rank vitddp file): " +
-               ("every run used the one asked for" if not bad else "MISMATCH in %d run(s): %s%s" % (
-                   len(bad), "; ".join(bad[:8]), "; ..." if len(bad) > 8 else "")))
+    out = ["- interconnect check (`nccl_transport` of every multi-rank vitddp file): " +
+           ("every run used the one asked for" if not bad else "MISMATCH in %d run(s): %s%s" % (
+               len(bad), "; ".join(bad[:8]), "; ..." if len(bad) > 8 else ""))]
     failed = ["%s/%s/%s %s (exit %s)" % (r["transport"], r["precision"], r["impl"], r["key"], r["rc"])
               for r in runs if r["rc"] not in ("0", "skipped")]
     skipped = ["%s/%s/%s %s" % (r["transport"], r["precision"], r["impl"], r["key"]) for r in runs if r["rc"] == "skipped"]
@@ -276,6 +277,33 @@ def markdown(runs):
         out.append("- failed: " + "; ".join(failed))
     if skipped:
         out.append("- skipped (over the invocation's time budget): " + "; ".join(skipped))
+    return out
+
+
+def markdown(runs):
+    """The article's table as Markdown: per precision a table of configurations x interconnects
+    (ours and PyTorch's per-GPU steps/s and shares), the detail per interconnect, the targets and
+    the checks."""
+    T = Table(runs)
+    ps = [p for p in PRECISIONS if any(r["precision"] == p for r in runs)]
+    ts = [t for t in TRANSPORTS if any(r["transport"] == t for r in runs)]
+    nps = sorted({r["ranks"] for r in runs})
+    np_max = nps[-1] if nps else 0
+    models = sorted({r["res"]["model"] for r in runs if r["res"] and r["res"].get("model")}) or ["vit_l_32"]
+    out = ["# The article's table: %s, up to %d ranks\n" % (", ".join(models), np_max),
+           "Per-GPU steps/s (`summary/steps_per_second`; PyTorch: `steps_per_s` of "
+           "results/bench_torch_ddp.py); in brackets the share of the same framework's 1-GPU figure "
+           "without DDP in the same precision. Made by vitddp-report article from %d runs.\n" % len(runs)]
+    for p in ps:
+        out.extend(_precision_tables(T, runs, p, ts))
+    out.append("## Detail per interconnect\n")
+    for p in ps:
+        for t in ts:
+            if any(r["precision"] == p and r["transport"] == t for r in runs):
+                out.extend(_detail_table(T, p, t))
+    out.append("## Targets\n")
+    out.extend(_target_lines(T, runs, ps, nps))
+    out.extend(_check_lines(runs))
     out.append("")
     return "\n".join(out)
 
