@@ -301,43 +301,10 @@ def validate(paths, tmp, leave_one_out=False, streams=None):
     Returns (rows list of dict, each with `small_calls`: _small_calls' list, and `cast_cost`: the
     CastCost.describe() its prediction used, in a list, or none; tables {(argument,
     transport, all-reduce, precision): LinkTable}, notes list of str)."""
-    groups, singles, notes, runs, skipped = {}, {}, [], [], {}
-    for origin, p in enumerate(paths):
-        for f, lab in unpack([p], tmp):
-            r = Run(f)
-            r.label = lab
-            runs.append(r)
-            key = (origin, r.precision, r.model, r.batch_size)
-            stated = _stated(streams or {}, p, lab)
-            if stated:
-                r.stated_comm_streams, r.stated_unmodelled = stated[0], stated[1]
-            if r.world_size == 1 and not r.ddp:
-                singles.setdefault(key, []).append(r)
-            elif r.world_size == 1 or not r.ddp or not r.has("buckets/allreduce_start"):
-                continue
-            elif stated and stated[0] is None:
-                skipped.setdefault((p, "%s (--comm-streams-table); not predicted" % stated[2]), []).append(r.label)
-            elif why := _skip_reason(r):
-                skipped.setdefault((p, why), []).append(r.label)
-            else:
-                groups.setdefault((transport_of(r), r.allreduce) + key[1:] + (origin,), []).append(r)
-    rows, tables, plans, fitted, machines, lenders = [], {}, [], {}, {}, {}
-    for gk, members in sorted(groups.items()):
-        cands = [r for r in members if r.compression == "none" and r.overlap and r.bucket_cap_mb == 25]
-        if not cands:
-            notes.append("%s: no 25 MiB no-compression overlapped run to serve as reference; not predicted" % (gk,))
-            continue
-        others = [r.options() for r in members]
-        # ties: the run with fewer unmodelled options away from their defaults, then the path
-        ref_run = min(cands, key=lambda r: (sum(len(_differences(r, o)) for o in others),
-                                            len(_option_differences(r.options(), {})), r.path))
-        name = "fitted from %d %s runs" % (len(members), gk[0])
-        shares = {r.path: RunShares.from_run(r) for r in members if r.allreduce == CE_TRANSPORT}
-        fitted[gk] = fit_link_table(members, name, shares)
-        one = {machine_of(r) for r in members}
-        machines[gk] = one.pop() if len(one) == 1 else None
-        lenders[gk] = _group_label(paths[gk[-1]], gk, fitted[gk])
-        plans.append((gk, members, ref_run, name, shares))
+    groups, singles, skipped, runs = _collect_runs(paths, tmp, streams or {})
+    notes = []
+    plans, fitted, machines, lenders = _plan_references(groups, paths, notes)
+    rows, tables = [], {}
     for gk, members, ref_run, name, shares in plans:
         ref = Reference.from_run(ref_run)
         base = singles.get((gk[-1],) + gk[2:-1], [])
@@ -347,13 +314,7 @@ def validate(paths, tmp, leave_one_out=False, streams=None):
         tables[(paths[gk[-1]],) + gk[:3]] = table
         casts = cast_references(members, ref)
         for r in members:
-            sc = Scenario(ranks=r.world_size, transport=gk[0], cap_mb=r.bucket_cap_mb,
-                          first_mb=float(r.option("first-bucket-mb", "1")), compression=r.compression,
-                          overlap=r.overlap, powersgd_rank=int(r.option("powersgd-rank", "1")),
-                          powersgd_rate=float(r.option("powersgd-min-compression-rate", "2")), precision=r.precision,
-                          mode="zero1" if r.option("shard-optimizer", "false").lower() in ("true", "1", "on") else "ddp",
-                          # files from before --allgather-dtype gathered fp32
-                          allgather_dtype=r.option("allgather-dtype", "fp32"), comm_streams=comm_streams_of(r))
+            sc = _scenario_of(r, gk[0])
             own = table
             if leave_one_out and len(members) > 1:
                 own = fit_link_table([m for m in members if m is not r], name + " without this run", shares)
@@ -362,9 +323,7 @@ def validate(paths, tmp, leave_one_out=False, streams=None):
             cast = fit_cast_cost(ref, baseline, [c for c in casts if not leave_one_out or c[0] != r.label], own)
             p = predict(ref, sc, own, baseline, cast)
             meas = r.summary("steps_per_second")
-            t = r.timed()
-            mexp = float(np.median(np.asarray(r.step_series("timing/exposed_comm"), dtype=float)[:, t].max(axis=0)))
-            mbwd = float(np.median(np.asarray(r.step_series("timing/backward"), dtype=float)[:, t].max(axis=0)))
+            mexp, mbwd = _measured_medians(r)
             diffs = _differences(r, ref.options) + [u for u in [getattr(r, "stated_unmodelled", "")] if u]
             rows.append({"run": r.label, "origin": paths[gk[-1]], "transport": gk[0], "precision": gk[2],
                          "allreduce": gk[1], "cap_mb": r.bucket_cap_mb, "compression": r.compression,
@@ -382,6 +341,80 @@ def validate(paths, tmp, leave_one_out=False, streams=None):
     for r in runs:
         r.close()
     return rows, tables, notes
+
+
+def _collect_runs(paths, tmp, streams):
+    """validate's runs of `paths` (opened; the caller closes `runs`): (groups {(transport, all-reduce,
+    precision, model, batch, argument index): multi-rank DDP runs it predicts}, singles {(argument
+    index, precision, model, batch): 1-GPU no-DDP runs, the baselines}, skipped {(argument, reason):
+    labels}, runs: every run opened). `streams`: load_stream_table's dict."""
+    groups, singles, skipped, runs = {}, {}, {}, []
+    for origin, p in enumerate(paths):
+        for f, lab in unpack([p], tmp):
+            r = Run(f)
+            r.label = lab
+            runs.append(r)
+            key = (origin, r.precision, r.model, r.batch_size)
+            stated = _stated(streams, p, lab)
+            if stated:
+                r.stated_comm_streams, r.stated_unmodelled = stated[0], stated[1]
+            if r.world_size == 1 and not r.ddp:
+                singles.setdefault(key, []).append(r)
+            elif r.world_size == 1 or not r.ddp or not r.has("buckets/allreduce_start"):
+                continue
+            elif stated and stated[0] is None:
+                skipped.setdefault((p, "%s (--comm-streams-table); not predicted" % stated[2]), []).append(r.label)
+            elif why := _skip_reason(r):
+                skipped.setdefault((p, why), []).append(r.label)
+            else:
+                groups.setdefault((transport_of(r), r.allreduce) + key[1:] + (origin,), []).append(r)
+    return groups, singles, skipped, runs
+
+
+def _plan_references(groups, paths, notes):
+    """Per group (sorted): its reference run (25 MiB, no compression, overlapped; the fewest unmodelled
+    differences from the group's runs, then the fewest options away from their defaults, then the
+    path) and the link table fitted from all its runs. Returns (plans [(group, members, reference
+    run, table name, copy-engine RunShares by path)], fitted {group: LinkTable}, machines {group:
+    machine or None}, lenders {group: label}); a group without a reference is named in `notes`."""
+    plans, fitted, machines, lenders = [], {}, {}, {}
+    for gk, members in sorted(groups.items()):
+        cands = [r for r in members if r.compression == "none" and r.overlap and r.bucket_cap_mb == 25]
+        if not cands:
+            notes.append("%s: no 25 MiB no-compression overlapped run to serve as reference; not predicted" % (gk,))
+            continue
+        others = [r.options() for r in members]
+        # ties: the run with fewer unmodelled options away from their defaults, then the path
+        ref_run = min(cands, key=lambda r: (sum(len(_differences(r, o)) for o in others),
+                                            len(_option_differences(r.options(), {})), r.path))
+        name = "fitted from %d %s runs" % (len(members), gk[0])
+        shares = {r.path: RunShares.from_run(r) for r in members if r.allreduce == CE_TRANSPORT}
+        fitted[gk] = fit_link_table(members, name, shares)
+        one = {machine_of(r) for r in members}
+        machines[gk] = one.pop() if len(one) == 1 else None
+        lenders[gk] = _group_label(paths[gk[-1]], gk, fitted[gk])
+        plans.append((gk, members, ref_run, name, shares))
+    return plans, fitted, machines, lenders
+
+
+def _scenario_of(r, transport):
+    """The Scenario run `r` ran: its ranks, bucket cap and first bucket, compression, overlap,
+    PowerSGD settings, precision, DDP or ZeRO-1 and comm streams, over `transport`."""
+    return Scenario(ranks=r.world_size, transport=transport, cap_mb=r.bucket_cap_mb,
+                    first_mb=float(r.option("first-bucket-mb", "1")), compression=r.compression,
+                    overlap=r.overlap, powersgd_rank=int(r.option("powersgd-rank", "1")),
+                    powersgd_rate=float(r.option("powersgd-min-compression-rate", "2")), precision=r.precision,
+                    mode="zero1" if r.option("shard-optimizer", "false").lower() in ("true", "1", "on") else "ddp",
+                    # files from before --allgather-dtype gathered fp32
+                    allgather_dtype=r.option("allgather-dtype", "fp32"), comm_streams=comm_streams_of(r))
+
+
+def _measured_medians(r):
+    """(exposed communication, backward) of run `r`, s: medians over its timed steps of the slowest
+    rank's time in each step."""
+    t = r.timed()
+    return tuple(float(np.median(np.asarray(r.step_series(name), dtype=float)[:, t].max(axis=0)))
+                 for name in ("timing/exposed_comm", "timing/backward"))
 
 
 def _small_calls(table):
