@@ -202,105 +202,50 @@ def median(xs):
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
-def main(argv=None):
-    a = parse_args(argv)
-    rank = env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK", default=0)
-    world = env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE", default=1)
-    local = env_int("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK", default=0)
-    if a.no_ddp and world != 1:
-        print("bench_torch_ddp.py: --no-ddp runs one process, but %d were started" % world, file=sys.stderr)
-        return 2
-
-    # Imported here so that --help and the argument checks work without torch.
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_torch_vit import forward_flops_per_image
-    import torch
-    import torch.distributed as dist
-    import torchvision
-
-    cuda = a.device == "cuda"
-    if cuda:
+def select_device(torch, a, local):
+    """(torch.device, None), or (None, the one-line reason) when --device cuda has no GPU for this
+    local rank. Sets TF32 for matmul and cuDNN as --precision says."""
+    if a.device == "cuda":
         if not torch.cuda.is_available():
-            print("bench_torch_ddp.py: no CUDA device visible", file=sys.stderr)
-            return 2
+            return None, "no CUDA device visible"
         if local >= torch.cuda.device_count():
-            print("bench_torch_ddp.py: local rank %d but only %d GPU(s) visible" % (local, torch.cuda.device_count()),
-                  file=sys.stderr)
-            return 2
+            return None, "local rank %d but only %d GPU(s) visible" % (local, torch.cuda.device_count())
         torch.cuda.set_device(local)
         dev = torch.device("cuda", local)
     else:
         dev = torch.device("cpu")
-    tf32 = a.precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    bf16 = a.precision == "bf16"
+    torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
+    return dev, None
 
-    ddp = not a.no_ddp
-    if ddp:
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        if a.master_port is not None:
-            os.environ["MASTER_PORT"] = str(a.master_port)
-        os.environ.setdefault("MASTER_PORT", "29500")
-        dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
 
-    def sync():
-        if cuda:
-            torch.cuda.synchronize()
+def wrap_model(torch, model, a, dev, local, world, ddp):
+    """The module the step runs: `model` itself without DDP, FSDP2-sharded (--strategy fsdp), or in
+    DistributedDataParallel with --bucket-cap-mb, static_graph, gradient_as_bucket_view and the
+    --comm-hook (torch.distributed.algorithms.ddp_comm_hooks: bf16_compress_hook, powerSGD_hook)."""
+    if not ddp:
+        return model
+    if a.strategy == "fsdp":
+        return shard_fsdp2(torch, model, dev, world, a.precision == "bf16", a.fsdp_reshard_after_forward == "true")
+    net = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[local] if dev.type == "cuda" else None, bucket_cap_mb=a.bucket_cap_mb,
+        static_graph=a.static_graph, gradient_as_bucket_view=a.grad_as_bucket_view)
+    if a.comm_hook == "bf16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        net.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif a.comm_hook == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=a.powersgd_rank,
+                                            start_powerSGD_iter=a.powersgd_start_iter)
+        net.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    return net
 
-    def barrier():
-        if ddp:
-            if cuda:
-                dist.barrier(device_ids=[local])
-            else:
-                dist.barrier()
 
-    torch.manual_seed(a.seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
-    kw = {"weights": None}
-    if a.image_size:
-        kw["image_size"] = a.image_size
-    model = getattr(torchvision.models, a.model)(**kw).to(dev)
-    model.train()
-    flops = forward_flops_per_image(model)
-    net = model
-    if ddp and a.strategy == "fsdp":
-        net = shard_fsdp2(torch, model, dev, world, bf16, a.fsdp_reshard_after_forward == "true")
-    elif ddp:
-        net = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[local] if cuda else None, bucket_cap_mb=a.bucket_cap_mb,
-            static_graph=a.static_graph, gradient_as_bucket_view=a.grad_as_bucket_view)
-        if a.comm_hook == "bf16":
-            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-            net.register_comm_hook(None, default_hooks.bf16_compress_hook)
-        elif a.comm_hook == "powersgd":
-            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
-            state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=a.powersgd_rank,
-                                                start_powerSGD_iter=a.powersgd_start_iter)
-            net.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-    opt_class, opt_kw = optimizer_of(torch, a, cuda)
-    if a.strategy == "zero1":
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=opt_class, **opt_kw)
-    else:
-        opt = opt_class(model.parameters(), **opt_kw)
-    compile_s = 0.0
-    if a.compile != "none":
-        net = torch.compile(net, mode=None if a.compile == "default" else a.compile)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    gen = torch.Generator().manual_seed(a.seed * 1000 + rank + 1)  # a different batch per rank
-    images = torch.randn(a.batch_size, 3, model.image_size, model.image_size, generator=gen).to(dev)
-    labels = torch.randint(0, model.num_classes, (a.batch_size,), generator=gen).to(dev)
-    set_to_none = not (ddp and a.grad_as_bucket_view)
-
-    def step():
-        opt.zero_grad(set_to_none=set_to_none)
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = loss_fn(net(images), labels)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    losses = []
+def time_steps(torch, step, a, cuda, sync, barrier):
+    """Runs --warmup-steps then --steps of `step` (returns the loss); (losses, per-step ms of the timed
+    steps: CUDA events on the GPU, perf_counter on the CPU, the timed window's wall seconds, the
+    first step's seconds when it compiles else 0)."""
+    losses, compile_s = [], 0.0
     for i in range(a.warmup_steps):
         c0 = time.perf_counter()
         losses.append(step())
@@ -327,15 +272,17 @@ def main(argv=None):
             losses.append(step())
             step_ms.append(1e3 * (time.perf_counter() - s0))
         wall = time.perf_counter() - t0
+    return losses, step_ms, wall, compile_s
 
+
+def result_record(torch, torchvision, a, dev, world, ddp, timing, flops, peaks):
+    """The JSON record of the run (the keys docs/benchmarks.md and the tables read): versions, the
+    configuration, steps/s (this rank's and the slowest rank's), images/s, TFLOP/s (3 x forward
+    FLOPs per image), the median step, peak memory and the first and last loss."""
+    losses, step_ms, wall, compile_s = timing
+    sps_min, peak_alloc, peak_res = peaks
+    cuda = dev.type == "cuda"
     steps_per_s = a.steps / wall
-    peak_alloc = torch.cuda.max_memory_allocated(dev) if cuda else 0
-    peak_res = torch.cuda.max_memory_reserved(dev) if cuda else 0
-    sps_min = steps_per_s
-    if ddp:  # the slowest rank's throughput and the largest peak memory over the ranks
-        t = torch.tensor([-steps_per_s, float(peak_alloc), float(peak_res)], dtype=torch.float64, device=dev)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        sps_min, peak_alloc, peak_res = -float(t[0]), int(t[1]), int(t[2])
     images_per_s = steps_per_s * a.batch_size
     r = {
         "framework": "pytorch",
@@ -381,6 +328,89 @@ def main(argv=None):
     label = mode_label(a, ddp)
     if label:
         r["mode"] = label
+    return r
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    rank = env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK", default=0)
+    world = env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE", default=1)
+    local = env_int("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK", default=0)
+    if a.no_ddp and world != 1:
+        print("bench_torch_ddp.py: --no-ddp runs one process, but %d were started" % world, file=sys.stderr)
+        return 2
+
+    # Imported here so that --help and the argument checks work without torch.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_torch_vit import forward_flops_per_image
+    import torch
+    import torch.distributed as dist
+    import torchvision
+
+    dev, why = select_device(torch, a, local)
+    if dev is None:
+        print("bench_torch_ddp.py: " + why, file=sys.stderr)
+        return 2
+    cuda = dev.type == "cuda"
+    bf16 = a.precision == "bf16"
+    ddp = not a.no_ddp
+    if ddp:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        if a.master_port is not None:
+            os.environ["MASTER_PORT"] = str(a.master_port)
+        os.environ.setdefault("MASTER_PORT", "29500")
+        dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def barrier():
+        if ddp:
+            if cuda:
+                dist.barrier(device_ids=[local])
+            else:
+                dist.barrier()
+
+    torch.manual_seed(a.seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
+    kw = {"weights": None}
+    if a.image_size:
+        kw["image_size"] = a.image_size
+    model = getattr(torchvision.models, a.model)(**kw).to(dev)
+    model.train()
+    flops = forward_flops_per_image(model)
+    net = wrap_model(torch, model, a, dev, local, world, ddp)
+    opt_class, opt_kw = optimizer_of(torch, a, cuda)
+    if a.strategy == "zero1":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=opt_class, **opt_kw)
+    else:
+        opt = opt_class(model.parameters(), **opt_kw)
+    if a.compile != "none":
+        net = torch.compile(net, mode=None if a.compile == "default" else a.compile)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    gen = torch.Generator().manual_seed(a.seed * 1000 + rank + 1)  # a different batch per rank
+    images = torch.randn(a.batch_size, 3, model.image_size, model.image_size, generator=gen).to(dev)
+    labels = torch.randint(0, model.num_classes, (a.batch_size,), generator=gen).to(dev)
+    set_to_none = not (ddp and a.grad_as_bucket_view)
+
+    def step():
+        opt.zero_grad(set_to_none=set_to_none)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(net(images), labels)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    timing = time_steps(torch, step, a, cuda, sync, barrier)
+    steps_per_s = a.steps / timing[2]
+    peaks = (steps_per_s, torch.cuda.max_memory_allocated(dev) if cuda else 0,
+             torch.cuda.max_memory_reserved(dev) if cuda else 0)
+    if ddp:  # the slowest rank's throughput and the largest peak memory over the ranks
+        t = torch.tensor([-steps_per_s, float(peaks[1]), float(peaks[2])], dtype=torch.float64, device=dev)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        peaks = (-float(t[0]), int(t[1]), int(t[2]))
+    r = result_record(torch, torchvision, a, dev, world, ddp, timing, flops, peaks)
     if rank == 0:
         print("TORCHDDP " + " ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()),
               flush=True)
