@@ -239,58 +239,53 @@ def cmd_sweep(a):
     return 0
 
 
-def cmd_scaling(a):
-    """`scaling`: steps/s per rank and efficiency against number of GPUs, one line per configuration."""
-    output_paths(a.output, a.format)  # fail on a bad -o before reading anything
-    runs = open_runs(a.files)
-    # A line is one configuration; DDP on/off does not split lines (a 1-rank no-DDP run is the
-    # natural baseline), world size is the x axis.
-    keys = ["model", "backend", "precision", "batch", "bucket cap", "compression", "overlap"]
-    base_keys = ["model", "backend", "precision", "batch"]
+SCALING_KEYS = ["model", "backend", "precision", "batch", "bucket cap", "compression", "overlap"]
+SCALING_BASE_KEYS = ["model", "backend", "precision", "batch"]
 
+
+def _scaling_lines(runs):
+    """{configuration: runs}: a line is one configuration (SCALING_KEYS) with world size on the x axis;
+    DDP on/off does not split lines: a 1-rank run without DDP joins every line of the same model,
+    backend, precision and batch that has no 1-rank run of its own (the natural baseline), else it
+    is a line of its own."""
     def key_of(r, ks):
         """The values of configuration keys `ks` of run `r`, as a tuple."""
         c = _cfg(r)
         return tuple(c[k] for k in ks)
 
-    ddp_multi = [r for r in runs if r.world_size > 1 or r.ddp]
     lines = {}
-    for r in ddp_multi:
-        lines.setdefault(key_of(r, keys), []).append(r)
-    singles_noddp = [r for r in runs if r.world_size == 1 and not r.ddp]
-    for r in singles_noddp:  # a 1-rank run without DDP joins every line of the same model/backend/...
+    for r in runs:
+        if r.world_size > 1 or r.ddp:
+            lines.setdefault(key_of(r, SCALING_KEYS), []).append(r)
+    for r in runs:
+        if r.world_size > 1 or r.ddp:
+            continue
         joined = False
-        for k, rs in lines.items():
-            if key_of(rs[0], base_keys) == key_of(r, base_keys) and not any(x.world_size == 1 for x in rs):
+        for rs in lines.values():
+            if key_of(rs[0], SCALING_BASE_KEYS) == key_of(r, SCALING_BASE_KEYS) and not any(x.world_size == 1 for x in rs):
                 rs.append(r)
                 joined = True
         if not joined:
-            lines.setdefault(key_of(r, base_keys) + ("no DDP",) * (len(keys) - len(base_keys)), []).append(r)
-    vary = _varying(runs, keys)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12.5, 5.0))
-    markers = "osD^vP*X"
-    all_ws = sorted({r.world_size for r in runs})
-    for i, (k, rs) in enumerate(sorted(lines.items())):
-        ws = sorted({r.world_size for r in rs})
-        sps = [np.mean([r.summary("steps_per_second") for r in rs if r.world_size == w]) for w in ws]
-        ref_w = ws[0]
-        ref = sps[0]
-        eff = [100.0 * s / ref for s in sps]
-        c = dict(zip(keys, k))
-        label = ", ".join(c[v] for v in vary if v in c) or ", ".join(c[x] for x in ("model", "precision", "bucket cap"))
-        if c.get("bucket cap", "").endswith("MiB"):
-            label = label.replace(c["bucket cap"], c["bucket cap"] + " buckets")
-        if ref_w != 1:
-            label += "\n(vs %d ranks: no 1-rank run)" % ref_w
-        elif any(r.world_size == 1 and not r.ddp for r in rs):
-            label += "\n(1 rank: without DDP)"
-        m = markers[i % len(markers)]
-        ax1.plot(ws, sps, marker=m, linewidth=1.8, markersize=7, label=label)
-        ax2.plot(ws, eff, marker=m, linewidth=1.8, markersize=7, label=label)
-        for w, s in zip(ws, sps):
-            ax1.annotate("%.2f" % s, (w, s), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=9)
-        for w, e in zip(ws, eff):
-            ax2.annotate("%.1f%%" % e, (w, e), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=9)
+            lines.setdefault(key_of(r, SCALING_BASE_KEYS) + ("no DDP",) * (len(SCALING_KEYS) - len(SCALING_BASE_KEYS)),
+                             []).append(r)
+    return lines
+
+
+def _scaling_label(c, vary, rs, ref_w):
+    """A line's legend entry: the configuration values that vary between the runs, and what its
+    efficiency is relative to."""
+    label = ", ".join(c[v] for v in vary if v in c) or ", ".join(c[x] for x in ("model", "precision", "bucket cap"))
+    if c.get("bucket cap", "").endswith("MiB"):
+        label = label.replace(c["bucket cap"], c["bucket cap"] + " buckets")
+    if ref_w != 1:
+        label += "\n(vs %d ranks: no 1-rank run)" % ref_w
+    elif any(r.world_size == 1 and not r.ddp for r in rs):
+        label += "\n(1 rank: without DDP)"
+    return label
+
+
+def _scaling_axes(ax1, ax2, all_ws):
+    """The GPU-count x axes (log2 from 8x on), labels, limits and titles of both panels."""
     for ax in (ax1, ax2):
         if len(all_ws) > 1 and all_ws[-1] / all_ws[0] >= 8:
             ax.set_xscale("log", base=2)
@@ -310,6 +305,30 @@ def cmd_scaling(a):
     lo, hi = ax2.get_ylim()
     ax2.set_ylim(min(0, lo), max(110, hi * 1.05))
     ax2.set_title("Scaling efficiency")
+
+
+def cmd_scaling(a):
+    """`scaling`: steps/s per rank and efficiency against number of GPUs, one line per configuration."""
+    output_paths(a.output, a.format)  # fail on a bad -o before reading anything
+    runs = open_runs(a.files)
+    lines = _scaling_lines(runs)
+    vary = _varying(runs, SCALING_KEYS)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12.5, 5.0))
+    markers = "osD^vP*X"
+    all_ws = sorted({r.world_size for r in runs})
+    for i, (k, rs) in enumerate(sorted(lines.items())):
+        ws = sorted({r.world_size for r in rs})
+        sps = [np.mean([r.summary("steps_per_second") for r in rs if r.world_size == w]) for w in ws]
+        eff = [100.0 * s / sps[0] for s in sps]
+        label = _scaling_label(dict(zip(SCALING_KEYS, k)), vary, rs, ws[0])
+        m = markers[i % len(markers)]
+        ax1.plot(ws, sps, marker=m, linewidth=1.8, markersize=7, label=label)
+        ax2.plot(ws, eff, marker=m, linewidth=1.8, markersize=7, label=label)
+        for w, s in zip(ws, sps):
+            ax1.annotate("%.2f" % s, (w, s), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=9)
+        for w, e in zip(ws, eff):
+            ax2.annotate("%.1f%%" % e, (w, e), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=9)
+    _scaling_axes(ax1, ax2, all_ws)
     common = _cfg(runs[0])
     fixed = [common[x] for x in ("model", "backend", "precision", "batch") if x not in vary]
     fig.suptitle("Weak scaling (batch per rank fixed)" + (": " + ", ".join(fixed) if fixed else ""),
