@@ -55,19 +55,26 @@ print("device-to-device copy: %.0f GB/s (read + write)" % gbps)
 PY
 }
 
-tables() {  # tables DIR: DIR/kernel_tables.md from DIR's ncu and GEMM files
-  local dir=$1 f m g rc=0
-  : > "$dir/kernel_tables.md"
-  for f in "$dir"/ncu-*.csv "$dir"/ncu-*.csv.xz; do
+ncu_runs() {  # ncu_runs DIR: per Nsight Compute CSV of DIR (ncu-<model>-<precision>-b<batch>.csv[.xz]),
+  # one line "FILE<tab>MODEL<tab>PRECISION<tab>BATCH"
+  local f stem
+  for f in "$1"/ncu-*.csv "$1"/ncu-*.csv.xz; do
     [ -e "$f" ] || continue
-    local stem p b; stem=$(basename "$f" | sed -E 's/\.csv(\.xz)?$//')  # ncu-<model>-<precision>-b<batch>
-    m=$(sed -E 's/^ncu-(.*)-(bf16|tf32|fp32)-b[0-9]+$/\1/' <<<"$stem")
-    p=$(sed -E 's/.*-(bf16|tf32|fp32)-b[0-9]+$/\1/' <<<"$stem"); b=$(sed -E 's/.*-b([0-9]+)$/\1/' <<<"$stem")
+    stem=$(basename "$f" | sed -E 's/\.csv(\.xz)?$//')
+    printf '%s\t%s\t%s\t%s\n' "$f" "$(sed -E 's/^ncu-(.*)-(bf16|tf32|fp32)-b[0-9]+$/\1/' <<<"$stem")" \
+      "$(sed -E 's/.*-(bf16|tf32|fp32)-b[0-9]+$/\1/' <<<"$stem")" "$(sed -E 's/.*-b([0-9]+)$/\1/' <<<"$stem")"
+  done
+}
+
+tables() {  # tables DIR: DIR/kernel_tables.md from DIR's ncu and GEMM files
+  local dir=$1 f m p b g rc=0
+  : > "$dir/kernel_tables.md"
+  while IFS=$'\t' read -r f m p b; do
     g=(); [ -e "$dir/gemm-$m-b$b.json" ] && g=(--gemm "$dir/gemm-$m-b$b.json")
     "$PY" "$ROOT/results/kernel_table.py" "$f" "${g[@]}" --hbm-gbps "$(hbm_gbps "$dir")" \
       --model "$m" --precision "$p" --batch-size "$b" \
-      --title "$m, batch $b, $p: one training step" --top 0 >> "$dir/kernel_tables.md" || rc=1
-  done
+      --title "$m, batch $b, $p: one training step" --top 0 >> "$dir/kernel_tables.md" </dev/null || rc=1
+  done < <(ncu_runs "$dir")
   return $rc
 }
 
@@ -77,11 +84,11 @@ readme() {  # readme DIR
   {
     echo "# Where a training step's GPU time goes, per kernel family (one GPU)"
     echo
-    local files models precision batch
-    files=$(find "$dir" -maxdepth 1 -name 'ncu-*.csv*' -printf '%f\n' | sed -E 's/\.csv(\.xz)?$//')
-    models=$(sed -E 's/^ncu-(.*)-(bf16|tf32|fp32)-b[0-9]+$/\1/' <<<"$files" | sort -u | xargs)
-    precision=$(sed -E 's/^.*-(bf16|tf32|fp32)-b[0-9]+$/\1/' <<<"$files" | sort -u | xargs)
-    batch=$(sed -E 's/^.*-b([0-9]+)$/\1/' <<<"$files" | sort -u | xargs)
+    local runs models precision batch
+    runs=$(ncu_runs "$dir")
+    models=$(cut -f2 <<<"$runs" | sort -u | xargs)
+    precision=$(cut -f3 <<<"$runs" | sort -u | xargs)
+    batch=$(cut -f4 <<<"$runs" | sort -u | xargs)
     echo "Written by \`MODELS=\"$models\" PRECISION=\"$precision\" BATCH=\"$batch\" bash results/commands/kernel-profile.sh OUT\`"
     echo "(rewrite: \`bash results/commands/kernel-profile.sh --readme DIR\`)."
     local gpu; gpu=$(sed -nE 's/^GPU 0: ([^(]*[^ (]) *\(.*/\1/p' "$dir/log.txt" 2>/dev/null | head -1)
