@@ -184,6 +184,10 @@ TEST_CASE("kernel choice: names map to implementations; auto never picks cuDNN a
   CHECK_THROWS_AS(resolve_attention("cudnn", Precision::fp32), std::invalid_argument);
   CHECK_THROWS_AS(resolve_attention("flash", Precision::bf16), std::invalid_argument);
   CHECK_THROWS_AS(resolve_patch_embed("fft", Precision::bf16), std::invalid_argument);
+  CHECK_THROWS_WITH(resolve_attention("flash", Precision::bf16),
+                    "--attention: unknown value 'flash' (choose one of: auto, cudnn, custom, gemm, gemm-recompute)");
+  CHECK_THROWS_WITH(resolve_patch_embed("fft", Precision::bf16),
+                    "--patch-embed: unknown value 'fft' (choose one of: auto, cudnn, gemm)");
   CHECK(std::string(attention_impl_name(AttentionImpl::cudnn)) == "cudnn");
   CHECK(std::string(patch_embed_impl_name(PatchEmbedImpl::gemm)) == "gemm");
 }
