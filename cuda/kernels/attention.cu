@@ -1,6 +1,7 @@
 #include "cuda/kernels/attention.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -484,16 +485,25 @@ bool fp32_storage_tf32(const char* what, Precision p) {
   return p == Precision::tf32;
 }
 
+// The tensor-core kernels for this call (attention_saves_stats), with their alignment checked.
+bool take_mma(const char* what, int T, int head_dim, Precision p, const void* qkv, const void* out_or_dout,
+              const void* dqkv, const void* probs) {
+  if (!attention_saves_stats(T, head_dim, p)) return false;
+  if (!attention_mma_fits(T, head_dim, qkv, out_or_dout, dqkv) || reinterpret_cast<uintptr_t>(probs) % 8 != 0)
+    throw std::invalid_argument(std::string(what) + ": T <= 64 with head_dim 64 runs the tensor-core kernels, which need "
+                                "16-byte aligned activations and an 8-byte aligned statistics buffer");
+  return true;
+}
+
 template <typename TE>
 void forward_impl(const TE* qkv, float* probs, TE* out, int batch, int T_, int heads, int head_dim,
                   cudaStream_t stream, bool tf32_cores = false) {
   const int T = T_;
   check(batch, T, heads, head_dim, "attention_forward");
-  if (std::is_same_v<TE, __nv_bfloat16> || tf32_cores) {
-    if (attention_mma_fits(T, head_dim, qkv, out, out)) {
-      if constexpr (std::is_same_v<TE, __nv_bfloat16>) return attention_forward_mma(qkv, probs, out, batch, T, heads, stream);
-      else return attention_forward_mma_tf32(qkv, probs, out, batch, T, heads, stream);
-    }
+  const Precision p = std::is_same_v<TE, __nv_bfloat16> ? Precision::bf16 : tf32_cores ? Precision::tf32 : Precision::fp32;
+  if (take_mma("attention_forward", T, head_dim, p, qkv, out, out, probs)) {
+    if constexpr (std::is_same_v<TE, __nv_bfloat16>) return attention_forward_mma(qkv, probs, out, batch, T, heads, stream);
+    else return attention_forward_mma_tf32(qkv, probs, out, batch, T, heads, stream);
   }
   const Dims m = make_dims(T, heads, head_dim);
   if (use_small(T, head_dim)) {
@@ -515,12 +525,11 @@ void backward_impl(const TE* qkv, const float* probs, const TE* dout, TE* dqkv, 
                    int batch, int T_, int heads, int head_dim, cudaStream_t stream, bool tf32_cores = false) {
   const int T = T_;
   check(batch, T, heads, head_dim, "attention_backward");
-  if (std::is_same_v<TE, __nv_bfloat16> || tf32_cores) {
-    if (attention_mma_fits(T, head_dim, qkv, dout, dqkv)) {
-      if constexpr (std::is_same_v<TE, __nv_bfloat16>)
-        return attention_backward_mma(qkv, probs, dout, dqkv, batch, T, heads, stream);
-      else return attention_backward_mma_tf32(qkv, probs, dout, dqkv, batch, T, heads, stream);
-    }
+  const Precision p = std::is_same_v<TE, __nv_bfloat16> ? Precision::bf16 : tf32_cores ? Precision::tf32 : Precision::fp32;
+  if (take_mma("attention_backward", T, head_dim, p, qkv, dout, dqkv, probs)) {
+    if constexpr (std::is_same_v<TE, __nv_bfloat16>)
+      return attention_backward_mma(qkv, probs, dout, dqkv, batch, T, heads, stream);
+    else return attention_backward_mma_tf32(qkv, probs, dout, dqkv, batch, T, heads, stream);
   }
   const Dims m = make_dims(T, heads, head_dim);
   if (use_small(T, head_dim)) {
@@ -554,8 +563,17 @@ void attention_forward(const __nv_bfloat16* qkv, float* probs, __nv_bfloat16* ou
   forward_impl(qkv, probs, out, batch, T, heads, head_dim, stream);
 }
 
-size_t attention_backward_scratch_floats(int batch, int T, int heads) {
-  return (size_t)batch * heads * T * T;  // used by the T > 64 or head_dim > 64 path only
+bool attention_saves_stats(int T, int head_dim, Precision precision) {
+  return precision != Precision::fp32 && attention_mma_shape(T, head_dim);
+}
+
+size_t attention_saved_floats(int batch, int T, int heads, int head_dim, Precision precision) {
+  return attention_saves_stats(T, head_dim, precision) ? attention_mma_stats_floats(batch, T, heads)
+                                                       : (size_t)batch * heads * T * T;
+}
+
+size_t attention_backward_scratch_floats(int batch, int T, int heads, int head_dim) {
+  return use_small(T, head_dim) ? 0 : (size_t)batch * heads * T * T;  // the T > 64 or head_dim > 64 kernels'
 }
 
 void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv,

@@ -63,6 +63,13 @@ struct Bf16Op {
     b[0] = ld32(p);
     b[1] = ld32(p + 8);
   }
+  // B[k][n] for k0.., n0.. from a tile holding B[k][n] itself (the same values as load_b from its
+  // transpose).
+  __device__ static void load_b_t(uint32_t (&b)[2], const E* B, int n0, int k0, int g, int t) {
+    const E* p = B + (k0 + 2 * t) * kLd + n0 + g;
+    b[0] = pair(p[0], p[kLd]);
+    b[1] = pair(p[8 * kLd], p[9 * kLd]);
+  }
   // x = hi + lo, both bf16 (hi + lo keeps about 16 bits of x).
   __device__ static void split(float x, E& hi, E& lo) {
     hi = __float2bfloat16_rn(x);
@@ -143,6 +150,11 @@ struct Tf32Op {
     b[0] = __float_as_uint(v.x);
     b[1] = __float_as_uint(v.y);
   }
+  __device__ static void load_b_t(uint32_t (&b)[2], const E* B, int n0, int k0, int g, int t) {
+    const E* p = B + (k0 + 2 * t) * kLd + n0 + g;
+    b[0] = __float_as_uint(p[0]);
+    b[1] = __float_as_uint(p[kLd]);
+  }
   __device__ static void split(float x, uint32_t& hi, uint32_t& lo) {
     hi = tf32(x);
     lo = tf32(x - __uint_as_float(hi));
@@ -171,8 +183,10 @@ struct Tf32Op {
   }
 };
 
-// acc += (the warp's rows of A) x B, K = 64: A from a row-major (or transposed) tile.
-template <class Op, bool kTransposedA>
+// acc += (the warp's rows of A) x B, K = 64: A from a row-major (or transposed) tile, B from a
+// tile holding B^T (or, kPlainB, B itself). The fragments hold the same values either way, and the
+// products run in the same order, so the result does not depend on the tiles' orientation.
+template <class Op, bool kTransposedA, bool kPlainB = false>
 __device__ __forceinline__ void gemm_tile(Acc& acc, const typename Op::E* A, int m0, const typename Op::E* Bt, int g,
                                           int t) {
 #pragma unroll
@@ -183,7 +197,8 @@ __device__ __forceinline__ void gemm_tile(Acc& acc, const typename Op::E* A, int
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       uint32_t b[2];
-      Op::load_b(b, Bt, 8 * j, k0, g, t);
+      if (kPlainB) Op::load_b_t(b, Bt, 8 * j, k0, g, t);
+      else Op::load_b(b, Bt, 8 * j, k0, g, t);
       Op::mma(acc[j], a, b);
     }
   }
@@ -283,10 +298,23 @@ constexpr size_t fwd_smem() { return 3 * kTile * sizeof(typename Op::E); }
 template <class Op>
 constexpr size_t bwd_smem() { return (4 + Op::kSplitTiles) * kTile * sizeof(typename Op::E); }
 
-// One block per (head, batch): S = Q K^T / 8, P = softmax(S) (written to probs), O = P V.
+// The warp's 16 rows of S = Q K^T / 8 (acc holds Q K^T), columns >= T at -inf. The scale is a
+// power of two, so the product is exact; __fmul_rn keeps it from being contracted into what follows.
+__device__ __forceinline__ void scale_scores(Acc& s, int T, int t) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = frag_col(j, t, e) < T ? __fmul_rn(s[j][e], kScale) : -INFINITY;
+}
+// One probability from its score and its row's statistics (max, 1 / sum): the forward and the
+// backward both compute P through this, from bit-identical scores.
+__device__ __forceinline__ float softmax_term(float s, float mx, float inv) { return expf(s - mx) * inv; }
+
+// One block per (head, batch): S = Q K^T / 8, P = softmax(S), O = P V; each row's max and 1 / sum
+// go to stats (the backward recomputes P from them instead of reading [T, T] probabilities).
 template <class Op>
 __global__ void __launch_bounds__(kThreads) attn_fwd_mma_kernel(const typename Op::E* __restrict__ qkv,
-                                                                float* __restrict__ probs,
+                                                                float2* __restrict__ stats,
                                                                 typename Op::E* __restrict__ out, int T, int H) {
   using E = typename Op::E;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -303,43 +331,41 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma_kernel(const typename O
   if (m0 >= T) return;  // no barrier below
   float s[8][4] = {};
   gemm_tile<Op, false>(s, Qs, m0, Ks, g, t);  // S[q][k] = Q[q] . K[k]: B^T = K, row-major
+  scale_scores(s, T, t);
   float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s[j][e] = frag_col(j, t, e) < T ? s[j][e] * kScale : -INFINITY;
-      mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
-    }
+    for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
   mx[0] = row_max(mx[0]);
   mx[1] = row_max(mx[1]);
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s[j][e] = expf(s[j][e] - mx[e >> 1]);  // 0 for the padded columns
-      sum[e >> 1] += s[j][e];
-    }
+    for (int e = 0; e < 4; ++e) sum[e >> 1] += expf(s[j][e] - mx[e >> 1]);  // 0 for the padded columns
   const float inv[2] = {1.0f / row_sum(sum[0]), 1.0f / row_sum(sum[1])};
-  float* P = probs + (size_t)(b * H + h) * T * T;
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s[j][e] *= inv[e >> 1];
-      const int r = frag_row(m0, g, e), c = frag_col(j, t, e);
-      if (r < T && c < T) P[r * T + c] = s[j][e];
-    }
+    for (int e = 0; e < 4; ++e) s[j][e] = softmax_term(s[j][e], mx[e >> 1], inv[e >> 1]);
+  float2* st = stats + (size_t)(b * H + h) * T;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = m0 + g + 8 * half;
+    if (t == 0 && r < T) st[r] = make_float2(mx[half], inv[half]);
+  }
   float o[8][4] = {};
   gemm_regs<Op>(o, s, Vt, g, t);  // O = P V: B^T = V^T
   store_rows<Op>(out + (size_t)b * T * D + h * kDh, D, o, m0, g, t, T);
 }
 
-// One block per (head, batch): dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)) / 8,
-// dQ = dS K, dK = dS^T Q. Tiles: V, K^T, Q^T, dO^T, and the split operand P^T (later dS^T).
+// One block per (head, batch): P recomputed from Q, K and the forward's row statistics (the same
+// fragments and products as the forward's, so the same P bit for bit), dV = P^T dO, dP = dO V^T,
+// dS = P (dP - rowsum(P dP)) / 8, dQ = dS K, dK = dS^T Q. Tiles: V, K^T, Q^T, dO^T, and the split
+// operand P^T (later dS^T).
 template <class Op>
 __global__ void __launch_bounds__(kThreads) attn_bwd_mma_kernel(const typename Op::E* __restrict__ qkv,
-                                                                const float* __restrict__ probs,
+                                                                const float2* __restrict__ stats,
                                                                 const typename Op::E* __restrict__ dout,
                                                                 typename Op::E* __restrict__ dqkv, int T, int H) {
   using E = typename Op::E;
@@ -354,16 +380,24 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_mma_kernel(const typename O
   load_rows_t<Op>(Qt, base, ld, T);
   load_rows_t<Op>(dOt, dout + (size_t)b * T * D + h * kDh, D, T);
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, m0 = (threadIdx.x >> 5) * 16;
-  // The warp's query rows of P (zero outside T x T), and P^T into the split tiles.
-  const float* P = probs + (size_t)(b * H + h) * T * T;
-  float p[8][4];
+  // The warp's query rows of P (zero outside T x T: padded rows have no statistics, mx = inv = 0,
+  // and zero Q rows, so exp(0) x 0), and P^T into the split tiles.
+  float2 row[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = m0 + g + 8 * half;
+    if (r < T) row[half] = __ldg(stats + (size_t)(b * H + h) * T + r);
+  }
+  __syncthreads();  // Q^T and K^T loaded
+  float p[8][4] = {};
+  gemm_tile<Op, true, true>(p, Qt, m0, Kt, g, t);  // S = Q K^T from the transposed tiles
+  scale_scores(p, T, t);
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int r = frag_row(m0, g, e), c = frag_col(j, t, e);
-      p[j][e] = r < T && c < T ? __ldg(P + r * T + c) : 0.0f;
-      Op::store_split(Ts, c * kLd + r, p[j][e]);
+      p[j][e] = softmax_term(p[j][e], row[e >> 1].x, row[e >> 1].y);
+      Op::store_split(Ts, frag_col(j, t, e) * kLd + frag_row(m0, g, e), p[j][e]);
     }
   __syncthreads();
   E* drow = dqkv + (size_t)b * T * ld + h * kDh;
@@ -402,21 +436,23 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_mma_kernel(const typename O
 }
 
 template <class Op>
-void forward(const typename Op::E* qkv, float* probs, typename Op::E* out, int batch, int T, int heads,
+void forward(const typename Op::E* qkv, float* stats, typename Op::E* out, int batch, int T, int heads,
              cudaStream_t stream) {
   constexpr size_t smem = fwd_smem<Op>();
   if (smem > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_mma_kernel<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  attn_fwd_mma_kernel<Op><<<dim3(heads, batch), kThreads, smem, stream>>>(qkv, probs, out, T, heads);
+  attn_fwd_mma_kernel<Op><<<dim3(heads, batch), kThreads, smem, stream>>>(qkv, reinterpret_cast<float2*>(stats), out, T,
+                                                                       heads);
   CUDA_CHECK_LAUNCH();
 }
 
 template <class Op>
-void backward(const typename Op::E* qkv, const float* probs, const typename Op::E* dout, typename Op::E* dqkv,
+void backward(const typename Op::E* qkv, const float* stats, const typename Op::E* dout, typename Op::E* dqkv,
               int batch, int T, int heads, cudaStream_t stream) {
   constexpr size_t smem = bwd_smem<Op>();
   CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_mma_kernel<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  attn_bwd_mma_kernel<Op><<<dim3(heads, batch), kThreads, smem, stream>>>(qkv, probs, dout, dqkv, T, heads);
+  attn_bwd_mma_kernel<Op><<<dim3(heads, batch), kThreads, smem, stream>>>(qkv, reinterpret_cast<const float2*>(stats), dout,
+                                                                       dqkv, T, heads);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -428,23 +464,23 @@ bool attention_mma_fits(int T, int head_dim, const void* qkv, const void* out_or
   return attention_mma_shape(T, head_dim) && aligned16(qkv) && aligned16(out_or_dout) && aligned16(dqkv);
 }
 
-void attention_forward_mma(const bf16* qkv, float* probs, bf16* out, int batch, int T, int heads, cudaStream_t stream) {
-  forward<Bf16Op>(qkv, probs, out, batch, T, heads, stream);
+void attention_forward_mma(const bf16* qkv, float* stats, bf16* out, int batch, int T, int heads, cudaStream_t stream) {
+  forward<Bf16Op>(qkv, stats, out, batch, T, heads, stream);
 }
 
-void attention_backward_mma(const bf16* qkv, const float* probs, const bf16* dout, bf16* dqkv, int batch, int T,
+void attention_backward_mma(const bf16* qkv, const float* stats, const bf16* dout, bf16* dqkv, int batch, int T,
                             int heads, cudaStream_t stream) {
-  backward<Bf16Op>(qkv, probs, dout, dqkv, batch, T, heads, stream);
+  backward<Bf16Op>(qkv, stats, dout, dqkv, batch, T, heads, stream);
 }
 
-void attention_forward_mma_tf32(const float* qkv, float* probs, float* out, int batch, int T, int heads,
+void attention_forward_mma_tf32(const float* qkv, float* stats, float* out, int batch, int T, int heads,
                                 cudaStream_t stream) {
-  forward<Tf32Op>(qkv, probs, out, batch, T, heads, stream);
+  forward<Tf32Op>(qkv, stats, out, batch, T, heads, stream);
 }
 
-void attention_backward_mma_tf32(const float* qkv, const float* probs, const float* dout, float* dqkv, int batch,
+void attention_backward_mma_tf32(const float* qkv, const float* stats, const float* dout, float* dqkv, int batch,
                                  int T, int heads, cudaStream_t stream) {
-  backward<Tf32Op>(qkv, probs, dout, dqkv, batch, T, heads, stream);
+  backward<Tf32Op>(qkv, stats, dout, dqkv, batch, T, heads, stream);
 }
 
 }  // namespace vitddp

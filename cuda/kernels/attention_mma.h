@@ -3,11 +3,14 @@
 // (batch, head), Q K^T, P V and the four products of the backward as warp mma.sync (m16n8k16
 // with bf16 operands, m16n8k8 with tf32 operands; fp32 accumulation) on tiles padded to 64 x 64
 // in shared memory. Called by attention_forward / attention_backward (cuda/kernels/attention.h) for the shapes
-// attention_mma_fits() accepts; same layouts and formulas. The fp32 operands P and dS keep about
+// attention_mma_fits() accepts; same layouts and formulas, but the forward saves each row's softmax
+// statistics, not the probabilities. The fp32 operands P and dS keep about
 // 16 bits (hi + lo bf16, relative error about 2^-17), far below the bf16 rounding of the results.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <cstddef>
 
 #include "model/kernel_choice.h"  // attention_mma_shape
 
@@ -18,30 +21,37 @@ namespace vitddp {
 /// strides 3 x heads x 64 and heads x 64 bf16 are multiples of 16 bytes).
 bool attention_mma_fits(int T, int head_dim, const void* qkv, const void* out_or_dout, const void* dqkv);
 
+/// Floats of the forward's saved softmax for these kernels: each row's (max, 1 / sum), [batch,
+/// heads, T, 2] fp32, in place of attention.h's [batch, heads, T, T] probabilities.
+inline size_t attention_mma_stats_floats(int batch, int T, int heads) { return (size_t)batch * heads * T * 2; }
+
 /// Forward for one layer. qkv: [batch*T, 3*heads*64] bf16 (cuda/kernels/attention.h's packed layout);
-/// probs: [batch, heads, T, T] fp32, written (softmax(q k^T / 8), fp32 from exact bf16 products);
-/// out: [batch*T, heads*64] bf16, written (P V with P split into two bf16 terms, hi + lo, so P
-/// enters the product with about 16 bits instead of bf16's 8, where FlashAttention rounds P to
-/// bf16 once). Preconditions: attention_mma_fits (qkv and out 16-byte aligned; probs needs only
-/// float alignment), 1 <= batch, heads <= 65535. Enqueues on `stream` (the backward first sets its
-/// kernel's shared-memory attribute, host work); std::runtime_error on a launch error.
-void attention_forward_mma(const __nv_bfloat16* qkv, float* probs, __nv_bfloat16* out, int batch, int T, int heads,
+/// stats: [batch, heads, T, 2] fp32, written: each query row's max of S = q k^T / 8 and 1 / sum_k
+/// exp(S - max) (fp32 from exact bf16 products); out: [batch*T, heads*64] bf16, written (P V with
+/// P = exp(S - max) / sum split into two bf16 terms, hi + lo, so P enters the product with about
+/// 16 bits instead of bf16's 8, where FlashAttention rounds P to bf16 once). Preconditions:
+/// attention_mma_fits (qkv and out 16-byte aligned), stats 8-byte aligned, 1 <= batch, heads <=
+/// 65535. Enqueues on `stream` (the backward first sets its kernel's shared-memory attribute, host
+/// work); std::runtime_error on a launch error.
+void attention_forward_mma(const __nv_bfloat16* qkv, float* stats, __nv_bfloat16* out, int batch, int T, int heads,
                            cudaStream_t stream);
 
-/// Backward (cuda/kernels/attention.h's formulas) from the forward's probs: dqkv [batch*T, 3*heads*64]
-/// bf16, written. The operands that are not bf16 inputs (P and dS) enter the products as hi + lo
-/// bf16 pairs, as in the forward. Deterministic (no atomics). Preconditions and errors as the
-/// forward's.
-void attention_backward_mma(const __nv_bfloat16* qkv, const float* probs, const __nv_bfloat16* dout,
+/// Backward (cuda/kernels/attention.h's formulas) from the forward's stats: P is recomputed from
+/// Q, K and each row's (max, 1 / sum) with the forward's fragments, products and operations in
+/// the same order, so it is the forward's P bit for bit (as FlashAttention's backward recomputes
+/// P from the log-sum-exp, Dao 2022, Algorithm 4). dqkv [batch*T, 3*heads*64] bf16, written. The
+/// operands that are not bf16 inputs (P and dS) enter the products as hi + lo bf16 pairs, as in
+/// the forward. Deterministic (no atomics). Preconditions and errors as the forward's.
+void attention_backward_mma(const __nv_bfloat16* qkv, const float* stats, const __nv_bfloat16* dout,
                             __nv_bfloat16* dqkv, int batch, int T, int heads, cudaStream_t stream);
 
 /// The same kernels on TF32 tensor cores for fp32 activations (--precision tf32): qkv, out,
 /// dout and dqkv fp32 (the layouts above), Q, K, V and dO rounded to tf32 (cvt.rna, as a TF32
-/// GEMM does), fp32 accumulation, P and dS as tf32 hi + lo pairs (about 21 bits), probs fp32 as
+/// GEMM does), fp32 accumulation, P and dS as tf32 hi + lo pairs (about 21 bits), stats as
 /// above. Preconditions and errors as the bf16 functions'.
-void attention_forward_mma_tf32(const float* qkv, float* probs, float* out, int batch, int T, int heads,
+void attention_forward_mma_tf32(const float* qkv, float* stats, float* out, int batch, int T, int heads,
                                 cudaStream_t stream);
-void attention_backward_mma_tf32(const float* qkv, const float* probs, const float* dout, float* dqkv, int batch,
+void attention_backward_mma_tf32(const float* qkv, const float* stats, const float* dout, float* dqkv, int batch,
                                  int T, int heads, cudaStream_t stream);
 
 }  // namespace vitddp

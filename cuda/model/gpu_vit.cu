@@ -6,9 +6,10 @@
 //                             embedding only: the cuDNN convolution keeps its own image copy)
 //   emb     [B*Np, D]         conv_proj output
 //   x[l]    [N, D]            residual stream entering block l (x[L] leaves the last block)
-//   per block l: y1 (LN1 out, op), mean1/rstd1, qkv [N,3D] (op), probs [B,H,T,T] (custom
-//   attention; gemm: rows padded to GemmAttention::probs_ld(T); gemm_recompute: none, one shared
-//   attn_probs instead; cuDNN attention keeps the softmax log-sum-exp [B,H,T] there), attn [N,D] (op,
+//   per block l: y1 (LN1 out, op), mean1/rstd1, qkv [N,3D] (op), probs (custom attention:
+//   attention_saved_floats, [B,H,T,2] row statistics on the tensor-core kernels, else [B,H,T,T];
+//   gemm: rows padded to GemmAttention::probs_ld(T); gemm_recompute: none, one shared attn_probs
+//   instead; cuDNN attention keeps the softmax log-sum-exp [B,H,T] there), attn [N,D] (op,
 //   heads concatenated), xmid [N,D] (= x[l] + out_proj), z (LN2 out, op), mean2/rstd2, u [N,M]
 //   (fc1 out, op), g [N,M] (GELU(u), op).  x[l+1] = xmid + fc2(g).
 //   xf [B, D] final LN of the class-token rows only (the head sees nothing else), logits [B, K].
@@ -56,7 +57,7 @@ template <typename T>
 struct BlockActs {
   T *y1 = nullptr, *qkv = nullptr, *attn = nullptr, *z = nullptr, *u = nullptr, *g = nullptr;
   float *mean1 = nullptr, *rstd1 = nullptr, *xmid = nullptr, *mean2 = nullptr, *rstd2 = nullptr;
-  float* probs = nullptr;  // custom: [B,H,T,T] probabilities; gemm: [B,H,T,ldp]; cuDNN: [B,H,T] statistics; gemm_recompute: null
+  float* probs = nullptr;  // custom: attention_saved_floats (row statistics or [B,H,T,T] probabilities); gemm: [B,H,T,ldp]; cuDNN: [B,H,T] statistics; gemm_recompute: null
 };
 
 /// Every buffer whose element type is the GEMM-operand type T.
@@ -105,7 +106,7 @@ struct GpuViT::Impl {
   bf16* weights16 = nullptr;  // bf16 working copy of the parameters (bf16 mode)
   // Backward scratch (shared by all blocks; everything runs in order on one stream).
   float* dx = nullptr;       // [N, D] gradient of the residual stream (fp32)
-  float* dscores = nullptr;  // [B, H, T, T] (custom attention's large-shape path; the gemm attention's dS, [B,H,T,ldp])
+  float* dscores = nullptr;  // [B, H, T, T] (custom attention's large-shape path, else null; the gemm attention's dS, [B,H,T,ldp])
   float* attn_probs = nullptr;  // gemm_recompute: the probabilities of the block being run, recomputed in backward
   float* dxf = nullptr;      // [B, D]
   float* reduce_scratch = nullptr;  // column sums / LN partials / loss rows / gemm attention's pointer arrays

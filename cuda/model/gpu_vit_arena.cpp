@@ -38,22 +38,26 @@ class Planner {
 
 namespace {
 
-/// Floats of one block's probs slot: cuDNN's softmax statistics [B, H, T], the gemm attention's
-/// row-padded probabilities, or the custom kernels' [B, H, T, T]; 0 (no slot) for gemm_recompute.
-size_t probs_floats(AttentionImpl attention, size_t B, size_t T, size_t H) {
-  if (attention == AttentionImpl::cudnn) return CudnnAttention::stats_floats((int)B, (int)T, (int)H);
-  if (attention == AttentionImpl::gemm) return GemmAttention::probs_floats((int)B, (int)T, (int)H);
-  if (attention == AttentionImpl::gemm_recompute) return 0;
-  return B * H * T * T;
-}
-
-const char* probs_name(AttentionImpl attention) {
-  return attention == AttentionImpl::cudnn ? "attention softmax statistics" : "attention probabilities";
+/// One block's probs slot: cuDNN's softmax statistics [B, H, T], the gemm attention's row-padded
+/// probabilities, the custom kernels' attention_saved_floats (row statistics [B, H, T, 2] on the
+/// tensor-core kernels, else [B, H, T, T] probabilities); 0 floats (no slot) for gemm_recompute.
+struct SavedSoftmax {
+  size_t floats;
+  const char* name;
+};
+SavedSoftmax saved_softmax(AttentionImpl attention, const ViTConfig& cfg, size_t B, Precision precision) {
+  const int b = (int)B, T = cfg.seq_len(), H = cfg.heads;
+  if (attention == AttentionImpl::cudnn) return {CudnnAttention::stats_floats(b, T, H), "attention softmax statistics"};
+  if (attention == AttentionImpl::gemm) return {GemmAttention::probs_floats(b, T, H), "attention probabilities"};
+  if (attention == AttentionImpl::gemm_recompute) return {0, "attention probabilities"};
+  if (attention_saves_stats(T, cfg.head_dim(), precision))
+    return {attention_saved_floats(b, T, H, cfg.head_dim(), precision), "attention softmax statistics"};
+  return {attention_saved_floats(b, T, H, cfg.head_dim(), precision), "attention probabilities"};
 }
 
 /// Byte offsets of one encoder block's buffers relative to the block's start (its input x[l]
 /// first, then everything backward reads of it); returns the block's bytes (aligned).
-size_t plan_block(const ViTConfig& cfg, size_t B, size_t op, AttentionImpl attention, GpuViTArenaPlan::Block& b,
+size_t plan_block(const ViTConfig& cfg, size_t B, size_t op, const SavedSoftmax& saved, GpuViTArenaPlan::Block& b,
                   size_t& x_in) {
   const size_t T = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim, H = cfg.heads, N = B * T, f32 = 4;
   size_t off = 0;
@@ -67,8 +71,7 @@ size_t plan_block(const ViTConfig& cfg, size_t B, size_t op, AttentionImpl atten
   b.mean1 = take(N, f32);
   b.rstd1 = take(N, f32);
   b.qkv = take(N * 3 * D, op);
-  const size_t probs = probs_floats(attention, B, T, H);
-  b.probs = probs > 0 ? take(probs, f32) : GpuViTArenaPlan::npos;
+  b.probs = saved.floats > 0 ? take(saved.floats, f32) : GpuViTArenaPlan::npos;
   b.attn = take(N * D, op);
   b.xmid = take(N * D, f32);
   b.z = take(N * D, op);
@@ -109,11 +112,11 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
   p.logits = a.add(B * K, f32, "logits");
   p.dlogits = a.add(B * K, f32, "logits gradient");
   p.dx = a.add(N * D, f32, "residual-stream gradient");
-  const bool cudnn_attention = attention == AttentionImpl::cudnn;
-  p.dscores = cudnn_attention ? GpuViTArenaPlan::npos
-              : a.add(is_gemm_attention(attention) ? GemmAttention::dscores_floats(max_batch, (int)T, (int)H)
-                                                       : attention_backward_scratch_floats(max_batch, (int)T, (int)H),
-                      f32, "attention score gradient");
+  const size_t dscores = attention == AttentionImpl::cudnn ? 0
+                         : is_gemm_attention(attention)
+                             ? GemmAttention::dscores_floats(max_batch, (int)T, (int)H)
+                             : attention_backward_scratch_floats(max_batch, (int)T, (int)H, cfg.head_dim());
+  p.dscores = dscores > 0 ? a.add(dscores, f32, "attention score gradient") : GpuViTArenaPlan::npos;
   if (attention == AttentionImpl::gemm_recompute)
     p.attn_probs = a.add(GemmAttention::probs_floats(max_batch, (int)T, (int)H), f32,
                          "attention probabilities (every block's, recomputed in backward)");
@@ -148,7 +151,8 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
   p.blocks.resize(L);
   std::vector<size_t> x_rel(L);
   size_t per_block = 0;
-  for (int l = 0; l < L; ++l) per_block = plan_block(cfg, B, op, attention, p.blocks[l], x_rel[l]);
+  const SavedSoftmax saved = saved_softmax(attention, cfg, B, precision);
+  for (int l = 0; l < L; ++l) per_block = plan_block(cfg, B, op, saved, p.blocks[l], x_rel[l]);
   std::vector<size_t> start(L);
   size_t region = 0;
   if (overlay_gradients) {
@@ -185,7 +189,7 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
     const std::pair<const char*, std::pair<size_t, size_t>> bufs[] = {
         {"residual stream x[l]", {p.x[m], nd}}, {"ln_1 output", {b.y1, N * D * op}},
         {"ln_1 mean", {b.mean1, N * f32}},     {"ln_1 rstd", {b.rstd1, N * f32}},
-        {"qkv", {b.qkv, N * 3 * D * op}},       {probs_name(attention), {b.probs, probs_floats(attention, B, T, H) * f32}},
+        {"qkv", {b.qkv, N * 3 * D * op}},       {saved.name, {b.probs, saved.floats * f32}},
         {"attention output", {b.attn, N * D * op}}, {"post-attention residual", {b.xmid, nd}},
         {"ln_2 output", {b.z, N * D * op}},     {"ln_2 mean", {b.mean2, N * f32}},
         {"ln_2 rstd", {b.rstd2, N * f32}},      {"mlp.0 output", {b.u, N * M * op}},

@@ -42,7 +42,7 @@ struct GpuViTArenaPlan {
   size_t xf = 0, meanf = 0, rstdf = 0;   ///< fp32 [B, D], [B], [B] final LayerNorm (class tokens)
   size_t logits = 0, dlogits = 0;        ///< fp32 [B, K]
   size_t dx = 0;                         ///< fp32 [N, D] residual-stream gradient
-  size_t dscores = 0;                    ///< fp32 attention_backward_scratch_floats(B, T, H) (gemm: GemmAttention::dscores_floats); npos with cuDNN attention
+  size_t dscores = 0;                    ///< fp32 attention_backward_scratch_floats (gemm: GemmAttention::dscores_floats); npos when 0 floats and with cuDNN attention
   size_t attn_probs = npos;              ///< gemm_recompute only: fp32 GemmAttention::probs_floats(B, T, H), shared by the blocks
   size_t dxf = 0;                        ///< fp32 [B, D]
   size_t reduce_scratch = 0;             ///< fp32 [reduce_scratch_floats]
@@ -70,7 +70,9 @@ struct GpuViTArenaPlan {
 /// then grows by much less than the gradients' size (vit_l_32 bf16 batch 32: about 0.1 GB instead
 /// of 1.2 GB). Throws std::invalid_argument if max_batch < 1, or for the overlay when
 /// param_total is not that layout's padding-free size.
-/// The probs slot holds [B, H, T, T] probabilities for attention = custom; attention = cudnn keeps
+/// The probs slot holds attention_saved_floats for attention = custom ([B, H, T, 2] row statistics
+/// on the tensor-core kernels, T <= 64 and head_dim 64 in bf16 or tf32, whose backward needs no
+/// score-gradient scratch either: dscores = npos; else [B, H, T, T] probabilities); attention = cudnn keeps
 /// [B, H, T] softmax statistics (CudnnAttention::stats_floats) there and needs no score-gradient
 /// scratch (dscores = npos); attention = gemm keeps row-padded probabilities and dS
 /// (GemmAttention::probs_floats) and also puts its pointer arrays

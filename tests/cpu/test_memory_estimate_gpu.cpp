@@ -22,12 +22,18 @@ using vitddp_test::parse_args;
 namespace {
 
 /// Bytes of every activation buffer of GpuViT written out from the shapes in cuda/model/gpu_vit.cu
-/// (without the alignment padding), for an independent check of the plan.
-size_t hand_activation_bytes(const ViTConfig& c, size_t B, size_t op, size_t param_total, size_t reduce_floats) {
+/// (without the alignment padding), for an independent check of the plan; custom attention. Its
+/// tensor-core kernels (T <= 64, head_dim 64, bf16 or tf32: op 2, or `tf32`) keep [B, H, T, 2] row
+/// statistics per block, the others [B, H, T, T] probabilities; the score-gradient scratch
+/// [B, H, T, T] exists only beyond T 64 or head_dim 64.
+size_t hand_activation_bytes(const ViTConfig& c, size_t B, size_t op, size_t param_total, size_t reduce_floats,
+                             bool tf32 = false) {
   const size_t T = c.seq_len(), D = c.hidden, M = c.mlp_dim, H = c.heads, K = c.num_classes, Np = c.num_patches(),
-               PD = c.patch_dim(), L = c.layers, N = B * T;
-  size_t f32 = B * Np * D + (L + 1) * N * D + L * (4 * N + B * H * T * T + N * D) + B * D + 2 * B + 2 * B * K +
-               N * D + B * H * T * T + B * D + reduce_floats;
+               PD = c.patch_dim(), L = c.layers, N = B * T, dh = D / H;
+  const bool tensor_cores = (op == 2 || tf32) && T <= 64 && dh == 64;
+  const size_t saved = tensor_cores ? B * H * T * 2 : B * H * T * T, dscores = T > 64 || dh > 64 ? B * H * T * T : 0;
+  size_t f32 = B * Np * D + (L + 1) * N * D + L * (4 * N + saved + N * D) + B * D + 2 * B + 2 * B * K + N * D +
+               dscores + B * D + reduce_floats;
   size_t ops = B * Np * PD + L * (6 * N * D + 2 * N * M) + N * std::max(M, 3 * D) + N * D + B * Np * D;
   size_t bytes = f32 * 4 + ops * op;
   if (op == 2) bytes += param_total * 2 + N * D * 2;  // bf16 weight copy, bf16 copy of dx
@@ -91,7 +97,7 @@ TEST_CASE("memory estimate: momentum, bf16, reducer buffers", "[memory]") {
   for (const auto& s : plan.slots) slots += s.bytes;
   CHECK(slots == hand_activation_bytes(layout.cfg, 8, 2, n, plan.reduce_scratch_floats));
   // bf16, vit_b_32 (T = 50, head_dim 64): --attention auto resolves to the tensor-core custom kernels,
-  // which keep the probabilities; cuDNN's fused attention keeps only the softmax statistics.
+  // which keep two floats per query row (max, 1 / sum); cuDNN's fused attention keeps one (log-sum-exp).
   CHECK(e.bytes_of("activations") ==
         plan_gpu_vit_arena(layout.cfg, n, 8, Precision::bf16, true, AttentionImpl::custom).total_bytes);
   Options oc = o;
@@ -193,9 +199,12 @@ TEST_CASE("activation arena: aligned, disjoint buffers; every pointer GpuViT bin
       slot_at[s.offset] = s.bytes;
     }
     CHECK(end == plan.total_bytes);
-    std::vector<size_t> bound = {plan.emb, plan.xf, plan.meanf, plan.rstdf, plan.logits, plan.dlogits, plan.dx,
-                                 plan.dscores, plan.dxf, plan.reduce_scratch, plan.patches, plan.dwide, plan.dnarrow,
-                                 plan.demb};
+    std::vector<size_t> bound = {plan.emb,  plan.xf,           plan.meanf,   plan.rstdf, plan.logits,  plan.dlogits,
+                                 plan.dx,   plan.reduce_scratch, plan.patches, plan.dwide, plan.dnarrow, plan.demb,
+                                 plan.dxf};
+    // Custom attention at vit_tiny's T 17, head_dim 16 keeps dS in shared memory: no scratch slot.
+    if (attention == AttentionImpl::custom) CHECK(plan.dscores == GpuViTArenaPlan::npos);
+    else bound.push_back(plan.dscores);
     for (size_t x : plan.x) bound.push_back(x);
     for (const auto& b : plan.blocks)
       for (size_t off : {b.y1, b.qkv, b.attn, b.z, b.u, b.g, b.mean1, b.rstd1, b.probs, b.xmid, b.mean2, b.rstd2})

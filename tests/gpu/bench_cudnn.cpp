@@ -107,7 +107,7 @@ TEST_CASE("bench: cuDNN fused attention and cuDNN patch embedding vs custom (vit
   }
   DevVec<float> qkv32(normal_vec((size_t)N * 3 * D, 7, 0)), out32((size_t)N * D),
       dout32(normal_vec((size_t)N * D, 7, 1)), dqkv32((size_t)N * 3 * D), probs((size_t)B * H * T * T),
-      scratch(attention_backward_scratch_floats(B, T, H)), stats(CudnnAttention::stats_floats(B, T, H));
+      scratch(attention_backward_scratch_floats(B, T, H, dh)), stats(CudnnAttention::stats_floats(B, T, H));
 
   auto custom_fwd16 = [&] { attention_forward(qkv16.get(), probs.get(), out16.get(), B, T, H, dh, st.s); };
   auto custom_bwd16 = [&] {

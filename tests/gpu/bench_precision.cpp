@@ -238,7 +238,7 @@ TEST_CASE("bench: GEMMs and kernels of one block in fp32, tf32 and bf16 (vit_l_3
   // bf16 custom kernels of one block (per-block multiplicity in brackets).
   DevVec<float> mean(N), rstd(N), dxf(hbig.size() / 2),
       scratch(std::max(layernorm_backward_scratch_floats(N, D), column_sum_scratch_floats(N, M)));
-  DevVec<float> probs((size_t)B * H * T * T), ds(attention_backward_scratch_floats(B, T, H));
+  DevVec<float> probs((size_t)B * H * T * T), ds(attention_backward_scratch_floats(B, T, H, D / H));
   double custom = 0;
   std::printf("\n| bf16 kernel | ms | per block |\n| --- | --- | --- |\n");
   auto report = [&](const char* name, double ms, int per_block) {

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -23,21 +24,37 @@ using bf16 = __nv_bfloat16;
 
 namespace {
 
+/// Norm-relative error of what the forward saved (attention_saved_floats floats at the front of
+/// `saved`) against the reference: the probabilities, or on the tensor-core kernels
+/// (`stats`) each row's log-sum-exp, max + log(sum) = max - log(1 / sum), against ref.lse. The
+/// floats after the saved ones (guard) must still hold their NaN fill: REQUIREd.
+double saved_error(const std::vector<float>& saved, size_t floats, const AttentionRef& ref, bool stats) {
+  for (size_t i = floats; i < saved.size(); ++i) REQUIRE(std::isnan(saved[i]));
+  if (!stats) return norm_rel_err(saved.data(), ref.probs.data(), ref.probs.size());
+  REQUIRE(floats == 2 * ref.lse.size());
+  std::vector<double> lse(ref.lse.size());
+  for (size_t i = 0; i < lse.size(); ++i) lse[i] = (double)saved[2 * i] - std::log((double)saved[2 * i + 1]);
+  return norm_rel_err(lse, ref.lse);
+}
+constexpr size_t kGuard = 64;  // NaN floats after the saved softmax
+
 /// Norm-relative errors of the fp32 attention kernels (`precision` fp32, or tf32: on TF32 tensor
-/// cores where the shape allows) against attention_reference in double, on normal inputs (stream `s`).
+/// cores where the shape allows) against attention_reference in double, on normal inputs (stream
+/// `s`); `saved` as saved_error.
 struct AttentionErrors {
-  double probs, out, dqkv;
+  double saved, out, dqkv;
 };
 AttentionErrors attention_errors(cudaStream_t s, int B, int H, int T, int dh, Precision precision) {
   const int D = H * dh;
   const auto hqkv = normal_vec((size_t)B * T * 3 * D, 4, 0), hdo = normal_vec((size_t)B * T * D, 4, 1);
   const AttentionRef ref = attention_reference(hqkv, hdo, B, T, H, dh);
-  DevVec<float> qkv(hqkv), probs(ref.probs.size()), out(ref.out.size()), dout(hdo), dqkv(ref.dqkv.size()),
-      scratch(attention_backward_scratch_floats(B, T, H));
-  attention_forward(qkv.get(), probs.get(), out.get(), B, T, H, dh, s, precision);
-  attention_backward(qkv.get(), probs.get(), dout.get(), dqkv.get(), scratch.get(), B, T, H, dh, s, precision);
-  return {norm_rel_err(probs.download(), ref.probs), norm_rel_err(out.download(), ref.out),
-          norm_rel_err(dqkv.download(), ref.dqkv)};
+  const size_t floats = attention_saved_floats(B, T, H, dh, precision);
+  DevVec<float> qkv(hqkv), saved(std::vector<float>(floats + kGuard, NAN)), out(ref.out.size()), dout(hdo),
+      dqkv(ref.dqkv.size()), scratch(attention_backward_scratch_floats(B, T, H, dh));
+  attention_forward(qkv.get(), saved.get(), out.get(), B, T, H, dh, s, precision);
+  attention_backward(qkv.get(), saved.get(), dout.get(), dqkv.get(), scratch.get(), B, T, H, dh, s, precision);
+  return {saved_error(saved.download(), floats, ref, attention_saves_stats(T, dh, precision)),
+          norm_rel_err(out.download(), ref.out), norm_rel_err(dqkv.download(), ref.dqkv)};
 }
 
 }  // namespace
@@ -49,7 +66,7 @@ TEST_CASE("attention: forward and backward match host loops", "[gpu][attention]"
   for (const Shape sh : {Shape{2, 3, 50, 64}, Shape{1, 2, 7, 16}, Shape{2, 1, 70, 80}, Shape{1, 2, 197, 64}}) {
     INFO("B=" << sh.B << " H=" << sh.H << " T=" << sh.T << " dh=" << sh.dh);
     const AttentionErrors e = attention_errors(st.s, sh.B, sh.H, sh.T, sh.dh, Precision::fp32);
-    CHECK(e.probs < 1e-5);
+    CHECK(e.saved < 1e-5);
     CHECK(e.out < 1e-5);
     CHECK(e.dqkv < 1e-5);
   }
@@ -78,6 +95,19 @@ TEST_CASE("attention: forward and backward match host loops", "[gpu][attention]"
   CHECK_THROWS_AS(attention_backward(dummy.get(), dummy.get(), dummy.get(), dummy.get(), dummy.get(), 1, 512, 1, 128,
                                      st.s),
                   std::invalid_argument);
+  // The tensor-core shapes save row statistics, so they have no fallback for misaligned buffers:
+  // refused, in both directions (activations 16 bytes, statistics 8).
+  DevVec<float> big(4 * 50 * 64 + 8);
+  float* b = big.get();
+  msg.clear();
+  try {
+    attention_forward(b + 1, b, b, 1, 50, 1, 64, st.s, Precision::tf32);
+  } catch (const std::invalid_argument& e) {
+    msg = e.what();
+  }
+  CHECK(msg.find("16-byte aligned activations") != std::string::npos);
+  CHECK_THROWS_AS(attention_forward(b, b + 1, b, 1, 50, 1, 64, st.s, Precision::tf32), std::invalid_argument);
+  CHECK_THROWS_AS(attention_backward(b, b, b, b + 2, b, 1, 50, 1, 64, st.s, Precision::tf32), std::invalid_argument);
   CUDA_CHECK(cudaStreamSynchronize(st.s));  // no launch error is left behind
 }
 
@@ -94,10 +124,11 @@ TEST_CASE("attention: tf32 tensor cores (--precision tf32) match host loops with
     const bool tensor_cores = sh.T <= 64 && sh.dh == 64;
     INFO("B=" << sh.B << " H=" << sh.H << " T=" << sh.T << " dh=" << sh.dh);
     const AttentionErrors e = attention_errors(st.s, sh.B, sh.H, sh.T, sh.dh, Precision::tf32);
-    std::printf("attention tf32 B=%d H=%d T=%d dh=%d: norm-relative errors probs %.2e out %.2e dqkv %.2e\n", sh.B, sh.H,
-                sh.T, sh.dh, e.probs, e.out, e.dqkv);
+    std::printf("attention tf32 B=%d H=%d T=%d dh=%d: norm-relative errors %s %.2e out %.2e dqkv %.2e\n", sh.B,
+                sh.H, sh.T, sh.dh, tensor_cores ? "row log-sum-exp" : "probs", e.saved, e.out, e.dqkv);
+    CHECK(attention_saves_stats(sh.T, sh.dh, Precision::tf32) == tensor_cores);
     const double tol = tensor_cores ? 3e-3 : 1e-5;
-    CHECK(e.probs < tol);
+    CHECK(e.saved < tol);
     CHECK(e.out < tol);
     CHECK(e.dqkv < tol);
     if (tensor_cores) CHECK(e.out > 1e-6);  // tf32 rounding is there: the tensor-core path ran (T = 1: probs are 1)
@@ -117,13 +148,16 @@ TEST_CASE("attention: bf16 activations match host loops", "[gpu][attention][bf16
     const auto hqkv = rounded(normal_vec((size_t)B * T * 3 * D, 25, 0)),
                hdo = rounded(normal_vec((size_t)B * T * D, 25, 1));
     const AttentionRef ref = attention_reference(hqkv, hdo, B, T, H, dh);
-    const std::vector<double>&P = ref.probs, &O = ref.out, &dQKV = ref.dqkv;
+    const std::vector<double>&O = ref.out, &dQKV = ref.dqkv;
     DevVec<bf16> qkv(to_bf16(hqkv)), out(O.size()), dout(to_bf16(hdo)), dqkv(dQKV.size());
-    DevVec<float> probs(P.size()), scratch(attention_backward_scratch_floats(B, T, H));
-    attention_forward(qkv.get(), probs.get(), out.get(), B, T, H, dh, st.s);
-    CHECK(norm_rel_err(probs.download(), P) < 1e-5);  // fp32 softmax of exact bf16 inputs
+    const bool stats = attention_saves_stats(T, dh, Precision::bf16);
+    CHECK(stats == (T <= 64 && dh == 64));
+    const size_t floats = attention_saved_floats(B, T, H, dh, Precision::bf16);
+    DevVec<float> saved(std::vector<float>(floats + kGuard, NAN)), scratch(attention_backward_scratch_floats(B, T, H, dh));
+    attention_forward(qkv.get(), saved.get(), out.get(), B, T, H, dh, st.s);
+    CHECK(saved_error(saved.download(), floats, ref, stats) < 1e-5);  // fp32 softmax of exact bf16 inputs
     CHECK(norm_rel_err(to_float(out.download()), O) < 4e-3);
-    attention_backward(qkv.get(), probs.get(), dout.get(), dqkv.get(), scratch.get(), B, T, H, dh, st.s);
+    attention_backward(qkv.get(), saved.get(), dout.get(), dqkv.get(), scratch.get(), B, T, H, dh, st.s);
     CHECK(norm_rel_err(to_float(dqkv.download()), dQKV) < 4e-3);
   }
 }

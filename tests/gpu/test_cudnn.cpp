@@ -68,7 +68,7 @@ TEST_CASE("cudnn attention: forward and backward match the custom bf16 kernels a
     DevVec<bf16> qkv(to_bf16(hqkv)), dout(to_bf16(hdo)), out_c(N * (size_t)D), out_k(N * (size_t)D),
         dqkv_c(N * 3 * (size_t)D), dqkv_k(N * 3 * (size_t)D);
     DevVec<float> stats(CudnnAttention::stats_floats(B, T, H)), probs((size_t)B * H * T * T),
-        scratch(attention_backward_scratch_floats(B, T, H));
+        scratch(attention_backward_scratch_floats(B, T, H, dh));
     cudnn.forward(qkv.get(), stats.get(), out_c.get(), B, T, H, dh);
     cudnn.backward(qkv.get(), out_c.get(), stats.get(), dout.get(), dqkv_c.get(), B, T, H, dh);
     attention_forward(qkv.get(), probs.get(), out_k.get(), B, T, H, dh, st.s);
