@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
-# Two vitddp builds side by side on one GPU: BASE (an earlier build) and VITDDP (this one), batch 32,
-# --no-ddp, data on the GPU, each model of MODELS in each precision of PRECISIONS, alternating run by
+# Two vitddp builds side by side on one GPU: BASE (an earlier build) and VITDDP (this one), batch
+# BATCH, --no-ddp, data on the GPU, each model of MODELS in each precision of PRECISIONS, alternating run by
 # run for ROUNDS rounds, and a table of the median steps/s of each and their ratio (a change that
 # should not move the speed must stay within 1%).
 # Usage: BASE=old/vitddp bash results/commands/speed-regression.sh OUT
 #        bash results/commands/speed-regression.sh --readme DIR
-#   ROUNDS [3], STEPS [100; fp32 runs 40], WARMUP [10], MODELS [vit_l_32], PRECISIONS
-#   [fp32 tf32 bf16], VITDDP_ARGS (more options for both builds). Writes
+#   ROUNDS [3], BATCH [32], STEPS [100; fp32 runs 40], WARMUP [10], MODELS [vit_l_32], PRECISIONS
+#   [fp32 tf32 bf16], VITDDP_ARGS (more options for both builds). BATCH and STEPS also name
+#   them in the README (--readme: set them as for the runs). Writes
 #   OUT/[<model>-]<p>-{base,new}-r<r>.h5 (no model prefix for vit_l_32), log.txt,
 #   regression_table.md, README.md. About 2 minutes on an H200 with the defaults.
 TOPIC=speed-regression
-TITLE="Speed of two vitddp builds on one GPU, alternating (batch 32)"
+BATCH=${BATCH:-32}
+TITLE="Speed of two vitddp builds on one GPU, alternating (batch $BATCH)"
 NEED_GPUS=1
 ROUNDS=${ROUNDS:-3}
 about() {
-  cat <<'MD'
-One GPU, batch 32, `--no-ddp`, SGD, data on the GPU (`--data device`), 10 warm-up and
-100 timed steps (fp32: 40), CUDA graph on; ViT-L/32 unless a file name starts with another model.
-Each round runs the earlier build (`base`) and this build (`new`) back to back for every model
-and precision, so both see the same clocks and temperature. `regression_table.md` gives the
+  cat <<MD
+One GPU, batch $BATCH, \`--no-ddp\`, SGD, data on the GPU (\`--data device\`), ${WARMUP:-10} warm-up and
+${STEPS:-100} timed steps (fp32: 40), CUDA graph on; ViT-L/32 unless a file name starts with another model.
+Each round runs the earlier build (\`base\`) and this build (\`new\`) back to back for every model
+and precision, so both see the same clocks and temperature. \`regression_table.md\` gives the
 median over the rounds of each build and the ratio new / base.
 MD
 }
@@ -66,7 +68,7 @@ experiment() {
           n=$STEPS; [ $p = fp32 ] && n=40
           name=$m-$p-$who-r$r; [ "$m" = vit_l_32 ] && name=$p-$who-r$r
           # shellcheck disable=SC2086
-          timeout 600 "${MPI[@]}" -np 1 "$bin" --no-ddp --model "$m" --precision $p --data device \
+          timeout 600 "${MPI[@]}" -np 1 "$bin" --no-ddp --model "$m" --batch-size "$BATCH" --precision $p --data device \
             --warmup-steps "$WARMUP" --steps $n --cooldown-steps 0 ${VITDDP_ARGS:-} --out "$OUT/$name.h5" 2>&1 |
             grep -E "timed window|rror" | sed "s/^/$name: /"
           [ -s "$OUT/$name.h5" ] || status=1
