@@ -12,59 +12,31 @@
 namespace vitddp {
 namespace {
 
-constexpr int kKeys = 64;     // keys per K tile
-constexpr int kWarps = 8;     // warp w owns query rows 16w .. 16w + 15 of the block's 128
-constexpr int kRows = 16 * kWarps;
-constexpr int kThreads = 32 * kWarps;
+constexpr int kRows = 64;     // query rows (and keys) per tile
+constexpr int kThreads = 128; // 4 warps; warp w owns query rows 16w .. 16w + 15 of the block's tile
 
-// Shared-memory row stride (floats) of the Q and K tiles: DH + 8, so the rows of one fragment
-// load start in distinct banks.
+// Rows [0, 64) x DH columns at src (row stride ld floats) into tile dst[r][c] (row stride DH + 8:
+// the rows of one fragment load start in distinct banks), rounded to tf32; rows >= valid zero.
 template <int DH>
-__host__ __device__ constexpr int tile_ld() { return DH + 8; }
-template <int DH>
-constexpr size_t smem_bytes() { return sizeof(float) * (size_t)tile_ld<DH>() * (kRows + 2 * kKeys); }
-
-// 16 bytes global -> shared without registers (cp.async, L2 only); src_bytes 0 fills zeros.
-__device__ __forceinline__ void cp_async16(float* dst, const float* src, int src_bytes) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-// Starts copying keys [k0, k0 + 64) (rows >= T as zeros) of one (image, head) into tile dst.
-template <int DH>
-__device__ __forceinline__ void load_k_async(float* dst, const float* kbase, size_t ld, int k0, int T) {
-  constexpr int kPerRow = DH / 4;
-  for (int i = threadIdx.x; i < kKeys * kPerRow; i += kThreads) {
-    const int r = i / kPerRow, c = (i % kPerRow) * 4;
-    const bool valid = k0 + r < T;
-    cp_async16(dst + r * tile_ld<DH>() + c, valid ? kbase + (size_t)(k0 + r) * ld + c : kbase, valid ? 16 : 0);
-  }
-}
-
-// The block's query rows [r0, r0 + 128) (rows >= T as zeros) into tile Qs, rounded to tf32.
-template <int DH>
-__device__ __forceinline__ void load_q(float* Qs, const float* qbase, size_t ld, int r0, int T) {
-  constexpr int kPerRow = DH / 4;
+__device__ __forceinline__ void load_tile(float* dst, const float* src, size_t ld, int valid) {
+  constexpr int kPerRow = DH / 4, kLd = DH + 8;
   for (int i = threadIdx.x; i < kRows * kPerRow; i += kThreads) {
     const int r = i / kPerRow, c = (i % kPerRow) * 4;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (r0 + r < T) v = __ldg(reinterpret_cast<const float4*>(qbase + (size_t)(r0 + r) * ld + c));
-    *reinterpret_cast<float4*>(Qs + r * tile_ld<DH>() + c) =
+    if (r < valid) v = __ldg(reinterpret_cast<const float4*>(src + r * ld + c));
+    *reinterpret_cast<float4*>(dst + r * kLd + c) =
         make_float4(__uint_as_float(tf32_rna(v.x)), __uint_as_float(tf32_rna(v.y)), __uint_as_float(tf32_rna(v.z)),
                     __uint_as_float(tf32_rna(v.w)));
   }
 }
 
-// The warp's 16 x 64 block of Q K^T (acc, zeroed by the caller): A = rows m0.. of the Q tile
-// (already tf32), B^T = the K tile (fp32, rounded here). The k index is permuted within each
-// k-step (t -> 2t, t + 4 -> 2t + 1) on A and B alike, which leaves the product unchanged and lets
-// both come as 8-byte pairs.
+// The warp's 16 x 64 block of Q K^T (acc, zeroed by the caller): A = the Q tile's rows m0..,
+// B^T = the K tile, both row-major. The k index is permuted within each k-step (t -> 2t,
+// t + 4 -> 2t + 1) on A and B alike, which leaves the product unchanged and lets both come as
+// 8-byte pairs.
 template <int DH>
 __device__ __forceinline__ void scores(float (&acc)[8][4], const float* Qs, const float* Ks, int m0, int g, int t) {
-  constexpr int kLd = tile_ld<DH>();
+  constexpr int kLd = DH + 8;
 #pragma unroll
   for (int k0 = 0; k0 < DH; k0 += 8) {
     const float* pa = Qs + (m0 + g) * kLd + k0 + 2 * t;
@@ -74,7 +46,7 @@ __device__ __forceinline__ void scores(float (&acc)[8][4], const float* Qs, cons
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const float2 v = *reinterpret_cast<const float2*>(Ks + (8 * j + g) * kLd + k0 + 2 * t);
-      const uint32_t b[2] = {tf32_rna(v.x), tf32_rna(v.y)};
+      const uint32_t b[2] = {__float_as_uint(v.x), __float_as_uint(v.y)};
       mma_tf32_m16n8k8(acc[j], a, b);
     }
   }
@@ -89,89 +61,73 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// Grid (query blocks of 128 rows, heads, batch). Iterations 0 .. tiles - 1 (pass 0) find each
-// row's max and sum of exponentials over the key tiles; iterations tiles .. 2 tiles - 1 (pass 1)
-// recompute each tile's scores and write the probabilities. K tiles are double-buffered: the next
-// one is copied while the current one is multiplied.
+// Grid (query tiles, heads, batch). Pass 0 finds each row's max and sum of exponentials over the
+// key tiles; pass 1 recomputes each tile's scores and writes the probabilities.
 template <int DH>
-__global__ void __launch_bounds__(kThreads, 2) probs_tf32_kernel(const float* __restrict__ qkv,
-                                                                 float* __restrict__ probs, int T, int H, int ldp,
-                                                                 float scale) {
-  constexpr int kLd = tile_ld<DH>();
-  extern __shared__ __align__(16) float smem[];
-  float* Qs = smem;
-  auto kbuf = [&](int i) { return smem + (kRows + (i & 1) * kKeys) * kLd; };  // the two K buffers
+__global__ void __launch_bounds__(kThreads) probs_tf32_kernel(const float* __restrict__ qkv, float* __restrict__ probs,
+                                                              int T, int H, int ldp, float scale) {
+  constexpr int kLd = DH + 8;
+  __shared__ __align__(16) float Qs[kRows * kLd], Ks[kRows * kLd];
   const int r0 = blockIdx.x * kRows, h = blockIdx.y, b = blockIdx.z, D = H * DH;
   const size_t ld3 = 3 * (size_t)D;
-  const float* qbase = qkv + (size_t)b * T * ld3 + h * DH;
-  const int tiles = (T + kKeys - 1) / kKeys, iters = 2 * tiles;
-  load_k_async<DH>(kbuf(0), qbase + D, ld3, 0, T);
-  cp_async_commit();
-  load_q<DH>(Qs, qbase, ld3, r0, T);
+  const float* base = qkv + (size_t)b * T * ld3 + h * DH;
+  load_tile<DH>(Qs, base + (size_t)r0 * ld3, ld3, T - r0);
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, m0 = (threadIdx.x >> 5) * 16;
   float* P = probs + ((size_t)(b * H + h) * T) * ldp;
   float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f}, inv[2] = {0.0f, 0.0f};
-  for (int it = 0; it < iters; ++it) {
-    const int kt = it % tiles;
-    if (it + 1 < iters) {
-      load_k_async<DH>(kbuf(it + 1), qbase + D, ld3, ((it + 1) % tiles) * kKeys, T);
-      cp_async_commit();
-      cp_async_wait<1>();  // tile `it` has landed (this thread's copies)
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // ... and every thread's, and the Q tile
-    float s[8][4] = {};
-    scores<DH>(s, Qs, kbuf(it), m0, g, t);
+  const int tiles = (T + kRows - 1) / kRows;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int kt = 0; kt < tiles; ++kt) {
+      __syncthreads();  // every warp is done with the previous K tile (the first: Q is loaded)
+      load_tile<DH>(Ks, base + D + (size_t)kt * kRows * ld3, ld3, T - kt * kRows);
+      __syncthreads();
+      float s[8][4] = {};
+      scores<DH>(s, Qs, Ks, m0, g, t);
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] = kt * kKeys + 8 * j + 2 * t + (e & 1) < T ? s[j][e] * scale : -INFINITY;
-    if (it < tiles) {
+        for (int e = 0; e < 4; ++e) s[j][e] = kt * kRows + 8 * j + 2 * t + (e & 1) < T ? s[j][e] * scale : -INFINITY;
+      if (pass == 0) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float m = -INFINITY;
+        for (int half = 0; half < 2; ++half) {
+          float m = -INFINITY;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) m = fmaxf(m, fmaxf(s[j][2 * half], s[j][2 * half + 1]));
-        const float m_new = fmaxf(mx[half], quad_max(m));  // finite: the tile has a key < T
-        float add = 0.0f;
+          for (int j = 0; j < 8; ++j) m = fmaxf(m, fmaxf(s[j][2 * half], s[j][2 * half + 1]));
+          const float m_new = fmaxf(mx[half], quad_max(m));  // finite: the tile has a column < T
+          float add = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) add += expf(s[j][2 * half] - m_new) + expf(s[j][2 * half + 1] - m_new);
-        sum[half] = sum[half] * expf(mx[half] - m_new) + quad_sum(add);
-        mx[half] = m_new;
-      }
-      if (it == tiles - 1) {
-        inv[0] = 1.0f / sum[0];
-        inv[1] = 1.0f / sum[1];
-      }
-    } else {
+          for (int j = 0; j < 8; ++j) add += expf(s[j][2 * half] - m_new) + expf(s[j][2 * half + 1] - m_new);
+          sum[half] = sum[half] * expf(mx[half] - m_new) + quad_sum(add);
+          mx[half] = m_new;
+        }
+      } else {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = r0 + m0 + g + 8 * half;
-        if (r >= T) continue;
-        float* row = P + (size_t)r * ldp;
+        for (int half = 0; half < 2; ++half) {
+          const int r = r0 + m0 + g + 8 * half;
+          if (r >= T) continue;
+          float* row = P + (size_t)r * ldp;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int c = kt * kKeys + 8 * j + 2 * t;
-          const float p0 = expf(s[j][2 * half] - mx[half]) * inv[half];
-          if (c + 1 < T) {
-            *reinterpret_cast<float2*>(row + c) = make_float2(p0, expf(s[j][2 * half + 1] - mx[half]) * inv[half]);
-          } else if (c < T) {
-            row[c] = p0;
+          for (int j = 0; j < 8; ++j) {
+            const int c = kt * kRows + 8 * j + 2 * t;
+            const float p0 = expf(s[j][2 * half] - mx[half]) * inv[half];
+            if (c + 1 < T) {
+              *reinterpret_cast<float2*>(row + c) = make_float2(p0, expf(s[j][2 * half + 1] - mx[half]) * inv[half]);
+            } else if (c < T) {
+              row[c] = p0;
+            }
           }
         }
       }
     }
-    __syncthreads();  // every warp is done with this K buffer before the next iteration refills it
+    inv[0] = 1.0f / sum[0];
+    inv[1] = 1.0f / sum[1];
   }
 }
 
 template <int DH>
 void launch(const float* qkv, float* probs, int ldp, int batch, int T, int heads, cudaStream_t stream) {
-  constexpr size_t smem = smem_bytes<DH>();
-  CUDA_CHECK(cudaFuncSetAttribute(probs_tf32_kernel<DH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const dim3 grid((T + kRows - 1) / kRows, heads, batch);
-  probs_tf32_kernel<DH><<<grid, kThreads, smem, stream>>>(qkv, probs, T, heads, ldp, 1.0f / std::sqrt((float)DH));
+  probs_tf32_kernel<DH><<<grid, kThreads, 0, stream>>>(qkv, probs, T, heads, ldp, 1.0f / std::sqrt((float)DH));
   CUDA_CHECK_LAUNCH();
 }
 

@@ -16,9 +16,7 @@ bool attention_probs_tf32_fits(int head_dim, const void* qkv, const void* probs,
 /// with fp32 accumulation (mma.sync m16n8k8), the scale applied in fp32; the softmax is fp32 with
 /// exact expf: each row's max and sum of exponentials over the key tiles (the sum rescaled when
 /// the max grows, FlashAttention's online softmax: Dao 2022), then a second pass over the tiles
-/// writes exp(s - max) / sum. One block of 8 warps per (128 query rows, head, image), K tiles of
-/// 64 keys double-buffered in shared memory (cp.async); sets the kernel's shared-memory attribute
-/// (host work) on each call, so it is graph-capturable. Deterministic
+/// writes exp(s - max) / sum. One block of 4 warps per (64 query rows, head, image). Deterministic
 /// (the same bits for the same inputs). Preconditions: attention_probs_tf32_fits, 1 <= T <= 512,
 /// ldp >= T, 1 <= heads, batch <= 65535; std::invalid_argument otherwise, std::runtime_error on a
 /// launch error. Enqueues on `stream`.
