@@ -7,7 +7,6 @@
 
 #include "cuda/check/check_cublaslt.h"
 #include "cuda/check/check_cuda.h"
-#include "cuda/kernels/attention_probs_tf32.h"
 #include "cuda/kernels/block_reduce.cuh"
 
 namespace vitddp {
@@ -200,14 +199,10 @@ void GemmAttention::scores_softmax(const float* qkv, float* probs, float* out, i
   plan.op[1][2] = {out, (long long)T * D, head_dim};
   fill(plan, batch, heads, scratch, stream_);
   const float** ptrs = reinterpret_cast<const float**>(scratch);
-  if (compute_ == CUBLAS_COMPUTE_32F_FAST_TF32 && attention_probs_tf32_fits(head_dim, qkv, probs, ldp)) {
-    attention_probs_tf32(qkv, probs, ldp, batch, T, heads, head_dim, stream_);  // S and the softmax, one kernel
-  } else {
-    const float scale = 1.0f / std::sqrt((float)head_dim);
-    batched(handle_, compute_, true, false, T, T, head_dim, scale, 3 * D, 3 * D, ldp, ptrs, 0, n);
-    softmax_rows_kernel<<<row_blocks((long long)n * T), kRowWarps * 32, 0, stream_>>>(probs, (long long)n * T, T, ldp);
-    CUDA_CHECK_LAUNCH();
-  }
+  const float scale = 1.0f / std::sqrt((float)head_dim);
+  batched(handle_, compute_, true, false, T, T, head_dim, scale, 3 * D, 3 * D, ldp, ptrs, 0, n);
+  softmax_rows_kernel<<<row_blocks((long long)n * T), kRowWarps * 32, 0, stream_>>>(probs, (long long)n * T, T, ldp);
+  CUDA_CHECK_LAUNCH();
   if (out) batched(handle_, compute_, false, false, head_dim, T, T, 1.0f, 3 * D, ldp, D, ptrs, 1, n);
 }
 

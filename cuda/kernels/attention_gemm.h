@@ -18,9 +18,7 @@ namespace vitddp {
 /// (Measured on an H100, results/h100/attention-gemm: the padding changed neither the speed, within
 /// 0.2%, nor cuBLAS's choice of fp32 kernels for the scores at T = 197 and 257 in the tests' shapes.)
 /// Forward: S = Q K^T / sqrt(dh) into probs, a row softmax in place (fp32, exact expf), O = P V
-/// into out. Under CUBLAS_COMPUTE_32F_FAST_TF32 with head_dim 64 or 80 the scores and the softmax
-/// are one tensor-core kernel instead (attention_probs_tf32, cuda/kernels/attention_probs_tf32.h:
-/// Q and K rounded to tf32, the scores never written), for forward and probs() alike. Backward: dV = P^T dO, dP = dO V^T into `dscores`, dS = P * (dP - rowsum(P * dP)) in
+/// into out. Backward: dV = P^T dO, dP = dO V^T into `dscores`, dS = P * (dP - rowsum(P * dP)) in
 /// place, dQ = dS K / sqrt(dh), dK = dS^T Q / sqrt(dh), written (overwritten) into dqkv.
 /// Every product has fp32 operands and output and the compute type given at construction:
 /// CUBLAS_COMPUTE_32F or _32F_PEDANTIC is strict fp32; CUBLAS_COMPUTE_32F_FAST_TF32 lets cuBLAS

@@ -3,7 +3,6 @@
 #include <cstdint>
 
 #include "cuda/check/check_cuda.h"
-#include "cuda/kernels/mma_tf32.cuh"
 #include "cuda/kernels/vec4.cuh"
 
 namespace vitddp {
@@ -118,9 +117,17 @@ struct Tf32Op {
   using E = float;
   static constexpr int kK = 8;
   static constexpr int kSplitTiles = 1;
-  __device__ static uint32_t tf32(float x) { return tf32_rna(x); }
+  __device__ static uint32_t tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+  }
   __device__ static void mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    mma_tf32_m16n8k8(c, a, b);
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
   }
   // Tiles hold values already rounded to tf32 (put16), except the split operand's (store_split).
   __device__ static void load_a(uint32_t (&a)[4], const E* M, int m0, int k0, int g, int t) {

@@ -13,7 +13,6 @@
 
 #include "cuda/kernels/attention.h"
 #include "cuda/kernels/attention_gemm.h"
-#include "cuda/kernels/attention_probs_tf32.h"
 #include "tests/catch.h"
 #include "tests/gpu/attention_reference.h"
 #include "tests/gpu/bf16_test_util.h"
@@ -235,52 +234,4 @@ TEST_CASE("attention as batched GEMMs (--attention gemm): fp32 and tf32 match ho
   CHECK_THROWS_AS(g.set_sm_count_target(-1), std::invalid_argument);
   CHECK_THROWS_AS(g.set_sm_count_target(g.device_sm_count() + 1), std::invalid_argument);
   CUDA_CHECK(cudaStreamSynchronize(st2.s));  // no launch error is left behind
-}
-
-TEST_CASE("attention probabilities on TF32 tensor cores (the gemm attention's scores and softmax in tf32)",
-          "[gpu][attention][gemm][tf32]") {
-  REQUIRE_GPU();
-  Stream st;
-  struct Shape { int B, H, T, dh, ldp; };
-  // One to five key tiles of 64, partial last tiles, head_dim 64 and 80, and row strides of the
-  // gemm attention (T rounded up to 4) and an unrounded even one.
-  for (const Shape sh : {Shape{2, 3, 197, 64, 200}, Shape{1, 2, 257, 80, 260}, Shape{2, 1, 65, 80, 66},
-                         Shape{3, 2, 1, 64, 4}, Shape{1, 1, 128, 64, 128}}) {
-    INFO("B=" << sh.B << " H=" << sh.H << " T=" << sh.T << " dh=" << sh.dh << " ldp=" << sh.ldp);
-    const int D = sh.H * sh.dh;
-    const auto hqkv = normal_vec((size_t)sh.B * sh.T * 3 * D, 4, 0), hdo = normal_vec((size_t)sh.B * sh.T * D, 4, 1);
-    const AttentionRef ref = attention_reference(hqkv, hdo, sh.B, sh.T, sh.H, sh.dh);
-    const size_t rows = (size_t)sh.B * sh.H * sh.T;
-    DevVec<float> qkv(hqkv), probs(std::vector<float>(rows * sh.ldp, NAN));
-    attention_probs_tf32(qkv.get(), probs.get(), sh.ldp, sh.B, sh.T, sh.H, sh.dh, st.s);
-    const std::vector<float> got = probs.download();
-    std::vector<float> dense(ref.probs.size());
-    size_t padding_written = 0;
-    for (size_t r = 0; r < rows; ++r) {
-      for (int j = 0; j < sh.T; ++j) dense[r * sh.T + j] = got[r * sh.ldp + j];
-      for (int j = sh.T; j < sh.ldp; ++j) padding_written += !std::isnan(got[r * sh.ldp + j]);
-    }
-    const double e = norm_rel_err(dense, ref.probs);
-    std::printf("attention_probs_tf32 B=%d H=%d T=%d dh=%d: norm-relative error %.2e\n", sh.B, sh.H, sh.T, sh.dh, e);
-    CHECK(padding_written == 0);
-    CHECK(e < 3e-3);
-    if (sh.T > 1) CHECK(e > 1e-6);  // the tf32 rounding of Q and K shows (T = 1: the probability is 1)
-    // Deterministic: a second call writes the same bits.
-    DevVec<float> again(rows * sh.ldp);
-    attention_probs_tf32(qkv.get(), again.get(), sh.ldp, sh.B, sh.T, sh.H, sh.dh, st.s);
-    const std::vector<float> second = again.download();
-    size_t differ = 0;
-    for (size_t r = 0; r < rows; ++r)
-      for (int j = 0; j < sh.T; ++j) differ += !(second[r * sh.ldp + j] == got[r * sh.ldp + j]);
-    CHECK(differ == 0);
-  }
-  DevVec<float> d(4 * 64 * 3 * 64 + 8);
-  CHECK_FALSE(attention_probs_tf32_fits(72, d.get(), d.get(), 4));
-  CHECK_FALSE(attention_probs_tf32_fits(64, d.get() + 1, d.get(), 4));
-  CHECK_FALSE(attention_probs_tf32_fits(64, d.get(), d.get() + 1, 4));
-  CHECK_FALSE(attention_probs_tf32_fits(64, d.get(), d.get(), 3));
-  CHECK_THROWS_AS(attention_probs_tf32(d.get(), d.get(), 4, 1, 4, 1, 72, st.s), std::invalid_argument);
-  CHECK_THROWS_AS(attention_probs_tf32(d.get(), d.get(), 2, 1, 4, 1, 64, st.s), std::invalid_argument);  // ldp < T
-  CHECK_THROWS_AS(attention_probs_tf32(d.get(), d.get(), 516, 1, 513, 1, 64, st.s), std::invalid_argument);
-  CUDA_CHECK(cudaStreamSynchronize(st.s));
 }
