@@ -40,8 +40,10 @@ struct GpuViTOptions {
   /// attention (cuda/kernels/cudnn_attention.h, bf16 only: the constructor throws std::invalid_argument
   /// otherwise) or batched cuBLAS GEMMs (cuda/kernels/attention_gemm.h, fp32 activations only - fp32
   /// and tf32; the constructor throws std::invalid_argument in bf16). cudnn keeps [B, H, T] fp32
-  /// softmax statistics per block instead of the [B, H, T, T] probabilities that custom and gemm keep;
-  /// gemm_recompute keeps none (backward recomputes them into one buffer for all blocks).
+  /// softmax statistics per block instead of the [B, H, T, T] probabilities that custom and gemm keep
+  /// (custom's tensor-core kernels, T <= 64 with head_dim 64 in bf16 and tf32: [B, H, T, 2] row
+  /// statistics, attention_saved_floats); gemm_recompute keeps none (backward recomputes them into
+  /// one buffer for all blocks).
   AttentionImpl attention = AttentionImpl::custom;
   /// conv_proj: im2col + cuBLASLt GEMM (cuda/kernels/patch_embed.h) or cuDNN convolution
   /// (cuda/kernels/cudnn_conv.h; algorithms timed at set-up when gemm_autotune_candidates > 1).

@@ -10,7 +10,8 @@
 namespace vitddp {
 
 /// Attention core softmax(QK^T/sqrt(dh))V: custom = cuda/kernels/attention.h (fp32 and bf16, keeps the
-/// probabilities), cudnn = cuda/kernels/cudnn_attention.h (cuDNN fused flash attention, bf16 only, keeps
+/// probabilities; its tensor-core kernels, T <= 64 with head_dim 64 in bf16 and tf32, keep two
+/// floats a query row instead), cudnn = cuda/kernels/cudnn_attention.h (cuDNN fused flash attention, bf16 only, keeps
 /// the softmax log-sum-exp), gemm = cuda/kernels/attention_gemm.h (batched cuBLAS GEMMs and row
 /// softmax kernels, fp32 activations only - fp32 and tf32 -, keeps the probabilities as custom),
 /// gemm_recompute = the same products, but keeping no probabilities between forward and backward:

@@ -45,9 +45,10 @@ bool attention_saves_stats(int T, int head_dim, Precision precision);
 /// attention_saves_stats, else batch * heads * T * T.
 size_t attention_saved_floats(int batch, int T, int heads, int head_dim, Precision precision);
 
-/// Forward: writes probs (attention_saved_floats floats, kept for the backward) and o. fp32 accumulation, exact expf.
-/// `precision` (fp32 overloads: Precision::fp32 or Precision::tf32, as --precision): under tf32 the
-/// shapes of the tensor-core kernels (T <= 64, dh == 64, 16-byte aligned buffers) run on TF32
+/// Forward: writes probs (attention_saved_floats floats, kept for the backward) and o. fp32
+/// accumulation, exact expf. `precision` (fp32 overloads: Precision::fp32 or Precision::tf32, as
+/// --precision): under tf32 the shapes of the tensor-core kernels (T <= 64, dh == 64; their
+/// buffers must be aligned, see attention_saves_stats) run on TF32
 /// tensor cores (attention_forward_mma_tf32: inputs rounded to tf32 as a TF32 GEMM does); fp32
 /// keeps fp32 arithmetic. Precision::bf16 throws std::invalid_argument (bf16 storage takes the
 /// bf16 overload).

@@ -2,10 +2,11 @@
 // and on TF32 tensor cores for fp32 activations in --precision tf32: one thread block per
 // (batch, head), Q K^T, P V and the four products of the backward as warp mma.sync (m16n8k16
 // with bf16 operands, m16n8k8 with tf32 operands; fp32 accumulation) on tiles padded to 64 x 64
-// in shared memory. Called by attention_forward / attention_backward (cuda/kernels/attention.h) for the shapes
-// attention_mma_fits() accepts; same layouts and formulas, but the forward saves each row's softmax
-// statistics, not the probabilities. The fp32 operands P and dS keep about
-// 16 bits (hi + lo bf16, relative error about 2^-17), far below the bf16 rounding of the results.
+// in shared memory. Called by attention_forward / attention_backward (cuda/kernels/attention.h) for
+// every shape attention_saves_stats() names (they refuse the call when attention_mma_fits() does
+// not hold); same layouts and formulas, but the forward saves each row's softmax statistics, not
+// the probabilities. The fp32 operands P and dS keep about 16 bits (hi + lo bf16, relative error
+// about 2^-17), far below the bf16 rounding of the results.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

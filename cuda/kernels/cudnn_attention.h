@@ -18,7 +18,7 @@ namespace vitddp {
 ///    [B, H, T, dh] with strides [T*D, dh, D, 1], ready for out_proj.
 ///  - stats: [B, H, T] fp32 (cuDNN's Stats tensor [B, H, T, 1]): the softmax log-sum-exp of each
 ///    query row, lse[b,h,i] = log sum_j exp(q_i . k_j / sqrt(dh)); kept for the backward instead
-///    of the [B, H, T, T] probabilities of the custom kernels (stats_floats()).
+///    of the [B, H, T, T] probabilities of the custom kernels beyond 64 tokens (stats_floats()).
 ///  - backward: given dout = dL/dout ([B*T, D] bf16) writes (overwrites) dqkv [B*T, 3D] bf16 in
 ///    the qkv layout (dQ, dK, dV through the same strides as Q, K, V).
 /// Semantics: torch.nn.functional.scaled_dot_product_attention(q, k, v) with scale 1/sqrt(dh), no

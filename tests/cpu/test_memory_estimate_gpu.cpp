@@ -96,6 +96,15 @@ TEST_CASE("memory estimate: momentum, bf16, reducer buffers", "[memory]") {
   size_t slots = 0;
   for (const auto& s : plan.slots) slots += s.bytes;
   CHECK(slots == hand_activation_bytes(layout.cfg, 8, 2, n, plan.reduce_scratch_floats));
+  // tf32 at the same shape runs the same tensor-core kernels (row statistics, no score-gradient
+  // scratch); fp32 keeps [B, H, T, T] probabilities but also needs no scratch (T <= 64, head_dim 64).
+  for (const Precision p : {Precision::tf32, Precision::fp32}) {
+    const GpuViTArenaPlan pf = plan_gpu_vit_arena(layout.cfg, n, 8, p);
+    size_t pf_slots = 0;
+    for (const auto& s : pf.slots) pf_slots += s.bytes;
+    CHECK(pf_slots == hand_activation_bytes(layout.cfg, 8, 4, n, pf.reduce_scratch_floats, p == Precision::tf32));
+    CHECK(pf.dscores == GpuViTArenaPlan::npos);
+  }
   // bf16, vit_b_32 (T = 50, head_dim 64): --attention auto resolves to the tensor-core custom kernels,
   // which keep two floats per query row (max, 1 / sum); cuDNN's fused attention keeps one (log-sum-exp).
   CHECK(e.bytes_of("activations") ==
