@@ -88,21 +88,30 @@ void shift(GpuViTArenaPlan::Block& b, size_t base) {
     if (*o != GpuViTArenaPlan::npos) *o += base;
 }
 
-}  // namespace
+/// Floats of the reduction scratch: the largest any one of the model's reductions needs (LayerNorm
+/// backward, column sums, GELU backward with bias, the gemm attention's pointer arrays, the loss).
+size_t reduction_scratch_floats(const ViTConfig& cfg, int max_batch, AttentionImpl attention) {
+  const int N = max_batch * cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim, K = cfg.num_classes;
+  size_t r = 0;
+  r = std::max(r, layernorm_backward_scratch_floats(N, D));
+  r = std::max(r, layernorm_backward_scratch_floats(max_batch, D));
+  r = std::max(r, column_sum_scratch_floats(N, std::max({D, M, 3 * D})));
+  r = std::max(r, gelu_backward_bias_scratch_floats(N, M));
+  r = std::max(r, column_sum_scratch_floats(max_batch * cfg.num_patches(), D));
+  r = std::max(r, column_sum_scratch_floats(max_batch, K));
+  if (is_gemm_attention(attention)) r = std::max(r, GemmAttention::pointer_scratch_floats(max_batch, cfg.heads));
+  return std::max(r, softmax_xent_scratch_floats(max_batch));
+}
 
-GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int max_batch, Precision precision,
-                                   bool overlay_gradients, AttentionImpl attention, PatchEmbedImpl patch_embed) {
-  if (max_batch < 1) throw std::invalid_argument("plan_gpu_vit_arena: max_batch must be >= 1");
-  GpuViTArenaPlan p;
-  Planner a(p);
+/// The buffers outside the encoder blocks, in arena order (the reduction scratch last).
+void plan_outside_blocks(const ViTConfig& cfg, size_t param_total, int max_batch, Precision precision,
+                         AttentionImpl attention, PatchEmbedImpl patch_embed, GpuViTArenaPlan& p, Planner& a) {
   const size_t B = max_batch, T = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim, H = cfg.heads,
                K = cfg.num_classes, Np = cfg.num_patches(), PD = cfg.patch_dim();
   const size_t N = B * T, f32 = 4, bf16 = 2;
   const bool half = precision == Precision::bf16;
   const size_t op = dtype_bytes(operand_dtype(precision));  // GEMM-operand element size
   const int L = cfg.layers;
-
-  // Buffers outside the encoder blocks.
   p.emb = a.add(B * Np * D, f32, "patch embeddings");
   p.x.assign(L + 1, 0);
   p.x[L] = a.add(N * D, f32, "residual stream x[" + std::to_string(L) + "]");
@@ -130,72 +139,86 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
   p.dnarrow = a.add(N * D, op, "narrow gradient scratch");
   p.demb = a.add(B * Np * D, op, "patch embedding gradient");
   if (half) p.dx16 = a.add(N * D, bf16, "residual-stream gradient (bf16 copy)");
-  const int Ni = (int)N, Di = (int)D, Mi = (int)M, Ki = (int)K;
-  size_t r = 0;
-  r = std::max(r, layernorm_backward_scratch_floats(Ni, Di));
-  r = std::max(r, layernorm_backward_scratch_floats(max_batch, Di));
-  r = std::max(r, column_sum_scratch_floats(Ni, std::max({Di, Mi, 3 * Di})));
-  r = std::max(r, gelu_backward_bias_scratch_floats(Ni, Mi));
-  r = std::max(r, column_sum_scratch_floats(max_batch * (int)Np, Di));
-  r = std::max(r, column_sum_scratch_floats(max_batch, Ki));
-  if (is_gemm_attention(attention)) r = std::max(r, GemmAttention::pointer_scratch_floats(max_batch, (int)H));
-  r = std::max(r, softmax_xent_scratch_floats(max_batch));
-  p.reduce_scratch_floats = r;
-  p.reduce_scratch = a.add(r, f32, "reduction scratch");
+  p.reduce_scratch_floats = reduction_scratch_floats(cfg, max_batch, attention);
+  p.reduce_scratch = a.add(p.reduce_scratch_floats, f32, "reduction scratch");
+}
 
-  // The encoder blocks, each in one contiguous piece of the block region. With the gradient
-  // overlay, the flat gradient buffer starts the region and block m sits above the end of the
-  // gradients of blocks m..L-1 (written while block m is still to be read: the flat layout is in
-  // gradient-ready order, block L-1 lowest), so it shares memory only with the gradients of
-  // blocks < m and of the patch embedding, written after block m's backward.
-  p.blocks.resize(L);
-  std::vector<size_t> x_rel(L);
-  size_t per_block = 0;
-  const SavedSoftmax saved = saved_softmax(attention, cfg, B, precision);
-  for (int l = 0; l < L; ++l) per_block = plan_block(cfg, B, op, saved, p.blocks[l], x_rel[l]);
+/// Each block's start in the block region (bytes from the region's start) and the region's size.
+/// With the gradient overlay the flat gradient buffer starts the region and block m sits above
+/// the end of the gradients of blocks m..L-1 (written while block m is still to be read: the flat
+/// layout is in gradient-ready order, block L-1 lowest), so it shares memory only with the
+/// gradients of blocks < m and of the patch embedding, written after block m's backward.
+std::vector<size_t> block_starts(const ViTConfig& cfg, size_t param_total, size_t per_block, bool overlay_gradients,
+                                 size_t& region) {
+  const int L = cfg.layers;
+  const size_t f32 = 4;
   std::vector<size_t> start(L);
-  size_t region = 0;
-  if (overlay_gradients) {
-    const ParamLayout layout = make_param_layout(cfg);
-    if (layout.total != param_total || layout.total != layout.parameter_count())
-      throw std::invalid_argument("plan_gpu_vit_arena: the gradient overlay needs " + cfg.name +
-                                  "'s own layout without padding");
-    size_t prev_end = 0;
-    for (int m = L - 1; m >= 0; --m) {
-      size_t grad_end = 0;  // the end of block m's parameters (layout.named, found by name)
-      for (const ParamRef& r : layout.named.blocks[m].all()) grad_end = std::max(grad_end, (r.offset + r.numel) * f32);
-      start[m] = (std::max(prev_end, grad_end) + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
-      prev_end = start[m] + per_block;
-    }
-    region = std::max(prev_end, (param_total * f32 + kArenaAlign - 1) / kArenaAlign * kArenaAlign);
-  } else {
+  if (!overlay_gradients) {
     for (int m = 0; m < L; ++m) start[m] = (size_t)m * per_block;
     region = (size_t)L * per_block;
+    return start;
   }
-  // The region follows the other buffers; one slot per block buffer (and one for the overlaid
-  // gradients, which overlaps block slots by design).
+  const ParamLayout layout = make_param_layout(cfg);
+  if (layout.total != param_total || layout.total != layout.parameter_count())
+    throw std::invalid_argument("plan_gpu_vit_arena: the gradient overlay needs " + cfg.name +
+                                "'s own layout without padding");
+  size_t prev_end = 0;
+  for (int m = L - 1; m >= 0; --m) {
+    size_t grad_end = 0;  // the end of block m's parameters (layout.named, found by name)
+    for (const ParamRef& r : layout.named.blocks[m].all()) grad_end = std::max(grad_end, (r.offset + r.numel) * f32);
+    start[m] = (std::max(prev_end, grad_end) + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+    prev_end = start[m] + per_block;
+  }
+  region = std::max(prev_end, (param_total * f32 + kArenaAlign - 1) / kArenaAlign * kArenaAlign);
+  return start;
+}
+
+/// The slots of block m's buffers (names end in " of block m"), whose offsets are final.
+void add_block_slots(GpuViTArenaPlan& p, int m, const ViTConfig& cfg, size_t B, size_t op, const SavedSoftmax& saved) {
+  const size_t N = B * cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim, f32 = 4, nd = N * D * f32;
+  const GpuViTArenaPlan::Block& b = p.blocks[m];
+  const std::pair<const char*, std::pair<size_t, size_t>> bufs[] = {
+      {"residual stream x[l]", {p.x[m], nd}}, {"ln_1 output", {b.y1, N * D * op}},
+      {"ln_1 mean", {b.mean1, N * f32}},     {"ln_1 rstd", {b.rstd1, N * f32}},
+      {"qkv", {b.qkv, N * 3 * D * op}},       {saved.name, {b.probs, saved.floats * f32}},
+      {"attention output", {b.attn, N * D * op}}, {"post-attention residual", {b.xmid, nd}},
+      {"ln_2 output", {b.z, N * D * op}},     {"ln_2 mean", {b.mean2, N * f32}},
+      {"ln_2 rstd", {b.rstd2, N * f32}},      {"mlp.0 output", {b.u, N * M * op}},
+      {"GELU output", {b.g, N * M * op}}};
+  const std::string s = " of block " + std::to_string(m);
+  for (const auto& [name, ob] : bufs)
+    if (ob.first != GpuViTArenaPlan::npos) p.slots.push_back(ArenaSlot{std::string(name) + s, ob.first, ob.second});
+}
+
+}  // namespace
+
+GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int max_batch, Precision precision,
+                                   bool overlay_gradients, AttentionImpl attention, PatchEmbedImpl patch_embed) {
+  if (max_batch < 1) throw std::invalid_argument("plan_gpu_vit_arena: max_batch must be >= 1");
+  GpuViTArenaPlan p;
+  Planner a(p);
+  plan_outside_blocks(cfg, param_total, max_batch, precision, attention, patch_embed, p, a);
+  // The encoder blocks, each in one contiguous piece of the block region, which follows the other
+  // buffers; one slot per block buffer (and one for the overlaid gradients, which overlaps block
+  // slots by design).
+  const int L = cfg.layers;
+  const size_t B = max_batch, op = dtype_bytes(operand_dtype(precision));
+  p.blocks.resize(L);
+  std::vector<size_t> x_rel(L);
+  size_t per_block = 0, region = 0;
+  const SavedSoftmax saved = saved_softmax(attention, cfg, B, precision);
+  for (int l = 0; l < L; ++l) per_block = plan_block(cfg, B, op, saved, p.blocks[l], x_rel[l]);
+  const std::vector<size_t> start = block_starts(cfg, param_total, per_block, overlay_gradients, region);
   const size_t base = (p.total_bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
   p.total_bytes = base + region;
   if (overlay_gradients) {
     p.gradients = base;
-    p.slots.push_back(ArenaSlot{"gradients (overlaid on block activations)", base, param_total * f32});
+    p.slots.push_back(ArenaSlot{"gradients (overlaid on block activations)", base, param_total * 4});
   }
   for (int m = 0; m < L; ++m) {
     p.x[m] = base + start[m] + x_rel[m];
-    GpuViTArenaPlan::Block& b = p.blocks[m];
-    shift(b, base + start[m]);
-    const std::string s = " of block " + std::to_string(m);
-    const size_t nd = N * D * f32;
-    const std::pair<const char*, std::pair<size_t, size_t>> bufs[] = {
-        {"residual stream x[l]", {p.x[m], nd}}, {"ln_1 output", {b.y1, N * D * op}},
-        {"ln_1 mean", {b.mean1, N * f32}},     {"ln_1 rstd", {b.rstd1, N * f32}},
-        {"qkv", {b.qkv, N * 3 * D * op}},       {saved.name, {b.probs, saved.floats * f32}},
-        {"attention output", {b.attn, N * D * op}}, {"post-attention residual", {b.xmid, nd}},
-        {"ln_2 output", {b.z, N * D * op}},     {"ln_2 mean", {b.mean2, N * f32}},
-        {"ln_2 rstd", {b.rstd2, N * f32}},      {"mlp.0 output", {b.u, N * M * op}},
-        {"GELU output", {b.g, N * M * op}}};
-    for (const auto& [name, ob] : bufs)
-      if (ob.first != GpuViTArenaPlan::npos) p.slots.push_back(ArenaSlot{std::string(name) + s, ob.first, ob.second});
+    shift(p.blocks[m], base + start[m]);
+    add_block_slots(p, m, cfg, B, op, saved);
   }
   p.block_bytes = per_block;
   return p;
