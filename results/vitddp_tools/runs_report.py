@@ -20,7 +20,7 @@ IGNORED_OPTIONS = {"out", "overwrite", "progress-every", "trace", "save-weights"
 CONFIG_OPTIONS = {"model": "model", "batch_size": "batch-size", "grad_accum_steps": "grad-accum-steps",
                   "precision": "precision", "compression": "compression", "allreduce": "allreduce",
                   "attention": "attention", "data": "data", "bucket_cap_mb": "bucket-cap-mb",
-                  "backend": "backend"}
+                  "backend": "backend", "ddp": "no-ddp", "overlap": "no-overlap"}
 
 
 def fmt_value(key, v):

@@ -90,6 +90,21 @@ def test_compare_differing_options_and_ratios(make_run, capsys):
     assert float(r["value"]) == pytest.approx(192.0) and float(r["ratio_to_first"]) == pytest.approx(1.2)
 
 
+def test_compare_shows_ddp_and_overlap_once(make_run, capsys):
+    """--no-overlap and --no-ddp appear as the configuration's "overlap" and "DDP", not a second
+    time as option.no-overlap / option.no-ddp."""
+    import h5py
+    a, b = make_run("a.h5"), make_run("b.h5")
+    for path, off in ((a, False), (b, True)):
+        with h5py.File(path, "a") as f:
+            f.attrs["overlap"] = 0 if off else 1
+            f.attrs["option.no-overlap"] = "true" if off else "false"
+            f.attrs["option.no-ddp"] = "false"
+    rc, out, _ = run_main(report.main, ["compare", a, b, "--format", "json"], capsys)
+    assert rc == 0
+    assert json.loads(out)["differing"] == {"overlap": ["yes", "no"]}
+
+
 def test_compare_names_runs_of_one_file_name_by_their_folders(make_run, capsys):
     one, two = make_run("one.h5"), make_run("two.h5", world_size=4)
     base = os.path.dirname(one)
