@@ -79,6 +79,14 @@ same_verdict "existing --save-weights file" "--save-weights: '$TMP/weights.h5' e
   --save-weights "$TMP/weights.h5" --out "$TMP/o2.h5"
 same_verdict "--trace in a missing directory" "--trace: directory '$TMP/no' does not exist" \
   --trace "$TMP/no/t.json" --out "$TMP/o3.h5"
+same_verdict "--out at --trace's scratch file" "--trace (scratch file): '$TMP/t.json.tmp' is also the --out file" \
+  --trace "$TMP/t.json" --out "$TMP/t.json.tmp"
+echo x > "$TMP/sig-3.h5"  # a file of the pattern's form at a step a signal stop could checkpoint
+same_verdict "a file a signal-stop checkpoint would replace" "--checkpoint-path: '$TMP/sig-3.h5' exists" \
+  --checkpoint-every 4 --checkpoint-path "$TMP/sig-{step}.h5" --out "$TMP/o4.h5"
+mkfifo "$TMP/fifo.h5"
+same_verdict "--init-from a FIFO (opening it would block)" "--init-from: '$TMP/fifo.h5' is not a regular file (a FIFO)" \
+  --init-from "$TMP/fifo.h5" --out "$TMP/o5.h5"
 # With --overwrite, a results file another run is writing (HDF5's flock held; here a process that
 # holds the same lock, flock(1) on a read-only descriptor).
 (exec 9<"$TMP/first.h5"; flock -x 9; exec sleep 300) &

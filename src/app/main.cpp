@@ -2,6 +2,7 @@
 // place where any error becomes MPI_Abort on every rank.
 #include <sys/stat.h>
 
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -237,6 +238,8 @@ int main(int argc, char** argv) {
   // SIGTERM/SIGINT are received by the run guard's thread (src/app/run_guard.h); block them before
   // MPI or CUDA start any thread so that every thread inherits the mask.
   RunGuard::block_signals();
+  // Output to a closed pipe (vitddp ... | head) fails the write instead of killing the run.
+  std::signal(SIGPIPE, SIG_IGN);
   World w;
   if (const int rc = start_world(&argc, &argv, &w); rc != 0) return rc;
   std::string cmd;

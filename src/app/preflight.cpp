@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <system_error>
 #include <stdexcept>
 #include <string>
 
@@ -12,6 +13,8 @@
 #include "src/io/weights_io.h"
 
 namespace vitddp {
+
+namespace fs = std::filesystem;
 namespace {
 
 /// Check 1: the training split of --data idx:DIR (null for the other sources).
@@ -45,21 +48,26 @@ std::vector<float> checked_weights(const Options& o, const ParamLayout& layout) 
 
 std::vector<OutputFile> run_outputs(const Options& o, int64_t first_step, const std::vector<InputFile>& inputs) {
   std::vector<OutputFile> out = {{"--out", o.out}, {"--save-weights", o.save_weights}, {"--trace", o.trace}};
-  const std::vector<std::string> planned = checkpoint_files(o, first_step);
+  std::vector<std::string> planned = checkpoint_files(o, first_step);
   for (const std::string& f : planned) out.push_back({"--checkpoint-path", f, true});
-  if (planned.empty()) return out;
+  if (planned.empty()) return with_scratch_files(std::move(out));
   // A signal stop writes a checkpoint at any step of the run: the file of that step, where another
-  // output or an input has the pattern's form.
+  // output or an input has the pattern's form, or where a file of that form already exists.
   std::vector<std::string> others = {o.out, o.save_weights, o.trace};
   for (const InputFile& in : inputs) others.push_back(in.path);
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(output_directory(o.checkpoint_path), ec))
+    others.push_back(e.path().string());
   for (const std::string& other : others) {
     if (other.empty()) continue;
     const int64_t s = checkpoint_step_of(o.checkpoint_path, other);
     const std::string f = checkpoint_file(o.checkpoint_path, s);
-    if (s > first_step && s <= o.total_steps() && std::find(planned.begin(), planned.end(), f) == planned.end())
+    if (s > first_step && s <= o.total_steps() && std::find(planned.begin(), planned.end(), f) == planned.end()) {
       out.push_back({"--checkpoint-path", f, true});
+      planned.push_back(f);
+    }
   }
-  return out;
+  return with_scratch_files(std::move(out));
 }
 
 std::vector<InputFile> run_inputs(const Options& o, const RunInputs& in) {
@@ -78,6 +86,8 @@ bool preflight(const Options& o, const World& w, const ParamLayout& layout, RunI
     return false;
   if (!agree_or_report(w, error_of([&] { in->eval_data = load_eval_data(o, in->dataset, layout.cfg.num_classes); })))
     return false;
+  for (const auto& [option, path] : {std::pair<const char*, std::string>{"--init-from", o.init_from}, {"--resume", o.resume}})
+    if (!agree_or_report(w, input_file_problem(option, path))) return false;
   if (!agree_or_report(w, error_of([&] { in->initial = checked_weights(o, layout); }))) return false;
   const std::string resume_error = error_of([&] {
     if (!o.resume.empty()) in->resume.emplace(read_resume_point(o, w, layout));

@@ -50,8 +50,10 @@ bool preflight(const Options& o, const World& w, const ParamLayout& layout, RunI
 
 /// Every file a run with options `o` writes, first step `first_step`, for output_paths_problem:
 /// --out, --save-weights, --trace, then each of checkpoint_files (which may be the --resume file),
-/// then the checkpoint a signal stop could write over another output or one of `inputs` (a path
-/// of the pattern's form with a step of this run: checkpoint_step_of). Add a new output here.
+/// then the checkpoint a signal stop could write over another output, one of `inputs` or a file
+/// already in the pattern's directory (a path of the pattern's form with a step of this run:
+/// checkpoint_step_of), then the scratch files of those written through one (with_scratch_files).
+/// Add a new output here.
 std::vector<OutputFile> run_outputs(const Options& o, int64_t first_step, const std::vector<InputFile>& inputs);
 
 /// Every file the run reads: --init-from, --resume, and the image and label files of the --data

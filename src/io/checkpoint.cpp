@@ -108,6 +108,7 @@ void write_checkpoint(const std::string& path, const ParamLayout& layout, const 
   const fs::path parent = output_directory(path);
   std::error_code ec;
   const std::string tmp = path + ".tmp";
+  fs::remove(tmp, ec);  // a leftover scratch file: a new one, never written through a link
   try {
     write_file(tmp, layout, header, state);
     h5::fsync_path(tmp, false, "checkpoint");

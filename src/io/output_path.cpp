@@ -72,6 +72,21 @@ std::string dangling_link_rule(const Candidate& c) {
   return "";
 }
 
+// Both paths exist and name the same file (device and inode): a hard link, or the same path.
+bool same_inode(const std::string& a, const std::string& b) {
+  struct stat sa, sb;
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+std::string scratch_rule(const Candidate& c) {
+  struct stat l;
+  if (!c.out.scratch || ::lstat(c.out.path.c_str(), &l) != 0) return "";
+  if (S_ISLNK(l.st_mode)) return quoted(c) + " is a symbolic link: remove it (vitddp writes its scratch file there)";
+  if (S_ISREG(l.st_mode) && l.st_nlink > 1)
+    return quoted(c) + " has other hard links (another file's name): remove it (vitddp writes its scratch file there)";
+  return "";
+}
+
 std::string regular_file_rule(const Candidate& c) {
   struct stat s;
   if (::stat(c.out.path.c_str(), &s) != 0 || S_ISREG(s.st_mode)) return "";
@@ -80,6 +95,23 @@ std::string regular_file_rule(const Candidate& c) {
 }
 
 }  // namespace
+
+std::string input_file_problem(const std::string& option, const std::string& path) {
+  struct stat s;
+  if (path.empty() || ::stat(path.c_str(), &s) != 0 || S_ISREG(s.st_mode)) return "";
+  if (S_ISDIR(s.st_mode)) return option + ": '" + path + "' is a directory";
+  return option + ": '" + path + "' is not a regular file (" + kind_of(s.st_mode) + ")";
+}
+
+std::vector<OutputFile> with_scratch_files(std::vector<OutputFile> outputs) {
+  const size_t n = outputs.size();
+  for (size_t i = 0; i < n; ++i) {
+    const OutputFile& o = outputs[i];
+    if (!o.path.empty() && (o.option == "--save-weights" || o.option == "--trace" || o.option == "--checkpoint-path"))
+      outputs.push_back(OutputFile{o.option + " (scratch file)", o.path + ".tmp", false, true});
+  }
+  return outputs;
+}
 
 std::string output_paths_problem(const std::vector<OutputFile>& outputs, const std::vector<InputFile>& inputs,
                                  bool overwrite) {
@@ -104,7 +136,8 @@ std::string output_paths_problem(const std::vector<OutputFile>& outputs, const s
       regular_file_rule,
       [&ins](const Candidate& c) -> std::string {  // an input
         for (const auto& [path, in] : ins)
-          if (path == c.resolved && !(c.out.may_replace_resume && in->option == "--resume"))
+          if ((path == c.resolved || same_inode(c.out.path, in->path)) &&
+              !(c.out.may_replace_resume && in->option == "--resume"))
             return quoted(c) + " is the " + in->option + " file, an input of this run: it is never overwritten, "
                    "not even with --overwrite";
         return "";
@@ -116,10 +149,11 @@ std::string output_paths_problem(const std::vector<OutputFile>& outputs, const s
       },
       [overwrite](const Candidate& c) -> std::string {  // exists
         std::error_code ec;
-        if (overwrite || (c.out.may_replace_resume && c.resolved_is_resume)) return "";
+        if (overwrite || c.out.scratch || (c.out.may_replace_resume && c.resolved_is_resume)) return "";
         if (!fs::exists(fs::symlink_status(c.out.path, ec))) return "";
         return quoted(c) + " exists (use --overwrite to replace it)";
       },
+      scratch_rule,
   };
   for (const auto& rule : rules)
     for (const Candidate& c : cands)

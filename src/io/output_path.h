@@ -32,7 +32,20 @@ struct OutputFile {
   /// A checkpoint: it may be the --resume file, which the run continues (then neither "is an
   /// input" nor "exists" applies).
   bool may_replace_resume = false;
+  /// The scratch file (path + ".tmp") another output is written to before it is renamed or
+  /// linked into place: a leftover of an interrupted write is replaced, so "exists" does not
+  /// apply, but it must be neither a symbolic link nor a file with other hard links (rule 7).
+  bool scratch = false;
 };
+
+/// The output `out` and, where the run writes it through a scratch file (--save-weights, --trace,
+/// checkpoints), that scratch file: path + ".tmp", option "<option> (scratch file)".
+std::vector<OutputFile> with_scratch_files(std::vector<OutputFile> outputs);
+
+/// Why `path`, given to input option `option`, cannot be read as a file ("" when it can, or when
+/// it does not exist: the reader names that): "<option>: '<p>' is a directory" / "... is not a
+/// regular file (a FIFO | ...)": opening a FIFO would block the run before its start-up ends.
+std::string input_file_problem(const std::string& option, const std::string& path);
 
 /// One file a run reads.
 struct InputFile {
@@ -48,12 +61,15 @@ struct InputFile {
 ///                     "<opt>: '<p>' is not a regular file (a FIFO | a character device | a block
 ///                     device | a socket)";
 ///   4. an input:      "<opt>: '<p>' is the <input opt> file, an input of this run: it is never
-///                     overwritten, not even with --overwrite" (resolved paths equal; a checkpoint
+///                     overwritten, not even with --overwrite" (resolved paths equal, or both
+///                     existing and the same file by device and inode: a hard link; a checkpoint
 ///                     may be the --resume file);
 ///   5. two outputs:   "<opt>: '<p>' is also the <other opt> file; give each output its own path"
 ///                     (the later output in `outputs` is named first);
 ///   6. exists:        "<opt>: '<p>' exists (use --overwrite to replace it)" unless `overwrite`
-///                     (or a checkpoint that is the --resume file).
+///                     (or a checkpoint that is the --resume file, or a scratch file);
+///   7. scratch:       "<opt> (scratch file): '<p>' is a symbolic link" / "... has other hard links
+///                     (another file's name): remove it" for an existing scratch file.
 /// Paths are compared as resolved_path gives them (symbolic links followed). Inputs with an
 /// empty path are ignored, so are outputs with an empty path. Local file-system checks only.
 std::string output_paths_problem(const std::vector<OutputFile>& outputs, const std::vector<InputFile>& inputs,

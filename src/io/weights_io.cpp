@@ -69,6 +69,7 @@ void save_weights(const std::string& path, const ParamLayout& layout, const floa
     throw std::runtime_error("save_weights: refusing to overwrite existing file '" + path +
                              "' (overwrite not requested)");
   const std::string tmp = path + ".tmp";
+  fs::remove(tmp, ec);  // a leftover scratch file: a new one, never written through a link
   try {
     write_weights_file(tmp, layout, host_params);
     fsync_path(tmp, false, "save_weights");

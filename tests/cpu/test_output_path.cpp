@@ -1,6 +1,7 @@
 // output_directory_problem (src/io/output_path.h): where results, checkpoints, weights and traces
 // go is checked before training.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -78,6 +79,55 @@ TEST_CASE("output_paths_problem: each rule of the table, in order", "[output_pat
   // The rules run in table order: a directory problem of a later output before a clash of an earlier one.
   CHECK(problem({{"--out", a}, {"--trace", a}, {"--save-weights", dir.file("no/w.h5")}}) ==
         "--save-weights: directory '" + dir.file("no") + "' does not exist");
+  // 4 through a hard link: another name of an input is that input.
+  REQUIRE(::link(dir.file("w.h5").c_str(), dir.file("hard.h5").c_str()) == 0);
+  CHECK(problem({{"--out", dir.file("hard.h5")}}, ins, true) ==
+        "--out: '" + dir.file("hard.h5") +
+            "' is the --init-from file, an input of this run: it is never overwritten, not even with --overwrite");
+}
+
+// The scratch files of outputs written through path + ".tmp" (weights, trace, checkpoints).
+TEST_CASE("output_paths_problem: scratch files clash with nothing, are never links, and may be leftovers",
+          "[output_path]") {
+  vitddp_test::TempDir dir("vitddp_scratch_");
+  const std::string t = dir.file("t.json"), w = dir.file("w.h5");
+  const std::vector<OutputFile> outs = with_scratch_files({{"--out", dir.file("r.h5")}, {"--trace", t}, {"--save-weights", w}});
+  REQUIRE(outs.size() == 5);
+  CHECK(outs[3].option == "--trace (scratch file)");
+  CHECK(outs[3].path == t + ".tmp");
+  CHECK(outs[3].scratch);
+  CHECK(outs[4].path == w + ".tmp");
+  CHECK(output_paths_problem(outs, {}, false).empty());
+  // Another output at a scratch name: refused, with or without --overwrite.
+  const std::vector<OutputFile> clash = with_scratch_files({{"--out", t + ".tmp"}, {"--trace", t}});
+  CHECK(output_paths_problem(clash, {}, true) ==
+        "--trace (scratch file): '" + t + ".tmp' is also the --out file; give each output its own path");
+  // A leftover scratch file is replaced (no --overwrite needed); a symbolic link or a file with
+  // another name is refused.
+  std::ofstream(t + ".tmp") << "partial";
+  CHECK(output_paths_problem(outs, {}, false).empty());
+  std::ofstream(dir.file("keep")) << "x";
+  REQUIRE(::link(dir.file("keep").c_str(), (w + ".tmp").c_str()) == 0);
+  CHECK(output_paths_problem(outs, {}, true) ==
+        "--save-weights (scratch file): '" + w + ".tmp' has other hard links (another file's name): remove it (vitddp "
+        "writes its scratch file there)");
+  std::filesystem::remove(w + ".tmp");
+  std::filesystem::create_symlink(dir.file("keep"), w + ".tmp");
+  CHECK(output_paths_problem(outs, {}, true) ==
+        "--save-weights (scratch file): '" + w + ".tmp' is a symbolic link: remove it (vitddp writes its scratch file "
+        "there)");
+}
+
+TEST_CASE("input_file_problem: a FIFO or a directory is refused before it is opened", "[output_path]") {
+  vitddp_test::TempDir dir("vitddp_input_");
+  REQUIRE(::mkfifo(dir.file("fifo").c_str(), 0600) == 0);
+  CHECK(input_file_problem("--init-from", dir.file("fifo")) ==
+        "--init-from: '" + dir.file("fifo") + "' is not a regular file (a FIFO)");
+  CHECK(input_file_problem("--resume", dir.path.string()) == "--resume: '" + dir.path.string() + "' is a directory");
+  std::ofstream(dir.file("w.h5")) << "x";
+  CHECK(input_file_problem("--init-from", dir.file("w.h5")).empty());
+  CHECK(input_file_problem("--init-from", dir.file("missing.h5")).empty());  // the reader names a missing file
+  CHECK(input_file_problem("--init-from", "").empty());
 }
 
 TEST_CASE("resolved_path: realpath of the directory plus the name, symbolic links followed", "[output_path]") {
