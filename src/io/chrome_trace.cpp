@@ -184,8 +184,8 @@ void ChromeTrace::write(const std::string& path, int world_size, const std::vect
     ::unlink(tmp.c_str());
     throw std::runtime_error("--trace: " + what + " '" + tmp + "': " + std::strerror(e));
   };
-  ::unlink(tmp.c_str());  // a leftover scratch file: a new one, never written through a link
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // The start-up checks refused a scratch file that is a link (output_paths_problem, rule 7).
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("cannot create", -1);
   for (size_t done = 0; done < text.size();) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
