@@ -312,8 +312,18 @@ IdxDataset read_idx_dataset(const std::string& dir, const std::string& split) {
     d.count = count;
     d.rows = static_cast<int>(rows);
     d.cols = static_cast<int>(cols);
-    d.pixels.resize(size_t{count} * rows * cols);
-    f.read_exact(d.pixels.data(), d.pixels.size(), "pixels");
+    // Grown as the bytes arrive (64 MiB at a time), so a header that claims more than the file
+    // holds fails on its first missing byte instead of first allocating what it claims.
+    const size_t want = size_t{count} * rows * cols;
+    for (size_t done = 0; done < want;) {
+      const size_t n = std::min<size_t>(want - done, size_t{64} << 20);
+      d.pixels.resize(done + n);
+      const size_t got = f.read(d.pixels.data() + done, n);
+      if (got != n)
+        throw std::runtime_error("IDX file '" + images_path + "' is truncated: expected " + std::to_string(want) +
+                                 " bytes of pixels, got " + std::to_string(done + got));
+      done += n;
+    }
     f.expect_end();
   }
   {

@@ -492,7 +492,12 @@ TEST_CASE("IDX reader errors name the file and the problem", "[data]") {
   write_bytes(d + "/train-labels-idx1-ubyte", idx1(0x801, 3, tiny.labels), false);
   msg = message_of([&] { read_idx_dataset(d, "train"); });
   CHECK(msg.find(d + "/train-images-idx3-ubyte") != std::string::npos);
-  CHECK(msg.find("truncated") != std::string::npos);
+  CHECK(msg.find("truncated: expected 12 bytes of pixels, got 9") != std::string::npos);
+  // A header that claims 4 GiB of pixels in a file of 8 bytes fails on the missing bytes, having
+  // allocated one 64 MiB piece rather than the 4 GiB it claims (the exact counts in the message).
+  write_bytes(d + "/train-images-idx3-ubyte", idx3(0x803, 65536, 256, 256, std::vector<unsigned char>(8)), false);
+  msg = message_of([&] { read_idx_dataset(d, "train"); });
+  CHECK(msg.find("truncated: expected 4294967296 bytes of pixels, got 8") != std::string::npos);
 
   TempDir gzdir("vitddp_data_");
   std::vector<unsigned char> big_pixels(5000 * 4);
