@@ -82,7 +82,7 @@ same_verdict "--trace in a missing directory" "--trace: directory '$TMP/no' does
 same_verdict "--out at --trace's scratch file" "--trace (scratch file): '$TMP/t.json.tmp' is also the --out file" \
   --trace "$TMP/t.json" --out "$TMP/t.json.tmp"
 echo x > "$TMP/sig-3.h5"  # a file of the pattern's form at a step a signal stop could checkpoint
-same_verdict "a file a signal-stop checkpoint would replace" "--checkpoint-path: '$TMP/sig-3.h5' exists" \
+same_verdict "a file a signal-stop checkpoint would replace" "--checkpoint-path (a signal stop at step 3): '$TMP/sig-3.h5' exists" \
   --checkpoint-every 4 --checkpoint-path "$TMP/sig-{step}.h5" --out "$TMP/o4.h5"
 mkfifo "$TMP/fifo.h5"
 same_verdict "--init-from a FIFO (opening it would block)" "--init-from: '$TMP/fifo.h5' is not a regular file (a FIFO)" \

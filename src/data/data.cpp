@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <utility>
 
@@ -262,6 +263,23 @@ uint32_t big_endian_u32(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
+// Whether the IDX file at `path` can hold `bytes` bytes: a plain file of at least that size, or a
+// gzip file (magic 1f 8b) whose trailer ISIZE (RFC 1952: the uncompressed size mod 2^32, little
+// endian, its last 4 bytes) equals bytes mod 2^32. False when unsure (the reader then grows its
+// buffer as the bytes arrive).
+bool idx_claim_fits(const std::string& path, uint64_t bytes) {
+  std::ifstream f(path, std::ios::binary);
+  unsigned char magic[2] = {0, 0};
+  if (!f.read(reinterpret_cast<char*>(magic), 2)) return false;
+  f.seekg(0, std::ios::end);
+  const std::streamoff size = f.tellg();
+  if (magic[0] != 0x1f || magic[1] != 0x8b) return size >= 0 && static_cast<uint64_t>(size) >= bytes;
+  unsigned char t[4];
+  if (size < 18 || !f.seekg(size - 4).read(reinterpret_cast<char*>(t), 4)) return false;
+  const uint32_t isize = uint32_t{t[0]} | uint32_t{t[1]} << 8 | uint32_t{t[2]} << 16 | uint32_t{t[3]} << 24;
+  return isize == static_cast<uint32_t>(bytes);
+}
+
 // DIR/name, else DIR/name.gz, else a runtime_error naming both.
 std::string find_idx_file(const std::string& dir, const std::string& name) {
   namespace fs = std::filesystem;
@@ -312,12 +330,15 @@ IdxDataset read_idx_dataset(const std::string& dir, const std::string& split) {
     d.count = count;
     d.rows = static_cast<int>(rows);
     d.cols = static_cast<int>(cols);
-    // Grown as the bytes arrive (64 MiB at a time), so a header that claims more than the file
-    // holds fails on its first missing byte instead of first allocating what it claims.
+    // Allocated at once when the file can hold what the header claims (a plain file at least that
+    // long; a gzip stream whose trailer, the uncompressed size mod 2^32, agrees); else grown as the
+    // bytes arrive (64 MiB at a time), so a header that claims more than the file holds fails on
+    // its first missing byte instead of first allocating the claim.
     const size_t want = size_t{count} * rows * cols;
+    if (idx_claim_fits(images_path, 16 + uint64_t{want})) d.pixels.resize(want);
     for (size_t done = 0; done < want;) {
       const size_t n = std::min<size_t>(want - done, size_t{64} << 20);
-      d.pixels.resize(done + n);
+      if (d.pixels.size() < done + n) d.pixels.resize(done + n);
       const size_t got = f.read(d.pixels.data() + done, n);
       if (got != n)
         throw std::runtime_error("IDX file '" + images_path + "' is truncated: expected " + std::to_string(want) +

@@ -80,7 +80,7 @@ bool same_inode(const std::string& a, const std::string& b) {
 
 std::string scratch_rule(const Candidate& c) {
   struct stat l;
-  if (!c.out.scratch || ::lstat(c.out.path.c_str(), &l) != 0) return "";
+  if (!c.out.opened_in_place || ::lstat(c.out.path.c_str(), &l) != 0) return "";
   if (S_ISLNK(l.st_mode)) return quoted(c) + " is a symbolic link: remove it (vitddp writes its scratch file there)";
   if (S_ISREG(l.st_mode) && l.st_nlink > 1)
     return quoted(c) + " has other hard links (another file's name): remove it (vitddp writes its scratch file there)";
@@ -108,7 +108,7 @@ std::vector<OutputFile> with_scratch_files(std::vector<OutputFile> outputs) {
   for (size_t i = 0; i < n; ++i) {
     const OutputFile& o = outputs[i];
     if (!o.path.empty() && (o.option == "--save-weights" || o.option == "--trace" || o.option == "--checkpoint-path"))
-      outputs.push_back(OutputFile{o.option + " (scratch file)", o.path + ".tmp", false, true});
+      outputs.push_back(OutputFile{o.option + " (scratch file)", o.path + ".tmp", false, true, o.option == "--trace"});
   }
   return outputs;
 }

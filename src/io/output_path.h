@@ -33,9 +33,12 @@ struct OutputFile {
   /// input" nor "exists" applies).
   bool may_replace_resume = false;
   /// The scratch file (path + ".tmp") another output is written to before it is renamed or
-  /// linked into place: a leftover of an interrupted write is replaced, so "exists" does not
-  /// apply, but it must be neither a symbolic link nor a file with other hard links (rule 7).
+  /// linked into place: a leftover of an interrupted write is replaced, so "exists" does not apply.
   bool scratch = false;
+  /// A scratch file its writer opens where it is (--trace: open(2) with O_TRUNC) instead of
+  /// removing it first (weights, checkpoints): it must be neither a symbolic link nor a file with
+  /// other hard links, whose other name the write would reach (rule 7).
+  bool opened_in_place = false;
 };
 
 /// The output `out` and, where the run writes it through a scratch file (--save-weights, --trace,
@@ -69,7 +72,7 @@ struct InputFile {
 ///   6. exists:        "<opt>: '<p>' exists (use --overwrite to replace it)" unless `overwrite`
 ///                     (or a checkpoint that is the --resume file, or a scratch file);
 ///   7. scratch:       "<opt> (scratch file): '<p>' is a symbolic link" / "... has other hard links
-///                     (another file's name): remove it" for an existing scratch file.
+///                     (another file's name): remove it" for an existing scratch file opened in place.
 /// Paths are compared as resolved_path gives them (symbolic links followed). Inputs with an
 /// empty path are ignored, so are outputs with an empty path. Local file-system checks only.
 std::string output_paths_problem(const std::vector<OutputFile>& outputs, const std::vector<InputFile>& inputs,

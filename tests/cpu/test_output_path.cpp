@@ -102,20 +102,24 @@ TEST_CASE("output_paths_problem: scratch files clash with nothing, are never lin
   const std::vector<OutputFile> clash = with_scratch_files({{"--out", t + ".tmp"}, {"--trace", t}});
   CHECK(output_paths_problem(clash, {}, true) ==
         "--trace (scratch file): '" + t + ".tmp' is also the --out file; give each output its own path");
-  // A leftover scratch file is replaced (no --overwrite needed); a symbolic link or a file with
-  // another name is refused.
-  std::ofstream(t + ".tmp") << "partial";
+  // A leftover scratch file is replaced (no --overwrite needed). The weights and checkpoint
+  // writers remove their scratch file before writing, so a link there is harmless; the trace's
+  // is opened in place, so a symbolic link or a file with another name there is refused.
+  std::ofstream(w + ".tmp") << "partial";
   CHECK(output_paths_problem(outs, {}, false).empty());
   std::ofstream(dir.file("keep")) << "x";
-  REQUIRE(::link(dir.file("keep").c_str(), (w + ".tmp").c_str()) == 0);
-  CHECK(output_paths_problem(outs, {}, true) ==
-        "--save-weights (scratch file): '" + w + ".tmp' has other hard links (another file's name): remove it (vitddp "
-        "writes its scratch file there)");
   std::filesystem::remove(w + ".tmp");
   std::filesystem::create_symlink(dir.file("keep"), w + ".tmp");
+  CHECK(output_paths_problem(outs, {}, false).empty());
+  REQUIRE(::link(dir.file("keep").c_str(), (t + ".tmp").c_str()) == 0);
   CHECK(output_paths_problem(outs, {}, true) ==
-        "--save-weights (scratch file): '" + w + ".tmp' is a symbolic link: remove it (vitddp writes its scratch file "
-        "there)");
+        "--trace (scratch file): '" + t + ".tmp' has other hard links (another file's name): remove it (vitddp "
+        "writes its scratch file there)");
+  std::filesystem::remove(t + ".tmp");
+  std::filesystem::remove(w + ".tmp");  // two links to one file would be two outputs at one path
+  std::filesystem::create_symlink(dir.file("keep"), t + ".tmp");
+  CHECK(output_paths_problem(outs, {}, true) ==
+        "--trace (scratch file): '" + t + ".tmp' is a symbolic link: remove it (vitddp writes its scratch file there)");
 }
 
 TEST_CASE("input_file_problem: a FIFO or a directory is refused before it is opened", "[output_path]") {
