@@ -3,6 +3,7 @@
 #include "model/kernel_choice.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -18,11 +19,17 @@ namespace {
   throw OptionError(opt + ": " + why);
 }
 
+// Plain decimal text: strtoll / strtod would also skip leading white space, and strtod reads
+// hexadecimal ("0x10" = 16, "0x1p4" = 16).
+bool decimal_text(const std::string& v) {
+  return !v.empty() && !std::isspace(static_cast<unsigned char>(v[0])) && v.find_first_of("xX") == std::string::npos;
+}
+
 long long parse_int(const std::string& opt, const std::string& v, long long lo, long long hi) {
   errno = 0;
   char* end = nullptr;
   const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0')
+  if (!decimal_text(v) || *end != '\0')
     bad(opt, "expected an integer, got '" + v + "'");
   if (errno == ERANGE || x < lo || x > hi)
     bad(opt, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'");
@@ -33,7 +40,7 @@ double parse_double(const std::string& opt, const std::string& v, double lo, dou
   errno = 0;
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x))
+  if (!decimal_text(v) || *end != '\0' || errno == ERANGE || !std::isfinite(x))
     bad(opt, "expected a finite number, got '" + v + "'");
   if ((lo_open ? x <= lo : x < lo) || x > hi) {
     std::ostringstream s;

@@ -49,6 +49,10 @@ TEST_CASE("bad options give one line naming the option and the reason", "[option
   CHECK(parse_args({"--num-classes", "2"}).num_classes == 2);
   CHECK(option_error({"--bucket-cap-mb", "0"}).rfind("--bucket-cap-mb: must be in (0", 0) == 0);
   CHECK(option_error({"--lr", "nan"}) == "--lr: expected a finite number, got 'nan'");
+  CHECK(option_error({"--lr", "0x10"}) == "--lr: expected a finite number, got '0x10'");  // strtod: 16
+  CHECK(option_error({"--lr", " 0.1"}) == "--lr: expected a finite number, got ' 0.1'");
+  CHECK(option_error({"--steps", " 5"}) == "--steps: expected an integer, got ' 5'");
+  CHECK(parse_args({"--lr", "1e-3"}).lr == 1e-3);
   CHECK(option_error({"--model", "resnet50"}).rfind("--model: unknown value 'resnet50'", 0) == 0);
   CHECK(option_error({"--backend", "tpu"}).rfind("--backend: unknown value 'tpu'", 0) == 0);
   CHECK(option_error({"--data", "imagenet"}).rfind("--data: unknown source 'imagenet'", 0) == 0);
