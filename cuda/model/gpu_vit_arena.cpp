@@ -50,9 +50,8 @@ SavedSoftmax saved_softmax(AttentionImpl attention, const ViTConfig& cfg, size_t
   if (attention == AttentionImpl::cudnn) return {CudnnAttention::stats_floats(b, T, H), "attention softmax statistics"};
   if (attention == AttentionImpl::gemm) return {GemmAttention::probs_floats(b, T, H), "attention probabilities"};
   if (attention == AttentionImpl::gemm_recompute) return {0, "attention probabilities"};
-  if (attention_saves_stats(T, cfg.head_dim(), precision))
-    return {attention_saved_floats(b, T, H, cfg.head_dim(), precision), "attention softmax statistics"};
-  return {attention_saved_floats(b, T, H, cfg.head_dim(), precision), "attention probabilities"};
+  return {attention_saved_floats(b, T, H, cfg.head_dim(), precision),
+          attention_saves_stats(T, cfg.head_dim(), precision) ? "attention softmax statistics" : "attention probabilities"};
 }
 
 /// Byte offsets of one encoder block's buffers relative to the block's start (its input x[l]

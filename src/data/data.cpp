@@ -239,12 +239,15 @@ class GzFile {
     return done;
   }
 
-  // Reads exactly n bytes of `what`, else throws naming the file and how much was missing.
-  void read_exact(void* dst, size_t n, const std::string& what) {
+  // Reads exactly n bytes of `what`, else throws naming the file and how much was missing. A
+  // piece of a larger read: `before` bytes of `what` already read, `total` expected in all (the
+  // message counts those).
+  void read_exact(void* dst, size_t n, const std::string& what, size_t before = 0, size_t total = 0) {
     const size_t got = read(dst, n);
     if (got != n)
-      throw std::runtime_error("IDX file '" + path_ + "' is truncated: expected " + std::to_string(n) + " bytes of " +
-                               what + ", got " + std::to_string(got));
+      throw std::runtime_error("IDX file '" + path_ + "' is truncated: expected " +
+                               std::to_string(total ? total : before + n) + " bytes of " + what + ", got " +
+                               std::to_string(before + got));
   }
 
   // Throws unless the file has no byte left.
@@ -339,10 +342,7 @@ IdxDataset read_idx_dataset(const std::string& dir, const std::string& split) {
     for (size_t done = 0; done < want;) {
       const size_t n = std::min<size_t>(want - done, size_t{64} << 20);
       if (d.pixels.size() < done + n) d.pixels.resize(done + n);
-      const size_t got = f.read(d.pixels.data() + done, n);
-      if (got != n)
-        throw std::runtime_error("IDX file '" + images_path + "' is truncated: expected " + std::to_string(want) +
-                                 " bytes of pixels, got " + std::to_string(done + got));
+      f.read_exact(d.pixels.data() + done, n, "pixels", done, want);
       done += n;
     }
     f.expect_end();
