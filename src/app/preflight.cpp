@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <system_error>
 #include <stdexcept>
 #include <string>
 
@@ -14,7 +13,6 @@
 
 namespace vitddp {
 
-namespace fs = std::filesystem;
 namespace {
 
 /// Check 1: the training split of --data idx:DIR (null for the other sources).
@@ -44,25 +42,6 @@ std::vector<float> checked_weights(const Options& o, const ParamLayout& layout) 
   return initial;
 }
 
-/// The files in the directory of checkpoint `pattern` whose names start and end as the pattern's
-/// file name around its {step}s (candidates for checkpoint_step_of; none without {step}). A
-/// directory that cannot be listed, or stops being listable, gives what was read so far.
-std::vector<std::string> pattern_files_in_directory(const std::string& pattern) {
-  const std::string name = fs::path(pattern).filename().string(), key = "{step}";
-  const size_t first = name.find(key);
-  if (first == std::string::npos) return {};
-  const std::string head = name.substr(0, first), tail = name.substr(name.rfind(key) + key.size());
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(output_directory(pattern), ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string f = it->path().filename().string();
-    if (f.size() >= head.size() + tail.size() && f.compare(0, head.size(), head) == 0 &&
-        f.compare(f.size() - tail.size(), tail.size(), tail) == 0)
-      out.push_back(it->path().string());
-  }
-  return out;
-}
-
 }  // namespace
 
 std::vector<OutputFile> run_outputs(const Options& o, int64_t first_step, const std::vector<InputFile>& inputs) {
@@ -75,7 +54,7 @@ std::vector<OutputFile> run_outputs(const Options& o, int64_t first_step, const 
   // named "--checkpoint-path (a signal stop at step s)").
   std::vector<std::pair<std::string, bool>> others = {{o.out, false}, {o.save_weights, false}, {o.trace, false}};
   for (const InputFile& in : inputs) others.push_back({in.path, false});
-  for (const std::string& f : pattern_files_in_directory(o.checkpoint_path)) others.push_back({f, true});
+  for (const std::string& f : checkpoint_pattern_candidates(o.checkpoint_path)) others.push_back({f, true});
   for (const auto& [other, found] : others) {
     if (other.empty()) continue;
     const int64_t s = checkpoint_step_of(o.checkpoint_path, other);

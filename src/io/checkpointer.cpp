@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 #include <stdexcept>
+#include <string>
+#include <system_error>
 
 #include "src/engines/optimizer.h"
 #include "src/io/output_path.h"
@@ -16,6 +18,8 @@ namespace vitddp {
 namespace {
 
 namespace fs = std::filesystem;
+
+const std::string kStepKey = "{step}";  // what checkpoint_file replaces in a --checkpoint-path pattern
 
 }  // namespace
 
@@ -60,8 +64,24 @@ std::vector<std::string> checkpoint_files(const Options& o, int64_t first_step) 
   return files;
 }
 
+std::vector<std::string> checkpoint_pattern_candidates(const std::string& pattern) {
+  const std::string name = fs::path(pattern).filename().string();
+  const size_t first = name.find(kStepKey);
+  if (first == std::string::npos) return {};
+  const std::string head = name.substr(0, first), tail = name.substr(name.rfind(kStepKey) + kStepKey.size());
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(output_directory(pattern), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string f = it->path().filename().string();
+    if (f.size() >= head.size() + tail.size() && f.compare(0, head.size(), head) == 0 &&
+        f.compare(f.size() - tail.size(), tail.size(), tail) == 0)
+      out.push_back(it->path().string());
+  }
+  return out;
+}
+
 int64_t checkpoint_step_of(const std::string& pattern, const std::string& path) {
-  const std::string key = "{step}";
+  const std::string& key = kStepKey;
   if (pattern.find(key) == std::string::npos || output_directory(pattern).string().find(key) != std::string::npos)
     return -1;
   // The resolved pattern as a regular expression: every {step} a run of digits (the same number).

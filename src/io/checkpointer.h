@@ -39,6 +39,12 @@ std::vector<std::string> checkpoint_files(const Options& o, int64_t first_step);
 /// checkpoint a signal stop writes at a step not known in advance.
 int64_t checkpoint_step_of(const std::string& pattern, const std::string& path);
 
+/// The files in the directory of checkpoint `pattern` whose names start and end as the pattern's
+/// file name around its {step}s: the candidates for checkpoint_step_of among what is already there
+/// (none without {step}). A directory that cannot be listed, or stops being listable, gives what
+/// was read so far; never throws a file-system error.
+std::vector<std::string> checkpoint_pattern_candidates(const std::string& pattern);
+
 /// When and where a run writes checkpoints (--checkpoint-every, --checkpoint-path), and writing
 /// them. One per run, on every rank.
 class Checkpointer {

@@ -284,6 +284,18 @@ TEST_CASE("checkpoint_files: every --checkpoint-every-th step after the start an
   CHECK(checkpoint_files(o, 0) == std::vector<std::string>{"c.h5"});
 }
 
+TEST_CASE("checkpoint_pattern_candidates: the files around a pattern's {step}, nothing else", "[checkpoint]") {
+  vitddp_test::TempDir dir("vitddp_ckcand_");
+  for (const char* f : {"ck-1.h5", "ck-x.h5", "ck-2.json", "other-3.h5", "ck-.h5"}) std::ofstream(dir.file(f)) << "x";
+  std::vector<std::string> got = checkpoint_pattern_candidates(dir.file("ck-{step}.h5"));
+  std::sort(got.begin(), got.end());
+  // Names only by head and tail: ck-x.h5 is a candidate that checkpoint_step_of then rejects.
+  CHECK(got == std::vector<std::string>{dir.file("ck-.h5"), dir.file("ck-1.h5"), dir.file("ck-x.h5")});
+  CHECK(checkpoint_step_of(dir.file("ck-{step}.h5"), dir.file("ck-x.h5")) == -1);
+  CHECK(checkpoint_pattern_candidates(dir.file("ck.h5")).empty());                  // no {step}
+  CHECK(checkpoint_pattern_candidates(dir.file("missing/ck-{step}.h5")).empty());   // no directory: no error
+}
+
 TEST_CASE("checkpoint_step_of: the step whose checkpoint file a path names, through links and spellings", "[checkpoint]") {
   vitddp_test::TempDir dir("vitddp_ckstep_");
   const std::string pattern = dir.file("ck-{step}.h5");
