@@ -45,6 +45,13 @@ struct GpuViTOptions {
   /// statistics, attention_saved_floats); gemm_recompute keeps none (backward recomputes them into
   /// one buffer for all blocks).
   AttentionImpl attention = AttentionImpl::custom;
+  /// true: no block keeps its GELU output g = GELU(u) [N, M] for backward (fc2's weight gradient
+  /// reads it); forward writes it into one buffer shared by the blocks and backward's GELU pass,
+  /// which reads u anyway, writes it there again, bit for bit, before fc2's weight gradient
+  /// (gelu_backward_bias's y). Saves (layers - 1) x N x M operand elements (vit_l_16 tf32 batch
+  /// 32: 2.4 GB) for one extra write of N x M per block, as torch.compile's partitioner
+  /// recomputes cheap pointwise ops instead of saving them. The same loss and gradients.
+  bool recompute_gelu = false;
   /// conv_proj: im2col + cuBLASLt GEMM (cuda/kernels/patch_embed.h) or cuDNN convolution
   /// (cuda/kernels/cudnn_conv.h; algorithms timed at set-up when gemm_autotune_candidates > 1).
   PatchEmbedImpl patch_embed = PatchEmbedImpl::gemm;

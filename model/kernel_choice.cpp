@@ -86,4 +86,13 @@ PatchEmbedImpl resolve_patch_embed(const std::string& name, Precision p) {
   throw std::invalid_argument(unknown_value("--patch-embed", name, patch_embed_choice_names()));
 }
 
+std::vector<std::string> recompute_gelu_choice_names() { return {"auto", "on", "off"}; }
+
+bool resolve_recompute_gelu(const std::string& name, Precision p) {
+  if (name == "on") return true;
+  if (name == "off") return false;
+  if (name == "auto") return p != Precision::bf16;
+  throw std::invalid_argument(unknown_value("--recompute-gelu", name, recompute_gelu_choice_names()));
+}
+
 }  // namespace vitddp

@@ -75,4 +75,14 @@ inline bool attention_mma_shape(int T, int head_dim) { return T >= 1 && T <= kMm
 bool cudnn_attention_supports(int head_dim);
 PatchEmbedImpl resolve_patch_embed(const std::string& name, Precision p);
 
+/// Accepted --recompute-gelu values: {"auto", "on", "off"}.
+std::vector<std::string> recompute_gelu_choice_names();
+
+/// Whether GpuViT recomputes each block's GELU output in backward instead of keeping it
+/// (GpuViTOptions::recompute_gelu) for `name` in precision `p`: "on" / "off"; "auto" = on in fp32
+/// and tf32, where the kept outputs are 4-byte elements (vit_l_16 tf32 batch 32: 2.4 GB, which put
+/// the peak above torch.compile's) and off in bf16, where the peak is below every peer's without it
+/// (measured: docs/benchmarks.md). Throws std::invalid_argument for another name.
+bool resolve_recompute_gelu(const std::string& name, Precision p);
+
 }  // namespace vitddp

@@ -135,7 +135,7 @@ full_disk "--trace" "*/d3.json.tmp" 1000 "[vitddp] error: --trace: cannot write 
 grep -q MPI_ABORT <<<"$FD_OUT" && bad "--trace on a full disk: MPI_Abort instead of exit 1 on every rank" || ok "--trace on a full disk: every rank returns 1"
 got=$(h5_rows "$TMP/d3.h5")
 [ "$got" = "4 error on rank 0 after step 3 (see the log)" ] && [ ! -e "$TMP/d3.json" ] && ok "results after a failed trace: $got" || bad "results after a failed trace: $got"
-full_disk "the results file" "*/d4.h5" 150000 "error: '$TMP/d4.h5': No space left on device" \
+full_disk "the results file" "*/d4.h5" 300000 "error: '$TMP/d4.h5': No space left on device" \
   $SMALL --warmup-steps 1 --steps 400 --flush-every 1 --progress-every 1000 --out "$TMP/d4.h5"
 got=$(h5_rows "$TMP/d4.h5")
 n=${got%% *}

@@ -495,12 +495,19 @@ bool take_mma(const char* what, int T, int head_dim, Precision p, const void* qk
   return true;
 }
 
+/// The Precision of a call on TE storage: bf16, or fp32 storage with (tf32) or without TF32 tensor cores.
+template <typename TE>
+Precision call_precision(bool tf32_cores) {
+  if constexpr (std::is_same_v<TE, __nv_bfloat16>) return Precision::bf16;
+  else return tf32_cores ? Precision::tf32 : Precision::fp32;
+}
+
 template <typename TE>
 void forward_impl(const TE* qkv, float* probs, TE* out, int batch, int T_, int heads, int head_dim,
                   cudaStream_t stream, bool tf32_cores = false) {
   const int T = T_;
   check(batch, T, heads, head_dim, "attention_forward");
-  const Precision p = std::is_same_v<TE, __nv_bfloat16> ? Precision::bf16 : tf32_cores ? Precision::tf32 : Precision::fp32;
+  const Precision p = call_precision<TE>(tf32_cores);
   if (take_mma("attention_forward", T, head_dim, p, qkv, out, out, probs)) {
     if constexpr (std::is_same_v<TE, __nv_bfloat16>) return attention_forward_mma(qkv, probs, out, batch, T, heads, stream);
     else return attention_forward_mma_tf32(qkv, probs, out, batch, T, heads, stream);
@@ -525,7 +532,7 @@ void backward_impl(const TE* qkv, const float* probs, const TE* dout, TE* dqkv, 
                    int batch, int T_, int heads, int head_dim, cudaStream_t stream, bool tf32_cores = false) {
   const int T = T_;
   check(batch, T, heads, head_dim, "attention_backward");
-  const Precision p = std::is_same_v<TE, __nv_bfloat16> ? Precision::bf16 : tf32_cores ? Precision::tf32 : Precision::fp32;
+  const Precision p = call_precision<TE>(tf32_cores);
   if (take_mma("attention_backward", T, head_dim, p, qkv, dout, dqkv, probs)) {
     if constexpr (std::is_same_v<TE, __nv_bfloat16>)
       return attention_backward_mma(qkv, probs, dout, dqkv, batch, T, heads, stream);

@@ -308,7 +308,8 @@ __device__ __forceinline__ void scale_scores(Acc& s, int T, int t) {
 }
 // One probability from its score and its row's statistics (max, 1 / sum): the forward and the
 // backward both compute P through this, from bit-identical scores.
-__device__ __forceinline__ float softmax_term(float s, float mx, float inv) { return expf(s - mx) * inv; }
+// (The forward keeps the exponentials of its row sums and scales them: the same two operations.)
+__device__ __forceinline__ float softmax_term(float s, float mx, float inv) { return __fmul_rn(expf(s - mx), inv); }
 
 // One block per (head, batch): S = Q K^T / 8, P = softmax(S), O = P V; each row's max and 1 / sum
 // go to stats (the backward recomputes P from them instead of reading [T, T] probabilities).
@@ -342,12 +343,16 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma_kernel(const typename O
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) sum[e >> 1] += expf(s[j][e] - mx[e >> 1]);  // 0 for the padded columns
+    for (int e = 0; e < 4; ++e) {
+      s[j][e] = expf(s[j][e] - mx[e >> 1]);  // 0 for the padded columns
+      sum[e >> 1] += s[j][e];
+    }
   const float inv[2] = {1.0f / row_sum(sum[0]), 1.0f / row_sum(sum[1])};
+  // softmax_term's value: the same exponential times the same 1 / sum.
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[j][e] = softmax_term(s[j][e], mx[e >> 1], inv[e >> 1]);
+    for (int e = 0; e < 4; ++e) s[j][e] = __fmul_rn(s[j][e], inv[e >> 1]);
   float2* st = stats + (size_t)(b * H + h) * T;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {

@@ -15,7 +15,11 @@ namespace {
 constexpr float kInvSqrt2 = 0.70710678118654752440f;
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
 
-__device__ __forceinline__ float gelu(float u) { return 0.5f * u * (1.0f + erff(u * kInvSqrt2)); }
+// Rounded operations (no contraction into FMAs), so that every kernel that inlines it - forward,
+// and the backward that recomputes the activation (gelu_backward_bias's y) - gives the same bits.
+__device__ __forceinline__ float gelu(float u) {
+  return __fmul_rn(__fmul_rn(0.5f, u), __fadd_rn(1.0f, erff(__fmul_rn(u, kInvSqrt2))));
+}
 
 __device__ __forceinline__ float gelu_grad(float u) {
   const float cdf = 0.5f * (1.0f + erff(u * kInvSqrt2));
@@ -150,7 +154,7 @@ __device__ __forceinline__ void store8(__nv_bfloat16* p, float (&v)[8]) {
 }
 
 template <typename T>
-__global__ void gelu_backward_bias_kernel(const T* dy, const T* u, T* du, int rows, int cols,
+__global__ void gelu_backward_bias_kernel(const T* dy, const T* u, T* du, T* y, int rows, int cols,
                                           float* __restrict__ partial) {
   __shared__ float sums[kGbGroups][kGbThreads * kGbVec];
   const int c0 = (blockIdx.x * kGbThreads + threadIdx.x) * kGbVec;
@@ -167,6 +171,12 @@ __global__ void gelu_backward_bias_kernel(const T* dy, const T* u, T* du, int ro
 #pragma unroll
   for (int b = 0; b < kGbBatch; ++b)
     if (in_c && r0 + b < r1) {
+      if (y != nullptr) {  // the forward's GELU(u), recomputed (same function, same bits)
+        float f[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) f[j] = gelu(v[b][j]);
+        store8(y + (size_t)(r0 + b) * cols + c0, f);
+      }
 #pragma unroll
       for (int j = 0; j < 8; ++j) g[b][j] *= gelu_grad(v[b][j]);
       store8(du + (size_t)(r0 + b) * cols + c0, g[b]);
@@ -187,21 +197,22 @@ __global__ void gelu_backward_bias_kernel(const T* dy, const T* u, T* du, int ro
 
 template <typename T>
 void gelu_backward_bias_impl(const T* dy, const T* u, T* du, int rows, int cols, float* db, bool accumulate,
-                             float* scratch, cudaStream_t stream) {
+                             float* scratch, T* y, cudaStream_t stream) {
   if (rows < 0 || cols < 0)
     throw std::invalid_argument("gelu_backward_bias: bad shape rows=" + std::to_string(rows) +
                                 " cols=" + std::to_string(cols));
   if (cols == 0) return;
   const int nchunks = (rows + kGbRows - 1) / kGbRows;
   if (cols % kGbVec != 0 || !aligned16(dy) || !aligned16(u) || !aligned16(du) || !aligned16(scratch) ||
-      nchunks > 65535) {  // 65535: the grid's y limit
+      (y != nullptr && !aligned16(y)) || nchunks > 65535) {  // 65535: the grid's y limit
+    if (y != nullptr) gelu_forward(u, y, (size_t)rows * cols, stream);  // before du may overwrite u's alias
     gelu_backward(dy, u, du, (size_t)rows * cols, stream);
     column_sum(du, rows, cols, cols, db, accumulate, scratch, stream);
     return;
   }
   if (nchunks > 0) {
     const dim3 grid((cols / kGbVec + kGbThreads - 1) / kGbThreads, nchunks);
-    gelu_backward_bias_kernel<T><<<grid, dim3(kGbThreads, kGbGroups), 0, stream>>>(dy, u, du, rows, cols, scratch);
+    gelu_backward_bias_kernel<T><<<grid, dim3(kGbThreads, kGbGroups), 0, stream>>>(dy, u, du, y, rows, cols, scratch);
     CUDA_CHECK_LAUNCH();
   }
   column_sum_partials(scratch, nchunks, cols, db, accumulate, stream);
@@ -251,13 +262,14 @@ size_t gelu_backward_bias_scratch_floats(int rows, int cols) {
 }
 
 void gelu_backward_bias(const float* dy, const float* u, float* du, int rows, int cols, float* db,
-                        bool accumulate, float* scratch, cudaStream_t stream) {
-  gelu_backward_bias_impl(dy, u, du, rows, cols, db, accumulate, scratch, stream);
+                        bool accumulate, float* scratch, cudaStream_t stream, float* y) {
+  gelu_backward_bias_impl(dy, u, du, rows, cols, db, accumulate, scratch, y, stream);
 }
 
 void gelu_backward_bias(const __nv_bfloat16* dy, const __nv_bfloat16* u, __nv_bfloat16* du, int rows,
-                        int cols, float* db, bool accumulate, float* scratch, cudaStream_t stream) {
-  gelu_backward_bias_impl(dy, u, du, rows, cols, db, accumulate, scratch, stream);
+                        int cols, float* db, bool accumulate, float* scratch, cudaStream_t stream,
+                        __nv_bfloat16* y) {
+  gelu_backward_bias_impl(dy, u, du, rows, cols, db, accumulate, scratch, y, stream);
 }
 
 }  // namespace vitddp

@@ -34,10 +34,14 @@ size_t gelu_backward_bias_scratch_floats(int rows, int cols);
 /// (reduce.h) adds the partials in a fixed order: deterministic, no atomics. Shapes with cols not
 /// a multiple of 8 or unaligned pointers take gelu_backward + column_sum (same values).
 /// scratch: gelu_backward_bias_scratch_floats(rows, cols) fp32. db: [cols] fp32.
+/// y: null, or [rows, cols] (not aliasing dy, u or du) that also receives GELU(u), the values
+/// gelu_forward writes, bit for bit: the activation recomputed from u in the pass that reads u
+/// anyway (GpuViTOptions::recompute_gelu), for one extra write instead of keeping y from forward.
 /// Throws std::invalid_argument for negative rows or cols.
 void gelu_backward_bias(const float* dy, const float* u, float* du, int rows, int cols, float* db,
-                        bool accumulate, float* scratch, cudaStream_t stream);
+                        bool accumulate, float* scratch, cudaStream_t stream, float* y = nullptr);
 void gelu_backward_bias(const __nv_bfloat16* dy, const __nv_bfloat16* u, __nv_bfloat16* du, int rows,
-                        int cols, float* db, bool accumulate, float* scratch, cudaStream_t stream);
+                        int cols, float* db, bool accumulate, float* scratch, cudaStream_t stream,
+                        __nv_bfloat16* y = nullptr);
 
 }  // namespace vitddp

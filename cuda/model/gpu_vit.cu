@@ -11,7 +11,8 @@
 //   gemm: rows padded to GemmAttention::probs_ld(T); gemm_recompute: none, one shared attn_probs
 //   instead; cuDNN attention keeps the softmax log-sum-exp [B,H,T] there), attn [N,D] (op,
 //   heads concatenated), xmid [N,D] (= x[l] + out_proj), z (LN2 out, op), mean2/rstd2, u [N,M]
-//   (fc1 out, op), g [N,M] (GELU(u), op).  x[l+1] = xmid + fc2(g).
+//   (fc1 out, op), g [N,M] (GELU(u), op; with recompute_gelu one buffer for every block, refilled
+//   from u by backward's GELU pass).  x[l+1] = xmid + fc2(g).
 //   xf [B, D] final LN of the class-token rows only (the head sees nothing else), logits [B, K].
 // All of them live in one device allocation, the activation arena, at the offsets that
 // plan_gpu_vit_arena (cuda/model/gpu_vit_arena.h) computes; the memory estimate sums the same plan.
@@ -115,6 +116,7 @@ struct GpuViT::Impl {
   bool fused_bias_grad = true;
   bool refresh_bf16 = true;
   bool overlay_gradients = false;
+  bool recompute_gelu = false;  // GpuViTOptions::recompute_gelu: a.g is one shared buffer
   int backward_sm_count = 0;  // cuBLASLt SM count target of backward's GEMMs (0: all SMs)
   float* gradients = nullptr;  // the overlaid flat gradient buffer (overlay_gradients), else null
   int batch = 0;  // of the last forward
@@ -131,7 +133,7 @@ struct GpuViT::Impl {
       : layout(l), cfg(l.cfg), max_batch(mb), stream(s), precision(o.precision),
         lt(s, gemm_options(o)), attention(o.attention), patch_embed(o.patch_embed),
         fused_bias_grad(o.fused_bias_grad), refresh_bf16(o.refresh_bf16_weights),
-        overlay_gradients(o.overlay_gradients) {
+        overlay_gradients(o.overlay_gradients), recompute_gelu(o.recompute_gelu) {
     if (o.backward_sm_carveout != 0) {
       const int sms = lt.device_sm_count();
       if (o.backward_sm_carveout < 0 || o.backward_sm_carveout >= sms)
@@ -194,7 +196,7 @@ struct GpuViT::Impl {
       a.attn = at(b.attn);
       a.z = at(b.z);
       a.u = at(b.u);
-      a.g = at(b.g);
+      a.g = at(recompute_gelu ? p.gelu_out : b.g);  // recompute_gelu: one buffer, every block's in turn
       auto f = [base](size_t offset) { return reinterpret_cast<float*>(base + offset); };
       a.mean1 = f(b.mean1);
       a.rstd1 = f(b.rstd1);
@@ -211,7 +213,8 @@ struct GpuViT::Impl {
   }
 
   void allocate() {
-    plan = plan_gpu_vit_arena(cfg, layout.total, max_batch, precision, overlay_gradients, attention, patch_embed);
+    plan = plan_gpu_vit_arena(cfg, layout.total, max_batch, precision, overlay_gradients, attention, patch_embed,
+                              recompute_gelu);
     arena = DeviceBuffer<char>(plan.total_bytes, "the activation arena (" + cfg.name + ", batch " +
                                                      std::to_string(max_batch) + ", " +
                                                      precision_name(precision) + ")");
@@ -420,19 +423,27 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
     const BlockTensors<float>& g = gr.blocks[l];
     const BlockParams& bp = mp.blocks[l];
     BlockActs<T>& a = o.blocks[l];
-    // dx = dL/dx[l+1]. MLP down-projection (mlp.3).
-    if (fuse) weight_grad(dxo, a.g, g.fc2_w, N, D, M);  // fc2_b: by the LayerNorm backward above
-    else linear_grads(dxo, a.g, g.fc2_w, g.fc2_b, N, D, M);
-    ready(bp.fc2_b, bp.fc2_w);
+    // dx = dL/dx[l+1]. MLP down-projection (mlp.3), whose weight gradient reads the GELU output
+    // a.g: kept from forward, or (recompute_gelu) rewritten into the shared buffer by the GELU
+    // backward, which then runs first.
+    auto fc2_grads = [&] {
+      if (fuse) weight_grad(dxo, a.g, g.fc2_w, N, D, M);  // fc2_b: by the LayerNorm backward above
+      else linear_grads(dxo, a.g, g.fc2_w, g.fc2_b, N, D, M);
+      ready(bp.fc2_b, bp.fc2_w);
+    };
+    if (!recompute_gelu) fc2_grads();
     linear_backward_input(lt, dxo, W(w.fc2_w), o.dwide, N, D, M);
     // MLP up-projection (mlp.0).
+    T* const regelu = recompute_gelu ? a.g : nullptr;
     if (fuse) {
-      gelu_backward_bias(o.dwide, a.u, o.dwide, N, M, g.fc1_b, acc, scratch, st);
-      weight_grad(o.dwide, a.z, g.fc1_w, N, M, D);
+      gelu_backward_bias(o.dwide, a.u, o.dwide, N, M, g.fc1_b, acc, scratch, st, regelu);
     } else {
+      if (regelu) gelu_forward(a.u, regelu, (size_t)N * M, st);
       gelu_backward(o.dwide, a.u, o.dwide, (size_t)N * M, st);
-      linear_grads(o.dwide, a.z, g.fc1_w, g.fc1_b, N, M, D);
     }
+    if (recompute_gelu) fc2_grads();
+    if (fuse) weight_grad(o.dwide, a.z, g.fc1_w, N, M, D);
+    else linear_grads(o.dwide, a.z, g.fc1_w, g.fc1_b, N, M, D);
     ready(bp.fc1_b, bp.fc1_w);
     linear_backward_input(lt, o.dwide, W(w.fc1_w), o.dnarrow, N, M, D);
     // ln_2, plus the residual path: dx becomes dL/dxmid.

@@ -56,8 +56,8 @@ SavedSoftmax saved_softmax(AttentionImpl attention, const ViTConfig& cfg, size_t
 
 /// Byte offsets of one encoder block's buffers relative to the block's start (its input x[l]
 /// first, then everything backward reads of it); returns the block's bytes (aligned).
-size_t plan_block(const ViTConfig& cfg, size_t B, size_t op, const SavedSoftmax& saved, GpuViTArenaPlan::Block& b,
-                  size_t& x_in) {
+size_t plan_block(const ViTConfig& cfg, size_t B, size_t op, const SavedSoftmax& saved, bool recompute_gelu,
+                  GpuViTArenaPlan::Block& b, size_t& x_in) {
   const size_t T = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim, H = cfg.heads, N = B * T, f32 = 4;
   size_t off = 0;
   auto take = [&](size_t count, size_t elem) {
@@ -77,7 +77,7 @@ size_t plan_block(const ViTConfig& cfg, size_t B, size_t op, const SavedSoftmax&
   b.mean2 = take(N, f32);
   b.rstd2 = take(N, f32);
   b.u = take(N * M, op);
-  b.g = take(N * M, op);
+  b.g = recompute_gelu ? GpuViTArenaPlan::npos : take(N * M, op);
   return (off + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
 }
 
@@ -104,7 +104,8 @@ size_t reduction_scratch_floats(const ViTConfig& cfg, int max_batch, AttentionIm
 
 /// The buffers outside the encoder blocks, in arena order (the reduction scratch last).
 void plan_outside_blocks(const ViTConfig& cfg, size_t param_total, int max_batch, Precision precision,
-                         AttentionImpl attention, PatchEmbedImpl patch_embed, GpuViTArenaPlan& p, Planner& a) {
+                         AttentionImpl attention, PatchEmbedImpl patch_embed, bool recompute_gelu, GpuViTArenaPlan& p,
+                         Planner& a) {
   const size_t B = max_batch, T = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim, H = cfg.heads,
                K = cfg.num_classes, Np = cfg.num_patches(), PD = cfg.patch_dim();
   const size_t N = B * T, f32 = 4, bf16 = 2;
@@ -128,6 +129,7 @@ void plan_outside_blocks(const ViTConfig& cfg, size_t param_total, int max_batch
   if (attention == AttentionImpl::gemm_recompute)
     p.attn_probs = a.add(GemmAttention::probs_floats(max_batch, (int)T, (int)H), f32,
                          "attention probabilities (every block's, recomputed in backward)");
+  if (recompute_gelu) p.gelu_out = a.add(N * M, op, "GELU output (every block's, recomputed in backward)");
   p.dxf = a.add(B * D, f32, "final LayerNorm output gradient");
   if (half) {
     p.weights16 = a.add(param_total, bf16, "bf16 copy of the parameters");
@@ -192,11 +194,12 @@ void add_block_slots(GpuViTArenaPlan& p, int m, const ViTConfig& cfg, size_t B, 
 }  // namespace
 
 GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int max_batch, Precision precision,
-                                   bool overlay_gradients, AttentionImpl attention, PatchEmbedImpl patch_embed) {
+                                   bool overlay_gradients, AttentionImpl attention, PatchEmbedImpl patch_embed,
+                                   bool recompute_gelu) {
   if (max_batch < 1) throw std::invalid_argument("plan_gpu_vit_arena: max_batch must be >= 1");
   GpuViTArenaPlan p;
   Planner a(p);
-  plan_outside_blocks(cfg, param_total, max_batch, precision, attention, patch_embed, p, a);
+  plan_outside_blocks(cfg, param_total, max_batch, precision, attention, patch_embed, recompute_gelu, p, a);
   // The encoder blocks, each in one contiguous piece of the block region, which follows the other
   // buffers; one slot per block buffer (and one for the overlaid gradients, which overlaps block
   // slots by design).
@@ -206,7 +209,7 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
   std::vector<size_t> x_rel(L);
   size_t per_block = 0, region = 0;
   const SavedSoftmax saved = saved_softmax(attention, cfg, B, precision);
-  for (int l = 0; l < L; ++l) per_block = plan_block(cfg, B, op, saved, p.blocks[l], x_rel[l]);
+  for (int l = 0; l < L; ++l) per_block = plan_block(cfg, B, op, saved, recompute_gelu, p.blocks[l], x_rel[l]);
   const std::vector<size_t> start = block_starts(cfg, param_total, per_block, overlay_gradients, region);
   const size_t base = (p.total_bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
   p.total_bytes = base + region;

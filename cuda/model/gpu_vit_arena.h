@@ -31,7 +31,7 @@ struct ArenaSlot {
 struct GpuViTArenaPlan {
   /// Per encoder block l.
   struct Block {
-    size_t y1, qkv, attn, z, u, g;                     ///< op: [N,D], [N,3D], [N,D], [N,D], [N,M], [N,M]
+    size_t y1, qkv, attn, z, u, g;                     ///< op: [N,D], [N,3D], [N,D], [N,D], [N,M], [N,M] (g: npos with recompute_gelu)
     size_t mean1, rstd1, probs, xmid, mean2, rstd2;    ///< fp32: [N], [N], probs (below), [N,D], [N], [N]
   };
   static constexpr size_t npos = static_cast<size_t>(-1);  ///< buffer absent in this configuration
@@ -44,6 +44,7 @@ struct GpuViTArenaPlan {
   size_t dx = 0;                         ///< fp32 [N, D] residual-stream gradient
   size_t dscores = 0;                    ///< fp32 attention_backward_scratch_floats (gemm: GemmAttention::dscores_floats); npos when 0 floats and with cuDNN attention
   size_t attn_probs = npos;              ///< gemm_recompute only: fp32 GemmAttention::probs_floats(B, T, H), shared by the blocks
+  size_t gelu_out = npos;                ///< recompute_gelu only: op [N, M] GELU output, shared by the blocks
   size_t dxf = 0;                        ///< fp32 [B, D]
   size_t reduce_scratch = 0;             ///< fp32 [reduce_scratch_floats]
   size_t reduce_scratch_floats = 0;
@@ -79,10 +80,12 @@ struct GpuViTArenaPlan {
 /// (GemmAttention::pointer_scratch_floats) in the reduction scratch; attention = gemm_recompute
 /// keeps no per-block probabilities (Block::probs = npos) and one probabilities buffer of the same
 /// size for all blocks (attn_probs), plus gemm's dS and pointer scratch; patch_embed =
-/// cudnn needs no im2col patches (patches = npos).
+/// cudnn needs no im2col patches (patches = npos). recompute_gelu (GpuViTOptions::recompute_gelu):
+/// no block keeps its GELU output (Block::g = npos); one [N, M] op buffer (gelu_out) holds the
+/// block in hand's, written by forward and rewritten by backward.
 GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int max_batch, Precision precision,
                                    bool overlay_gradients = false, AttentionImpl attention = AttentionImpl::custom,
-                                   PatchEmbedImpl patch_embed = PatchEmbedImpl::gemm);
+                                   PatchEmbedImpl patch_embed = PatchEmbedImpl::gemm, bool recompute_gelu = false);
 
 /// Largest temporary output buffer cuBLASLt autotuning allocates (cuda/kernels/lt_gemm.cu: m x ldd of the
 /// output type, freed after timing each new GEMM shape in the first step) over every GEMM GpuViT

@@ -6,7 +6,8 @@
 # Usage: BASE=old/vitddp bash results/commands/speed-regression.sh OUT
 #        bash results/commands/speed-regression.sh --readme DIR
 #   ROUNDS [3], BATCH [32], STEPS [100; fp32 runs 40], WARMUP [10], MODELS [vit_l_32], PRECISIONS
-#   [fp32 tf32 bf16], VITDDP_ARGS (more options for both builds). BATCH and STEPS also name
+#   [fp32 tf32 bf16], VITDDP_ARGS (more options for both builds), BASE_ARGS / NEW_ARGS (for one
+#   of them: BASE=\$VITDDP with two option sets compares the options). BATCH and STEPS also name
 #   them in the README (--readme: set them as for the runs). Writes
 #   OUT/[<model>-]<p>-{base,new}-r<r>.h5 (no model prefix for vit_l_32), log.txt,
 #   regression_table.md, README.md. About 2 minutes on an H200 with the defaults.
@@ -23,6 +24,11 @@ Each round runs the earlier build (\`base\`) and this build (\`new\`) back to ba
 and precision, so both see the same clocks and temperature. \`regression_table.md\` gives the
 median over the rounds of each build and the ratio new / base.
 MD
+  if [ -n "${BASE_ARGS:-}${NEW_ARGS:-}" ]; then
+    echo
+    echo "Options of one side only: base \`${BASE_ARGS:-(none)}\`, new \`${NEW_ARGS:-(none)}\` (with BASE the"
+    echo "same binary as VITDDP, the two sides differ in these options alone)."
+  fi
 }
 regression_table() {  # regression_table DIR: DIR/regression_table.md from DIR's HDF5 files
   "$PY" - "$1" <<'PY'
@@ -59,17 +65,18 @@ PY
 includes() { regression_table "$1" && echo "$1/regression_table.md"; }
 experiment() {
   [ -x "${BASE:-}" ] || die "BASE=${BASE:-}: set BASE to the earlier vitddp binary"
-  local r m p bin who n name
+  local r m p bin args who n name
   for ((r = 1; r <= ROUNDS; ++r)); do
     for m in ${MODELS:-vit_l_32}; do
       for p in ${PRECISIONS:-fp32 tf32 bf16}; do
         for who in base new; do
-          bin=$VITDDP; [ $who = base ] && bin=$BASE
+          bin=$VITDDP args=${NEW_ARGS:-}
+          [ $who = base ] && bin=$BASE args=${BASE_ARGS:-}
           n=$STEPS; [ $p = fp32 ] && n=40
           name=$m-$p-$who-r$r; [ "$m" = vit_l_32 ] && name=$p-$who-r$r
           # shellcheck disable=SC2086
           timeout 600 "${MPI[@]}" -np 1 "$bin" --no-ddp --model "$m" --batch-size "$BATCH" --precision $p --data device \
-            --warmup-steps "$WARMUP" --steps $n --cooldown-steps 0 ${VITDDP_ARGS:-} --out "$OUT/$name.h5" 2>&1 |
+            --warmup-steps "$WARMUP" --steps $n --cooldown-steps 0 ${VITDDP_ARGS:-} $args --out "$OUT/$name.h5" 2>&1 |
             grep -E "timed window|rror" | sed "s/^/$name: /"
           [ -s "$OUT/$name.h5" ] || status=1
         done

@@ -6,12 +6,13 @@
 
 Reads, in each folder (results/commands/bench_peers.sh writes them):
   *.h5        vitddp results files (results/SCHEMA.md): attributes model, batch_size, precision,
-              attention, option.cuda-graph; summary/steps_per_second, images_per_second_per_rank,
+              attention, recompute_gelu, option.cuda-graph; summary/steps_per_second, images_per_second_per_rank,
               median_step_time. A file without summary/steps_per_second is an incomplete run.
   *.json      the peers' results ("kind": "peer") and torch_peers.py --gemm-ceilings results
               ("kind": "gemm_ceilings", matched by model and batch); other JSON is ignored.
   mem-NAME.txt  nvidia-smi memory.used samples (MiB, one a line) taken while the run whose file is
-              NAME.h5 / NAME.json ran: its peak is the "smi GiB" column.
+              NAME.h5 / NAME.json ran: its peak is the "smi GiB" column (or the same member of
+              mem.tar.xz, where a kept folder packs them).
   runs.tsv    bench_peers.sh's list of runs (round, tool, mode, model, batch, precision, exit
               status, seconds, file): runs with a non-zero exit are listed under the section.
 
@@ -44,18 +45,28 @@ GIB = 1024.0 ** 3
 
 
 def smi_peak_gib(result_path):
-    """Peak of mem-NAME.txt beside `result_path` (NAME = its file name without the extension), in
-    GiB (nvidia-smi reports MiB), or None when there is no such file or it holds no number."""
+    """Peak of mem-NAME.txt beside `result_path` (NAME = its file name without the extension), or
+    of that member of mem.tar.xz beside it (how a kept folder packs them), in GiB (nvidia-smi
+    reports MiB); None when there is no such file or it holds no number."""
+    import tarfile
     stem = os.path.splitext(os.path.basename(result_path))[0]
-    path = os.path.join(os.path.dirname(result_path), f"mem-{stem}.txt")
-    values = []
+    folder, name = os.path.dirname(result_path), f"mem-{stem}.txt"
+    path, packed = os.path.join(folder, name), os.path.join(folder, "mem.tar.xz")
+    lines = []
     if os.path.exists(path):
         with open(path) as f:
-            for line in f:
-                try:
-                    values.append(float(line.strip()))
-                except ValueError:
-                    pass
+            lines = f.read().splitlines()
+    elif os.path.exists(packed):
+        with tarfile.open(packed) as t:
+            member = next((m for m in t.getmembers() if m.isfile() and os.path.basename(m.name) == name), None)
+            if member is not None:
+                lines = t.extractfile(member).read().decode(errors="replace").splitlines()
+    values = []
+    for line in lines:
+        try:
+            values.append(float(line.strip()))
+        except ValueError:
+            pass
     return max(values) / 1024.0 if values else None
 
 
@@ -72,6 +83,8 @@ def read_vitddp(path):
             return v.decode() if isinstance(v, bytes) else v
         graph = attr("option.cuda-graph", "on")
         mode = f"cuda graph {graph}, {attr('attention', '?')} attention"
+        if attr("recompute_gelu") == "on":  # absent in files written before the option existed
+            mode += ", GELU recomputed"
         names = a.get("device_names")
         device = names[0] if names is not None and len(names) else None
         device = device.decode() if isinstance(device, bytes) else device

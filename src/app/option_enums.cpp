@@ -37,6 +37,12 @@ const std::vector<std::pair<PatchEmbedChoice, std::string>>& enum_names<PatchEmb
   return n;
 }
 template <>
+const std::vector<std::pair<RecomputeChoice, std::string>>& enum_names<RecomputeChoice>() {
+  static const std::vector<std::pair<RecomputeChoice, std::string>> n = {
+      {RecomputeChoice::Auto, "auto"}, {RecomputeChoice::On, "on"}, {RecomputeChoice::Off, "off"}};
+  return n;
+}
+template <>
 const std::vector<std::pair<OptimizerKind, std::string>>& enum_names<OptimizerKind>() {
   static const std::vector<std::pair<OptimizerKind, std::string>> n = {{OptimizerKind::Sgd, "sgd"}, {OptimizerKind::AdamW, "adamw"}};
   return n;
@@ -91,6 +97,7 @@ std::string to_string(Backend v) { return name_of(v); }
 std::string to_string(EvalSplit v) { return name_of(v); }
 std::string to_string(AttentionChoice v) { return name_of(v); }
 std::string to_string(PatchEmbedChoice v) { return name_of(v); }
+std::string to_string(RecomputeChoice v) { return name_of(v); }
 std::string to_string(OptimizerKind v) { return name_of(v); }
 std::string to_string(NonfinitePolicy v) { return name_of(v); }
 std::string to_string(FailMode v) { return name_of(v); }

@@ -50,6 +50,9 @@ enum class AttentionChoice { Auto, Cudnn, Custom, Gemm, GemmRecompute };
 /// --patch-embed: auto (= gemm, model/kernel_choice.h), cudnn, gemm.
 enum class PatchEmbedChoice { Auto, Cudnn, Gemm };
 
+/// --recompute-gelu: auto (model/kernel_choice.h), on, off.
+enum class RecomputeChoice { Auto, On, Off };
+
 enum class OptimizerKind {
   Sgd,    ///< torch.optim.SGD (momentum, L2 weight decay), model/sgd.h
   AdamW,  ///< torch.optim.AdamW (decoupled weight decay), model/adamw.h
@@ -74,6 +77,7 @@ template <> const std::vector<std::pair<Backend, std::string>>& enum_names<Backe
 template <> const std::vector<std::pair<EvalSplit, std::string>>& enum_names<EvalSplit>();
 template <> const std::vector<std::pair<AttentionChoice, std::string>>& enum_names<AttentionChoice>();
 template <> const std::vector<std::pair<PatchEmbedChoice, std::string>>& enum_names<PatchEmbedChoice>();
+template <> const std::vector<std::pair<RecomputeChoice, std::string>>& enum_names<RecomputeChoice>();
 template <> const std::vector<std::pair<OptimizerKind, std::string>>& enum_names<OptimizerKind>();
 template <> const std::vector<std::pair<NonfinitePolicy, std::string>>& enum_names<NonfinitePolicy>();
 template <> const std::vector<std::pair<FailMode, std::string>>& enum_names<FailMode>();
@@ -90,6 +94,7 @@ std::string to_string(Backend v);
 std::string to_string(EvalSplit v);
 std::string to_string(AttentionChoice v);
 std::string to_string(PatchEmbedChoice v);
+std::string to_string(RecomputeChoice v);
 std::string to_string(OptimizerKind v);
 std::string to_string(NonfinitePolicy v);
 std::string to_string(FailMode v);

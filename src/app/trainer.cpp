@@ -126,6 +126,7 @@ void write_header(ResultsFile& f, const Options& o, const World& w, const ParamL
   const GpuViTOptions mo = gpu ? gpu_model_options(o, layout) : GpuViTOptions();
   f.set_attr("attention", gpu ? attention_impl_name(mo.attention) : "cpu reference");
   f.set_attr("patch_embed", gpu ? patch_embed_impl_name(mo.patch_embed) : "cpu reference");
+  f.set_attr("recompute_gelu", gpu ? (mo.recompute_gelu ? "on" : "off") : "cpu reference");
   f.set_attr("ddp", (int64_t)o.ddp);
   f.set_attr("overlap", (int64_t)o.overlap);
   f.set_attr("gradient_as_bucket_view", (int64_t)(o.grad_as_bucket_view ? 1 : 0));

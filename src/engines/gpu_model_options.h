@@ -10,7 +10,8 @@ namespace vitddp {
 
 /// GpuViTOptions for `o` on `layout`:
 ///  - precision from --precision; attention / patch embedding from --attention / --patch-embed
-///    (auto resolved by model/kernel_choice.h, with the model's head dimension);
+///    (auto resolved by model/kernel_choice.h, with the model's head dimension); recompute_gelu
+///    from --recompute-gelu (auto: model/kernel_choice.h);
 ///  - refresh_bf16_weights = false: the engine keeps the bf16 weight copy current itself (cast
 ///    once at set-up, then written by the optimizer's pass);
 ///  - overlay_gradients when there is no gradient accumulation and the layout has no padding: the

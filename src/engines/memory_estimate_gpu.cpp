@@ -53,7 +53,8 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
                      2 * (images * f32 + (size_t)o.batch_size * sizeof(int32_t)) + (size_t)o.grad_accum_steps * f32 +
                          sizeof(int)});
   e.items.push_back({"cuBLASLt workspace", "scratch of the cuBLASLt GEMMs (split-K etc.)", GpuViT::workspace_bytes(vo)});
-  const GpuViTArenaPlan plan = plan_gpu_vit_arena(c, n, o.batch_size, p, overlay, vo.attention, vo.patch_embed);
+  const GpuViTArenaPlan plan =
+      plan_gpu_vit_arena(c, n, o.batch_size, p, overlay, vo.attention, vo.patch_embed, vo.recompute_gelu);
   std::string arena = "the activation arena: " + std::to_string(plan.slots.size()) + " buffers for batch " +
                       std::to_string(o.batch_size);
   if (plan.weights16_bytes) arena += ", including the bf16 parameter copy (" + gib(plan.weights16_bytes) + " GiB)";

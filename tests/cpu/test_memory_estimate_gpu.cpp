@@ -25,16 +25,18 @@ namespace {
 /// (without the alignment padding), for an independent check of the plan; custom attention. Its
 /// tensor-core kernels (T <= 64, head_dim 64, bf16 or tf32: op 2, or `tf32`) keep [B, H, T, 2] row
 /// statistics per block, the others [B, H, T, T] probabilities; the score-gradient scratch
-/// [B, H, T, T] exists only beyond T 64 or head_dim 64.
+/// [B, H, T, T] exists only beyond T 64 or head_dim 64. recompute_gelu: one [N, M] GELU output
+/// for all blocks instead of one per block.
 size_t hand_activation_bytes(const ViTConfig& c, size_t B, size_t op, size_t param_total, size_t reduce_floats,
-                             bool tf32 = false) {
+                             bool tf32 = false, bool recompute_gelu = false) {
   const size_t T = c.seq_len(), D = c.hidden, M = c.mlp_dim, H = c.heads, K = c.num_classes, Np = c.num_patches(),
                PD = c.patch_dim(), L = c.layers, N = B * T, dh = D / H;
   const bool tensor_cores = (op == 2 || tf32) && T <= 64 && dh == 64;
   const size_t saved = tensor_cores ? B * H * T * 2 : B * H * T * T, dscores = T > 64 || dh > 64 ? B * H * T * T : 0;
   size_t f32 = B * Np * D + (L + 1) * N * D + L * (4 * N + saved + N * D) + B * D + 2 * B + 2 * B * K + N * D +
                dscores + B * D + reduce_floats;
-  size_t ops = B * Np * PD + L * (6 * N * D + 2 * N * M) + N * std::max(M, 3 * D) + N * D + B * Np * D;
+  size_t ops = B * Np * PD + L * (6 * N * D + (recompute_gelu ? 1 : 2) * N * M) + N * std::max(M, 3 * D) + N * D +
+               B * Np * D + (recompute_gelu ? N * M : 0);
   size_t bytes = f32 * 4 + ops * op;
   if (op == 2) bytes += param_total * 2 + N * D * 2;  // bf16 weight copy, bf16 copy of dx
   return bytes;
@@ -53,10 +55,13 @@ TEST_CASE("memory estimate: vit_l_32, batch 32, fp32 by hand", "[memory]") {
   CHECK(e.bytes_of("cuBLASLt workspace") == 32ull << 20);
   CHECK(e.bytes_of("reducer") == 0);  // in-place all-reduce of the gradients
 
+  // fp32: --recompute-gelu auto recomputes the GELU outputs (one [N, M] buffer for all blocks).
   const ViTConfig c = vit_config("vit_l_32");
-  const GpuViTArenaPlan overlaid = plan_gpu_vit_arena(c, 306535400, 32, Precision::fp32, true);
+  const auto custom = AttentionImpl::custom;
+  const auto gemm = PatchEmbedImpl::gemm;
+  const GpuViTArenaPlan overlaid = plan_gpu_vit_arena(c, 306535400, 32, Precision::fp32, true, custom, gemm, true);
   CHECK(e.bytes_of("activations") == overlaid.total_bytes);
-  const GpuViTArenaPlan plan = plan_gpu_vit_arena(c, 306535400, 32, Precision::fp32);
+  const GpuViTArenaPlan plan = plan_gpu_vit_arena(c, 306535400, 32, Precision::fp32, false, custom, gemm, true);
   // The overlay costs far less than separate gradients (1.23 GB): block 23 starts above its own
   // gradients (and the head's), the other blocks each above the next block's gradients.
   CHECK(overlaid.total_bytes > plan.total_bytes);
@@ -65,10 +70,17 @@ TEST_CASE("memory estimate: vit_l_32, batch 32, fp32 by hand", "[memory]") {
   CHECK(plan.gradients == GpuViTArenaPlan::npos);
   size_t slots = 0;
   for (const auto& s : plan.slots) slots += s.bytes;
-  CHECK(slots == hand_activation_bytes(c, 32, 4, 306535400, plan.reduce_scratch_floats));
+  CHECK(slots == hand_activation_bytes(c, 32, 4, 306535400, plan.reduce_scratch_floats, false, true));
   CHECK(plan.total_bytes - slots < kArenaAlign * plan.slots.size());  // only alignment padding
-  // About 2.6 GiB of activations (the GpuViT documentation's figure for this case).
-  CHECK(plan.total_bytes / 1073741824.0 == Approx(2.6).margin(0.2));
+  // Keeping every block's GELU output instead: 23 more [N, M] fp32 buffers (0.6 GB).
+  const GpuViTArenaPlan kept = plan_gpu_vit_arena(c, 306535400, 32, Precision::fp32);
+  size_t kept_slots = 0;
+  for (const auto& s : kept.slots) kept_slots += s.bytes;
+  CHECK(kept_slots == hand_activation_bytes(c, 32, 4, 306535400, kept.reduce_scratch_floats));
+  CHECK(kept_slots - slots == 23ull * 32 * 50 * 4096 * 4);
+  // About 2.0 GiB of activations (2.6 keeping the GELU outputs).
+  CHECK(plan.total_bytes / 1073741824.0 == Approx(2.0).margin(0.1));
+  CHECK(kept.total_bytes / 1073741824.0 == Approx(2.6).margin(0.1));
   // cuBLASLt autotuning's largest output: fc1 / GELU gradient [N, M] fp32.
   CHECK(e.transient.bytes == 32ull * 50 * 4096 * 4);
   CHECK(e.persistent_bytes() == 1226141600ull + e.bytes_of("inputs") + (32ull << 20) + overlaid.total_bytes);
@@ -76,7 +88,7 @@ TEST_CASE("memory estimate: vit_l_32, batch 32, fp32 by hand", "[memory]") {
   const MemoryEstimate acc = estimate_gpu_memory(parse_args({"--model", "vit_l_32", "--batch-size", "16",
                                                              "--grad-accum-steps", "2"}));
   CHECK(acc.bytes_of("gradients") == 306535400ull * 4);
-  CHECK(acc.bytes_of("activations") == plan_gpu_vit_arena(c, 306535400, 16, Precision::fp32).total_bytes);
+  CHECK(acc.bytes_of("activations") == plan_gpu_vit_arena(c, 306535400, 16, Precision::fp32, false, custom, gemm, true).total_bytes);
   CHECK(e.peak_bytes() == e.persistent_bytes() + e.transient.bytes);
 }
 
@@ -145,10 +157,16 @@ TEST_CASE("memory estimate: momentum, bf16, reducer buffers", "[memory]") {
     Options orc = og;
     orc.attention = AttentionChoice::GemmRecompute;
     const std::vector<Bucket> b16 = assign_buckets(l16, 1 << 20, 25 << 20);
+    // (tf32: --recompute-gelu auto is on)
+    const auto pe = PatchEmbedImpl::gemm;
     CHECK(estimate_gpu_memory(og, l16, b16).bytes_of("activations") ==
-          plan_gpu_vit_arena(l16.cfg, l16.total, 8, Precision::tf32, true, AttentionImpl::gemm).total_bytes);
+          plan_gpu_vit_arena(l16.cfg, l16.total, 8, Precision::tf32, true, AttentionImpl::gemm, pe, true).total_bytes);
     CHECK(estimate_gpu_memory(orc, l16, b16).bytes_of("activations") ==
-          plan_gpu_vit_arena(l16.cfg, l16.total, 8, Precision::tf32, true, AttentionImpl::gemm_recompute).total_bytes);
+          plan_gpu_vit_arena(l16.cfg, l16.total, 8, Precision::tf32, true, AttentionImpl::gemm_recompute, pe, true).total_bytes);
+    Options off = og;
+    off.recompute_gelu = RecomputeChoice::Off;
+    CHECK(estimate_gpu_memory(off, l16, b16).bytes_of("activations") ==
+          plan_gpu_vit_arena(l16.cfg, l16.total, 8, Precision::tf32, true, AttentionImpl::gemm).total_bytes);
   }
 
   Options nd = parse_args({"--model", "vit_b_32", "--no-ddp"});
@@ -191,14 +209,26 @@ TEST_CASE("memory estimate: momentum, bf16, reducer buffers", "[memory]") {
   }
 }
 
+namespace {
+struct ArenaCase {
+  Precision p;
+  AttentionImpl attention;
+  bool recompute_gelu;
+};
+const ArenaCase kArenaCases[] = {{Precision::fp32, AttentionImpl::custom, false},
+                                 {Precision::bf16, AttentionImpl::custom, false},
+                                 {Precision::tf32, AttentionImpl::gemm_recompute, false},
+                                 {Precision::fp32, AttentionImpl::custom, true},
+                                 {Precision::bf16, AttentionImpl::custom, true},
+                                 {Precision::tf32, AttentionImpl::gemm_recompute, true}};
+}  // namespace
+
 TEST_CASE("activation arena: aligned, disjoint buffers; every pointer GpuViT binds is a slot", "[memory]") {
-  for (const auto& [p, attention] : {std::pair{Precision::fp32, AttentionImpl::custom},
-                                     std::pair{Precision::bf16, AttentionImpl::custom},
-                                     std::pair{Precision::tf32, AttentionImpl::gemm_recompute}}) {
-    INFO(precision_name(p) << " " << attention_impl_name(attention));
+  for (const auto& [p, attention, recompute_gelu] : kArenaCases) {
+    INFO(precision_name(p) << " " << attention_impl_name(attention) << (recompute_gelu ? ", GELU recomputed" : ""));
     const ViTConfig c = vit_config("vit_tiny");
     const size_t total = make_param_layout(c).total;
-    const GpuViTArenaPlan plan = plan_gpu_vit_arena(c, total, 5, p, false, attention);
+    const GpuViTArenaPlan plan = plan_gpu_vit_arena(c, total, 5, p, false, attention, PatchEmbedImpl::gemm, recompute_gelu);
     std::map<size_t, size_t> slot_at;  // offset -> bytes
     size_t end = 0;
     for (const auto& s : plan.slots) {
@@ -225,6 +255,14 @@ TEST_CASE("activation arena: aligned, disjoint buffers; every pointer GpuViT bin
     } else {
       CHECK(plan.attn_probs == GpuViTArenaPlan::npos);
     }
+    if (recompute_gelu) {
+      for (const auto& b : plan.blocks) CHECK(b.g == GpuViTArenaPlan::npos);
+      REQUIRE(plan.gelu_out != GpuViTArenaPlan::npos);
+      CHECK(slot_at[plan.gelu_out] == 5 * 17 * (size_t)c.mlp_dim * dtype_bytes(operand_dtype(p)));
+      bound.push_back(plan.gelu_out);
+    } else {
+      CHECK(plan.gelu_out == GpuViTArenaPlan::npos);
+    }
     if (p == Precision::bf16) {
       bound.push_back(plan.weights16);
       bound.push_back(plan.dx16);
@@ -241,12 +279,11 @@ TEST_CASE("activation arena: aligned, disjoint buffers; every pointer GpuViT bin
   CHECK_THROWS(plan_gpu_vit_arena(vit_config("vit_tiny"), 10, 0, Precision::fp32));
   // The overlay: block m's buffers never share memory with the gradients of blocks m..L-1 (nor
   // the head's), which backward writes while block m is still to be read.
-  for (const auto& [p, attention] : {std::pair{Precision::fp32, AttentionImpl::custom},
-                                     std::pair{Precision::bf16, AttentionImpl::custom},
-                                     std::pair{Precision::tf32, AttentionImpl::gemm_recompute}}) {
-    INFO(precision_name(p) << " " << attention_impl_name(attention));
+  for (const auto& [p, attention, recompute_gelu] : kArenaCases) {
+    INFO(precision_name(p) << " " << attention_impl_name(attention) << (recompute_gelu ? ", GELU recomputed" : ""));
     const ParamLayout layout = make_param_layout(vit_config("vit_b_32"));
-    const GpuViTArenaPlan plan = plan_gpu_vit_arena(layout.cfg, layout.total, 8, p, true, attention);
+    const GpuViTArenaPlan plan =
+        plan_gpu_vit_arena(layout.cfg, layout.total, 8, p, true, attention, PatchEmbedImpl::gemm, recompute_gelu);
     REQUIRE(plan.gradients != GpuViTArenaPlan::npos);
     const int L = layout.cfg.layers;
     for (int m = 0; m < L; ++m) {
@@ -256,7 +293,7 @@ TEST_CASE("activation arena: aligned, disjoint buffers; every pointer GpuViT bin
       const size_t lo = plan.x[m];
       const auto& b = plan.blocks[m];
       for (size_t off : {b.y1, b.qkv, b.attn, b.z, b.u, b.g, b.mean1, b.rstd1, b.probs, b.xmid, b.mean2, b.rstd2, lo}) {
-        if (off == GpuViTArenaPlan::npos) continue;  // gemm_recompute's per-block probabilities
+        if (off == GpuViTArenaPlan::npos) continue;  // gemm_recompute's probabilities, recompute_gelu's g
         CHECK(off >= plan.gradients + grad_end);
         CHECK(off < plan.gradients + grad_end + plan.block_bytes * (L - m) + kArenaAlign * L);
       }
@@ -293,7 +330,7 @@ TEST_CASE("out-of-memory message names the allocation that does not fit and the 
   CHECK(out_of_memory_message(e, e.peak_bytes(), 80ull << 30).empty());
   // 2 GiB free: the parameters (1.14 GiB) fit, the activations (with the overlaid gradients) no longer do.
   const std::string m = out_of_memory_message(e, 2ull << 30, 80ull << 30);
-  CHECK_THAT(m, Catch::StartsWith("out of GPU memory allocating activations (2.5"));
+  CHECK_THAT(m, Catch::StartsWith("out of GPU memory allocating activations (2.03 GiB)"));
   CHECK_THAT(m, Catch::Contains("vit_l_32 at batch 32, fp32 needs "));
   CHECK_THAT(m, Catch::Contains("(parameters 1.14, gradients 0, optimizer state 0, inputs 0.04, cuBLASLt workspace 0.03, activations "));
   CHECK_THAT(m, Catch::EndsWith("but cudaMemGetInfo reports 2.00 GiB free of 80.0 GiB"));

@@ -138,6 +138,24 @@ TEST_CASE("--attention and --patch-embed: auto by default; cuDNN attention only 
   }
 }
 
+TEST_CASE("--recompute-gelu: auto by default, on in fp32 and tf32, off in bf16", "[options]") {
+  CHECK(parse_args({}).recompute_gelu == RecomputeChoice::Auto);
+  CHECK(parse_args({"--recompute-gelu", "on"}).recompute_gelu == RecomputeChoice::On);
+  CHECK(parse_args({"--recompute-gelu=off"}).recompute_gelu == RecomputeChoice::Off);
+  CHECK(option_error({"--recompute-gelu", "yes"}) == "--recompute-gelu: unknown value 'yes' (choose one of: auto, on, off)");
+  CHECK(option_error({"--recompute-gelu", "on", "--backend", "cpu"}).rfind("--recompute-gelu on: needs the GPU backend", 0) == 0);
+  using namespace vitddp;
+  CHECK(resolve_recompute_gelu("auto", Precision::fp32));
+  CHECK(resolve_recompute_gelu("auto", Precision::tf32));
+  CHECK_FALSE(resolve_recompute_gelu("auto", Precision::bf16));
+  for (const Precision p : {Precision::fp32, Precision::tf32, Precision::bf16}) {
+    CHECK(resolve_recompute_gelu("on", p));
+    CHECK_FALSE(resolve_recompute_gelu("off", p));
+  }
+  CHECK_THROWS_WITH(resolve_recompute_gelu("always", Precision::bf16),
+                    "--recompute-gelu: unknown value 'always' (choose one of: auto, on, off)");
+}
+
 TEST_CASE("kernel choice: names map to implementations; auto never picks cuDNN attention outside bf16",
           "[options]") {
   using namespace vitddp;
@@ -221,6 +239,7 @@ TEST_CASE("to_string gives the command-line names; option_values holds them as b
   CHECK(v["precision"] == "fp32");
   CHECK(v["attention"] == "auto");
   CHECK(v["patch-embed"] == "auto");
+  CHECK(v["recompute-gelu"] == "auto");
   CHECK(v["optimizer"] == "sgd");
   CHECK(v["lr-schedule"] == "constant");
   CHECK(v["init"] == "torchvision");
@@ -229,7 +248,7 @@ TEST_CASE("to_string gives the command-line names; option_values holds them as b
   CHECK(v["cuda-graph"] == "on");
   CHECK(v["no-ddp"] == "false");
   CHECK(v["record-grad-ready"] == "false");
-  CHECK(option_values(Options{}).size() == 65);
+  CHECK(option_values(Options{}).size() == 66);
   std::map<std::string, std::string> g;
   for (const auto& [k, x] : option_values(parse_args({"--data", "idx:/x", "--eval-every", "2", "--eval-split", "train",
                                                       "--allreduce", "copy-engine", "--comm-streams", "3", "--init", "random",
@@ -468,7 +487,7 @@ TEST_CASE("--help: sections in order, one to three lines per option, defaults, n
       current.clear();
     }
   }
-  CHECK(count.size() == 67);
+  CHECK(count.size() == 68);
   for (const auto& [name, n] : count) {
     INFO(name);
     CHECK(n <= 3);

@@ -244,7 +244,7 @@ TEST_CASE("gpu_vit: attention as batched GEMMs matches CpuViT<float> in fp32 and
 // Every torchvision ViT the trainer runs, one block of each (widths 768 / 1024 / 1280, 50 / 197 /
 // 257 tokens, head_dim 64 and 80, patches of 32, 16 and 14 pixels), in each precision with the
 // kernels `--attention auto` picks for it (resolve_attention: custom or the tensor-core kernels at
-// 50 tokens, batched GEMMs in fp32/tf32 and cuDNN in bf16 beyond 64), against one CpuViT<float> run
+// 50 tokens, batched GEMMs in fp32/tf32 and cuDNN in bf16 beyond 64) and `--recompute-gelu auto`, against one CpuViT<float> run
 // per model, at the published tolerances (fp32 logits 1e-5 / loss 1e-6 / gradients 1e-4; tf32
 // 5e-3; bf16 3e-2).
 TEST_CASE("gpu_vit: every torchvision ViT in fp32, tf32 and bf16 with the auto kernels matches CpuViT<float> "
@@ -259,6 +259,7 @@ TEST_CASE("gpu_vit: every torchvision ViT in fp32, tf32 and bf16 with the auto k
       GpuViTOptions o = GpuViTOptions::for_precision(p);
       o.attention = resolve_attention("auto", p, cfg.head_dim(), cfg.seq_len());
       o.patch_embed = resolve_patch_embed("auto", p);
+      o.recompute_gelu = resolve_recompute_gelu("auto", p);
       const double tol = p == Precision::fp32 ? 1e-5 : p == Precision::tf32 ? 5e-3 : 3e-2;
       INFO(model << " " << precision_name(p) << ", attention " << attention_impl_name(o.attention));
       std::printf("%s %s, attention %s:\n", model, precision_name(p), attention_impl_name(o.attention));
@@ -553,6 +554,56 @@ TEST_CASE("gpu_vit: --attention gemm-recompute gives gemm's loss and gradients b
       size_t differ = 0;
       for (size_t i = 0; i < L.total; ++i) differ += !(a[i] == b[i]);
       CHECK(differ == 0);
+    }
+  }
+}
+
+TEST_CASE("gpu_vit: recompute_gelu gives the kept GELU output's loss and gradients bit for bit, in less memory "
+          "(vit_b_32 and vit_b_16 with 3 blocks; fp32, tf32, bf16; fused and separate bias gradients)",
+          "[gpu][gpu_vit][gelu]") {
+  REQUIRE_GPU();
+  for (const char* model : {"vit_b_32", "vit_b_16"})
+  for (const Precision prec : {Precision::fp32, Precision::tf32, Precision::bf16})
+  for (const bool fused : {true, false}) {
+    ViTConfig cfg = vit_config(model);
+    cfg.layers = 3;
+    const ParamLayout L = make_param_layout(cfg);
+    INFO(model << " " << precision_name(prec) << (fused ? ", fused bias gradients" : ", separate bias gradients"));
+    const int B = 2;
+    Stream st;
+    DevVec<float> dp(random_params(L, 91)), dimg(random_images(cfg, B, 92)), dloss(1), ga(L.total), gb(L.total);
+    DevVec<int32_t> dlab(random_labels(cfg, B, 93));
+    GpuViTOptions o = GpuViTOptions::for_precision(prec);
+    o.gemm_autotune_candidates = 0;  // the same cuBLASLt algorithms in both models
+    o.deterministic = true;          // cuDNN's attention backward (vit_b_16 bf16) reproducible
+    o.fused_bias_grad = fused;
+    o.attention = resolve_attention("auto", prec, cfg.head_dim(), cfg.seq_len());
+    o.recompute_gelu = false;
+    GpuViT keep(L, B, st.s, o);
+    o.recompute_gelu = true;
+    GpuViT recompute(L, B, st.s, o);
+    // Two blocks' GELU outputs fewer ([B*T, M] operands; each block's buffers start aligned).
+    const size_t g = (size_t)B * cfg.seq_len() * cfg.mlp_dim * (prec == Precision::bf16 ? 2 : 4);
+    const long long saved = (long long)keep.device_bytes() - (long long)recompute.device_bytes();
+    std::printf("[recompute_gelu %s %s] device bytes: keep %zu, recompute %zu (difference %lld = %.3f x GELU output)\n",
+                model, precision_name(prec), keep.device_bytes(), recompute.device_bytes(), saved, double(saved) / g);
+    CHECK(saved + 3 * (long long)kArenaAlign >= 2 * (long long)g);
+    CHECK(saved <= 2 * (long long)g + 3 * (long long)kArenaAlign);
+    keep.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
+    const float loss_a = dloss.download()[0];
+    Groups groups_a, groups_b;
+    keep.backward(dp.get(), ga.get(), false, [&](const std::vector<size_t>& idx) { groups_a.emplace_back(idx.begin(), idx.end()); });
+    for (int rep = 0; rep < 2; ++rep) {
+      recompute.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
+      CHECK(dloss.download()[0] == loss_a);
+      groups_b.clear();
+      recompute.backward(dp.get(), gb.get(), false,
+                         [&](const std::vector<size_t>& idx) { groups_b.emplace_back(idx.begin(), idx.end()); });
+      const std::vector<float> a = ga.download(), b = gb.download();
+      size_t differ = 0;
+      for (size_t i = 0; i < L.total; ++i) differ += !(a[i] == b[i]);
+      CHECK(differ == 0);
+      CHECK(groups_b == groups_a);  // the same gradient-ready groups, in the same order
     }
   }
 }

@@ -147,6 +147,24 @@ def test_table_values(bench_folder, capsys):
     assert "Incomplete vitddp files: vitddp-broken.h5 (signal 15 after step 3)." in text
 
 
+def test_table_reads_packed_samples_and_names_recomputed_gelu(bench_folder, make_run, capsys):
+    # A kept folder packs the nvidia-smi samples into mem.tar.xz; a tf32 run recomputing its GELU
+    # outputs says so in its mode.
+    import tarfile
+    with tarfile.open(bench_folder / "mem.tar.xz", "w:xz") as t:
+        for name in ("mem-vitddp-vit_l_32-b32-bf16-r1.txt", "mem-vitddp-vit_l_32-b32-bf16-r2.txt"):
+            t.add(bench_folder / name, arcname=name)
+            (bench_folder / name).unlink()
+    make_run("vitddp-vit_l_32-b32-tf32-r1.h5", world_size=1, batch_size=32, precision="tf32", backend="gpu",
+             sps=50.0, attrs={"model": "vit_l_32", "attention": "custom", "recompute_gelu": "on"})
+    assert peers_table.main([str(bench_folder)]) == 0
+    text = capsys.readouterr().out
+    rows = table_rows(text)
+    assert rows["vitddp cuda graph on, custom attention"][9] == "4.00"  # from mem.tar.xz
+    assert rows["vitddp cuda graph on, custom attention, GELU recomputed"][2] == "50.00"
+    assert rows["vitddp cuda graph on, custom attention, GELU recomputed"][9] == "-"  # no samples
+
+
 def test_table_without_ceilings_or_vitddp(tmp_path, capsys):
     peer_json(tmp_path / "a.json", "torch", "eager", 10.0, precision="fp32")
     assert peers_table.main([str(tmp_path)]) == 0
