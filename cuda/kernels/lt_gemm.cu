@@ -63,6 +63,17 @@ std::string shape_string(const GemmTypes& t, bool ta, bool tb, int m, int n, int
          ", ldc=" + std::to_string(ldc) + ", ldd=" + std::to_string(ldd) + ")";
 }
 
+/// Bytes a row-major matrix of `rows` rows of `cols` elements, `ld` apart, spans.
+size_t span_bytes(int rows, int cols, int ld, cudaDataType_t t) {
+  return ((size_t)(rows - 1) * ld + cols) * type_bytes(t);
+}
+
+/// True when [p, p + pb) and [q, q + qb) share a byte.
+bool overlaps(const void* p, size_t pb, const void* q, size_t qb) {
+  const auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(q);
+  return a < b + qb && b < a + pb;
+}
+
 }  // namespace
 
 // The operands of one call (used by autotuning).
@@ -172,7 +183,15 @@ struct LtGemm::Impl {
       }
       CUBLAS_CHECK(st);
       p.algo = results[0].algo;
-      if (found > 1) p.algo = results[fastest(p, results, found, ops, m, ldd, cd, sms)].algo;
+      if (found > 1) {
+        // Candidates may write D itself when no operand they read shares its memory: the call
+        // being planned overwrites it next. Otherwise (C = D when accumulating) a temporary output.
+        const size_t d_bytes = span_bytes(m, n, ldd, cd);
+        const bool d_free = !overlaps(ops.d, d_bytes, ops.a, span_bytes(ta ? k : m, ta ? m : k, lda, ab)) &&
+                            !overlaps(ops.d, d_bytes, ops.b, span_bytes(tb ? n : k, tb ? k : n, ldb, ab)) &&
+                            (ops.beta == 0.0f || !overlaps(ops.d, d_bytes, ops.c, span_bytes(m, n, ldc, cd)));
+        p.algo = results[fastest(p, results, found, ops, d_free ? 0 : d_bytes, sms)].algo;
+      }
     } catch (...) {
       destroy(p);
       throw;
@@ -180,17 +199,19 @@ struct LtGemm::Impl {
     return plans.emplace(key, p).first->second;
   }
 
-  // Times the candidates writing to a temporary output and returns the index of the fastest (0,
-  // the heuristic's first choice, when none can run). Each candidate that fits the workspace runs
+  // Times the candidates writing to ops.d, or to a temporary output of tmp_bytes when not 0, and
+  // returns the index of the fastest (0, the heuristic's first choice, when none can run). Each candidate that fits the workspace runs
   // once as a warm-up (one that fails to launch is skipped), then in kRounds
   // interleaved rounds (so a clock ramp or other drift touches every candidate alike) a batch of
   // kRuns back-to-back runs queued behind a short spin kernel (so the batch times the GPU, not the
   // host's launch rate, which for 20-us bf16 GEMMs is the same order); a candidate's time is its
   // fastest batch.
-  int fastest(Plan& p, const cublasLtMatmulHeuristicResult_t* results, int found,
-              const Operands& ops, int m, int ldd, cudaDataType_t cd, int sms) {
+  int fastest(Plan& p, const cublasLtMatmulHeuristicResult_t* results, int found, const Operands& ops,
+              size_t tmp_bytes, int sms) {
     constexpr int kRounds = 3, kRuns = 3;
-    DeviceBuffer<char> tmp((size_t)m * ldd * type_bytes(cd), "cuBLASLt autotuning output");
+    DeviceBuffer<char> tmp;
+    if (tmp_bytes > 0) tmp = DeviceBuffer<char>(tmp_bytes, "cuBLASLt autotuning output");
+    void* const out = tmp_bytes > 0 ? static_cast<void*>(tmp.get()) : ops.d;
     if (ops.epi_ptr)
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                   &ops.epi_ptr, sizeof(ops.epi_ptr)));
@@ -212,7 +233,7 @@ struct LtGemm::Impl {
         CUDA_CHECK(cudaStreamCreateWithPriority(&hold_stream, cudaStreamNonBlocking, hi));
       }
       auto run = [&](int i) {
-        return cublasLtMatmul(handle, p.op, &ops.alpha, ops.b, p.a, ops.a, p.b, &ops.beta, ops.c, p.c, tmp.get(),
+        return cublasLtMatmul(handle, p.op, &ops.alpha, ops.b, p.a, ops.a, p.b, &ops.beta, ops.c, p.c, out,
                               p.d, &results[i].algo, workspace, workspace_bytes, stream);
       };
       for (int i = 0; i < found; ++i) {

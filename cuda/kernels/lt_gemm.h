@@ -31,8 +31,10 @@ struct LtGemmOptions {
   /// CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_PEDANTIC or CUBLAS_COMPUTE_32F_FAST_TF32.
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   /// 0 or 1: take cuBLASLt's first heuristic choice (deterministic, no synchronisation).
-  /// n > 1: when a plan is built, time up to n heuristic candidates on the real operands (output
-  /// to a temporary buffer) and keep the fastest; this synchronises `stream` once per new shape.
+  /// n > 1: when a plan is built, time up to n heuristic candidates on the real operands and keep
+  /// the fastest; this synchronises `stream` once per new shape. The candidates write D itself
+  /// (which the call then overwrites) unless D shares memory with A, B or (beta != 0) C, as when
+  /// accumulating in place; then a temporary output of D's size, allocated while timing.
   int autotune_candidates = 0;
 };
 

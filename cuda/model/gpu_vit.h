@@ -77,8 +77,8 @@ class GpuViT {
   /// Bytes of device memory this object allocated: the activation arena (one allocation of
   /// plan_gpu_vit_arena(...).total_bytes, cuda/model/gpu_vit_arena.h: activations, scratch, the bf16
   /// weight copy) plus the cuBLASLt and cuDNN workspaces (workspace_bytes()). Not counted: the
-  /// transient cuBLASLt autotuning output of the first forward/backward of each shape
-  /// (gpu_vit_autotune_scratch_bytes).
+  /// transient cuBLASLt autotuning output of a weight gradient accumulated in place, while its
+  /// GEMM is first timed (gpu_vit_autotune_scratch_bytes).
   size_t device_bytes() const;
   /// Of which the cuDNN attention graphs' and convolution's workspaces and buffers (sized by
   /// cuDNN when the graphs are built, so not in the memory estimate); 0 without cuDNN paths.

@@ -226,16 +226,11 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
   return p;
 }
 
-size_t gpu_vit_autotune_scratch_bytes(const ViTConfig& cfg, int max_batch, Precision precision) {
-  const size_t B = max_batch, T = cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim, K = cfg.num_classes,
-               Np = cfg.num_patches(), PD = cfg.patch_dim();
-  const size_t N = B * T, f32 = 4, op = dtype_bytes(operand_dtype(precision));
-  // Output [rows, cols] and element size of every GEMM in forward_pass / backward_pass.
-  const size_t outputs[] = {
-      B * Np * D * f32, N * 3 * D * op, N * D * f32, N * M * op, N * D * f32, B * K * f32,  // forward
-      K * D * f32, D * M * f32, M * D * f32, D * D * f32, 3 * D * D * f32, D * PD * f32,    // weight gradients
-      B * D * f32, N * M * op, N * D * op,                                                  // input gradients
-  };
+size_t gpu_vit_autotune_scratch_bytes(const ViTConfig& cfg, bool accumulate) {
+  if (!accumulate) return 0;
+  const size_t D = cfg.hidden, M = cfg.mlp_dim, K = cfg.num_classes, PD = cfg.patch_dim(), f32 = 4;
+  // The weight gradients of backward_pass, fp32 [out, in]: head, fc1, fc2, out_proj, qkv, conv_proj.
+  const size_t outputs[] = {K * D * f32, D * M * f32, M * D * f32, D * D * f32, 3 * D * D * f32, D * PD * f32};
   return *std::max_element(std::begin(outputs), std::end(outputs));
 }
 

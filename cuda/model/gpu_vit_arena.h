@@ -87,9 +87,12 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
                                    bool overlay_gradients = false, AttentionImpl attention = AttentionImpl::custom,
                                    PatchEmbedImpl patch_embed = PatchEmbedImpl::gemm, bool recompute_gelu = false);
 
-/// Largest temporary output buffer cuBLASLt autotuning allocates (cuda/kernels/lt_gemm.cu: m x ldd of the
-/// output type, freed after timing each new GEMM shape in the first step) over every GEMM GpuViT
-/// runs at `max_batch`: bytes. Only allocated when GpuViTOptions::gemm_autotune_candidates > 1.
-size_t gpu_vit_autotune_scratch_bytes(const ViTConfig& cfg, int max_batch, Precision precision);
+/// Largest temporary output buffer cuBLASLt autotuning allocates (cuda/kernels/lt_gemm.cu, freed
+/// after timing each new GEMM shape) over the GEMMs of GpuViT: bytes. The candidates write each
+/// GEMM's own output unless it is also an input, which in GpuViT happens only for the weight
+/// gradients accumulated in place (backward with accumulate, gradient accumulation): so 0 when
+/// `accumulate` is false, else the largest fp32 weight gradient. Only allocated when
+/// GpuViTOptions::gemm_autotune_candidates > 1.
+size_t gpu_vit_autotune_scratch_bytes(const ViTConfig& cfg, bool accumulate);
 
 }  // namespace vitddp

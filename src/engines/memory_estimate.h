@@ -33,7 +33,7 @@ struct MemoryEstimate {
   int batch = 0;                     ///< images per micro-step (--batch-size)
   std::string precision;             ///< fp32 | tf32 | bf16
   std::vector<MemoryItem> items;     ///< persistent allocations, in allocation order
-  MemoryItem transient;              ///< freed again: cuBLASLt autotuning output in the tuning pass before training
+  MemoryItem transient;              ///< freed again: cuBLASLt autotuning output of in-place GEMMs (gradient accumulation) while they are first timed; PowerSGD's scratch
                                      ///< (GPU), PowerSGD's per-bucket scratch (CPU)
 
   /// Sum of `items`: what stays allocated while training (EngineInfo::device_bytes).

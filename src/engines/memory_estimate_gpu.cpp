@@ -74,8 +74,10 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
                                   : "no buffers (in-place all-reduce of the gradients)";
   }
   e.items.push_back({"reducer", reducer, reducer_bytes});
-  e.transient = {"cuBLASLt autotuning", "largest GEMM output, allocated while timing each new shape in the tuning pass before training",
-                 vo.gemm_autotune_candidates > 1 ? gpu_vit_autotune_scratch_bytes(c, o.batch_size, p) : 0};
+  // Autotuning times candidates on each GEMM's own output, except the weight gradients that
+  // gradient accumulation adds in place.
+  e.transient = {"cuBLASLt autotuning", "largest weight gradient accumulated in place, allocated while timing its GEMM in the first steps",
+                 vo.gemm_autotune_candidates > 1 ? gpu_vit_autotune_scratch_bytes(c, o.grad_accum_steps > 1) : 0};
   return e;
 }
 
