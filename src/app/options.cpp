@@ -499,6 +499,11 @@ const std::vector<EffectRule>& effect_rules() {
   const auto not_cpu = [](const Options& o) { return o.backend != Backend::Cpu; };
   const auto checkpoints = [](const Options& o) { return o.checkpoint_every > 0; };
   const auto failing = [](const Options& o) { return o.debug_fail_at_step >= 0; };
+  const auto past_last_step = [](const Options& o) {
+    return "has no effect: the run's last step is " + std::to_string(o.total_steps() - 1) + " (--warmup-steps " +
+           std::to_string(o.warmup_steps) + " + --steps " + std::to_string(o.steps) + " + --cooldown-steps " +
+           std::to_string(o.cooldown_steps) + ", numbered from 0)";
+  };
   static const std::vector<EffectRule> rules = {
       {"eval-split", [](const Options& o) { return o.eval_every > 0; }, because("has no effect without --eval-every N (N > 0)")},
       {"data-workers", [](const Options& o) { return o.data.kind != DataSpec::Kind::device; },
@@ -507,6 +512,8 @@ const std::vector<EffectRule>& effect_rules() {
        because("needs the GPU backend"), true},
       {"init", [](const Options& o) { return o.init_from.empty(); },
        because("has no effect with --init-from (the parameters come from that file)")},
+      {"debug-nan-at-step", [](const Options& o) { return o.debug_nan_at_step < o.total_steps(); }, past_last_step, true},
+      {"debug-fail-at-step", [](const Options& o) { return o.debug_fail_at_step < o.total_steps(); }, past_last_step, true},
       {"bucket-cap-mb", ddp, no_ddp},
       {"first-bucket-mb", ddp, no_ddp},
       {"no-overlap", ddp, no_ddp},
