@@ -50,7 +50,10 @@ struct GpuViTOptions {
   /// which reads u anyway, writes it there again, bit for bit, before fc2's weight gradient
   /// (gelu_backward_bias's y). Saves (layers - 1) x N x M operand elements (vit_l_16 tf32 batch
   /// 32: 2.4 GB) for one extra write of N x M per block, as torch.compile's partitioner
-  /// recomputes cheap pointwise ops instead of saving them. The same loss and gradients.
+  /// recomputes cheap pointwise ops instead of saving them. The same loss and gradients. With
+  /// overlay_gradients at batches of a few images, where a block's gradients outweigh its
+  /// activations and so set the blocks' spacing, it saves nothing and costs the shared buffer
+  /// (vit_b_32 tf32 batch 4: 2 MiB more; --dry-run gives the figure).
   bool recompute_gelu = false;
   /// conv_proj: im2col + cuBLASLt GEMM (cuda/kernels/patch_embed.h) or cuDNN convolution
   /// (cuda/kernels/cudnn_conv.h; algorithms timed at set-up when gemm_autotune_candidates > 1).

@@ -29,14 +29,16 @@ size_t gelu_backward_bias_scratch_floats(int rows, int cols);
 /// gelu_backward on a contiguous row-major [rows, cols] matrix (du may alias dy), fused with the
 /// bias gradient of the nn.Linear whose output u is (ViT's fc1): db[c] = sum_r du[r, c]
 /// (accumulate=false) or db[c] += that sum, over the stored du (bf16: the rounded values, what
-/// column_sum of du and cuBLASLt's BGRADB epilogue read). Each block sums 16 rows of 1024
+/// column_sum of du and cuBLASLt's BGRADB epilogue read). Each block sums 16 rows of 512
 /// columns (8 contiguous per thread, 16-byte accesses) into `scratch`, then column_sum_partials
 /// (reduce.h) adds the partials in a fixed order: deterministic, no atomics. Shapes with cols not
 /// a multiple of 8 or unaligned pointers take gelu_backward + column_sum (same values).
 /// scratch: gelu_backward_bias_scratch_floats(rows, cols) fp32. db: [cols] fp32.
 /// y: null, or [rows, cols] (not aliasing dy, u or du) that also receives GELU(u), the values
 /// gelu_forward writes, bit for bit: the activation recomputed from u in the pass that reads u
-/// anyway (GpuViTOptions::recompute_gelu), for one extra write instead of keeping y from forward.
+/// anyway (GpuViTOptions::recompute_gelu), for one extra write instead of keeping y from forward
+/// (a y that is not 16-byte aligned is written by gelu_forward first; du and db are the same bits
+/// as without y either way).
 /// Throws std::invalid_argument for negative rows or cols.
 void gelu_backward_bias(const float* dy, const float* u, float* du, int rows, int cols, float* db,
                         bool accumulate, float* scratch, cudaStream_t stream, float* y = nullptr);

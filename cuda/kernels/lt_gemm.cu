@@ -189,7 +189,8 @@ struct LtGemm::Impl {
         const size_t d_bytes = span_bytes(m, n, ldd, cd);
         const bool d_free = !overlaps(ops.d, d_bytes, ops.a, span_bytes(ta ? k : m, ta ? m : k, lda, ab)) &&
                             !overlaps(ops.d, d_bytes, ops.b, span_bytes(tb ? n : k, tb ? k : n, ldb, ab)) &&
-                            (ops.beta == 0.0f || !overlaps(ops.d, d_bytes, ops.c, span_bytes(m, n, ldc, cd)));
+                            (ops.beta == 0.0f || !overlaps(ops.d, d_bytes, ops.c, span_bytes(m, n, ldc, cd))) &&
+                            (epi_kind != 1 || !overlaps(ops.d, d_bytes, ops.epi_ptr, (size_t)n * type_bytes(cd)));
         p.algo = results[fastest(p, results, found, ops, d_free ? 0 : d_bytes, sms)].algo;
       }
     } catch (...) {

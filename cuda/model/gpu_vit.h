@@ -25,7 +25,7 @@ namespace vitddp {
 /// Precisions (GpuViTOptions::precision):
 ///  - fp32: strict fp32 (cuBLASLt CUBLAS_COMPUTE_32F_PEDANTIC, fp32 operands, no TF32).
 ///    vit_l_32, batch 32 on an H200: about 25.6 ms forward + 47.2 ms backward (2.6 GiB of
-///    activations).
+///    activations; 2.0 with recompute_gelu, the trainer's fp32 default).
 ///  - tf32: identical except that every GEMM runs with CUBLAS_COMPUTE_32F_FAST_TF32, and the
 ///    attention core on TF32 tensor cores for T <= 64, head_dim 64 (cuda/kernels/attention_mma.h).
 ///  - bf16 (torch.autocast(dtype=torch.bfloat16) semantics): a bf16 working copy of the

@@ -7,8 +7,8 @@
 #        bash results/commands/speed-regression.sh --readme DIR
 #   ROUNDS [3], BATCH [32], STEPS [100; fp32 runs 40], WARMUP [10], MODELS [vit_l_32], PRECISIONS
 #   [fp32 tf32 bf16], VITDDP_ARGS (more options for both builds), BASE_ARGS / NEW_ARGS (for one
-#   of them: BASE=\$VITDDP with two option sets compares the options). BATCH and STEPS also name
-#   them in the README (--readme: set them as for the runs). Writes
+#   of them: BASE=$VITDDP with two option sets compares the options). BATCH, STEPS, BASE_ARGS and
+#   NEW_ARGS also name them in the README (--readme: set them as for the runs). Writes
 #   OUT/[<model>-]<p>-{base,new}-r<r>.h5 (no model prefix for vit_l_32), log.txt,
 #   regression_table.md, README.md. About 2 minutes on an H200 with the defaults.
 TOPIC=speed-regression

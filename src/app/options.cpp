@@ -220,7 +220,7 @@ const std::vector<Spec>& table() {
       {"patch-embed", "auto|cudnn|gemm", Group::Speed, "GPU patch embedding: gemm = im2col + cuBLASLt GEMM; cudnn = cuDNN convolution (fp32, tf32); auto = gemm (faster)",
        [](Options& o, const std::string& v) { o.patch_embed = parse_enum<PatchEmbedChoice>("--patch-embed", v); },
        [](const Options& o) { return to_string(o.patch_embed); }},
-      {"recompute-gelu", "auto|on|off", Group::Speed, "GPU: on = recompute each block's GELU output in backward instead of keeping it (less memory, same results); auto = on in fp32/tf32",
+      {"recompute-gelu", "auto|on|off", Group::Speed, "GPU: on = backward recomputes each block's GELU output, not keeping it (same results, less memory); auto = on in fp32/tf32",
        [](Options& o, const std::string& v) { o.recompute_gelu = parse_enum<RecomputeChoice>("--recompute-gelu", v); },
        [](const Options& o) { return to_string(o.recompute_gelu); }},
       {"powersgd-rank", "R", Group::Ddp, "PowerSGD matrix_approximation_rank",

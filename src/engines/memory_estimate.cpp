@@ -41,7 +41,7 @@ std::string memory_summary(const MemoryEstimate& e) {
   std::string s = e.model + " at batch " + std::to_string(e.batch) + ", " + e.precision + " needs " +
                   gib(e.peak_bytes()) + " GiB in all (";
   for (size_t i = 0; i < e.items.size(); ++i) s += (i ? ", " : "") + e.items[i].what + " " + gib(e.items[i].bytes);
-  if (e.transient.bytes) s += ", " + e.transient.what + " " + gib(e.transient.bytes) + " while tuning";
+  if (e.transient.bytes) s += ", " + e.transient.what + " " + gib(e.transient.bytes) + " (transient)";
   return s + "; GiB)";
 }
 

@@ -33,8 +33,8 @@ struct MemoryEstimate {
   int batch = 0;                     ///< images per micro-step (--batch-size)
   std::string precision;             ///< fp32 | tf32 | bf16
   std::vector<MemoryItem> items;     ///< persistent allocations, in allocation order
-  MemoryItem transient;              ///< freed again: cuBLASLt autotuning output of in-place GEMMs (gradient accumulation) while they are first timed; PowerSGD's scratch
-                                     ///< (GPU), PowerSGD's per-bucket scratch (CPU)
+  MemoryItem transient;              ///< freed again: the GPU's cuBLASLt autotuning output of in-place GEMMs (gradient accumulation)
+                                     ///< while they are first timed; the CPU's PowerSGD per-bucket scratch
 
   /// Sum of `items`: what stays allocated while training (EngineInfo::device_bytes).
   size_t persistent_bytes() const;
@@ -104,9 +104,9 @@ size_t mem_available_bytes();
 /// host need 23.8 GiB, but only 20.1 GiB is available (use a smaller --model or --batch-size)".
 std::string host_memory_refusal(const MemoryEstimate& e, int ranks_on_host, size_t available_bytes);
 
-/// One line: "vit_l_32 at batch 32, fp32 needs 5.43 GiB in all (parameters 1.14, gradients 1.14,
-/// optimizer state 0, inputs 0.04, cuBLASLt workspace 0.03, activations 2.0, reducer 0, cuBLASLt
-/// autotuning 0.05 while tuning; GiB)".
+/// One line: "vit_l_32 at batch 16, fp32 needs 3.34 GiB in all (parameters 1.14, gradients 1.14,
+/// optimizer state 0, inputs 0.02, cuBLASLt workspace 0.03, activations 0.99, reducer 0, cuBLASLt
+/// autotuning 0.02 (transient); GiB)" (here with --grad-accum-steps 2).
 std::string memory_summary(const MemoryEstimate& e);
 
 /// The --dry-run report (device memory of the GPU backend, or host memory of the CPU backend when

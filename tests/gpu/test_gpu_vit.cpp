@@ -559,7 +559,8 @@ TEST_CASE("gpu_vit: --attention gemm-recompute gives gemm's loss and gradients b
 }
 
 TEST_CASE("gpu_vit: recompute_gelu gives the kept GELU output's loss and gradients bit for bit, in less memory "
-          "(vit_b_32 and vit_b_16 with 3 blocks; fp32, tf32, bf16; fused and separate bias gradients)",
+          "(vit_b_32 and vit_b_16 with 3 blocks; fp32, tf32, bf16; fused and separate bias gradients; accumulating; "
+          "overlaid gradients)",
           "[gpu][gpu_vit][gelu]") {
   REQUIRE_GPU();
   for (const char* model : {"vit_b_32", "vit_b_16"})
@@ -593,6 +594,7 @@ TEST_CASE("gpu_vit: recompute_gelu gives the kept GELU output's loss and gradien
     const float loss_a = dloss.download()[0];
     Groups groups_a, groups_b;
     keep.backward(dp.get(), ga.get(), false, [&](const std::vector<size_t>& idx) { groups_a.emplace_back(idx.begin(), idx.end()); });
+    const std::vector<float> ga_first = ga.download();
     for (int rep = 0; rep < 2; ++rep) {
       recompute.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
       CHECK(dloss.download()[0] == loss_a);
@@ -605,5 +607,26 @@ TEST_CASE("gpu_vit: recompute_gelu gives the kept GELU output's loss and gradien
       CHECK(differ == 0);
       CHECK(groups_b == groups_a);  // the same gradient-ready groups, in the same order
     }
+    // Accumulating a second backward into the same gradients (gradient accumulation).
+    keep.backward(dp.get(), ga.get(), true, {});
+    recompute.backward(dp.get(), gb.get(), true, {});
+    CHECK(ga.download() == gb.download());
+    // The gradients overlaid on dead activations (the trainer's default without accumulation).
+    o.overlay_gradients = true;
+    o.recompute_gelu = false;
+    GpuViT keep_overlaid(L, B, st.s, o);
+    o.recompute_gelu = true;
+    GpuViT recompute_overlaid(L, B, st.s, o);
+    std::vector<float> from_keep(L.total), from_recompute(L.total);
+    for (GpuViT* m : {&keep_overlaid, &recompute_overlaid}) {
+      m->forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
+      CHECK(dloss.download()[0] == loss_a);
+      m->backward(dp.get(), m->gradients(), false, {});
+      CUDA_CHECK(cudaStreamSynchronize(st.s));
+      CUDA_CHECK(cudaMemcpy((m == &keep_overlaid ? from_keep : from_recompute).data(), m->gradients(),
+                            L.total * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    CHECK(from_keep == from_recompute);
+    CHECK(from_keep == ga_first);
   }
 }

@@ -178,3 +178,37 @@ TEST_CASE("lt_gemm: bf16 operands with bf16 and fp32 outputs, TF32 compute", "[g
   CHECK(tf.take_timed_ms() == 0);
   tf.set_timing(false);
 }
+
+TEST_CASE("lt_gemm: autotuning times candidates on D itself, or on a temporary when D is also C (in place)",
+          "[gpu][lt_gemm]") {
+  REQUIRE_GPU();
+  Stream st;
+  LtGemmOptions o;
+  o.autotune_candidates = 8;
+  LtGemm lt(st.s, o);
+  const int M = 200, N = 256, K = 512;
+  const auto hx = normal_vec((size_t)M * K, 7, 0), hw = normal_vec((size_t)N * K, 7, 1), hb = normal_vec(N, 7, 2),
+             hr = normal_vec((size_t)M * N, 7, 3), hdy = normal_vec((size_t)M * N, 7, 4),
+             hdw0 = normal_vec((size_t)N * K, 7, 5);
+  const auto y_res = host_gemm(false, true, M, N, K, 1, hx, K, hw, K, 1, &hr, N, &hb),
+             y_plain = host_gemm(false, true, M, N, K, 1, hx, K, hw, K, 0, nullptr, N, nullptr),
+             dw_acc = host_gemm(true, false, N, K, M, 1, hdy, N, hx, K, 1, &hdw0, K, nullptr),
+             dw_set = host_gemm(true, false, N, K, M, 1, hdy, N, hx, K, 0, nullptr, K, nullptr);
+  // The first call of each plan times its candidates. The in-place ones come first: a candidate
+  // that wrote D while D is also C would add the product to it once per timed run.
+  for (int rep = 0; rep < 2; ++rep) {  // rep 1: the plans built by rep 0, no timing
+    INFO("round " << rep);
+    DevVec<float> x(hx), w(hw), b(hb), r(hr), dy(hdy), y(hr), dw(hdw0);
+    linear_forward(lt, x.get(), w.get(), b.get(), y.get(), y.get(), M, N, K);  // Y = X W^T + b + Y
+    CHECK(norm_rel_err(y.download(), y_res) < 1e-6);
+    linear_forward(lt, x.get(), w.get(), b.get(), r.get(), y.get(), M, N, K);  // the same plan, C separate
+    CHECK(norm_rel_err(y.download(), y_res) < 1e-6);
+    linear_forward(lt, x.get(), w.get(), nullptr, nullptr, y.get(), M, N, K);  // a new plan, timed on D
+    CHECK(norm_rel_err(y.download(), y_plain) < 1e-6);
+    linear_backward_weight(lt, dy.get(), x.get(), dw.get(), M, N, K, true);  // dW += dY^T X, in place
+    CHECK(norm_rel_err(dw.download(), dw_acc) < 1e-6);
+    linear_backward_weight(lt, dy.get(), x.get(), dw.get(), M, N, K, false);  // dW = dY^T X, timed on D
+    CHECK(norm_rel_err(dw.download(), dw_set) < 1e-6);
+  }
+  CHECK(lt.plan_count() == 4);  // forward with bias and C, forward alone, dW accumulated, dW set
+}

@@ -39,9 +39,13 @@ TEST_CASE("memory estimate: GpuViT allocates its arena plan plus the workspace",
   REQUIRE_GPU();
   Stream st;
   const ParamLayout L = make_param_layout(vit_config("vit_tiny"));
-  for (Precision p : {Precision::fp32, Precision::tf32, Precision::bf16}) {
-    const GpuViTOptions opt = GpuViTOptions::for_precision(p);
-    GpuViT gpu(L, 5, st.s, opt);
-    CHECK(gpu.device_bytes() == plan_gpu_vit_arena(L.cfg, L.total, 5, p).total_bytes + GpuViT::workspace_bytes(opt));
-  }
+  for (Precision p : {Precision::fp32, Precision::tf32, Precision::bf16})
+    for (const bool recompute_gelu : {false, true}) {
+      GpuViTOptions opt = GpuViTOptions::for_precision(p);
+      opt.recompute_gelu = recompute_gelu;
+      GpuViT gpu(L, 5, st.s, opt);
+      CHECK(gpu.device_bytes() == plan_gpu_vit_arena(L.cfg, L.total, 5, p, false, AttentionImpl::custom,
+                                                     PatchEmbedImpl::gemm, recompute_gelu).total_bytes +
+                                      GpuViT::workspace_bytes(opt));
+    }
 }
