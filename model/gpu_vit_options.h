@@ -53,7 +53,8 @@ struct GpuViTOptions {
   /// recomputes cheap pointwise ops instead of saving them. The same loss and gradients. With
   /// overlay_gradients at batches of a few images, where a block's gradients outweigh its
   /// activations and so set the blocks' spacing, it saves nothing and costs the shared buffer
-  /// (vit_b_32 tf32 batch 4: 2 MiB more; --dry-run gives the figure).
+  /// (vit_b_32 tf32 batch 4: 2 MiB more; --dry-run gives the figure; --recompute-gelu auto
+  /// leaves it off there).
   bool recompute_gelu = false;
   /// conv_proj: im2col + cuBLASLt GEMM (cuda/kernels/patch_embed.h) or cuDNN convolution
   /// (cuda/kernels/cudnn_conv.h; algorithms timed at set-up when gemm_autotune_candidates > 1).

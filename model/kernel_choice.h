@@ -82,7 +82,8 @@ std::vector<std::string> recompute_gelu_choice_names();
 /// (GpuViTOptions::recompute_gelu) for `name` in precision `p`: "on" / "off"; "auto" = on in fp32
 /// and tf32, where the kept outputs are 4-byte elements (vit_l_16 tf32 batch 32: 2.4 GB, which put
 /// the peak above torch.compile's) and off in bf16, where the peak is below every peer's without it
-/// (measured: docs/benchmarks.md). Throws std::invalid_argument for another name.
+/// (measured: docs/benchmarks.md); the trainer then also keeps auto off where it would save no
+/// memory (src/engines/gpu_model_options.h). Throws std::invalid_argument for another name.
 bool resolve_recompute_gelu(const std::string& name, Precision p);
 
 }  // namespace vitddp

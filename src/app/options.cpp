@@ -19,6 +19,22 @@ namespace {
   throw OptionError(opt + ": " + why);
 }
 
+/// A value as an error message quotes it: control characters escaped (\n, \t, \xNN), so the
+/// message stays one line, and at most 60 characters (then "...").
+std::string shown(const std::string& v) {
+  std::string out;
+  for (const char ch : v.substr(0, 60)) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7f) {
+      const char hex[] = "0123456789abcdef";
+      out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
+    } else out += ch;
+  }
+  return v.size() > 60 ? out + "..." : out;
+}
+
 // Plain decimal text: strtoll / strtod would also skip leading white space, and strtod reads
 // hexadecimal ("0x10" = 16, "0x1p4" = 16).
 bool decimal_text(const std::string& v) {
@@ -30,9 +46,9 @@ long long parse_int(const std::string& opt, const std::string& v, long long lo, 
   char* end = nullptr;
   const long long x = std::strtoll(v.c_str(), &end, 10);
   if (!decimal_text(v) || *end != '\0')
-    bad(opt, "expected an integer, got '" + v + "'");
+    bad(opt, "expected an integer, got '" + shown(v) + "'");
   if (errno == ERANGE || x < lo || x > hi)
-    bad(opt, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'");
+    bad(opt, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + shown(v) + "'");
   return x;
 }
 
@@ -41,10 +57,10 @@ double parse_double(const std::string& opt, const std::string& v, double lo, dou
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
   if (!decimal_text(v) || *end != '\0' || errno == ERANGE || !std::isfinite(x))
-    bad(opt, "expected a finite number, got '" + v + "'");
+    bad(opt, "expected a finite number, got '" + shown(v) + "'");
   if ((lo_open ? x <= lo : x < lo) || x > hi) {
     std::ostringstream s;
-    s << "must be in " << (lo_open ? "(" : "[") << lo << ", " << hi << "], got '" << v << "'";
+    s << "must be in " << (lo_open ? "(" : "[") << lo << ", " << hi << "], got '" << shown(v) << "'";
     bad(opt, s.str());
   }
   return x;
@@ -53,7 +69,7 @@ double parse_double(const std::string& opt, const std::string& v, double lo, dou
 /// An AdamW beta: a number in [0, 1) (torch.optim.AdamW's check).
 double parse_beta(const std::string& opt, const std::string& v) {
   const double x = parse_double(opt, v, 0, 1, false);
-  if (x >= 1) bad(opt, "must be in [0, 1), got '" + v + "'");
+  if (x >= 1) bad(opt, "must be in [0, 1), got '" + shown(v) + "'");
   return x;
 }
 
@@ -66,7 +82,7 @@ std::string fmt(double x) {
 [[noreturn]] void unknown_value(const std::string& opt, const std::string& v, const std::vector<std::string>& ok) {
   std::string list;
   for (const auto& k : ok) list += (list.empty() ? "" : ", ") + k;
-  bad(opt, "unknown value '" + v + "' (choose one of: " + list + ")");
+  bad(opt, "unknown value '" + shown(v) + "' (choose one of: " + list + ")");
 }
 
 std::string one_of(const std::string& opt, const std::string& v, const std::vector<std::string>& ok) {
@@ -93,7 +109,7 @@ DataSpec parse_data(const std::string& v) {
     d.kind = DataSpec::Kind::device;
     return d;
   }
-  if (v.rfind("idx:", 0) != 0) bad("--data", "unknown source '" + v + "' (choose synthetic, device or idx:DIR)");
+  if (v.rfind("idx:", 0) != 0) bad("--data", "unknown source '" + shown(v) + "' (choose synthetic, device or idx:DIR)");
   if (v == "idx:") bad("--data", "idx: needs a directory, e.g. idx:/usr/share/datasets/fashion-mnist");
   d.kind = DataSpec::Kind::idx;
   d.dir = v.substr(4);
@@ -255,7 +271,7 @@ const std::vector<Spec>& table() {
            o.comm_streams.reset();
            return;
          }
-         if (v.size() != 1 || v[0] < '1' || v[0] > '4') bad("--comm-streams", "expected auto or an integer in [1, 4], got '" + v + "'");
+         if (v.size() != 1 || v[0] < '1' || v[0] > '4') bad("--comm-streams", "expected auto or an integer in [1, 4], got '" + shown(v) + "'");
          o.comm_streams = v[0] - '0';
        },
        [](const Options& o) { return o.comm_streams ? std::to_string(*o.comm_streams) : std::string("auto"); }},
@@ -585,7 +601,7 @@ Options parse_options(int argc, const char* const* argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg.rfind("--", 0) != 0) throw OptionError(arg + ": unexpected argument (options start with --; see --help)");
+    if (arg.rfind("--", 0) != 0) throw OptionError(shown(arg) + ": unexpected argument (options start with --; see --help)");
     std::string name = arg.substr(2), value;
     const size_t eq = name.find('=');
     const bool has_eq = eq != std::string::npos;
@@ -596,14 +612,14 @@ Options parse_options(int argc, const char* const* argv) {
     const Spec* spec = find_spec(name);
     if (!spec) {
       const std::string near = nearest_option(name);
-      throw OptionError("unknown option '--" + name + "'" + (near.empty() ? "" : " (did you mean --" + near + "?)"));
+      throw OptionError("unknown option '--" + shown(name) + "'" + (near.empty() ? "" : " (did you mean --" + near + "?)"));
     }
     if (o.was_given(name)) bad("--" + name, "given twice");
     if (spec->metavar) {
       if (!has_eq) {
         if (i + 1 >= argc) bad("--" + name, std::string("missing value ") + spec->metavar);
         value = argv[++i];
-        if (value.rfind("--", 0) == 0) bad("--" + name, "expects a value, got the option '" + value + "'");
+        if (value.rfind("--", 0) == 0) bad("--" + name, "expects a value, got the option '" + shown(value) + "'");
       }
     } else if (has_eq) {
       bad("--" + name, "takes no value");

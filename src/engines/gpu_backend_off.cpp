@@ -6,6 +6,7 @@
 #include <string>
 
 #include "src/engines/engine.h"
+#include "src/engines/gpu_model_options.h"
 #include "src/engines/memory_estimate.h"
 #include "src/engines/topology.h"
 #include "src/app/versions.h"
@@ -27,6 +28,10 @@ MemoryEstimate estimate_gpu_memory(const Options&, const ParamLayout&, const std
 }
 
 MemoryEstimate estimate_gpu_memory(const Options&, int) { throw std::invalid_argument(gpu_backend_missing("--dry-run")); }
+
+GpuViTOptions gpu_model_options(const Options&, const ParamLayout&) {
+  throw std::invalid_argument(gpu_backend_missing("--backend gpu"));
+}
 
 // No GPU library is linked: --version lists MPI and HDF5 only.
 std::vector<std::pair<std::string, std::string>> gpu_library_versions() { return {}; }

@@ -11,7 +11,9 @@ namespace vitddp {
 /// GpuViTOptions for `o` on `layout`:
 ///  - precision from --precision; attention / patch embedding from --attention / --patch-embed
 ///    (auto resolved by model/kernel_choice.h, with the model's head dimension); recompute_gelu
-///    from --recompute-gelu (auto: model/kernel_choice.h);
+///    from --recompute-gelu (auto: model/kernel_choice.h, and only where the arena plan
+///    (cuda/model/gpu_vit_arena.h) is then smaller: not at batches of a few images, where the
+///    overlaid gradients set the blocks' spacing);
 ///  - refresh_bf16_weights = false: the engine keeps the bf16 weight copy current itself (cast
 ///    once at set-up, then written by the optimizer's pass);
 ///  - overlay_gradients when there is no gradient accumulation and the layout has no padding: the
@@ -19,7 +21,8 @@ namespace vitddp {
 ///  - with --checkpoint-every or --resume: gemm_autotune_candidates = 0 and deterministic, so a
 ///    resumed run repeats the uninterrupted one bit for bit (timing-based cuBLASLt choices may
 ///    differ between processes; cuDNN's default attention backward is not bit-reproducible).
-/// Throws std::invalid_argument for a precision / kernel choice combination that cannot run.
+/// Throws std::invalid_argument for a precision / kernel choice combination that cannot run, and
+/// in the CPU-only build (src/engines/gpu_backend_off.cpp).
 GpuViTOptions gpu_model_options(const Options& o, const ParamLayout& layout);
 
 }  // namespace vitddp

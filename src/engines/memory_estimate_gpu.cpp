@@ -58,6 +58,7 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
   std::string arena = "the activation arena: " + std::to_string(plan.slots.size()) + " buffers for batch " +
                       std::to_string(o.batch_size);
   if (plan.weights16_bytes) arena += ", including the bf16 parameter copy (" + gib(plan.weights16_bytes) + " GiB)";
+  if (vo.recompute_gelu) arena += "; GELU outputs recomputed in backward, one buffer for all blocks";
   e.items.push_back({"activations", arena, plan.total_bytes});
   const size_t reducer_bytes = o.ddp ? GpuReducer::planned_device_bytes(layout, buckets, reducer_options(o), world_size) : 0;
   std::string reducer = "none";
@@ -76,8 +77,12 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
   e.items.push_back({"reducer", reducer, reducer_bytes});
   // Autotuning times candidates on each GEMM's own output, except the weight gradients that
   // gradient accumulation adds in place.
-  e.transient = {"cuBLASLt autotuning", "largest weight gradient accumulated in place, allocated while timing its GEMM in the first steps",
-                 vo.gemm_autotune_candidates > 1 ? gpu_vit_autotune_scratch_bytes(c, o.grad_accum_steps > 1) : 0};
+  const size_t tuning = vo.gemm_autotune_candidates > 1 ? gpu_vit_autotune_scratch_bytes(c, o.grad_accum_steps > 1) : 0;
+  e.transient = {"cuBLASLt autotuning",
+                 tuning ? "largest weight gradient accumulated in place, allocated while timing its GEMM in the first steps"
+                 : vo.gemm_autotune_candidates > 1 ? "none (candidates are timed on each GEMM's own output)"
+                                                   : "none (no autotuning: --checkpoint-every or --resume)",
+                 tuning};
   return e;
 }
 

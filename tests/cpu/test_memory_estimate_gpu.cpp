@@ -13,6 +13,7 @@
 #include "mpi/hooks/powersgd_gpu.h"
 #include "mpi/reducer/gpu_reducer_gpu.h"
 #include "mpi/transports/copy_engine_allreduce_gpu.h"
+#include "src/engines/gpu_model_options.h"
 #include "src/engines/memory_estimate.h"
 #include "tests/test_util.h"
 
@@ -381,4 +382,31 @@ TEST_CASE("memory estimate: --shard-optimizer keeps the optimizer state of one r
     if (n >= 2) CHECK(z.persistent_bytes() < d.persistent_bytes());
     if (n == 1) CHECK(z.persistent_bytes() == d.persistent_bytes());
   }
+}
+
+TEST_CASE("--recompute-gelu auto: on in fp32/tf32 where the arena shrinks, off at batches it would not",
+          "[memory][options]") {
+  const ParamLayout layout = make_param_layout(vit_config("vit_b_32"));
+  const ViTConfig& c = layout.cfg;
+  const auto arena = [&](int batch, bool recompute) {
+    return plan_gpu_vit_arena(c, layout.total, batch, Precision::tf32, true, AttentionImpl::custom, PatchEmbedImpl::gemm,
+                              recompute).total_bytes;
+  };
+  const auto resolved = [&](int batch, const char* choice) {
+    return gpu_model_options(parse_args({"--model", "vit_b_32", "--precision", "tf32", "--batch-size",
+                                         std::to_string(batch), "--recompute-gelu", choice}),
+                             layout).recompute_gelu;
+  };
+  // Batch 4: the overlaid gradients set the blocks' spacing; the shared buffer only adds 2 MiB.
+  REQUIRE(arena(4, true) > arena(4, false));
+  CHECK_FALSE(resolved(4, "auto"));
+  CHECK(resolved(4, "on"));  // asked for: done, even where it costs
+  // Batch 32: 11 blocks' GELU outputs fewer.
+  REQUIRE(arena(32, true) < arena(32, false));
+  CHECK(resolved(32, "auto"));
+  CHECK_FALSE(resolved(32, "off"));
+  CHECK(estimate_gpu_memory(parse_args({"--model", "vit_b_32", "--precision", "tf32", "--batch-size", "4"}), layout, {})
+            .bytes_of("activations") == arena(4, false));
+  // bf16: off unless asked for.
+  CHECK_FALSE(gpu_model_options(parse_args({"--model", "vit_b_32", "--precision", "bf16"}), layout).recompute_gelu);
 }

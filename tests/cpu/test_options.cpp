@@ -138,6 +138,17 @@ TEST_CASE("--attention and --patch-embed: auto by default; cuDNN attention only 
   }
 }
 
+TEST_CASE("option errors quote values on one line: control characters escaped, long values cut", "[options]") {
+  CHECK(option_error({"--recompute-gelu", "on\n"}) ==
+        "--recompute-gelu: unknown value 'on\\n' (choose one of: auto, on, off)");
+  CHECK(option_error({"--batch-size", "3\t\x01"}) == "--batch-size: expected an integer, got '3\\t\\x01'");
+  const std::string e = option_error({"--attention", std::string(5000, 'a')});
+  CHECK(e == "--attention: unknown value '" + std::string(60, 'a') +
+                 "...' (choose one of: auto, cudnn, custom, gemm, gemm-recompute)");
+  CHECK(option_error({"--bogus\nx"}).rfind("unknown option '--bogus\\nx'", 0) == 0);
+  CHECK(option_error({"stray\rarg"}).rfind("stray\\x0darg: unexpected argument", 0) == 0);
+}
+
 TEST_CASE("--recompute-gelu: auto by default, on in fp32 and tf32, off in bf16", "[options]") {
   CHECK(parse_args({}).recompute_gelu == RecomputeChoice::Auto);
   CHECK(parse_args({"--recompute-gelu", "on"}).recompute_gelu == RecomputeChoice::On);
