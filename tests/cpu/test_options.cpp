@@ -289,6 +289,9 @@ TEST_CASE("parsing: repeats, an option as a value, negative numbers, suggestions
   CHECK(option_error({"--checkpoint"}) == "unknown option '--checkpoint' (did you mean --checkpoint-every?)");  // prefix
   CHECK(option_error({"--bogus"}) == "unknown option '--bogus'");
   CHECK(parse_args({"--help", "--momentum", "0.9", "--optimizer", "adamw"}).help);  // --help: no validation
+  // ... and wins over arguments that do not even parse.
+  CHECK(parse_args({"--recompute-gelu", "bogus", "--help"}).help);
+  CHECK(parse_args({"--bogus", "stray", "--help", "--batch-size"}).help);
 }
 
 TEST_CASE("the explicit backend: cpu refuses GPU-only options, auto defers them to main", "[options]") {
