@@ -203,13 +203,14 @@ void gelu_backward_bias_impl(const T* dy, const T* u, T* du, int rows, int cols,
                                 " cols=" + std::to_string(cols));
   if (cols == 0) return;
   const int nchunks = (rows + kGbRows - 1) / kGbRows;
-  if (y != nullptr && !aligned16(y)) {  // y on its own: the rest keeps its path, so du and db their bits
+  const bool fused = cols % kGbVec == 0 && aligned16(dy) && aligned16(u) && aligned16(du) && aligned16(scratch) &&
+                     nchunks <= 65535;  // 65535: the grid's y limit
+  // y by gelu_forward where the fused kernel cannot write it; du and db keep their path (and bits).
+  if (y != nullptr && (!fused || !aligned16(y))) {
     gelu_forward(u, y, (size_t)rows * cols, stream);
     y = nullptr;
   }
-  if (cols % kGbVec != 0 || !aligned16(dy) || !aligned16(u) || !aligned16(du) || !aligned16(scratch) ||
-      nchunks > 65535) {  // 65535: the grid's y limit
-    if (y != nullptr) gelu_forward(u, y, (size_t)rows * cols, stream);
+  if (!fused) {
     gelu_backward(dy, u, du, (size_t)rows * cols, stream);
     column_sum(du, rows, cols, cols, db, accumulate, scratch, stream);
     return;
