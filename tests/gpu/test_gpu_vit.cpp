@@ -125,6 +125,40 @@ void compare_with_cpu(const ViTConfig& cfg, int max_batch, int batch, uint64_t s
   check_gpu_against(cfg, cpu_reference(cfg, batch, seed), max_batch, logit_tol, loss_tol, grad_tol, options);
 }
 
+/// Seeded random parameters (seed), images (seed + 1) and labels (seed + 2) on the device, for
+/// running two GpuViT variants on the same step.
+struct DeviceStep {
+  DevVec<float> params, images, loss;
+  DevVec<int32_t> labels;
+  int batch;
+  DeviceStep(const ParamLayout& L, int B, uint64_t seed)
+      : params(random_params(L, seed)), images(random_images(L.cfg, B, seed + 1)), loss(1),
+        labels(random_labels(L.cfg, B, seed + 2)), batch(B) {}
+};
+
+/// What one forward + backward of `gpu` on `in` gives: the loss, the gradients, the ready groups.
+struct StepResult {
+  float loss = 0;
+  std::vector<float> grads;
+  Groups groups;
+};
+
+/// Forward, then backward into `grads` (nullptr: the model's overlaid gradients()) with
+/// `accumulate`; with skip_forward, backward alone (again on the last forward).
+StepResult run_step(GpuViT& gpu, DeviceStep& in, float* grads, size_t n, bool accumulate = false,
+                    bool skip_forward = false) {
+  StepResult r;
+  if (!skip_forward) gpu.forward(in.params.get(), in.images.get(), in.labels.get(), in.batch, in.loss.get());
+  float* const g = grads ? grads : gpu.gradients();
+  gpu.backward(in.params.get(), g, accumulate,
+               [&](const std::vector<size_t>& idx) { r.groups.emplace_back(idx.begin(), idx.end()); });
+  CUDA_CHECK(cudaDeviceSynchronize());
+  r.loss = in.loss.download()[0];
+  r.grads.resize(n);
+  CUDA_CHECK(cudaMemcpy(r.grads.data(), g, n * sizeof(float), cudaMemcpyDeviceToHost));
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("gpu_vit: matches CpuViT<float> (vit_b_32 with 2 blocks, batch 4)", "[gpu][gpu_vit]") {
@@ -480,8 +514,8 @@ TEST_CASE("gpu_vit: gradients overlaid on dead activations equal separate gradie
     INFO(precision_name(prec));
     const int B = 4;
     Stream st;
-    DevVec<float> dp(random_params(L, 77)), dimg(random_images(cfg, B, 78)), dloss(1), dg(L.total);
-    DevVec<int32_t> dlab(random_labels(cfg, B, 79));
+    DeviceStep in(L, B, 77);
+    DevVec<float> dg(L.total);
     GpuViTOptions o = GpuViTOptions::for_precision(prec);
     o.gemm_autotune_candidates = 0;  // the same cuBLASLt algorithms in both models
     GpuViT separate(L, B, st.s, o);
@@ -495,20 +529,11 @@ TEST_CASE("gpu_vit: gradients overlaid on dead activations equal separate gradie
                 overlaid.device_bytes() / 1e6);
     CHECK(overlaid.device_bytes() < separate.device_bytes() + grad_bytes);
 
-    separate.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
-    const float loss_a = dloss.download()[0];
-    separate.backward(dp.get(), dg.get(), false, {});
-    const std::vector<float> ga = dg.download();
-    std::vector<float> gb(L.total);
+    const StepResult a = run_step(separate, in, dg.get(), L.total);
     for (int rep = 0; rep < 2; ++rep) {  // the second forward overwrites the overlaid gradients
-      overlaid.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
-      CHECK(dloss.download()[0] == loss_a);
-      overlaid.backward(dp.get(), overlaid.gradients(), false, {});
-      CUDA_CHECK(cudaStreamSynchronize(st.s));
-      CUDA_CHECK(cudaMemcpy(gb.data(), overlaid.gradients(), grad_bytes, cudaMemcpyDeviceToHost));
-      size_t differ = 0;
-      for (size_t i = 0; i < L.total; ++i) differ += !(ga[i] == gb[i]);
-      CHECK(differ == 0);
+      const StepResult b = run_step(overlaid, in, nullptr, L.total);
+      CHECK(b.loss == a.loss);
+      CHECK(b.grads == a.grads);
     }
   }
 }
@@ -526,8 +551,8 @@ TEST_CASE("gpu_vit: --attention gemm-recompute gives gemm's loss and gradients b
     INFO(precision_name(prec));
     const int B = 2;
     Stream st;
-    DevVec<float> dp(random_params(L, 81)), dimg(random_images(cfg, B, 82)), dloss(1), ga(L.total), gb(L.total);
-    DevVec<int32_t> dlab(random_labels(cfg, B, 83));
+    DeviceStep in(L, B, 81);
+    DevVec<float> ga(L.total), gb(L.total);
     GpuViTOptions o = GpuViTOptions::for_precision(prec);
     o.gemm_autotune_candidates = 0;  // the same cuBLASLt algorithms in both models
     o.backward_sm_carveout = carveout;  // the recomputed probabilities are still planned for every SM
@@ -543,17 +568,11 @@ TEST_CASE("gpu_vit: --attention gemm-recompute gives gemm's loss and gradients b
     // (each block's buffers start kArenaAlign-aligned: the saving is 2 x probs to within that)
     CHECK(keep.device_bytes() - recompute.device_bytes() + 3 * kArenaAlign >= 2 * probs);
     CHECK(keep.device_bytes() - recompute.device_bytes() <= 2 * probs + 3 * kArenaAlign);
-    keep.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
-    const float loss_a = dloss.download()[0];
-    keep.backward(dp.get(), ga.get(), false, {});
+    const StepResult a = run_step(keep, in, ga.get(), L.total);
     for (int rep = 0; rep < 2; ++rep) {
-      recompute.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
-      CHECK(dloss.download()[0] == loss_a);
-      recompute.backward(dp.get(), gb.get(), false, {});
-      const std::vector<float> a = ga.download(), b = gb.download();
-      size_t differ = 0;
-      for (size_t i = 0; i < L.total; ++i) differ += !(a[i] == b[i]);
-      CHECK(differ == 0);
+      const StepResult b = run_step(recompute, in, gb.get(), L.total);
+      CHECK(b.loss == a.loss);
+      CHECK(b.grads == a.grads);
     }
   }
 }
@@ -572,8 +591,8 @@ TEST_CASE("gpu_vit: recompute_gelu gives the kept GELU output's loss and gradien
     INFO(model << " " << precision_name(prec) << (fused ? ", fused bias gradients" : ", separate bias gradients"));
     const int B = 2;
     Stream st;
-    DevVec<float> dp(random_params(L, 91)), dimg(random_images(cfg, B, 92)), dloss(1), ga(L.total), gb(L.total);
-    DevVec<int32_t> dlab(random_labels(cfg, B, 93));
+    DeviceStep in(L, B, 91);
+    DevVec<float> ga(L.total), gb(L.total);
     GpuViTOptions o = GpuViTOptions::for_precision(prec);
     o.gemm_autotune_candidates = 0;  // the same cuBLASLt algorithms in both models
     o.deterministic = true;          // cuDNN's attention backward (vit_b_16 bf16) reproducible
@@ -590,43 +609,27 @@ TEST_CASE("gpu_vit: recompute_gelu gives the kept GELU output's loss and gradien
                 model, precision_name(prec), keep.device_bytes(), recompute.device_bytes(), saved, double(saved) / g);
     CHECK(saved + 3 * (long long)kArenaAlign >= 2 * (long long)g);
     CHECK(saved <= 2 * (long long)g + 3 * (long long)kArenaAlign);
-    keep.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
-    const float loss_a = dloss.download()[0];
-    Groups groups_a, groups_b;
-    keep.backward(dp.get(), ga.get(), false, [&](const std::vector<size_t>& idx) { groups_a.emplace_back(idx.begin(), idx.end()); });
-    const std::vector<float> ga_first = ga.download();
+    const StepResult a = run_step(keep, in, ga.get(), L.total);
     for (int rep = 0; rep < 2; ++rep) {
-      recompute.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
-      CHECK(dloss.download()[0] == loss_a);
-      groups_b.clear();
-      recompute.backward(dp.get(), gb.get(), false,
-                         [&](const std::vector<size_t>& idx) { groups_b.emplace_back(idx.begin(), idx.end()); });
-      const std::vector<float> a = ga.download(), b = gb.download();
-      size_t differ = 0;
-      for (size_t i = 0; i < L.total; ++i) differ += !(a[i] == b[i]);
-      CHECK(differ == 0);
-      CHECK(groups_b == groups_a);  // the same gradient-ready groups, in the same order
+      const StepResult b = run_step(recompute, in, gb.get(), L.total);
+      CHECK(b.loss == a.loss);
+      CHECK(b.grads == a.grads);
+      CHECK(b.groups == a.groups);  // the same gradient-ready groups, in the same order
     }
     // Accumulating a second backward into the same gradients (gradient accumulation).
-    keep.backward(dp.get(), ga.get(), true, {});
-    recompute.backward(dp.get(), gb.get(), true, {});
-    CHECK(ga.download() == gb.download());
+    CHECK(run_step(recompute, in, gb.get(), L.total, true, true).grads ==
+          run_step(keep, in, ga.get(), L.total, true, true).grads);
     // The gradients overlaid on dead activations (the trainer's default without accumulation).
     o.overlay_gradients = true;
     o.recompute_gelu = false;
     GpuViT keep_overlaid(L, B, st.s, o);
     o.recompute_gelu = true;
     GpuViT recompute_overlaid(L, B, st.s, o);
-    std::vector<float> from_keep(L.total), from_recompute(L.total);
-    for (GpuViT* m : {&keep_overlaid, &recompute_overlaid}) {
-      m->forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
-      CHECK(dloss.download()[0] == loss_a);
-      m->backward(dp.get(), m->gradients(), false, {});
-      CUDA_CHECK(cudaStreamSynchronize(st.s));
-      CUDA_CHECK(cudaMemcpy((m == &keep_overlaid ? from_keep : from_recompute).data(), m->gradients(),
-                            L.total * sizeof(float), cudaMemcpyDeviceToHost));
-    }
-    CHECK(from_keep == from_recompute);
-    CHECK(from_keep == ga_first);
+    const StepResult ko = run_step(keep_overlaid, in, nullptr, L.total),
+                     ro = run_step(recompute_overlaid, in, nullptr, L.total);
+    CHECK(ko.loss == a.loss);
+    CHECK(ro.loss == a.loss);
+    CHECK(ro.grads == ko.grads);
+    CHECK(ko.grads == a.grads);
   }
 }
