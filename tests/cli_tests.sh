@@ -43,9 +43,15 @@ expect_error "copy-engine all-reduce on the CPU backend" "--allreduce copy-engin
 expect_error "CUDA graph switch on the CPU backend" "--cuda-graph off: needs the GPU backend" --cuda-graph off --model vit_micro
 expect_error "attention choice on the CPU backend" "--attention custom: needs the GPU backend" --attention custom --model vit_micro
 
-# --backend auto (no GPU here: the CPU backend): the GPU-only rules apply once it is resolved.
+# --backend auto (no GPU here: the CPU backend): the GPU-only rules apply once it is resolved, and
+# the one line says why auto chose the CPU backend (no "running the CPU backend" notice before it).
+if [ "${VITDDP_GPU_BUILT:-1}" = 1 ]; then why="no CUDA device visible"; else why="this build has no GPU backend"; fi
 EXPECT_ARGS="--model vit_micro" expect_error "bf16 with --backend auto on a machine without GPU" \
-  "--precision bf16: needs the GPU backend" --precision bf16
+  "--precision bf16: needs the GPU backend (the CPU backend computes in fp32 only); --backend auto chose the CPU backend ($why)" \
+  --precision bf16
+out=$(timeout 120 $MPIRUN -np 2 "$BIN" --model vit_micro --precision bf16 2>&1)
+if ! grep -q "running the CPU backend" <<<"$out"; then ok "a refused --backend auto run prints no backend notice"
+else bad "a refused --backend auto run printed: $out"; fi
 
 # --help: exit 0, every option listed, the sections in order.
 out=$("$BIN" --help 2>&1); rc=$?

@@ -145,17 +145,21 @@ std::string launch_error(const Options& o, const World& w) {
 }
 
 /// --backend auto: picks the backend for this rank (saying so when it is the CPU one) and checks
-/// the backend-dependent option rules for it (src/app/options.h); `err` becomes their error, if any.
+/// the backend-dependent option rules for it (src/app/options.h); `err` becomes their error, if any,
+/// with why auto chose the CPU backend when it did (then nothing else is printed).
 void resolve_auto_backend(Options* o, const World& w, Purpose purpose, std::string* err) {
   if (o->backend != Backend::Auto) return;
   o->backend = resolved_backend(*o);
-  if (o->backend == Backend::Cpu && w.rank == 0 && purpose == Purpose::run)
-    std::printf("[vitddp] no CUDA device visible: running the CPU backend (reference kernels, MPI all-reduce)\n");
+  const char* why = gpu_backend_built() ? "no CUDA device visible" : "this build has no GPU backend";
   try {
     validate_options(*o);
   } catch (const OptionError& e) {
     *err = e.what();
+    if (o->backend == Backend::Cpu) *err += std::string("; --backend auto chose the CPU backend (") + why + ")";
+    return;
   }
+  if (o->backend == Backend::Cpu && w.rank == 0 && purpose == Purpose::run)
+    std::printf("[vitddp] %s: running the CPU backend (reference kernels, MPI all-reduce)\n", why);
 }
 
 /// Rank 0: the reference kernels take minutes per step of a full-size ViT: say so before the
