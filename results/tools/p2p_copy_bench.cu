@@ -10,14 +10,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                                \
-  do {                                                                                       \
-    cudaError_t err_ = (x);                                                                  \
-    if (err_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
+#include "tool_check.cuh"
 
 int main(int argc, char** argv) {
   int n = 0;
