@@ -96,6 +96,14 @@ std::vector<ParamRef> bf16_model_fp32_params(const ParamLayout& L) {
   return v;
 }
 
+std::vector<ParamRef> weights_updated_in_backward(const ParamLayout& L) {
+  std::vector<ParamRef> v;
+  for (const BlockParams& b : L.named.blocks)
+    for (const ParamRef& r : {b.qkv_w, b.proj_w, b.fc1_w, b.fc2_w}) v.push_back(r);
+  std::sort(v.begin(), v.end(), [](const ParamRef& a, const ParamRef& b) { return a.index < b.index; });
+  return v;
+}
+
 size_t ParamLayout::index_of(const std::string& name) const {
   for (size_t i = 0; i < params.size(); ++i)
     if (params[i].name == name) return i;

@@ -65,6 +65,13 @@ struct ParamLayout;
 /// ZeRO-1's bf16 all-gather (--allgather-dtype bf16) refreshes exactly these in the fp32 buffer.
 std::vector<ParamRef> bf16_model_fp32_params(const ParamLayout& layout);
 
+/// The tensors GpuViT's backward updates in place when the SGD step is fused into it
+/// (--optimizer-in-backward, WeightUpdate), in registration order: per block
+/// self_attention.in_proj_weight, self_attention.out_proj.weight, mlp.0.weight and mlp.3.weight,
+/// the weights of the weight-gradient GEMMs (vit_l_32: 302.0 M of its 306.5 M parameters). The
+/// others' gradients are still written to the gradient buffer and updated after backward.
+std::vector<ParamRef> weights_updated_in_backward(const ParamLayout& layout);
+
 /// Looks every tensor of `layout.cfg` up by its torchvision name (ParamLayout::index_of); throws
 /// std::out_of_range naming a missing one. make_param_layout stores the result in
 /// ParamLayout::named.

@@ -43,9 +43,10 @@ const char* type_name(cudaDataType_t t) {
 
 // Everything that determines the descriptors and the algorithm choice.
 // Epilogue kinds: 0 none, 1 bias (D += bias[n] per row), 2 row sums of op(A) (cuBLASLt BGRADB).
-// The last element is the SM count target (0 = the device's).
-using PlanKey = std::tuple<bool, bool, int, int, int, int, int, int, int, bool, int, uint32_t,
-                           uint32_t, uint32_t, uint32_t, int, int, int>;
+// Then the SM count target (0 = the device's) and the pointer mode of alpha and beta (true:
+// CUBLASLT_POINTER_MODE_DEVICE, read from device memory when the GEMM runs).
+using PlanKey = std::tuple<bool, bool, int, int, int, int, int, int, int, bool, int, uint32_t, uint32_t, uint32_t,
+                           uint32_t, int, int, int, bool>;
 
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
@@ -82,7 +83,12 @@ struct Operands {
   void* d;
   const void* epi_ptr;  // bias or bias-gradient output, as CUBLASLT_MATMUL_DESC_BIAS_POINTER
   float alpha, beta;
+  const float* dev_scalars;  // nullptr, or alpha and beta in device memory (pointer mode device)
 };
+
+/// The alpha and beta pointers of cublasLtMatmul: the host values, or the device pair.
+const void* alpha_ptr(const Operands& o) { return o.dev_scalars ? (const void*)o.dev_scalars : &o.alpha; }
+const void* beta_ptr(const Operands& o) { return o.dev_scalars ? (const void*)(o.dev_scalars + 1) : &o.beta; }
 
 struct LtGemm::Impl {
   cudaStream_t stream = nullptr;
@@ -125,8 +131,8 @@ struct LtGemm::Impl {
   Plan& plan_for(const PlanKey& key, const Operands& ops) {
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
-    const auto [ta, tb, m, n, k, lda, ldb, ldc, ldd, beta_nonzero, epi_kind, al_a, al_b, al_c,
-                al_d, ab_type, cd_type, sms] = key;
+    const auto [ta, tb, m, n, k, lda, ldb, ldc, ldd, beta_nonzero, epi_kind, al_a, al_b, al_c, al_d, ab_type, cd_type,
+                sms, device_scalars] = key;
     (void)beta_nonzero;
     const auto ab = static_cast<cudaDataType_t>(ab_type), cd = static_cast<cudaDataType_t>(cd_type);
     Plan p;
@@ -134,7 +140,7 @@ struct LtGemm::Impl {
       CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, compute, CUDA_R_32F));
       const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // on our B buffer
       const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // on our A buffer
-      const cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_HOST;
+      const cublasLtPointerMode_t pm = device_scalars ? CUBLASLT_POINTER_MODE_DEVICE : CUBLASLT_POINTER_MODE_HOST;
       const cublasLtEpilogue_t epi = epi_kind == 1   ? CUBLASLT_EPILOGUE_BIAS
                                      : epi_kind == 2 ? CUBLASLT_EPILOGUE_BGRADB
                                                      : CUBLASLT_EPILOGUE_DEFAULT;
@@ -189,7 +195,7 @@ struct LtGemm::Impl {
         const size_t d_bytes = span_bytes(m, n, ldd, cd);
         const bool d_free = !overlaps(ops.d, d_bytes, ops.a, span_bytes(ta ? k : m, ta ? m : k, lda, ab)) &&
                             !overlaps(ops.d, d_bytes, ops.b, span_bytes(tb ? n : k, tb ? k : n, ldb, ab)) &&
-                            (ops.beta == 0.0f || !overlaps(ops.d, d_bytes, ops.c, span_bytes(m, n, ldc, cd))) &&
+                            (!beta_nonzero || !overlaps(ops.d, d_bytes, ops.c, span_bytes(m, n, ldc, cd))) &&
                             (epi_kind != 1 || !overlaps(ops.d, d_bytes, ops.epi_ptr, (size_t)n * type_bytes(cd)));
         p.algo = results[fastest(p, results, found, ops, d_free ? 0 : d_bytes, sms)].algo;
       }
@@ -234,8 +240,8 @@ struct LtGemm::Impl {
         CUDA_CHECK(cudaStreamCreateWithPriority(&hold_stream, cudaStreamNonBlocking, hi));
       }
       auto run = [&](int i) {
-        return cublasLtMatmul(handle, p.op, &ops.alpha, ops.b, p.a, ops.a, p.b, &ops.beta, ops.c, p.c, out,
-                              p.d, &results[i].algo, workspace, workspace_bytes, stream);
+        return cublasLtMatmul(handle, p.op, alpha_ptr(ops), ops.b, p.a, ops.a, p.b, beta_ptr(ops), ops.c, p.c, out, p.d,
+                              &results[i].algo, workspace, workspace_bytes, stream);
       };
       for (int i = 0; i < found; ++i) {
         if (results[i].workspaceSize > workspace_bytes) continue;
@@ -272,10 +278,12 @@ struct LtGemm::Impl {
     return best;
   }
 
-  // Validates the arguments, finds (or builds) the plan; nullptr when unsupported.
-  Plan* prepare(const GemmTypes& t, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                const void* a, int lda, const void* b, int ldb, float beta, const void*& c, int& ldc,
-                void* d, int ldd, const void* bias, void* a_row_sums, const void*& epi_ptr) {
+  // Validates the arguments, finds (or builds) the plan; nullptr when unsupported. With
+  // dev_scalars, alpha and beta are read from there on the device (beta counts as non-zero).
+  Plan* prepare(const GemmTypes& t, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a,
+                int lda, const void* b, int ldb, float beta, const void*& c, int& ldc, void* d, int ldd,
+                const void* bias, void* a_row_sums, const void*& epi_ptr, const float* dev_scalars = nullptr) {
+    if (dev_scalars && !c) throw std::invalid_argument("LtGemm::gemm: device alpha/beta need C");
     if (bias && a_row_sums)
       throw std::invalid_argument("LtGemm::gemm: bias and a_row_sums are exclusive");
     const bool types_ok = (t.ab == CUDA_R_32F && t.cd == CUDA_R_32F) ||
@@ -296,15 +304,16 @@ struct LtGemm::Impl {
                                   shape_string(t, trans_a, trans_b, m, n, k, lda, ldb, ldc, ldd));
     const int epi_kind = bias ? 1 : a_row_sums ? 2 : 0;
     epi_ptr = bias ? bias : static_cast<const void*>(a_row_sums);
-    const PlanKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, ldd, beta != 0.0f, epi_kind,
-                      alignment_of(a), alignment_of(b), alignment_of(c), alignment_of(d),
-                      static_cast<int>(t.ab), static_cast<int>(t.cd), sm_target};
-    Plan& p = plan_for(key, Operands{a, b, c, d, epi_ptr, alpha, beta});
+    const PlanKey key =
+        std::make_tuple(trans_a, trans_b, m, n, k, lda, ldb, ldc, ldd, dev_scalars || beta != 0.0f, epi_kind,
+                        alignment_of(a), alignment_of(b), alignment_of(c), alignment_of(d), static_cast<int>(t.ab),
+                        static_cast<int>(t.cd), sm_target, dev_scalars != nullptr);
+    Plan& p = plan_for(key, Operands{a, b, c, d, epi_ptr, alpha, beta, dev_scalars});
     return p.supported ? &p : nullptr;
   }
 
-  void enqueue(Plan& p, float alpha, const void* a, const void* b, float beta, const void* c,
-               void* d, const void* epi_ptr) {
+  void enqueue(Plan& p, const Operands& ops) {
+    const void* const epi_ptr = ops.epi_ptr;
     if (epi_ptr)
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi_ptr,
                                                   sizeof(epi_ptr)));
@@ -321,8 +330,8 @@ struct LtGemm::Impl {
       ev = &timed[timed_used++];
       CUDA_CHECK(cudaEventRecord(ev->first, stream));
     }
-    CUBLAS_CHECK(cublasLtMatmul(handle, p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, d, p.d,
-                                &p.algo, workspace, workspace_bytes, stream));
+    CUBLAS_CHECK(cublasLtMatmul(handle, p.op, alpha_ptr(ops), ops.b, p.a, ops.a, p.b, beta_ptr(ops), ops.c, p.c, ops.d,
+                                p.d, &p.algo, workspace, workspace_bytes, stream));
     if (ev) CUDA_CHECK(cudaEventRecord(ev->second, stream));
   }
 };
@@ -403,8 +412,23 @@ bool LtGemm::try_gemm(const GemmTypes& types, bool trans_a, bool trans_b, int m,
   Plan* p = impl_->prepare(types, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
                            d, ldd, bias, a_row_sums, epi_ptr);
   if (!p) return false;
-  impl_->enqueue(*p, alpha, a, b, beta, c, d, epi_ptr);
+  impl_->enqueue(*p, Operands{a, b, c, d, epi_ptr, alpha, beta, nullptr});
   return true;
+}
+
+void LtGemm::gemm_device_scalars(const GemmTypes& types, bool trans_a, bool trans_b, int m, int n, int k,
+                                 const float* d_alpha_beta, const void* a, int lda, const void* b, int ldb,
+                                 const void* c, int ldc, void* d, int ldd) {
+  if (!d_alpha_beta) throw std::invalid_argument("LtGemm::gemm_device_scalars: d_alpha_beta is null");
+  const int ldc_in = ldc;
+  const void* epi_ptr = nullptr;
+  Plan* p = impl_->prepare(types, trans_a, trans_b, m, n, k, 0.0f, a, lda, b, ldb, 1.0f, c, ldc, d, ldd, nullptr,
+                           nullptr, epi_ptr, d_alpha_beta);
+  if (!p)
+    throw std::runtime_error(launcher_rank_label() + ": cuBLASLt found no algorithm for " +
+                             shape_string(types, trans_a, trans_b, m, n, k, lda, ldb, ldc_in, ldd) +
+                             " with device alpha and beta");
+  impl_->enqueue(*p, Operands{a, b, c, d, nullptr, 0.0f, 1.0f, d_alpha_beta});
 }
 
 // ---- nn.Linear forms ----
@@ -429,6 +453,11 @@ bool weight_bias_impl(LtGemm& lt, const GemmTypes& t, const void* dy, const void
                       float* db, int m, int n, int k, int ldx) {
   return lt.try_gemm(t, true, false, n, k, m, 1.0f, dy, n, x, ldx > 0 ? ldx : k, 0.0f, nullptr, k,
                      dw, k, nullptr, db);
+}
+
+void update_impl(LtGemm& lt, const GemmTypes& t, const void* dy, const void* x, float* w, const float* d_alpha_beta,
+                 int m, int n, int k, int ldx) {
+  lt.gemm_device_scalars(t, true, false, n, k, m, d_alpha_beta, dy, n, x, ldx > 0 ? ldx : k, w, k, w, k);
 }
 
 void input_impl(LtGemm& lt, const GemmTypes& t, const void* dy, const void* w, void* dx, int m,
@@ -467,6 +496,15 @@ bool linear_backward_weight_bias(LtGemm& lt, const float* dy, const float* x, fl
 bool linear_backward_weight_bias(LtGemm& lt, const __nv_bfloat16* dy, const __nv_bfloat16* x,
                                  float* dw, float* db, int m, int n, int k, int ldx) {
   return weight_bias_impl(lt, kBF16toF32, dy, x, dw, db, m, n, k, ldx);
+}
+
+void linear_update_weight(LtGemm& lt, const float* dy, const float* x, float* w, const float* d_alpha_beta, int m,
+                          int n, int k, int ldx) {
+  update_impl(lt, kF32, dy, x, w, d_alpha_beta, m, n, k, ldx);
+}
+void linear_update_weight(LtGemm& lt, const __nv_bfloat16* dy, const __nv_bfloat16* x, float* w,
+                          const float* d_alpha_beta, int m, int n, int k, int ldx) {
+  update_impl(lt, kBF16toF32, dy, x, w, d_alpha_beta, m, n, k, ldx);
 }
 
 void linear_backward_input(LtGemm& lt, const float* dy, const float* w, float* dx, int m, int n,

@@ -15,7 +15,8 @@ namespace vitddp {
 /// T-th row of a [B*T, D] buffer is (ptr, ld = T*D).
 ///
 /// Element types per call (GemmTypes): fp32 A/B/C/D (the float overloads), bf16 A/B with bf16 or
-/// fp32 C/D. Scale type fp32, pointer mode host. The compute type is one per object
+/// fp32 C/D. Scale type fp32, pointer mode host
+/// (device for gemm_device_scalars). The compute type is one per object
 /// (LtGemmOptions::compute): CUBLAS_COMPUTE_32F_PEDANTIC or CUBLAS_COMPUTE_32F (strict fp32 for
 /// fp32 operands: TF32 is never enabled by them), CUBLAS_COMPUTE_32F_FAST_TF32 (fp32 operands
 /// rounded to TF32 inside the tensor cores, fp32 accumulation). bf16 operands always accumulate in
@@ -24,8 +25,8 @@ namespace vitddp {
 /// epilogue) builds a plan (descriptors + heuristic algorithm); later calls only set the bias
 /// pointer and enqueue. No host synchronisation (unless autotuning, see LtGemmOptions).
 ///
-/// Errors: cuBLASLt / CUDA failures throw std::runtime_error (cuda/check/check_cublaslt.h, cuda/check/check_cuda.h); bad sizes throw
-/// std::invalid_argument naming the shape.
+/// Errors: cuBLASLt / CUDA failures throw std::runtime_error (cuda/check/check_cublaslt.h, cuda/check/check_cuda.h);
+/// bad sizes throw std::invalid_argument naming the shape.
 struct LtGemmOptions {
   size_t workspace_bytes = size_t(32) << 20;     ///< device workspace for split-K etc.
   /// CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_PEDANTIC or CUBLAS_COMPUTE_32F_FAST_TF32.
@@ -81,6 +82,16 @@ class LtGemm {
                 float alpha, const void* a, int lda, const void* b, int ldb, float beta,
                 const void* c, int ldc, void* d, int ldd, const void* bias = nullptr,
                 void* a_row_sums = nullptr);
+
+  /// D = alpha * op(A) @ op(B) + beta * C with alpha = d_alpha_beta[0] and beta = d_alpha_beta[1]
+  /// read from device memory when the GEMM runs (CUBLASLT_POINTER_MODE_DEVICE), so a GEMM captured
+  /// in a CUDA graph takes values written before each replay. Otherwise as the typed gemm without
+  /// epilogue; C is required (beta counts as non-zero) and may equal D. Autotuning times the
+  /// candidates on a temporary output when C shares D's memory, so the call still applies once.
+  /// Throws std::runtime_error when cuBLASLt has no algorithm, std::invalid_argument as gemm.
+  void gemm_device_scalars(const GemmTypes& types, bool trans_a, bool trans_b, int m, int n, int k,
+                           const float* d_alpha_beta, const void* a, int lda, const void* b, int ldb, const void* c,
+                           int ldc, void* d, int ldd);
 
   /// SMs the GEMMs planned from now on should run on (cuBLASLt's CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
   /// the mechanism behind PyTorch's torch._C._set_sm_carveout_experimental): 0 = every SM of the
@@ -150,6 +161,16 @@ bool linear_backward_weight_bias(LtGemm& lt, const float* dy, const float* x, fl
                                  int m, int n, int k, int ldx = 0);
 bool linear_backward_weight_bias(LtGemm& lt, const __nv_bfloat16* dy, const __nv_bfloat16* x,
                                  float* dw, float* db, int m, int n, int k, int ldx = 0);
+
+/// nn.Linear weight gradient applied in place (the SGD step fused into backward):
+/// W[n,k] = beta * W + alpha * dY[m,n]^T @ X[m,k], alpha = d_alpha_beta[0], beta = d_alpha_beta[1]
+/// (device memory, read when the GEMM runs). With alpha = -lr and beta = 1 - lr * weight_decay
+/// this is torch.optim.SGD's step without momentum, p -= lr * (g + weight_decay * p), for
+/// g = dY^T X computed in fp32 and not rounded on its own. W is fp32 [n,k] in both overloads.
+void linear_update_weight(LtGemm& lt, const float* dy, const float* x, float* w, const float* d_alpha_beta, int m,
+                          int n, int k, int ldx = 0);
+void linear_update_weight(LtGemm& lt, const __nv_bfloat16* dy, const __nv_bfloat16* x, float* w,
+                          const float* d_alpha_beta, int m, int n, int k, int ldx = 0);
 
 /// nn.Linear input gradient: dX[m,k] = dY[m,n] @ W[n,k] (overwrites dX, leading dimension k).
 void linear_backward_input(LtGemm& lt, const float* dy, const float* w, float* dx, int m, int n,

@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include "cuda/check/check_cuda.h"
 #include "cuda/kernels/sgd.h"
 
@@ -82,6 +84,55 @@ __global__ void nonfinite_kernel(const float* __restrict__ x, size_t n, bool vec
   if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = 1;
 }
 
+/// Element i lies in one of the ranges [bounds[2j], bounds[2j+1]) (sorted): an odd count of bounds <= i.
+__device__ __forceinline__ bool in_ranges(size_t i, const size_t* bounds, int count) {
+  int lo = 0, hi = count;  // first bound > i
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (bounds[mid] <= i)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo & 1;
+}
+
+/// One float4 chunk per thread and step of the grid-stride loop; tiles of kSgdTile elements.
+__global__ void sgd_rest_kernel(float* __restrict__ p, const float* __restrict__ grad, __nv_bfloat16* __restrict__ p16,
+                                size_t n4, SgdArgs a, const unsigned char* __restrict__ tile_kind,
+                                const size_t* __restrict__ bounds, int bound_count, int* flag) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  bool bad = false;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += stride) {
+    const unsigned char kind = tile_kind[(4 * i) / kSgdTile];
+    const bool done = kind == 1 || (kind == 2 && in_ranges(4 * i, bounds, bound_count));
+    float4 pv = reinterpret_cast<float4*>(p)[i];
+    if (!done) {
+      const float4 gv = reinterpret_cast<const float4*>(grad)[i];
+      float unused = 0.f;
+      pv.x = sgd_update(pv.x, gv.x, &unused, a);
+      pv.y = sgd_update(pv.y, gv.y, &unused, a);
+      pv.z = sgd_update(pv.z, gv.z, &unused, a);
+      pv.w = sgd_update(pv.w, gv.w, &unused, a);
+      reinterpret_cast<float4*>(p)[i] = pv;
+    }
+    bad |= !isfinite(pv.x) || !isfinite(pv.y) || !isfinite(pv.z) || !isfinite(pv.w);
+    if (p16) {
+      __nv_bfloat162 lo = __floats2bfloat162_rn(pv.x, pv.y), hi = __floats2bfloat162_rn(pv.z, pv.w);
+      uint2 packed;
+      packed.x = *reinterpret_cast<unsigned*>(&lo);
+      packed.y = *reinterpret_cast<unsigned*>(&hi);
+      reinterpret_cast<uint2*>(p16)[i] = packed;
+    }
+  }
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = 1;
+}
+
+__global__ void write_pair_kernel(float* d, float a, float b) {
+  d[0] = a;
+  d[1] = b;
+}
+
 bool aligned(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
 /// Blocks of 256 threads for `work` items, at most `cap`, at least 1.
@@ -95,6 +146,55 @@ void flag_nonfinite(const float* x, size_t n, int* d_flag, cudaStream_t stream) 
   if (n == 0) return;
   const bool vec4 = aligned(x, 16);  // whole flat buffers are (cudaMalloc: 256 bytes); a segment may not be
   nonfinite_kernel<<<blocks_for(vec4 ? n / 4 : n, 132 * 8), 256, 0, stream>>>(x, n, vec4, d_flag);
+  CUDA_CHECK_LAUNCH();
+}
+
+void backward_update_tiles(const std::vector<std::pair<size_t, size_t>>& ranges, size_t n,
+                           std::vector<unsigned char>* tile_kind, std::vector<size_t>* bounds) {
+  const size_t tiles = (n + kSgdTile - 1) / kSgdTile;
+  std::vector<size_t> covered(tiles, 0);  // elements of each tile inside a range
+  bounds->clear();
+  size_t last_end = 0;
+  for (const auto& [b, e] : ranges) {
+    if (b < last_end || e < b || e > n || b % 4 || e % 4)
+      throw std::invalid_argument("backward_update_tiles: range [" + std::to_string(b) + ", " + std::to_string(e) +
+                                  ") unsorted, overlapping, beyond " + std::to_string(n) +
+                                  " elements or not a multiple of 4");
+    last_end = e;
+    bounds->push_back(b);
+    bounds->push_back(e);
+    for (size_t t = b / kSgdTile; t < tiles && t * kSgdTile < e; ++t)
+      covered[t] += std::min(e, (t + 1) * kSgdTile) - std::max(b, t * kSgdTile);
+  }
+  tile_kind->assign(tiles, 0);
+  for (size_t t = 0; t < tiles; ++t) {
+    const size_t size = std::min(n, (t + 1) * kSgdTile) - t * kSgdTile;
+    (*tile_kind)[t] = covered[t] == 0 ? 0 : covered[t] == size ? 1 : 2;
+  }
+}
+
+void sgd_rest_after_backward(float* params, const float* grads, size_t n, const SgdConfig& cfg,
+                             const BackwardUpdateMap& map, int* d_flag, cudaStream_t stream,
+                             __nv_bfloat16* params_bf16) {
+  if (n == 0) return;
+  if (n % 4 || !aligned(params, 16) || !aligned(grads, 16) || (params_bf16 && !aligned(params_bf16, 8)))
+    throw std::invalid_argument(
+        "sgd_rest_after_backward: n must be a multiple of 4 and the buffers aligned for "
+        "vector accesses (whole cudaMalloc'd buffers are)");
+  if (cfg.momentum != 0)
+    throw std::invalid_argument(
+        "sgd_rest_after_backward: SGD with momentum keeps a buffer the update in backward "
+        "does not");
+  const SgdArgs a{(float)cfg.lr, 0.f,  (float)cfg.weight_decay, (float)cfg.grad_scale, cfg.weight_decay != 0,
+                  false,         false};
+  sgd_rest_kernel<<<blocks_for(n / 4, 132 * 16), 256, 0, stream>>>(params, grads, params_bf16, n / 4, a, map.tile_kind,
+                                                                   map.bounds, map.bound_count, d_flag);
+  CUDA_CHECK_LAUNCH();
+}
+
+void write_sgd_gemm_scalars(const SgdConfig& cfg, float* d_alpha_beta, cudaStream_t stream) {
+  write_pair_kernel<<<1, 1, 0, stream>>>(d_alpha_beta, (float)(-cfg.lr * cfg.grad_scale),
+                                         (float)(1.0 - cfg.lr * cfg.weight_decay));
   CUDA_CHECK_LAUNCH();
 }
 

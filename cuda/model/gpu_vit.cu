@@ -292,7 +292,8 @@ struct GpuViT::Impl {
   void forward_pass(const float* d_params, const float* d_images, const int32_t* d_labels, int B,
                     float* d_loss, const ParamsNeededFn& before);
   template <typename T>
-  void backward_pass(const float* d_params, float* d_grads, bool acc, const GradReadyFn& on_ready);
+  void backward_pass(const float* d_params, float* d_grads, bool acc, const GradReadyFn& on_ready,
+                     const WeightUpdate& update);
 };
 
 template <typename T>
@@ -364,12 +365,15 @@ void GpuViT::Impl::forward_pass(const float* d_params, const float* d_images,
 }
 
 template <typename T>
-void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc,
-                                 const GradReadyFn& on_ready) {
+void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc, const GradReadyFn& on_ready,
+                                 const WeightUpdate& update) {
   const ViTConfig& c = cfg;
   const ParamLayout& L = layout;
   const ViTTensors<const float> p = bind_tensors(L, d_params);
   const ViTTensors<float> gr = bind_tensors(L, d_grads);
+  // With update.params: the block weights updated in place (weights_updated_in_backward).
+  const bool upd = update.params != nullptr;
+  const ViTTensors<float> pu = bind_tensors(L, upd ? update.params : d_grads);
   OperandBuffers<T>& o = ops<T>();
   const int B = batch, T_ = c.seq_len(), D = c.hidden, M = c.mlp_dim,
             K = c.num_classes, Np = c.num_patches(), PD = c.patch_dim();
@@ -403,6 +407,20 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
   auto weight_grad = [&](const auto* dy, const auto* xin, float* dw, int m, int n, int k) {
     linear_backward_weight(lt, dy, xin, dw, m, n, k, acc);
   };
+  // A block weight's gradient, or with `upd` its SGD step in place (w_new: the tensor in
+  // update.params; its input-gradient GEMM has run); db: the bias gradient to take with it (or
+  // nullptr: taken elsewhere).
+  auto block_weight = [&](const auto* dy, const auto* xin, float* dw, float* w_new, float* db, int m, int n, int k) {
+    if (!upd) {
+      if (db)
+        linear_grads(dy, xin, dw, db, m, n, k);
+      else
+        weight_grad(dy, xin, dw, m, n, k);
+      return;
+    }
+    linear_update_weight(lt, dy, xin, w_new, update.alpha_beta, m, n, k);
+    if (db) column_sum(dy, m, n, n, db, false, scratch, st);
+  };
 
   // Head (fp32): dW = dlogits^T @ xf, db = colsum(dlogits), dxf = dlogits @ W.
   linear_grads(dlogits, xf, gr.head_w, gr.head_b, B, K, D);
@@ -426,13 +444,16 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
     // dx = dL/dx[l+1]. MLP down-projection (mlp.3), whose weight gradient reads the GELU output
     // a.g: kept from forward, or (recompute_gelu) rewritten into the shared buffer by the GELU
     // backward, which then runs first.
-    auto fc2_grads = [&] {
-      if (fuse) weight_grad(dxo, a.g, g.fc2_w, N, D, M);  // fc2_b: by the LayerNorm backward above
-      else linear_grads(dxo, a.g, g.fc2_w, g.fc2_b, N, D, M);
+    const BlockTensors<float>& wn = pu.blocks[l];
+    auto fc2_grads = [&] {  // fc2_b with fuse: by the LayerNorm backward above
+      block_weight(dxo, a.g, g.fc2_w, wn.fc2_w, fuse ? nullptr : g.fc2_b, N, D, M);
       ready(bp.fc2_b, bp.fc2_w);
     };
-    if (!recompute_gelu) fc2_grads();
+    // With `upd` every block weight's input gradient comes first: the update overwrites it (in
+    // fp32 and tf32 the input-gradient GEMMs read the fp32 weights themselves).
+    if (!recompute_gelu && !upd) fc2_grads();
     linear_backward_input(lt, dxo, W(w.fc2_w), o.dwide, N, D, M);
+    if (!recompute_gelu && upd) fc2_grads();
     // MLP up-projection (mlp.0).
     T* const regelu = recompute_gelu ? a.g : nullptr;
     if (fuse) {
@@ -442,24 +463,34 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
       gelu_backward(o.dwide, a.u, o.dwide, (size_t)N * M, st);
     }
     if (recompute_gelu) fc2_grads();
-    if (fuse) weight_grad(o.dwide, a.z, g.fc1_w, N, M, D);
-    else linear_grads(o.dwide, a.z, g.fc1_w, g.fc1_b, N, M, D);
-    ready(bp.fc1_b, bp.fc1_w);
+    auto fc1_grads = [&] {  // fc1_b with fuse: by the GELU backward above
+      block_weight(o.dwide, a.z, g.fc1_w, wn.fc1_w, fuse ? nullptr : g.fc1_b, N, M, D);
+      ready(bp.fc1_b, bp.fc1_w);
+    };
+    if (!upd) fc1_grads();
     linear_backward_input(lt, o.dwide, W(w.fc1_w), o.dnarrow, N, M, D);
+    if (upd) fc1_grads();
     // ln_2, plus the residual path: dx becomes dL/dxmid.
     layernorm_backward(o.dnarrow, D, a.xmid, D, a.mean2, a.rstd2, w.ln2_w, dx, D, true, g.ln2_w,
                        g.ln2_b, acc, N, D, scratch, st, dx16, fuse ? g.proj_b : nullptr);
     ready(bp.ln2_b, bp.ln2_w);
     // out_proj.
-    if (fuse) weight_grad(dxo, a.attn, g.proj_w, N, D, D);  // proj_b: by ln_2's backward
-    else linear_grads(dxo, a.attn, g.proj_w, g.proj_b, N, D, D);
-    ready(bp.proj_b, bp.proj_w);
+    auto proj_grads = [&] {  // proj_b with fuse: by ln_2's backward
+      block_weight(dxo, a.attn, g.proj_w, wn.proj_w, fuse ? nullptr : g.proj_b, N, D, D);
+      ready(bp.proj_b, bp.proj_w);
+    };
+    if (!upd) proj_grads();
     linear_backward_input(lt, dxo, W(w.proj_w), o.dnarrow, N, D, D);
+    if (upd) proj_grads();
     // Attention core, then in_proj.
     attention_core_backward(a, o.dnarrow, o.dwide, B, l == c.layers - 1);
-    linear_grads(o.dwide, a.y1, g.qkv_w, g.qkv_b, N, 3 * D, D);
-    ready(bp.qkv_b, bp.qkv_w);
+    auto qkv_grads = [&] {
+      block_weight(o.dwide, a.y1, g.qkv_w, wn.qkv_w, g.qkv_b, N, 3 * D, D);
+      ready(bp.qkv_b, bp.qkv_w);
+    };
+    if (!upd) qkv_grads();
     linear_backward_input(lt, o.dwide, W(w.qkv_w), o.dnarrow, N, 3 * D, D);
+    if (upd) qkv_grads();
     // ln_1, plus the residual path: dx becomes dL/dx[l].
     // dx becomes block l-1's output gradient: its column sums are block l-1's fc2 bias gradient.
     layernorm_backward(o.dnarrow, D, x[l], D, a.mean1, a.rstd1, w.ln1_w, dx, D, true, g.ln1_w,
@@ -537,10 +568,14 @@ void GpuViT::forward(const float* d_params, const float* d_images, const int32_t
   s.have_forward = true;
 }
 
-void GpuViT::backward(const float* d_params, float* d_grads, bool accumulate,
-                      const GradReadyFn& on_ready) {
+void GpuViT::backward(const float* d_params, float* d_grads, bool accumulate, const GradReadyFn& on_ready,
+                      const WeightUpdate& update) {
   Impl& s = *impl_;
   if (!s.have_forward) throw std::logic_error("GpuViT::backward called before forward");
+  if (update.params && (accumulate || !update.alpha_beta || update.params != d_params))
+    throw std::invalid_argument(
+        "GpuViT::backward: an update in backward needs accumulate = false, alpha_beta and "
+        "params == d_params");
   // Backward's GEMMs (the gemm attention's products too) are planned for the SMs NCCL leaves
   // free; forward's for all of them.
   struct SmTarget {
@@ -557,8 +592,10 @@ void GpuViT::backward(const float* d_params, float* d_grads, bool accumulate,
   } restore{s.lt, s.gemm_attention.get()};
   s.lt.set_sm_count_target(s.backward_sm_count);
   if (s.gemm_attention) s.gemm_attention->set_sm_count_target(s.backward_sm_count);
-  if (s.precision == Precision::bf16) s.backward_pass<bf16>(d_params, d_grads, accumulate, on_ready);
-  else s.backward_pass<float>(d_params, d_grads, accumulate, on_ready);
+  if (s.precision == Precision::bf16)
+    s.backward_pass<bf16>(d_params, d_grads, accumulate, on_ready, update);
+  else
+    s.backward_pass<float>(d_params, d_grads, accumulate, on_ready, update);
 }
 
 }  // namespace vitddp

@@ -15,6 +15,16 @@
 
 namespace vitddp {
 
+/// The SGD step fused into backward (PyTorch's optimizer-in-backward pattern, here inside the
+/// weight-gradient GEMMs): each tensor of weights_updated_in_backward(layout) is updated in place
+/// by its weight-gradient GEMM, W = beta * W + alpha * dW with alpha = alpha_beta[0] and beta =
+/// alpha_beta[1] read on the device when the GEMM runs (linear_update_weight; SGD: -lr and
+/// 1 - lr * weight_decay), and its gradient is not written. `params` is the d_params of the call.
+struct WeightUpdate {
+  float* params = nullptr;            ///< nullptr: no update, every gradient is written
+  const float* alpha_beta = nullptr;  ///< device, 2 floats
+};
+
 /// The same computation as CpuViT (torchvision VisionTransformer, dropout 0, mean cross-entropy),
 /// on one GPU, every kernel and GEMM enqueued on `stream`. forward() also computes dLoss/dlogits,
 /// so backward() needs no labels. No host synchronisation inside forward/backward except the
@@ -64,8 +74,12 @@ class GpuViT {
 
   /// Enqueues backward of the last forward: writes (accumulate=false) or adds dLoss/dparams into
   /// d_grads; calls `on_ready` on the host after enqueuing the kernels that finalise each group
-  /// (order in grad_ready.h), so the caller can record an event on `stream` right then.
-  void backward(const float* d_params, float* d_grads, bool accumulate, const GradReadyFn& on_ready);
+  /// (order in grad_ready.h), so the caller can record an event on `stream` right then. With
+  /// update.params (accumulate must be false; throws std::invalid_argument otherwise), the tensors
+  /// of weights_updated_in_backward are updated instead of their gradients written; each one's
+  /// input-gradient GEMM, which reads it, runs before its update.
+  void backward(const float* d_params, float* d_grads, bool accumulate, const GradReadyFn& on_ready,
+                const WeightUpdate& update = {});
 
   /// With GpuViTOptions::overlay_gradients: the flat fp32 gradient buffer (layout.total values,
   /// ParamLayout offsets) placed inside the activation memory; nullptr otherwise.

@@ -226,9 +226,9 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
   return p;
 }
 
-size_t gpu_vit_autotune_scratch_bytes(const ViTConfig& cfg, bool accumulate) {
-  if (!accumulate) return 0;
+size_t gpu_vit_autotune_scratch_bytes(const ViTConfig& cfg, bool accumulate, bool update_in_backward) {
   const size_t D = cfg.hidden, M = cfg.mlp_dim, K = cfg.num_classes, PD = cfg.patch_dim(), f32 = 4;
+  if (!accumulate) return update_in_backward ? std::max(D * M, 3 * D * D) * f32 : 0;  // fc1 / fc2, qkv
   // The weight gradients of backward_pass, fp32 [out, in]: head, fc1, fc2, out_proj, qkv, conv_proj.
   const size_t outputs[] = {K * D * f32, D * M * f32, M * D * f32, D * D * f32, 3 * D * D * f32, D * PD * f32};
   return *std::max_element(std::begin(outputs), std::end(outputs));

@@ -90,9 +90,10 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
 /// Largest temporary output buffer cuBLASLt autotuning allocates (cuda/kernels/lt_gemm.cu, freed
 /// after timing each new GEMM shape) over the GEMMs of GpuViT: bytes. The candidates write each
 /// GEMM's own output unless it is also an input, which in GpuViT happens only for the weight
-/// gradients accumulated in place (backward with accumulate, gradient accumulation): so 0 when
-/// `accumulate` is false, else the largest fp32 weight gradient. Only allocated when
+/// gradients accumulated in place (backward with accumulate, gradient accumulation) and the block
+/// weights updated in place (`update_in_backward`, WeightUpdate, cuda/model/gpu_vit.h): so 0 when both are
+/// false, else the largest such fp32 tensor. Only allocated when
 /// GpuViTOptions::gemm_autotune_candidates > 1.
-size_t gpu_vit_autotune_scratch_bytes(const ViTConfig& cfg, bool accumulate);
+size_t gpu_vit_autotune_scratch_bytes(const ViTConfig& cfg, bool accumulate, bool update_in_backward = false);
 
 }  // namespace vitddp

@@ -15,7 +15,8 @@ Reads every vitddp results file under DIR: plain `*.h5` files and the members of
              (option.comm-streams, when not `auto`); compression: option.compression
   options    the options that differ from vitddp's defaults among bucket-cap-mb, nccl-max-ctas,
              gemm-sm-carveout, cuda-graph, attention, patch-embed, grad-as-bucket-view,
-             data, model, batch-size, direct-blocks (docs/schema.md names them `option.<name>`)
+             data, model, batch-size, direct-blocks, optimizer-in-backward (docs/schema.md names them
+             `option.<name>`)
   steps      timed steps (summary/timed_window, or the steps marked in steps/timed)
   steps/s    summary/steps_per_second (per GPU: every rank runs the same steps)
   share      steps/s over the baseline's steps/s, %: the baseline is, in the same folder and
@@ -45,7 +46,7 @@ NOTES = "## Notes"
 DEFAULTS = {  # vitddp's defaults (vitddp --help); an option shown only when it differs
     "bucket-cap-mb": "25", "nccl-max-ctas": "0", "gemm-sm-carveout": "0", "cuda-graph": "on",
     "attention": "auto", "patch-embed": "auto", "grad-as-bucket-view": "on", "data": "synthetic",
-    "model": "vit_l_32", "batch-size": "32", "direct-blocks": "0",
+    "model": "vit_l_32", "batch-size": "32", "direct-blocks": "0", "optimizer-in-backward": "false",
 }
 
 

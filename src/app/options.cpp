@@ -158,7 +158,9 @@ std::function<void(Options&, const std::string&)> set_path(const char* opt, std:
 // The table's order is the order of option_values() (the results file's option.* attributes).
 const std::vector<Spec>& table() {
   static const std::vector<Spec> specs = {
-      {"model", "NAME", Group::ModelData, "ViT variant: vit_l_32, vit_b_32, vit_l_16, vit_b_16, vit_h_14 (torchvision sizes); test sizes vit_tiny, vit_micro; 28x28 Fashion-MNIST sizes vit_fmnist, vit_fmnist_cpu",
+      {"model", "NAME", Group::ModelData,
+       "ViT variant: vit_l_32, vit_b_32, vit_l_16, vit_b_16, vit_h_14 (torchvision sizes); test sizes vit_tiny, "
+       "vit_micro; 28x28 Fashion-MNIST sizes vit_fmnist, vit_fmnist_cpu",
        [](Options& o, const std::string& v) { o.model = one_of("--model", v, vit_variant_names()); },
        [](const Options& o) { return o.model; }},
       {"num-classes", "K", Group::ModelData, "classes of the head; 0 = the variant's own (1000; vit_tiny 10)",
@@ -170,7 +172,8 @@ const std::vector<Spec>& table() {
       {"batch-size", "B", Group::ModelData, "images per rank per micro-step",
        [](Options& o, const std::string& v) { o.batch_size = (int)parse_int("--batch-size", v, 1, 65536); },
        [](const Options& o) { return std::to_string(o.batch_size); }},
-      {"grad-accum-steps", "K", Group::ModelData, "gradient accumulation: K micro-batches per optimizer step, all-reduced once after the last (DDP no_sync)",
+      {"grad-accum-steps", "K", Group::ModelData,
+       "gradient accumulation: K micro-batches per optimizer step, all-reduced once after the last (DDP no_sync)",
        [](Options& o, const std::string& v) { o.grad_accum_steps = (int)parse_int("--grad-accum-steps", v, 1, 4096); },
        [](const Options& o) { return std::to_string(o.grad_accum_steps); }},
       {"warmup-steps", "N", Group::ModelData, "untimed steps before the timed window",
@@ -182,16 +185,24 @@ const std::vector<Spec>& table() {
       {"cooldown-steps", "N", Group::ModelData, "untimed steps after the timed window",
        [](Options& o, const std::string& v) { o.cooldown_steps = (int)parse_int("--cooldown-steps", v, 0, kMaxSteps); },
        [](const Options& o) { return std::to_string(o.cooldown_steps); }},
-      {"backend", "gpu|cpu|auto", Group::ModelData, "gpu: CUDA + NCCL; cpu: the C++ reference + MPI all-reduce (slow: use a small model); auto: gpu when a CUDA device is visible",
+      {"backend", "gpu|cpu|auto", Group::ModelData,
+       "gpu: CUDA + NCCL; cpu: the C++ reference + MPI all-reduce (slow: use a small model); auto: gpu when a CUDA "
+       "device is visible",
        [](Options& o, const std::string& v) { o.backend = parse_enum<Backend>("--backend", v); },
        [](const Options& o) { return to_string(o.backend); }},
-      {"data", "SOURCE", Group::ModelData, "synthetic: random images made by host threads (FakeData); device: made on the GPU; idx:DIR: an MNIST-format data set, resized to the model's input",
+      {"data", "SOURCE", Group::ModelData,
+       "synthetic: random images made by host threads (FakeData); device: made on the GPU; idx:DIR: an MNIST-format "
+       "data set, resized to the model's input",
        [](Options& o, const std::string& v) { o.data = parse_data(v); },
        [](const Options& o) { return to_string(o.data); }},
-      {"eval-every", "N", Group::ModelData, "evaluate top-1 accuracy and cross-entropy over --eval-split every N optimizer steps and after the last (eval/* in the results file); 0 = never; needs --data idx:DIR",
+      {"eval-every", "N", Group::ModelData,
+       "evaluate top-1 accuracy and cross-entropy over --eval-split every N optimizer steps and after the last (eval/* "
+       "in the results file); 0 = never; needs --data idx:DIR",
        [](Options& o, const std::string& v) { o.eval_every = (int)parse_int("--eval-every", v, 0, kMaxSteps); },
        [](const Options& o) { return std::to_string(o.eval_every); }},
-      {"eval-split", "test|train", Group::ModelData, "the split --eval-every evaluates: test = DIR/t10k-*-ubyte[.gz] next to the training files; train = the training split",
+      {"eval-split", "test|train", Group::ModelData,
+       "the split --eval-every evaluates: test = DIR/t10k-*-ubyte[.gz] next to the training files; train = the "
+       "training split",
        [](Options& o, const std::string& v) { o.eval_split = parse_enum<EvalSplit>("--eval-split", v); },
        [](const Options& o) { return to_string(o.eval_split); }},
       {"data-workers", "N", Group::ModelData, "host threads that prepare batches ahead of the training loop",
@@ -200,52 +211,82 @@ const std::vector<Spec>& table() {
       {"bucket-cap-mb", "MB", Group::Ddp, "DDP bucket capacity in MiB (PyTorch bucket_cap_mb)",
        [](Options& o, const std::string& v) { o.bucket_cap_mb = parse_double("--bucket-cap-mb", v, 0, 1e6, true); },
        [](const Options& o) { return fmt(o.bucket_cap_mb); }},
-      {"first-bucket-mb", "MB", Group::Ddp, "capacity in MiB of the first bucket, which holds the first gradients ready (PyTorch: 1 MiB)",
+      {"first-bucket-mb", "MB", Group::Ddp,
+       "capacity in MiB of the first bucket, which holds the first gradients ready (PyTorch: 1 MiB)",
        [](Options& o, const std::string& v) { o.first_bucket_mb = parse_double("--first-bucket-mb", v, 0, 1e6, true); },
        [](const Options& o) { return fmt(o.first_bucket_mb); }},
-      {"no-ddp", nullptr, Group::Ddp, "train without any reducer or communication (the single-GPU baseline); 1 rank only",
-       [](Options& o, const std::string&) { o.ddp = false; },
-       [](const Options& o) { return true_false(!o.ddp); }},
+      {"no-ddp", nullptr, Group::Ddp,
+       "train without any reducer or communication (the single-GPU baseline); 1 rank only",
+       [](Options& o, const std::string&) { o.ddp = false; }, [](const Options& o) { return true_false(!o.ddp); }},
       {"no-overlap", nullptr, Group::Ddp, "all-reduce every bucket after backward instead of as soon as it is ready",
        [](Options& o, const std::string&) { o.overlap = false; },
        [](const Options& o) { return true_false(!o.overlap); }},
-      {"shard-optimizer", nullptr, Group::Ddp, "ZeRO stage 1: reduce-scatter each bucket, update this rank's 1/N shard (its optimizer state alone), all-gather the parameters; needs --compression none, --grad-as-bucket-view on",
+      {"shard-optimizer", nullptr, Group::Ddp,
+       "ZeRO stage 1: reduce-scatter each bucket, update this rank's 1/N shard (its optimizer state alone), all-gather "
+       "the parameters; needs --compression none, --grad-as-bucket-view on",
        [](Options& o, const std::string&) { o.shard_optimizer = true; },
        [](const Options& o) { return true_false(o.shard_optimizer); }},
-      {"allgather-dtype", "auto|fp32|bf16", Group::Ddp, "ZeRO-1: fp32 (DDP's arithmetic), bf16 (half the bytes, fp32 shard masters, Megatron-LM); auto: bf16 iff --precision bf16, >1 rank",
+      {"allgather-dtype", "auto|fp32|bf16", Group::Ddp,
+       "ZeRO-1: fp32 (DDP's arithmetic), bf16 (half the bytes, fp32 shard masters, Megatron-LM); auto: bf16 iff "
+       "--precision bf16, >1 rank",
        [](Options& o, const std::string& v) { o.allgather_dtype = parse_enum<AllGatherDtype>("--allgather-dtype", v); },
        [](const Options& o) { return to_string(o.allgather_dtype); }},
-      {"grad-as-bucket-view", "on|off", Group::Ddp, "on: gradients are the buckets, all-reduced in place (gradient_as_bucket_view=True); off: a bucket buffer, copies",
-       [](Options& o, const std::string& v) { o.grad_as_bucket_view = one_of("--grad-as-bucket-view", v, {"on", "off"}) == "on"; },
+      {"grad-as-bucket-view", "on|off", Group::Ddp,
+       "on: gradients are the buckets, all-reduced in place (gradient_as_bucket_view=True); off: a bucket buffer, "
+       "copies",
+       [](Options& o, const std::string& v) {
+         o.grad_as_bucket_view = one_of("--grad-as-bucket-view", v, {"on", "off"}) == "on";
+       },
        [](const Options& o) { return on_off(o.grad_as_bucket_view); }},
-      {"record-grad-ready", nullptr, Group::Ddp, "record when backward finalises each parameter group's gradients (grad_ready/* in the results file; with --no-ddp too): 6 x layers + 4 CUDA events per step on the compute stream (vit_l_32: 148)",
+      {"record-grad-ready", nullptr, Group::Ddp,
+       "record when backward finalises each parameter group's gradients (grad_ready/* in the results file; with "
+       "--no-ddp too): 6 x layers + 4 CUDA events per step on the compute stream (vit_l_32: 148)",
        [](Options& o, const std::string&) { o.record_grad_ready = true; },
        [](const Options& o) { return true_false(o.record_grad_ready); }},
-      {"compression", "none|fp16|bf16|powersgd", Group::Ddp, "DDP comm hook: none (fp32 average), fp16 / bf16 (fp16_compress_hook, bf16_compress_hook), powersgd (powerSGD_hook)",
+      {"compression", "none|fp16|bf16|powersgd", Group::Ddp,
+       "DDP comm hook: none (fp32 average), fp16 / bf16 (fp16_compress_hook, bf16_compress_hook), powersgd "
+       "(powerSGD_hook)",
        [](Options& o, const std::string& v) { o.compression = parse_enum<Compression>("--compression", v); },
        [](const Options& o) { return to_string(o.compression); }},
-      {"precision", "fp32|tf32|bf16", Group::Speed, "GPU numerics: fp32 = strict fp32; tf32 = GEMMs on TF32 tensor cores; bf16 = mixed precision as torch.autocast(bfloat16), fp32 master weights and gradients",
+      {"precision", "fp32|tf32|bf16", Group::Speed,
+       "GPU numerics: fp32 = strict fp32; tf32 = GEMMs on TF32 tensor cores; bf16 = mixed precision as "
+       "torch.autocast(bfloat16), fp32 master weights and gradients",
        [](Options& o, const std::string& v) { o.precision = parse_enum<Precision>("--precision", v); },
        [](const Options& o) { return to_string(o.precision); }},
-      {"cuda-graph", "on|off", Group::Speed, "GPU: on = forward, backward and the bucket all-reduces of a step replayed as one CUDA graph from the second step (PowerSGD runs eagerly); off = launched each step, with NVTX ranges",
-       [](Options& o, const std::string& v) { o.cuda_graph = one_of("--cuda-graph", v, {"on", "off"}) == "on"; },
+      {"cuda-graph", "on|off", Group::Speed,
+       "GPU: on = forward, backward and the bucket all-reduces of a step replayed as one CUDA graph from the second "
+       "step (PowerSGD runs eagerly); off = launched each step, with NVTX ranges",
+       [](Options& o, const std::string& v) {
+         o.cuda_graph = one_of("--cuda-graph", v, {"on", "off"}) == "on";
+       },
        [](const Options& o) { return on_off(o.cuda_graph); }},
-      {"attention", "auto|cudnn|custom|gemm|gemm-recompute", Group::Speed, "GPU attention core: custom (own kernels), cudnn (flash, bf16), gemm (batched cuBLAS, fp32/tf32), gemm-recompute (less memory)",
+      {"attention", "auto|cudnn|custom|gemm|gemm-recompute", Group::Speed,
+       "GPU attention core: custom (own kernels), cudnn (flash, bf16), gemm (batched cuBLAS, fp32/tf32), "
+       "gemm-recompute (less memory)",
        [](Options& o, const std::string& v) { o.attention = parse_enum<AttentionChoice>("--attention", v); },
        [](const Options& o) { return to_string(o.attention); }},
-      {"patch-embed", "auto|cudnn|gemm", Group::Speed, "GPU patch embedding: gemm = im2col + cuBLASLt GEMM; cudnn = cuDNN convolution (fp32, tf32); auto = gemm (faster)",
+      {"patch-embed", "auto|cudnn|gemm", Group::Speed,
+       "GPU patch embedding: gemm = im2col + cuBLASLt GEMM; cudnn = cuDNN convolution (fp32, tf32); auto = gemm "
+       "(faster)",
        [](Options& o, const std::string& v) { o.patch_embed = parse_enum<PatchEmbedChoice>("--patch-embed", v); },
        [](const Options& o) { return to_string(o.patch_embed); }},
-      {"recompute-gelu", "auto|on|off", Group::Speed, "GPU: on = backward recomputes each block's GELU output, not keeping it (same results, less memory); auto = on in fp32/tf32",
+      {"recompute-gelu", "auto|on|off", Group::Speed,
+       "GPU: on = backward recomputes each block's GELU output, not keeping it (same results, less memory); auto = on "
+       "in fp32/tf32",
        [](Options& o, const std::string& v) { o.recompute_gelu = parse_enum<RecomputeChoice>("--recompute-gelu", v); },
        [](const Options& o) { return to_string(o.recompute_gelu); }},
       {"powersgd-rank", "R", Group::Ddp, "PowerSGD matrix_approximation_rank",
        [](Options& o, const std::string& v) { o.powersgd_rank = (int)parse_int("--powersgd-rank", v, 1, 1024); },
        [](const Options& o) { return std::to_string(o.powersgd_rank); }},
-      {"powersgd-start-step", "N", Group::Ddp, "PowerSGD start_powerSGD_iter: plain fp32 all-reduce before this step (PyTorch's 1000 means no compression in a short run)",
-       [](Options& o, const std::string& v) { o.powersgd_start_step = parse_int("--powersgd-start-step", v, 0, kMaxSteps); },
+      {"powersgd-start-step", "N", Group::Ddp,
+       "PowerSGD start_powerSGD_iter: plain fp32 all-reduce before this step (PyTorch's 1000 means no compression in a "
+       "short run)",
+       [](Options& o, const std::string& v) {
+         o.powersgd_start_step = parse_int("--powersgd-start-step", v, 0, kMaxSteps);
+       },
        [](const Options& o) { return std::to_string(o.powersgd_start_step); }},
-      {"powersgd-min-compression-rate", "X", Group::Ddp, "PowerSGD min_compression_rate: an (n, m) tensor is compressed iff (n + m) * rank * X < n * m",
+      {"powersgd-min-compression-rate", "X", Group::Ddp,
+       "PowerSGD min_compression_rate: an (n, m) tensor is compressed iff (n + m) * rank * X < n * m",
        [](Options& o, const std::string& v) {
          o.powersgd_min_compression_rate = parse_double("--powersgd-min-compression-rate", v, 0, 1e9, false);
        },
@@ -253,29 +294,42 @@ const std::vector<Spec>& table() {
       {"powersgd-no-error-feedback", nullptr, Group::Ddp, "PowerSGD without error feedback (use_error_feedback=False)",
        [](Options& o, const std::string&) { o.powersgd_error_feedback = false; },
        [](const Options& o) { return true_false(!o.powersgd_error_feedback); }},
-      {"powersgd-no-warm-start", nullptr, Group::Ddp, "PowerSGD without warm start: new random Qs every step (warm_start=False)",
+      {"powersgd-no-warm-start", nullptr, Group::Ddp,
+       "PowerSGD without warm start: new random Qs every step (warm_start=False)",
        [](Options& o, const std::string&) { o.powersgd_warm_start = false; },
        [](const Options& o) { return true_false(!o.powersgd_warm_start); }},
-      {"gemm-sm-carveout", "N", Group::Speed, "GPU: backward's cuBLASLt and cuBLAS GEMMs are planned for (SM count - N) SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, cublasSetSmCountTarget), leaving N SMs to a concurrent stream; 0 = every SM",
+      {"gemm-sm-carveout", "N", Group::Speed,
+       "GPU: backward's cuBLASLt and cuBLAS GEMMs are planned for (SM count - N) SMs "
+       "(CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, cublasSetSmCountTarget), leaving N SMs to a concurrent stream; 0 = "
+       "every SM",
        [](Options& o, const std::string& v) { o.gemm_sm_carveout = (int)parse_int("--gemm-sm-carveout", v, 0, 1024); },
        [](const Options& o) { return std::to_string(o.gemm_sm_carveout); }},
-      {"nccl-max-ctas", "N", Group::Ddp, "GPU: cap on the thread blocks (SMs) NCCL's kernels take while they overlap backward (ncclConfig_t maxCTAs); 0 = NCCL's choice",
+      {"nccl-max-ctas", "N", Group::Ddp,
+       "GPU: cap on the thread blocks (SMs) NCCL's kernels take while they overlap backward (ncclConfig_t maxCTAs); 0 "
+       "= NCCL's choice",
        [](Options& o, const std::string& v) { o.nccl_max_ctas = (int)parse_int("--nccl-max-ctas", v, 0, 64); },
        [](const Options& o) { return std::to_string(o.nccl_max_ctas); }},
-      {"allreduce", "nccl|copy-engine", Group::Ddp, "GPU all-reduce: nccl = ncclAllReduce; copy-engine = peer-to-peer copies (no SM), all ranks on one node, no PowerSGD",
+      {"allreduce", "nccl|copy-engine", Group::Ddp,
+       "GPU all-reduce: nccl = ncclAllReduce; copy-engine = peer-to-peer copies (no SM), all ranks on one node, no "
+       "PowerSGD",
        [](Options& o, const std::string& v) { o.allreduce = parse_enum<AllReduceImpl>("--allreduce", v); },
        [](const Options& o) { return to_string(o.allreduce); }},
-      {"comm-streams", "auto|N", Group::Ddp, "--allreduce copy-engine: the comm streams (1 to 4) the buckets alternate over; auto = 2 with --precision bf16 and --compression none, else 1",
+      {"comm-streams", "auto|N", Group::Ddp,
+       "--allreduce copy-engine: the comm streams (1 to 4) the buckets alternate over; auto = 2 with --precision bf16 "
+       "and --compression none, else 1",
        [](Options& o, const std::string& v) {
          if (v == "auto") {
            o.comm_streams.reset();
            return;
          }
-         if (v.size() != 1 || v[0] < '1' || v[0] > '4') bad("--comm-streams", "expected auto or an integer in [1, 4], got '" + shown(v) + "'");
+         if (v.size() != 1 || v[0] < '1' || v[0] > '4')
+           bad("--comm-streams", "expected auto or an integer in [1, 4], got '" + shown(v) + "'");
          o.comm_streams = v[0] - '0';
        },
        [](const Options& o) { return o.comm_streams ? std::to_string(*o.comm_streams) : std::string("auto"); }},
-      {"optimizer", "sgd|adamw", Group::Optimizer, "sgd: torch.optim.SGD (--momentum, --weight-decay as L2); adamw: torch.optim.AdamW (--adam-*, decoupled --weight-decay)",
+      {"optimizer", "sgd|adamw", Group::Optimizer,
+       "sgd: torch.optim.SGD (--momentum, --weight-decay as L2); adamw: torch.optim.AdamW (--adam-*, decoupled "
+       "--weight-decay)",
        [](Options& o, const std::string& v) { o.optimizer = parse_enum<OptimizerKind>("--optimizer", v); },
        [](const Options& o) { return to_string(o.optimizer); }},
       {"lr", "X", Group::Optimizer, "learning rate; with a schedule, its value after the warm-up (the peak)",
@@ -284,9 +338,16 @@ const std::vector<Spec>& table() {
       {"momentum", "X", Group::Optimizer, "SGD momentum (torch.optim.SGD); SGD only",
        [](Options& o, const std::string& v) { o.momentum = parse_double("--momentum", v, 0, 1, false); },
        [](const Options& o) { return fmt(o.momentum); }},
-      {"weight-decay", "X", Group::Optimizer, "SGD: L2 added to the gradient; AdamW: decoupled, p *= 1 - lr * wd (torch.optim.AdamW's default is 0.01, ours 0)",
+      {"weight-decay", "X", Group::Optimizer,
+       "SGD: L2 added to the gradient; AdamW: decoupled, p *= 1 - lr * wd (torch.optim.AdamW's default is 0.01, ours "
+       "0)",
        [](Options& o, const std::string& v) { o.weight_decay = parse_double("--weight-decay", v, 0, 1e3, false); },
        [](const Options& o) { return fmt(o.weight_decay); }},
+      {"optimizer-in-backward", nullptr, Group::Optimizer,
+       "GPU, --no-ddp, SGD without momentum: the block weights' step in backward's weight-gradient GEMMs (W -= lr * "
+       "dW); a non-finite step is applied before it is seen: the run stops, no weights written",
+       [](Options& o, const std::string&) { o.optimizer_in_backward = true; },
+       [](const Options& o) { return true_false(o.optimizer_in_backward); }},
       {"adam-beta1", "X", Group::Optimizer, "AdamW betas[0], the first-moment decay (torch default)",
        [](Options& o, const std::string& v) { o.adam_beta1 = parse_beta("--adam-beta1", v); },
        [](const Options& o) { return fmt(o.adam_beta1); }},
@@ -296,13 +357,17 @@ const std::vector<Spec>& table() {
       {"adam-eps", "X", Group::Optimizer, "AdamW eps, added to the denominator (torch default)",
        [](Options& o, const std::string& v) { o.adam_eps = parse_double("--adam-eps", v, 0, 1, true); },
        [](const Options& o) { return fmt(o.adam_eps); }},
-      {"lr-schedule", "constant|cosine", Group::Optimizer, "constant = --lr after the linear warm-up; cosine = warm-up, then half a cosine down to --min-lr (transformers' schedule)",
+      {"lr-schedule", "constant|cosine", Group::Optimizer,
+       "constant = --lr after the linear warm-up; cosine = warm-up, then half a cosine down to --min-lr (transformers' "
+       "schedule)",
        [](Options& o, const std::string& v) { o.lr_schedule = parse_enum<LrScheduleKind>("--lr-schedule", v); },
        [](const Options& o) { return to_string(o.lr_schedule); }},
-      {"lr-warmup-steps", "N", Group::Optimizer, "linear learning-rate warm-up from 0 over N optimizer steps; 0 = none (not the timing window's --warmup-steps)",
+      {"lr-warmup-steps", "N", Group::Optimizer,
+       "linear learning-rate warm-up from 0 over N optimizer steps; 0 = none (not the timing window's --warmup-steps)",
        [](Options& o, const std::string& v) { o.lr_warmup_steps = parse_int("--lr-warmup-steps", v, 0, kMaxSteps); },
        [](const Options& o) { return std::to_string(o.lr_warmup_steps); }},
-      {"lr-decay-steps", "N", Group::Optimizer, "cosine: the optimizer step at which the rate reaches --min-lr; 0 = the run's total steps",
+      {"lr-decay-steps", "N", Group::Optimizer,
+       "cosine: the optimizer step at which the rate reaches --min-lr; 0 = the run's total steps",
        [](Options& o, const std::string& v) { o.lr_decay_steps = parse_int("--lr-decay-steps", v, 0, kMaxSteps); },
        [](const Options& o) { return std::to_string(o.lr_decay_steps); }},
       {"min-lr", "X", Group::Optimizer, "cosine: the learning rate at the end of the decay, <= --lr",
@@ -311,55 +376,91 @@ const std::vector<Spec>& table() {
       {"seed", "N", Group::ModelData, "seed of parameter initialisation and synthetic data (the same on every rank)",
        [](Options& o, const std::string& v) { o.seed = (uint64_t)parse_int("--seed", v, 0, (1ll << 62)); },
        [](const Options& o) { return std::to_string(o.seed); }},
-      {"init", "torchvision|random", Group::ModelData, "parameter initialisation: torchvision's (zero head) or random everywhere",
+      {"init", "torchvision|random", Group::ModelData,
+       "parameter initialisation: torchvision's (zero head) or random everywhere",
        [](Options& o, const std::string& v) { o.init = parse_enum<InitScheme>("--init", v); },
        [](const Options& o) { return to_string(o.init); }},
-      {"init-from", "FILE", Group::ModelData, "start from the parameters of this HDF5 weights file (/params/<torchvision name>, as --save-weights writes) instead of --init",
+      {"init-from", "FILE", Group::ModelData,
+       "start from the parameters of this HDF5 weights file (/params/<torchvision name>, as --save-weights writes) "
+       "instead of --init",
        set_path("init-from", &Options::init_from), [](const Options& o) { return o.init_from; }},
-      {"save-weights", "FILE", Group::Outputs, "rank 0 writes the final parameters to this HDF5 file under torchvision's names; never overwritten unless --overwrite",
+      {"save-weights", "FILE", Group::Outputs,
+       "rank 0 writes the final parameters to this HDF5 file under torchvision's names; never overwritten unless "
+       "--overwrite",
        set_path("save-weights", &Options::save_weights), [](const Options& o) { return o.save_weights; }},
-      {"checkpoint-every", "N", Group::Reliability, "rank 0 writes a checkpoint every N optimizer steps, at the end and on SIGTERM/SIGINT (then the GPU runs deterministically, about 2% slower); 0 = never",
-       [](Options& o, const std::string& v) { o.checkpoint_every = (int)parse_int("--checkpoint-every", v, 0, kMaxSteps); },
+      {"checkpoint-every", "N", Group::Reliability,
+       "rank 0 writes a checkpoint every N optimizer steps, at the end and on SIGTERM/SIGINT (then the GPU runs "
+       "deterministically, about 2% slower); 0 = never",
+       [](Options& o, const std::string& v) {
+         o.checkpoint_every = (int)parse_int("--checkpoint-every", v, 0, kMaxSteps);
+       },
        [](const Options& o) { return std::to_string(o.checkpoint_every); }},
-      {"checkpoint-path", "PATH", Group::Reliability, "checkpoint file; '{step}' in it is replaced by the step (one file each), else each replaces the last (default: --out with .h5 -> .ckpt.h5)",
+      {"checkpoint-path", "PATH", Group::Reliability,
+       "checkpoint file; '{step}' in it is replaced by the step (one file each), else each replaces the last (default: "
+       "--out with .h5 -> .ckpt.h5)",
        set_path("checkpoint-path", &Options::checkpoint_path), [](const Options& o) { return o.checkpoint_path; }},
-      {"resume", "FILE", Group::Reliability, "continue the run of this checkpoint (its next step S) up to this run's total steps, counted from step 0 of the original run; model, ranks, batch, data and optimizer must match",
+      {"resume", "FILE", Group::Reliability,
+       "continue the run of this checkpoint (its next step S) up to this run's total steps, counted from step 0 of the "
+       "original run; model, ranks, batch, data and optimizer must match",
        set_path("resume", &Options::resume), [](const Options& o) { return o.resume; }},
-      {"out", "FILE", Group::Outputs, "HDF5 results file written by rank 0 (default: vitddp-<model>-np<ranks>-<time>.h5); never overwritten unless --overwrite",
+      {"out", "FILE", Group::Outputs,
+       "HDF5 results file written by rank 0 (default: vitddp-<model>-np<ranks>-<time>.h5); never overwritten unless "
+       "--overwrite",
        set_path("out", &Options::out), [](const Options& o) { return o.out; }},
-      {"trace", "FILE.json", Group::Outputs, "also write the timeline as a Chrome trace-event file (a process per rank, a thread per stream) for Perfetto",
+      {"trace", "FILE.json", Group::Outputs,
+       "also write the timeline as a Chrome trace-event file (a process per rank, a thread per stream) for Perfetto",
        set_path("trace", &Options::trace), [](const Options& o) { return o.trace; }},
-      {"overwrite", nullptr, Group::Outputs, "allow replacing existing outputs (--out, --trace, --save-weights, checkpoints); never an input",
+      {"overwrite", nullptr, Group::Outputs,
+       "allow replacing existing outputs (--out, --trace, --save-weights, checkpoints); never an input",
        [](Options& o, const std::string&) { o.overwrite = true; },
        [](const Options& o) { return true_false(o.overwrite); }},
-      {"progress-every", "N|auto", Group::Outputs, "rank 0 prints a progress line every N steps and after the last; auto: after the first, about every 5 s and after the last",
-       [](Options& o, const std::string& v) { o.progress_every = v == "auto" ? 0 : (int)parse_int("--progress-every", v, 1, kMaxSteps); },
+      {"progress-every", "N|auto", Group::Outputs,
+       "rank 0 prints a progress line every N steps and after the last; auto: after the first, about every 5 s and "
+       "after the last",
+       [](Options& o, const std::string& v) {
+         o.progress_every = v == "auto" ? 0 : (int)parse_int("--progress-every", v, 1, kMaxSteps);
+       },
        [](const Options& o) { return o.progress_every == 0 ? std::string("auto") : std::to_string(o.progress_every); }},
       {"flush-every", "N", Group::Outputs, "flush the results file every N steps (a killed run keeps what was flushed)",
        [](Options& o, const std::string& v) { o.flush_every = (int)parse_int("--flush-every", v, 1, kMaxSteps); },
        [](const Options& o) { return std::to_string(o.flush_every); }},
-      {"on-nonfinite", "stop|skip", Group::Reliability, "a step whose loss or averaged gradients hold NaN/Inf is never applied; then stop (exit code 4) or skip it and go on",
+      {"on-nonfinite", "stop|skip", Group::Reliability,
+       "a step whose loss or averaged gradients hold NaN/Inf is never applied; then stop (exit code 4) or skip it and "
+       "go on",
        [](Options& o, const std::string& v) { o.on_nonfinite = parse_enum<NonfinitePolicy>("--on-nonfinite", v); },
        [](const Options& o) { return to_string(o.on_nonfinite); }},
-      {"step-timeout", "SECONDS", Group::Reliability, "watchdog: a step not finished after this long (a peer died or hangs) ends the rank with exit code 3, and mpirun the job",
+      {"step-timeout", "SECONDS", Group::Reliability,
+       "watchdog: a step not finished after this long (a peer died or hangs) ends the rank with exit code 3, and "
+       "mpirun the job",
        [](Options& o, const std::string& v) { o.step_timeout_s = parse_double("--step-timeout", v, 0, 1e7, true); },
        [](const Options& o) { return fmt(o.step_timeout_s); }},
-      {"debug-nan-at-step", "N", Group::Debug, "rank 0's batch of step N gets a NaN pixel (-1: off); steps are numbered from 0 everywhere",
-       [](Options& o, const std::string& v) { o.debug_nan_at_step = (int)parse_int("--debug-nan-at-step", v, -1, kMaxSteps); },
+      {"debug-nan-at-step", "N", Group::Debug,
+       "rank 0's batch of step N gets a NaN pixel (-1: off); steps are numbered from 0 everywhere",
+       [](Options& o, const std::string& v) {
+         o.debug_nan_at_step = (int)parse_int("--debug-nan-at-step", v, -1, kMaxSteps);
+       },
        [](const Options& o) { return std::to_string(o.debug_nan_at_step); }},
-      {"debug-fail-at-step", "N", Group::Debug, "rank --debug-fail-rank fails inside step N (0-based, as every step number), while its peers are in the step's collectives (-1: off)",
-       [](Options& o, const std::string& v) { o.debug_fail_at_step = (int)parse_int("--debug-fail-at-step", v, -1, kMaxSteps); },
+      {"debug-fail-at-step", "N", Group::Debug,
+       "rank --debug-fail-rank fails inside step N (0-based, as every step number), while its peers are in the step's "
+       "collectives (-1: off)",
+       [](Options& o, const std::string& v) {
+         o.debug_fail_at_step = (int)parse_int("--debug-fail-at-step", v, -1, kMaxSteps);
+       },
        [](const Options& o) { return std::to_string(o.debug_fail_at_step); }},
       {"debug-fail-rank", "R", Group::Debug, "the rank that fails (--debug-fail-at-step)",
        [](Options& o, const std::string& v) { o.debug_fail_rank = (int)parse_int("--debug-fail-rank", v, 0, 1000000); },
        [](const Options& o) { return std::to_string(o.debug_fail_rank); }},
-      {"debug-fail-mode", "throw|exit|nccl-abort", Group::Debug, "how it fails: throw (error path, MPI_Abort), exit (status 1 at once), nccl-abort (GPU: ncclCommAbort mid-step)",
+      {"debug-fail-mode", "throw|exit|nccl-abort", Group::Debug,
+       "how it fails: throw (error path, MPI_Abort), exit (status 1 at once), nccl-abort (GPU: ncclCommAbort mid-step)",
        [](Options& o, const std::string& v) { o.debug_fail_mode = parse_enum<FailMode>("--debug-fail-mode", v); },
        [](const Options& o) { return to_string(o.debug_fail_mode); }},
-      {"dry-run", nullptr, Group::Outputs, "make the checks a run makes before training (options, inputs, --resume, outputs: the same message and exit 2), write no file, print the memory one rank needs, item by item, exit 0; needs no GPU",
+      {"dry-run", nullptr, Group::Outputs,
+       "make the checks a run makes before training (options, inputs, --resume, outputs: the same message and exit 2), "
+       "write no file, print the memory one rank needs, item by item, exit 0; needs no GPU",
        [](Options& o, const std::string&) { o.dry_run = true; },
        [](const Options& o) { return true_false(o.dry_run); }},
-      {"debug-crash-in-checkpoint", nullptr, Group::Debug, "rank 0 kills itself (SIGKILL) after writing the first checkpoint's .tmp file, before the rename",
+      {"debug-crash-in-checkpoint", nullptr, Group::Debug,
+       "rank 0 kills itself (SIGKILL) after writing the first checkpoint's .tmp file, before the rename",
        [](Options& o, const std::string&) { o.debug_crash_in_checkpoint = true; },
        [](const Options& o) { return true_false(o.debug_crash_in_checkpoint); }},
       {"help", nullptr, Group::Outputs, "print this help and exit",
@@ -458,6 +559,32 @@ void check_allgather_dtype(const Options& o) {
                              "with --precision " + to_string(o.precision) + " the model reads fp32 parameters)");
 }
 
+/// --optimizer-in-backward against what a step applied inside backward cannot do.
+void check_optimizer_in_backward(const Options& o) {
+  if (!o.optimizer_in_backward) return;
+  if (o.backend == Backend::Cpu)
+    bad("--optimizer-in-backward", "needs the GPU backend (cuBLASLt's weight-gradient GEMMs apply the step)");
+  if (o.ddp)
+    bad("--optimizer-in-backward",
+        "needs --no-ddp (it applies each weight's own gradient as backward computes it; "
+        "DDP must average the gradients across the ranks first)");
+  if (o.optimizer != OptimizerKind::Sgd)
+    bad("--optimizer-in-backward",
+        "needs --optimizer sgd (the step is the weight-gradient GEMM's epilogue, "
+        "W = (1 - lr * weight_decay) * W - lr * dW; AdamW's moments do not fit it)");
+  if (o.momentum != 0)
+    bad("--momentum", fmt(o.momentum) +
+                          ": not with --optimizer-in-backward (the GEMM that applies the step keeps no "
+                          "momentum buffer); use --momentum 0");
+  if (o.grad_accum_steps > 1)
+    bad("--grad-accum-steps", std::to_string(o.grad_accum_steps) +
+                                  ": not with --optimizer-in-backward (every backward applies a step); use 1");
+  if (o.on_nonfinite == NonfinitePolicy::Skip)
+    bad("--on-nonfinite",
+        "skip: not with --optimizer-in-backward (the step is applied inside backward, before its "
+        "gradients are known to be finite, so it cannot be skipped); use --on-nonfinite stop");
+}
+
 /// Combinations that cannot work together (as opposed to options without effect).
 void check_combinations(const Options& o) {
   // assign_buckets works in bytes: a limit below one byte would be 0.
@@ -476,6 +603,7 @@ void check_combinations(const Options& o) {
     bad("--allreduce", "copy-engine: not with --compression powersgd (its all-reduces of P and Q use NCCL)");
   check_shard_optimizer(o);
   check_allgather_dtype(o);
+  check_optimizer_in_backward(o);
   if (o.eval_every > 0 && o.data.kind != DataSpec::Kind::idx)
     throw OptionError("--eval-every: --data " + to_string(o.data) + " has no --eval-split " + to_string(o.eval_split) +
                       " to evaluate; use --data idx:DIR (an MNIST-format data set with its t10k test files)");

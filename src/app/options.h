@@ -57,6 +57,8 @@ struct Options {
   double lr = 1e-3;                 ///< base learning rate: the schedule's value after warm-up
   double momentum = 0.0;            ///< SGD only
   double weight_decay = 0.0;        ///< SGD: L2 added to the gradient; AdamW: decoupled (torch's AdamW default 1e-2 is not ours)
+  bool optimizer_in_backward =
+      false;  ///< --optimizer-in-backward: SGD applied by backward's weight-gradient GEMMs (GPU, --no-ddp)
   double adam_beta1 = 0.9;          ///< AdamW betas[0] (torch default)
   double adam_beta2 = 0.999;        ///< AdamW betas[1] (torch default)
   double adam_eps = 1e-8;           ///< AdamW eps (torch default)

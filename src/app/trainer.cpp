@@ -557,9 +557,17 @@ std::string write_whole_files(const Options& o, const World& w, const ParamLayou
       return std::string("--save-weights: ") + e.what();
     }
   }
+  // --optimizer-in-backward applied the non-finite step that stopped the run: its parameters are
+  // not the model's last good ones, so they are not written (the last checkpoint, if any, is).
+  const bool spoiled = o.optimizer_in_backward && run.stop().nonfinite_steps() > 0;
+  if (w.rank == 0 && spoiled && !o.save_weights.empty())
+    std::fprintf(stderr,
+                 "[vitddp] --save-weights: %s not written: --optimizer-in-backward applied the non-finite step "
+                 "before it was seen\n",
+                 o.save_weights.c_str());
   if (w.rank == 0) {
     try {
-      if (!o.save_weights.empty()) {
+      if (!o.save_weights.empty() && !spoiled) {
         // The fp32 all-gather and DDP keep every replica identical (same start, same averaged
         // gradients): rank 0's parameters are the model's; the bf16 all-gather's are the masters.
         try {

@@ -39,6 +39,7 @@
 #include "mpi/reducer/gpu_reducer_gpu.h"
 #include "mpi/world/nccl_comm_gpu.h"
 #include "mpi/world/nccl_log.h"
+#include "src/engines/backward_update_gpu.h"
 #include "src/engines/engine.h"
 #include "src/engines/gpu_model_options.h"
 #include "src/engines/grad_ready_events_gpu.h"
@@ -170,6 +171,9 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     staged_ = false;
     const bool last = micro == micro_steps - 1;
     MicroEvents& ev = micro_ev_[micro];
+    // --optimizer-in-backward: this step's learning rate for the weight-gradient GEMMs (the graph
+    // reads it from device memory).
+    if (update_) update_->set_step(step_sgd(), compute_);
     if (micro == 0) CUDA_CHECK(cudaEventRecord(ev_start_, compute_));
     if (micro == 0 && !origin_recorded_) {
       CUDA_CHECK(cudaEventRecord(ev_origin_, compute_));
@@ -200,7 +204,13 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       // since the all-reduce spreads a non-finite value everywhere); finish_step() then does not
       // count the update (AdamW's step number stays, as PyTorch's GradScaler skipping step()).
       CUDA_CHECK(cudaMemsetAsync(nonfinite_.get(), 0, sizeof(int), compute_));
-      if (shard_) {
+      if (update_) {
+        // --optimizer-in-backward: backward updated the block weights already; the rest of the
+        // parameters here, every new value checked (the step cannot be skipped any more: the
+        // trainer stops, --on-nonfinite stop being required) and the bf16 copy refreshed.
+        sgd_rest_after_backward(params_.get(), grads_, layout_.total, step_sgd(), update_->map(), nonfinite_.get(),
+                                compute_, model_->bf16_weights());
+      } else if (shard_) {
         // ZeRO-1: each rank sees only its chunks' averages, so the ranks agree on the flag (its loss included).
         for (const ShardSlice& sl : shard_->slices())
           flag_nonfinite(grads_ + sl.flat_offset, sl.count, nonfinite_.get(), compute_);
@@ -212,7 +222,7 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
         flag_nonfinite(grads_, layout_.total, nonfinite_.get(), compute_);
       }
       // The kernels read the flag (bound in allocate()) and refresh the bf16 working copy.
-      optimizer_->step(lr_, 1.0 / micro_steps);
+      if (!update_) optimizer_->step(lr_, 1.0 / micro_steps);
       // ZeRO-1: every rank's updated chunks back into the full parameters (and their bf16 copy) on
       // the comm stream; a skipped step gathers the unchanged chunks, which changes nothing. Not
       // waited for here: the next forward waits bucket by bucket (wait_for_gathered).
@@ -345,8 +355,10 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
                  std::to_string(cudnnGetVersion());
     // ZeRO-1: the state is the shard's only (state_numel).
     i.device_bytes = (params_.size() + master_.size() + own_grads_.size() +
-                      optimizer_->state_names().size() * optimizer_->state_numel() + loss_.size()) * sizeof(float) +
-                     nonfinite_.size() * sizeof(int) + model_->device_bytes() + (reducer_ ? reducer_->device_bytes() : 0);
+                      optimizer_->state_names().size() * optimizer_->state_numel() + loss_.size()) *
+                         sizeof(float) +
+                     nonfinite_.size() * sizeof(int) + model_->device_bytes() +
+                     (reducer_ ? reducer_->device_bytes() : 0) + (update_ ? update_->device_bytes() : 0);
     for (int s = 0; s < 2; ++s) i.device_bytes += images_[s].size() * sizeof(float) + labels_[s].size() * sizeof(int32_t);
     return i;
   }
@@ -450,6 +462,7 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     }
     optimizer_ = make_gpu_optimizer(o, shard_ ? shard_->slot_numel() : n, compute_);  // its zeroed state buffers
     nonfinite_ = DeviceBuffer<int>(1, "non-finite flag");
+    if (o.optimizer_in_backward) update_ = std::make_unique<BackwardUpdate>(layout);
     CUDA_CHECK(cudaMallocHost(&nonfinite_host_, sizeof(int)));
     const size_t img = (size_t)o.batch_size * layout.cfg.channels * layout.cfg.image_size * layout.cfg.image_size;
     for (int s = 0; s < 2; ++s) {
@@ -531,7 +544,10 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     CUDA_CHECK(cudaMemsetAsync(images_[0].get(), 0, images_[0].size() * sizeof(float), compute_));
     CUDA_CHECK(cudaMemsetAsync(labels_[0].get(), 0, labels_[0].size() * sizeof(int32_t), compute_));
     model_->forward(params_.get(), images_[0].get(), labels_[0].get(), o.batch_size, loss_.get());
-    model_->backward(params_.get(), grads_, false, {});
+    // --optimizer-in-backward: its GEMMs are timed too, on temporary outputs, and then apply a step
+    // of learning rate 0 (W = 1 * W + 0 * dW: the parameters stay as they are).
+    if (update_) update_->set_step(SgdConfig{0.0, 0.0, 0.0, 1.0}, compute_);
+    model_->backward(params_.get(), grads_, false, {}, weight_update());
     CUDA_CHECK(cudaMemsetAsync(grads_, 0, n * sizeof(float), compute_));
     CUDA_CHECK(cudaStreamSynchronize(compute_));
   }
@@ -614,13 +630,28 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
       record_timing_event(ev.bwd, compute_);
       reducer_->finalize();
     } else if (ready_events_ && last) {  // --no-ddp --record-grad-ready
-      model_->backward(params_.get(), grads_, accumulate,
-                       [this](const std::vector<size_t>& p) { ready_events_->mark(p, compute_); });
+      model_->backward(
+          params_.get(), grads_, accumulate, [this](const std::vector<size_t>& p) { ready_events_->mark(p, compute_); },
+          weight_update());
       record_timing_event(ev.bwd, compute_);
     } else {
-      model_->backward(params_.get(), grads_, accumulate, {});
+      model_->backward(params_.get(), grads_, accumulate, {}, weight_update());
       record_timing_event(ev.bwd, compute_);
     }
+  }
+
+  /// --optimizer-in-backward: the block weights' SGD step inside backward (validate_options allows
+  /// it with --no-ddp, SGD without momentum and one micro-step only); otherwise no update.
+  WeightUpdate weight_update() const {
+    return update_ ? WeightUpdate{params_.get(), update_->alpha_beta()} : WeightUpdate{};
+  }
+
+  /// This step's SGD settings: the run's, with the schedule's learning rate (micro-steps: 1).
+  SgdConfig step_sgd() const {
+    SgdConfig c = optimizer_->spec().sgd;
+    c.lr = lr_;
+    c.grad_scale = 1.0;
+    return c;
   }
 
   /// CUDA graphs replay the step from the second step on, unless --cuda-graph off or PowerSGD
@@ -718,6 +749,7 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
   std::string transport_;
   std::unique_ptr<GpuReducer> reducer_;
   std::unique_ptr<GradReadyEvents> ready_events_;  // --record-grad-ready
+  std::unique_ptr<BackwardUpdate> update_;         // --optimizer-in-backward, else null
   int slot_ = 1;          // slot of the running step; the next batch goes to slot_ ^ 1
   int staged_batch_ = 0;
   bool staged_ = false;

@@ -11,6 +11,7 @@
 
 #include "cuda/model/gpu_vit.h"
 #include "cuda/model/gpu_vit_arena.h"
+#include "src/engines/backward_update_gpu.h"
 #include "model/precision.h"
 #include "mpi/buckets/shard_plan.h"
 #include "mpi/reducer/gpu_reducer_gpu.h"
@@ -60,6 +61,10 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
   if (plan.weights16_bytes) arena += ", including the bf16 parameter copy (" + gib(plan.weights16_bytes) + " GiB)";
   if (vo.recompute_gelu) arena += "; GELU outputs recomputed in backward, one buffer for all blocks";
   e.items.push_back({"activations", arena, plan.total_bytes});
+  if (o.optimizer_in_backward)
+    e.items.push_back({"SGD in backward",
+                       "the weight-gradient GEMMs' alpha and beta, the map of the weights they update",
+                       backward_update_map_bytes(layout)});
   const size_t reducer_bytes = o.ddp ? GpuReducer::planned_device_bytes(layout, buckets, reducer_options(o), world_size) : 0;
   std::string reducer = "none";
   if (o.ddp) {
@@ -76,10 +81,14 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
   }
   e.items.push_back({"reducer", reducer, reducer_bytes});
   // Autotuning times candidates on each GEMM's own output, except the weight gradients that
-  // gradient accumulation adds in place.
-  const size_t tuning = vo.gemm_autotune_candidates > 1 ? gpu_vit_autotune_scratch_bytes(c, o.grad_accum_steps > 1) : 0;
+  // gradient accumulation adds in place and the weights --optimizer-in-backward updates in place.
+  const size_t tuning = vo.gemm_autotune_candidates > 1
+                            ? gpu_vit_autotune_scratch_bytes(c, o.grad_accum_steps > 1, o.optimizer_in_backward)
+                            : 0;
   e.transient = {"cuBLASLt autotuning",
-                 tuning ? "largest weight gradient accumulated in place, allocated while timing its GEMM in the first steps"
+                 tuning ? std::string(o.optimizer_in_backward ? "largest weight updated in place"
+                                                              : "largest weight gradient accumulated in place") +
+                              ", allocated while timing its GEMM before the first step"
                  : vo.gemm_autotune_candidates > 1 ? "none (candidates are timed on each GEMM's own output)"
                                                    : "none (no autotuning: --checkpoint-every or --resume)",
                  tuning};

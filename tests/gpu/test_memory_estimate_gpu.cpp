@@ -35,6 +35,20 @@ TEST_CASE("memory estimate: equals the GPU engine's allocations (no DDP)", "[gpu
   }
 }
 
+TEST_CASE("memory estimate: equals the GPU engine's allocations with --optimizer-in-backward", "[gpu][memory]") {
+  REQUIRE_GPU();
+  for (const char* precision : {"fp32", "bf16"}) {
+    const Options o = parse_args({"--model", "vit_micro", "--batch-size", "3", "--no-ddp", "--precision", precision,
+                                  "--optimizer-in-backward", "--attention", "custom"});
+    const ParamLayout L = make_param_layout(vit_config(o.model));
+    const MemoryEstimate e = estimate_gpu_memory(o, L, {});
+    CHECK(e.bytes_of("SGD in backward") > 0);
+    auto engine = make_gpu_engine(o, World(), L, {}, nullptr);
+    INFO(precision);
+    CHECK(engine->info().device_bytes == e.persistent_bytes());
+  }
+}
+
 TEST_CASE("memory estimate: GpuViT allocates its arena plan plus the workspace", "[gpu][memory]") {
   REQUIRE_GPU();
   Stream st;
