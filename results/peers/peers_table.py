@@ -85,6 +85,8 @@ def read_vitddp(path):
         mode = f"cuda graph {graph}, {attr('attention', '?')} attention"
         if attr("recompute_gelu") == "on":  # absent in files written before the option existed
             mode += ", GELU recomputed"
+        if attr("option.optimizer-in-backward") == "true":  # absent before the option existed
+            mode += ", SGD in backward"
         names = a.get("device_names")
         device = names[0] if names is not None and len(names) else None
         device = device.decode() if isinstance(device, bytes) else device
