@@ -48,6 +48,7 @@ EXPECT_ARGS="--backend gpu --model vit_micro" expect_error "SGD in backward with
   "--optimizer-in-backward: needs --no-ddp" --optimizer-in-backward
 for refused in "--optimizer adamw|--optimizer-in-backward: needs --optimizer sgd" \
     "--momentum 0.9|--momentum: 0.9: not with --optimizer-in-backward" \
+    "--weight-decay 0.01|--weight-decay: 0.01: not with --optimizer-in-backward" \
     "--grad-accum-steps 2|--grad-accum-steps: 2: not with --optimizer-in-backward" \
     "--on-nonfinite skip|--on-nonfinite: skip: not with --optimizer-in-backward"; do
   NP=1 EXPECT_ARGS="--backend gpu --model vit_micro --no-ddp --optimizer-in-backward" \

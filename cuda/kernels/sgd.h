@@ -29,8 +29,8 @@ void sgd_step_gpu(float* params, const float* grads, float* momentum_buf, size_t
 /// WeightUpdate in cuda/model/gpu_vit.h), for sgd_rest_after_backward: the sorted, disjoint element ranges of those
 /// tensors as device arrays, plus one byte per tile of kSgdTile elements (0: no chunk of the tile
 /// updated, 1: every chunk, 2: both kinds, looked up in the ranges). Built once by
-/// make_backward_update_map; the ranges must start and end at multiples of 4 elements (ParamLayout
-/// aligns every tensor so).
+/// backward_update_tiles (src/engines/backward_update_gpu.h holds the device copy); the ranges must start and end at
+/// multiples of 4 elements (ParamLayout aligns every tensor so).
 constexpr size_t kSgdTile = 1024;
 struct BackwardUpdateMap {
   const unsigned char* tile_kind = nullptr;  ///< device, ceil(n / kSgdTile) bytes
@@ -49,7 +49,7 @@ void backward_update_tiles(const std::vector<std::pair<size_t, size_t>>& ranges,
 /// aligned, the bf16 copy 8-byte; std::invalid_argument otherwise): every other element gets
 /// torch.optim.SGD's update from `grads` (cfg: lr, weight_decay, grad_scale; as sgd_step_gpu);
 /// every element's new value is checked (*d_flag = 1 when one is NaN or infinite; the caller zeroes
-/// the flag first) and, with params_bf16, rounded into the bf16 working copy. 10 bytes per element
+/// the flag first) and, with params_bf16, rounded into the bf16 working copy. 6 bytes per element
 /// already updated with the bf16 copy (4 without), 14 per other element.
 void sgd_rest_after_backward(float* params, const float* grads, size_t n, const SgdConfig& cfg,
                              const BackwardUpdateMap& map, int* d_flag, cudaStream_t stream,

@@ -344,7 +344,7 @@ const std::vector<Spec>& table() {
        [](Options& o, const std::string& v) { o.weight_decay = parse_double("--weight-decay", v, 0, 1e3, false); },
        [](const Options& o) { return fmt(o.weight_decay); }},
       {"optimizer-in-backward", nullptr, Group::Optimizer,
-       "GPU, --no-ddp, SGD without momentum: the block weights' step in backward's weight-gradient GEMMs (W -= lr * "
+       "GPU, --no-ddp, plain SGD: the block weights' step in backward's weight-gradient GEMMs (W -= lr * "
        "dW); a non-finite step is applied before it is seen: the run stops, no weights written",
        [](Options& o, const std::string&) { o.optimizer_in_backward = true; },
        [](const Options& o) { return true_false(o.optimizer_in_backward); }},
@@ -571,7 +571,11 @@ void check_optimizer_in_backward(const Options& o) {
   if (o.optimizer != OptimizerKind::Sgd)
     bad("--optimizer-in-backward",
         "needs --optimizer sgd (the step is the weight-gradient GEMM's epilogue, "
-        "W = (1 - lr * weight_decay) * W - lr * dW; AdamW's moments do not fit it)");
+        "W = W - lr * dW; AdamW's moments do not fit it)");
+  if (o.weight_decay != 0)
+    bad("--weight-decay", fmt(o.weight_decay) +
+                              ": not with --optimizer-in-backward (the GEMM would decay W through beta = 1 - lr * "
+                              "weight_decay in fp32, whose spacing near 1 is 6e-8: small products would be lost)");
   if (o.momentum != 0)
     bad("--momentum", fmt(o.momentum) +
                           ": not with --optimizer-in-backward (the GEMM that applies the step keeps no "

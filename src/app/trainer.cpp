@@ -621,7 +621,9 @@ int finish_run(const Options& o, const World& w, const ParamLayout& layout, Engi
     results->set_attr("checkpoint_steps", std::vector<int64_t>(run.checkpointer().written_steps()));
     results->set_attr("last_checkpoint", run.checkpointer().last_file());
   }
-  results->write_summary("nonfinite_steps", stop.nonfinite_steps(), "1", "steps whose loss or gradients held NaN/Inf (not applied)");
+  results->write_summary("nonfinite_steps", stop.nonfinite_steps(), "1",
+                         "steps whose loss or gradients held NaN/Inf (not applied; with --optimizer-in-backward "
+                         "applied, and the run stopped)");
   if (!run.window().complete(steps_done)) {
     results->close();
     if (!stop.stopped())

@@ -463,8 +463,11 @@ class GpuEngine final : public Engine, EngineDiagnostics, FaultTarget {
     optimizer_ = make_gpu_optimizer(o, shard_ ? shard_->slot_numel() : n, compute_);  // its zeroed state buffers
     nonfinite_ = DeviceBuffer<int>(1, "non-finite flag");
     if (o.optimizer_in_backward) {
-      if (o.ddp || o.grad_accum_steps != 1 || o.optimizer != OptimizerKind::Sgd || o.momentum != 0)
-        throw std::logic_error("--optimizer-in-backward with DDP, accumulation, AdamW or momentum (validate_options refuses it)");
+      if (o.ddp || o.grad_accum_steps != 1 || o.optimizer != OptimizerKind::Sgd || o.momentum != 0 ||
+          o.weight_decay != 0 || o.on_nonfinite != NonfinitePolicy::Stop)
+        throw std::logic_error(
+            "--optimizer-in-backward with DDP, accumulation, AdamW, momentum, weight decay or "
+            "--on-nonfinite skip (validate_options refuses them)");
       update_ = std::make_unique<BackwardUpdate>(layout);
     }
     CUDA_CHECK(cudaMallocHost(&nonfinite_host_, sizeof(int)));

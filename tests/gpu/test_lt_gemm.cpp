@@ -212,3 +212,30 @@ TEST_CASE("lt_gemm: autotuning times candidates on D itself, or on a temporary w
   }
   CHECK(lt.plan_count() == 4);  // forward with bias and C, forward alone, dW accumulated, dW set
 }
+
+TEST_CASE("lt_gemm: linear_update_weight applies W = beta W + alpha dY^T X once, alpha and beta read on the device",
+          "[gpu][lt_gemm]") {
+  REQUIRE_GPU();
+  Stream st;
+  LtGemmOptions o;
+  o.autotune_candidates = 8;  // the first call times candidates: on a temporary, since D is also C
+  LtGemm lt(st.s, o);
+  const int M = 200, N = 256, K = 512;
+  const auto hx = normal_vec((size_t)M * K, 9, 0), hdy = normal_vec((size_t)M * N, 9, 1),
+             hw0 = normal_vec((size_t)N * K, 9, 2);
+  DevVec<float> x(hx), dy(hdy), w(hw0), scalars(std::vector<float>{-0.5f, 1.0f});
+  std::vector<float> want = hw0;
+  for (int step = 0; step < 3; ++step) {  // step 2 with new scalars, written after the plan was built
+    INFO("step " << step);
+    const float alpha = step < 2 ? -0.5f : 0.25f, beta = step < 2 ? 1.0f : 0.5f;
+    if (step == 2) scalars.upload({alpha, beta});
+    const std::vector<double> d = host_gemm(true, false, N, K, M, alpha, hdy, N, hx, K, beta, &want, K, nullptr);
+    linear_update_weight(lt, dy.get(), x.get(), w.get(), scalars.get(), M, N, K);
+    CHECK(norm_rel_err(w.download(), d) < 1e-6);
+    want.assign(d.begin(), d.end());
+  }
+  CHECK(lt.plan_count() == 1);
+  CHECK_THROWS_AS(lt.gemm_device_scalars(GemmTypes{}, true, false, N, K, M, nullptr, dy.get(), N, x.get(), K, w.get(),
+                                         K, w.get(), K),
+                  std::invalid_argument);
+}
