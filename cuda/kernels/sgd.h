@@ -55,7 +55,8 @@ void sgd_rest_after_backward(float* params, const float* grads, size_t n, const 
                              const BackwardUpdateMap& map, int* d_flag, cudaStream_t stream,
                              __nv_bfloat16* params_bf16 = nullptr);
 
-/// Writes {-lr * grad_scale, 1 - lr * weight_decay} of `cfg` (as floats) to d_alpha_beta (device, 2
+/// Writes {-lr * grad_scale, 1 - lr * weight_decay} of `cfg` (as floats; the beta loses products below
+/// about 6e-8, which is why --optimizer-in-backward refuses weight decay) to d_alpha_beta (device, 2
 /// floats) on `stream`: the alpha and beta of linear_update_weight for an SGD step without momentum.
 void write_sgd_gemm_scalars(const SgdConfig& cfg, float* d_alpha_beta, cudaStream_t stream);
 

@@ -18,8 +18,9 @@ namespace vitddp {
 /// The SGD step fused into backward (PyTorch's optimizer-in-backward pattern, here inside the
 /// weight-gradient GEMMs): each tensor of weights_updated_in_backward(layout) is updated in place
 /// by its weight-gradient GEMM, W = beta * W + alpha * dW with alpha = alpha_beta[0] and beta =
-/// alpha_beta[1] read on the device when the GEMM runs (linear_update_weight; SGD: -lr and
-/// 1 - lr * weight_decay), and its gradient is not written. `params` is the d_params of the call.
+/// alpha_beta[1] read on the device when the GEMM runs (linear_update_weight; SGD: -lr and 1, as
+/// --optimizer-in-backward refuses weight decay), and its gradient is not written. `params` is the
+/// d_params of the call.
 struct WeightUpdate {
   float* params = nullptr;            ///< nullptr: no update, every gradient is written
   const float* alpha_beta = nullptr;  ///< device, 2 floats
