@@ -4,6 +4,7 @@
 #include <string>
 #include "cuda/check/check_cuda.h"
 #include "cuda/kernels/sgd.h"
+#include "cuda/kernels/vec4.cuh"
 
 namespace vitddp {
 namespace {
@@ -25,6 +26,15 @@ __device__ __forceinline__ float sgd_update(float pi, float gi, float* buf, cons
   return pi - a.lr * g;
 }
 
+/// sgd_update on four elements; `buf` their momentum values (unused without momentum).
+__device__ __forceinline__ float4 sgd_update4(float4 p, const float4& g, float4* buf, const SgdArgs& a) {
+  p.x = sgd_update(p.x, g.x, &buf->x, a);
+  p.y = sgd_update(p.y, g.y, &buf->y, a);
+  p.z = sgd_update(p.z, g.z, &buf->z, a);
+  p.w = sgd_update(p.w, g.w, &buf->w, a);
+  return p;
+}
+
 /// With vec4, four elements per thread (float4 loads/stores) and then the n % 4 tail; without
 /// (a pointer not aligned for the vector accesses), one element per thread. The same per-element
 /// arithmetic either way. Optionally also writes the bf16 working copy of the updated parameters
@@ -42,19 +52,10 @@ __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ grad
       const float4 gv = reinterpret_cast<const float4*>(grad)[i];
       float4 bv = make_float4(0.f, 0.f, 0.f, 0.f);
       if (a.use_mom && !a.first_step) bv = reinterpret_cast<float4*>(buf)[i];
-      pv.x = sgd_update(pv.x, gv.x, &bv.x, a);
-      pv.y = sgd_update(pv.y, gv.y, &bv.y, a);
-      pv.z = sgd_update(pv.z, gv.z, &bv.z, a);
-      pv.w = sgd_update(pv.w, gv.w, &bv.w, a);
+      pv = sgd_update4(pv, gv, &bv, a);
       reinterpret_cast<float4*>(p)[i] = pv;
       if (a.use_mom) reinterpret_cast<float4*>(buf)[i] = bv;
-      if (p16) {
-        __nv_bfloat162 lo = __floats2bfloat162_rn(pv.x, pv.y), hi = __floats2bfloat162_rn(pv.z, pv.w);
-        uint2 packed;
-        packed.x = *reinterpret_cast<unsigned*>(&lo);
-        packed.y = *reinterpret_cast<unsigned*>(&hi);
-        reinterpret_cast<uint2*>(p16)[i] = packed;
-      }
+      if (p16) store4(p16 + 4 * i, F4{{pv.x, pv.y, pv.z, pv.w}});
     }
     start += 4 * n4;
   }
@@ -109,21 +110,12 @@ __global__ void sgd_rest_kernel(float* __restrict__ p, const float* __restrict__
     float4 pv = reinterpret_cast<float4*>(p)[i];
     if (!done) {
       const float4 gv = reinterpret_cast<const float4*>(grad)[i];
-      float unused = 0.f;
-      pv.x = sgd_update(pv.x, gv.x, &unused, a);
-      pv.y = sgd_update(pv.y, gv.y, &unused, a);
-      pv.z = sgd_update(pv.z, gv.z, &unused, a);
-      pv.w = sgd_update(pv.w, gv.w, &unused, a);
+      float4 unused = make_float4(0.f, 0.f, 0.f, 0.f);
+      pv = sgd_update4(pv, gv, &unused, a);
       reinterpret_cast<float4*>(p)[i] = pv;
     }
     bad |= !isfinite(pv.x) || !isfinite(pv.y) || !isfinite(pv.z) || !isfinite(pv.w);
-    if (p16) {
-      __nv_bfloat162 lo = __floats2bfloat162_rn(pv.x, pv.y), hi = __floats2bfloat162_rn(pv.z, pv.w);
-      uint2 packed;
-      packed.x = *reinterpret_cast<unsigned*>(&lo);
-      packed.y = *reinterpret_cast<unsigned*>(&hi);
-      reinterpret_cast<uint2*>(p16)[i] = packed;
-    }
+    if (p16) store4(p16 + 4 * i, F4{{pv.x, pv.y, pv.z, pv.w}});
   }
   if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = 1;
 }
