@@ -42,6 +42,9 @@ expect_error "GEMM SM carveout on the CPU backend" "--gemm-sm-carveout: needs th
 expect_error "copy-engine all-reduce on the CPU backend" "--allreduce copy-engine: needs the GPU backend" --allreduce copy-engine --model vit_micro
 expect_error "CUDA graph switch on the CPU backend" "--cuda-graph off: needs the GPU backend" --cuda-graph off --model vit_micro
 expect_error "attention choice on the CPU backend" "--attention custom: needs the GPU backend" --attention custom --model vit_micro
+expect_error "3xTF32 GEMMs on the CPU backend" "--fp32-matmul tf32x3: needs the GPU backend" --fp32-matmul tf32x3 --model vit_micro
+EXPECT_ARGS="--backend gpu --model vit_micro" expect_error "3xTF32 GEMMs in bf16" \
+  "--fp32-matmul tf32x3: has no effect with --precision bf16" --fp32-matmul tf32x3 --precision bf16
 expect_error "SGD in backward on the CPU backend" "--optimizer-in-backward: needs the GPU backend" --optimizer-in-backward --no-ddp --model vit_micro
 # --optimizer-in-backward's rules hold before any GPU work (so also here, without a GPU).
 EXPECT_ARGS="--backend gpu --model vit_micro" expect_error "SGD in backward with DDP" \
@@ -50,7 +53,8 @@ for refused in "--optimizer adamw|--optimizer-in-backward: needs --optimizer sgd
     "--momentum 0.9|--momentum: 0.9: not with --optimizer-in-backward" \
     "--weight-decay 0.01|--weight-decay: 0.01: not with --optimizer-in-backward" \
     "--grad-accum-steps 2|--grad-accum-steps: 2: not with --optimizer-in-backward" \
-    "--on-nonfinite skip|--on-nonfinite: skip: not with --optimizer-in-backward"; do
+    "--on-nonfinite skip|--on-nonfinite: skip: not with --optimizer-in-backward" \
+    "--fp32-matmul tf32x3|--fp32-matmul: tf32x3: not with --optimizer-in-backward"; do
   NP=1 EXPECT_ARGS="--backend gpu --model vit_micro --no-ddp --optimizer-in-backward" \
     expect_error "SGD in backward with ${refused%%|*}" "${refused#*|}" ${refused%%|*}
 done

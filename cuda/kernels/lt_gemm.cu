@@ -35,6 +35,26 @@ __global__ void hold_sms_kernel(long long cycles) {
   }
 }
 
+// 3xTF32 operand split: hi[i] = X rounded to TF32 (round to nearest, ties away from zero, as
+// cvt.rna.tf32.f32), lo[i] = X - hi[i], exact in fp32; X row-major [rows, cols] with leading
+// dimension ld, hi and lo compact [rows, cols].
+__global__ void split_tf32_kernel(const float* __restrict__ x, int rows, int cols, int ld, float* __restrict__ hi,
+                                  float* __restrict__ lo) {
+  const size_t n = (size_t)rows * cols;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const size_t r = i / cols, c = i - r * cols;
+    const float v = x[r * ld + c];
+    uint32_t h;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(v));
+    const float hv = __uint_as_float(h);
+    hi[i] = hv;
+    lo[i] = v - hv;
+  }
+}
+
+/// Floats of one split half of a [rows, cols] operand, rounded up to 16 bytes.
+size_t split_floats(int rows, int cols) { return ((size_t)rows * cols + 3) / 4 * 4; }
+
 size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 
 const char* type_name(cudaDataType_t t) {
@@ -45,8 +65,10 @@ const char* type_name(cudaDataType_t t) {
 // Epilogue kinds: 0 none, 1 bias (D += bias[n] per row), 2 row sums of op(A) (cuBLASLt BGRADB).
 // Then the SM count target (0 = the device's) and the pointer mode of alpha and beta (true:
 // CUBLASLT_POINTER_MODE_DEVICE, read from device memory when the GEMM runs).
+// Last, whether the plan is a term of a 3xTF32 GEMM (CUBLAS_COMPUTE_32F_FAST_TF32 whatever the
+// object's compute type).
 using PlanKey = std::tuple<bool, bool, int, int, int, int, int, int, int, bool, int, uint32_t, uint32_t, uint32_t,
-                           uint32_t, int, int, int, bool>;
+                           uint32_t, int, int, int, bool, bool>;
 
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
@@ -94,6 +116,8 @@ struct LtGemm::Impl {
   cudaStream_t stream = nullptr;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   int autotune = 0;
+  float* split = nullptr;  // 3xTF32 mode: the operands' hi and lo halves (split_bytes), else null
+  size_t split_bytes = 0;
   int sm_target = 0;  // CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET of plans built now (0: all SMs)
   int device_sms = 0, clock_khz = 0;
   cudaStream_t hold_stream = nullptr;  // autotuning under a reduced target: the SM-holding kernel's stream
@@ -132,12 +156,12 @@ struct LtGemm::Impl {
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
     const auto [ta, tb, m, n, k, lda, ldb, ldc, ldd, beta_nonzero, epi_kind, al_a, al_b, al_c, al_d, ab_type, cd_type,
-                sms, device_scalars] = key;
+                sms, device_scalars, tf32_term] = key;
     (void)beta_nonzero;
     const auto ab = static_cast<cudaDataType_t>(ab_type), cd = static_cast<cudaDataType_t>(cd_type);
     Plan p;
     try {
-      CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, compute, CUDA_R_32F));
+      CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, tf32_term ? CUBLAS_COMPUTE_32F_FAST_TF32 : compute, CUDA_R_32F));
       const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // on our B buffer
       const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // on our A buffer
       const cublasLtPointerMode_t pm = device_scalars ? CUBLASLT_POINTER_MODE_DEVICE : CUBLASLT_POINTER_MODE_HOST;
@@ -197,7 +221,9 @@ struct LtGemm::Impl {
                             !overlaps(ops.d, d_bytes, ops.b, span_bytes(tb ? n : k, tb ? k : n, ldb, ab)) &&
                             (!beta_nonzero || !overlaps(ops.d, d_bytes, ops.c, span_bytes(m, n, ldc, cd))) &&
                             (epi_kind != 1 || !overlaps(ops.d, d_bytes, ops.epi_ptr, (size_t)n * type_bytes(cd)));
-        p.algo = results[fastest(p, results, found, ops, d_free ? 0 : d_bytes, sms)].algo;
+        // A 3xTF32 term adding into D (the second and third) keeps the heuristic's choice: timing
+        // it would need a temporary output that the memory estimate does not hold.
+        if (d_free || !tf32_term) p.algo = results[fastest(p, results, found, ops, d_free ? 0 : d_bytes, sms)].algo;
       }
     } catch (...) {
       destroy(p);
@@ -282,7 +308,8 @@ struct LtGemm::Impl {
   // dev_scalars, alpha and beta are read from there on the device (beta counts as non-zero).
   Plan* prepare(const GemmTypes& t, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a,
                 int lda, const void* b, int ldb, float beta, const void*& c, int& ldc, void* d, int ldd,
-                const void* bias, void* a_row_sums, const void*& epi_ptr, const float* dev_scalars = nullptr) {
+                const void* bias, void* a_row_sums, const void*& epi_ptr, const float* dev_scalars = nullptr,
+                bool tf32_term = false) {
     if (dev_scalars && !c) throw std::invalid_argument("LtGemm::gemm: device alpha/beta need C");
     if (bias && a_row_sums)
       throw std::invalid_argument("LtGemm::gemm: bias and a_row_sums are exclusive");
@@ -307,9 +334,55 @@ struct LtGemm::Impl {
     const PlanKey key =
         std::make_tuple(trans_a, trans_b, m, n, k, lda, ldb, ldc, ldd, dev_scalars || beta != 0.0f, epi_kind,
                         alignment_of(a), alignment_of(b), alignment_of(c), alignment_of(d), static_cast<int>(t.ab),
-                        static_cast<int>(t.cd), sm_target, dev_scalars != nullptr);
+                        static_cast<int>(t.cd), sm_target, dev_scalars != nullptr, tf32_term);
     Plan& p = plan_for(key, Operands{a, b, c, d, epi_ptr, alpha, beta, dev_scalars});
     return p.supported ? &p : nullptr;
+  }
+
+  // The 3xTF32 form of an fp32 GEMM (LtGemmOptions::tf32x3_scratch_bytes); false where the BGRADB
+  // epilogue is asked for.
+  bool tf32x3_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+                   float beta, const float* c, int ldc, float* d, int ldd, const float* bias, float* a_row_sums) {
+    if (a_row_sums) return false;  // BGRADB would sum the hi and lo halves as three separate row sums
+    const int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;  // stored shapes
+    if (m < 1 || n < 1 || k < 1 || !a || !b || lda < ac || ldb < bc)
+      throw std::invalid_argument("LtGemm: bad arguments " +
+                                  shape_string(GemmTypes{}, ta, tb, m, n, k, lda, ldb, ldc, ldd));
+    const size_t need = tf32x3_scratch_bytes(m, n, k);
+    if (need > split_bytes)
+      throw std::logic_error("LtGemm: the 3xTF32 scratch holds " + std::to_string(split_bytes) + " bytes, " +
+                             shape_string(GemmTypes{}, ta, tb, m, n, k, lda, ldb, ldc, ldd) + " needs " +
+                             std::to_string(need));
+    float* const a_hi = split;
+    float* const a_lo = a_hi + split_floats(ar, ac);
+    float* const b_hi = a_lo + split_floats(ar, ac);
+    float* const b_lo = b_hi + split_floats(br, bc);
+    split_operand(a, ar, ac, lda, a_hi, a_lo);
+    split_operand(b, br, bc, ldb, b_hi, b_lo);
+    // D = alpha * A_lo B_hi + beta * C, D += alpha * A_hi B_lo, D += alpha * A_hi B_hi (+ bias).
+    tf32_term(ta, tb, m, n, k, alpha, a_lo, ac, b_hi, bc, beta, c, ldc, d, ldd, nullptr);
+    tf32_term(ta, tb, m, n, k, alpha, a_hi, ac, b_lo, bc, 1.0f, d, ldd, d, ldd, nullptr);
+    tf32_term(ta, tb, m, n, k, alpha, a_hi, ac, b_hi, bc, 1.0f, d, ldd, d, ldd, bias);
+    return true;
+  }
+
+  void split_operand(const float* x, int rows, int cols, int ld, float* hi, float* lo) {
+    const size_t n = (size_t)rows * cols;
+    const int blocks = (int)std::min<size_t>((n + 255) / 256, (size_t)device_sms * 16);
+    split_tf32_kernel<<<blocks, 256, 0, stream>>>(x, rows, cols, ld, hi, lo);
+    CUDA_CHECK(cudaGetLastError());
+  }
+
+  void tf32_term(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+                 float beta, const float* c, int ldc, float* d, int ldd, const float* bias) {
+    const void* cc = c;
+    const void* epi_ptr = nullptr;
+    Plan* p = prepare(GemmTypes{}, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, cc, ldc, d, ldd, bias, nullptr,
+                      epi_ptr, nullptr, true);
+    if (!p)
+      throw std::runtime_error(launcher_rank_label() + ": cuBLASLt found no TF32 algorithm for the 3xTF32 term " +
+                               shape_string(GemmTypes{}, ta, tb, m, n, k, lda, ldb, ldc, ldd));
+    enqueue(*p, Operands{a, b, cc, d, epi_ptr, alpha, beta, nullptr});
   }
 
   void enqueue(Plan& p, const Operands& ops) {
@@ -353,7 +426,13 @@ LtGemm::LtGemm(cudaStream_t stream, const LtGemmOptions& o) : impl_(new Impl) {
   impl_->workspace_bytes = workspace_bytes;
   if (workspace_bytes > 0)
     impl_->workspace = impl_->arena.alloc<char>(workspace_bytes, "cuBLASLt workspace");
+  if (o.tf32x3_scratch_bytes > 0) {
+    impl_->split_bytes = o.tf32x3_scratch_bytes;
+    impl_->split = impl_->arena.alloc<float>((o.tf32x3_scratch_bytes + 3) / 4, "3xTF32 operand split");
+  }
 }
+
+size_t tf32x3_scratch_bytes(int m, int n, int k) { return 2 * (split_floats(m, k) + split_floats(k, n)) * 4; }
 
 LtGemm::~LtGemm() = default;
 
@@ -408,6 +487,15 @@ void LtGemm::gemm(const GemmTypes& types, bool trans_a, bool trans_b, int m, int
 bool LtGemm::try_gemm(const GemmTypes& types, bool trans_a, bool trans_b, int m, int n, int k,
                       float alpha, const void* a, int lda, const void* b, int ldb, float beta,
                       const void* c, int ldc, void* d, int ldd, const void* bias, void* a_row_sums) {
+  if (impl_->split && types.ab == CUDA_R_32F) {
+    if (types.cd != CUDA_R_32F)
+      throw std::invalid_argument("LtGemm::gemm: unsupported element types " +
+                                  shape_string(types, trans_a, trans_b, m, n, k, lda, ldb, ldc, ldd));
+    return impl_->tf32x3_gemm(trans_a, trans_b, m, n, k, alpha, static_cast<const float*>(a), lda,
+                              static_cast<const float*>(b), ldb, beta, static_cast<const float*>(c), ldc,
+                              static_cast<float*>(d), ldd, static_cast<const float*>(bias),
+                              static_cast<float*>(a_row_sums));
+  }
   const void* epi_ptr = nullptr;
   Plan* p = impl_->prepare(types, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
                            d, ldd, bias, a_row_sums, epi_ptr);
@@ -420,6 +508,8 @@ void LtGemm::gemm_device_scalars(const GemmTypes& types, bool trans_a, bool tran
                                  const float* d_alpha_beta, const void* a, int lda, const void* b, int ldb,
                                  const void* c, int ldc, void* d, int ldd) {
   if (!d_alpha_beta) throw std::invalid_argument("LtGemm::gemm_device_scalars: d_alpha_beta is null");
+  if (impl_->split && types.ab == CUDA_R_32F)
+    throw std::invalid_argument("LtGemm::gemm_device_scalars: not with the 3xTF32 mode (fp32 operands)");
   const int ldc_in = ldc;
   const void* epi_ptr = nullptr;
   Plan* p = impl_->prepare(types, trans_a, trans_b, m, n, k, 0.0f, a, lda, b, ldb, 1.0f, c, ldc, d, ldd, nullptr,

@@ -122,18 +122,31 @@ struct GpuViT::Impl {
   int batch = 0;  // of the last forward
   bool have_forward = false;
 
-  static LtGemmOptions gemm_options(const GpuViTOptions& o) {
+  /// `tf32x3_scratch`: LtGemmOptions::tf32x3_scratch_bytes (0 unless fp32_matmul_tf32x3).
+  static LtGemmOptions gemm_options(const GpuViTOptions& o, size_t tf32x3_scratch = 0) {
     LtGemmOptions g;
     g.compute = compute_type(o.precision);
     g.autotune_candidates = o.gemm_autotune_candidates;
+    g.tf32x3_scratch_bytes = tf32x3_scratch;
     return g;
   }
 
   Impl(const ParamLayout& l, int mb, cudaStream_t s, const GpuViTOptions& o)
-      : layout(l), cfg(l.cfg), max_batch(mb), stream(s), precision(o.precision),
-        lt(s, gemm_options(o)), attention(o.attention), patch_embed(o.patch_embed),
-        fused_bias_grad(o.fused_bias_grad), refresh_bf16(o.refresh_bf16_weights),
-        overlay_gradients(o.overlay_gradients), recompute_gelu(o.recompute_gelu) {
+      : layout(l),
+        cfg(l.cfg),
+        max_batch(mb),
+        stream(s),
+        precision(o.precision),
+        lt(s, gemm_options(o, o.fp32_matmul_tf32x3 ? gpu_vit_tf32x3_scratch_bytes(l.cfg, mb) : 0)),
+        attention(o.attention),
+        patch_embed(o.patch_embed),
+        fused_bias_grad(o.fused_bias_grad),
+        refresh_bf16(o.refresh_bf16_weights),
+        overlay_gradients(o.overlay_gradients),
+        recompute_gelu(o.recompute_gelu) {
+    if (o.fp32_matmul_tf32x3 && precision != Precision::fp32)
+      throw std::invalid_argument(std::string("GpuViT: the 3xTF32 GEMMs need fp32 precision (got ") +
+                                  precision_name(precision) + ")");
     if (o.backward_sm_carveout != 0) {
       const int sms = lt.device_sm_count();
       if (o.backward_sm_carveout < 0 || o.backward_sm_carveout >= sms)

@@ -11,6 +11,7 @@
 #include "cuda/kernels/gelu.h"
 #include "cuda/kernels/layernorm.h"
 #include "cuda/kernels/loss.h"
+#include "cuda/kernels/lt_gemm.h"
 #include "cuda/kernels/reduce.h"
 #include "model/param_layout.h"
 
@@ -232,6 +233,24 @@ size_t gpu_vit_autotune_scratch_bytes(const ViTConfig& cfg, bool accumulate, boo
   // The weight gradients of backward_pass, fp32 [out, in]: head, fc1, fc2, out_proj, qkv, conv_proj.
   const size_t outputs[] = {K * D * f32, D * M * f32, M * D * f32, D * D * f32, 3 * D * D * f32, D * PD * f32};
   return *std::max_element(std::begin(outputs), std::end(outputs));
+}
+
+size_t gpu_vit_tf32x3_scratch_bytes(const ViTConfig& cfg, int max_batch) {
+  const int D = cfg.hidden, M = cfg.mlp_dim, N = max_batch * cfg.seq_len();
+  struct Linear {
+    int rows, in, out;
+  };
+  const Linear linears[] = {{max_batch * cfg.num_patches(), cfg.patch_dim(), D},  // conv_proj (im2col GEMM)
+                            {N, D, 3 * D},
+                            {N, D, D},
+                            {N, D, M},
+                            {N, M, D},
+                            {max_batch, D, cfg.num_classes}};
+  size_t most = 0;
+  for (const Linear& l : linears)  // forward, input gradient, weight gradient (m, n, k)
+    most = std::max({most, tf32x3_scratch_bytes(l.rows, l.out, l.in), tf32x3_scratch_bytes(l.rows, l.in, l.out),
+                     tf32x3_scratch_bytes(l.out, l.in, l.rows)});
+  return most;
 }
 
 }  // namespace vitddp

@@ -96,4 +96,10 @@ GpuViTArenaPlan plan_gpu_vit_arena(const ViTConfig& cfg, size_t param_total, int
 /// GpuViTOptions::gemm_autotune_candidates > 1.
 size_t gpu_vit_autotune_scratch_bytes(const ViTConfig& cfg, bool accumulate, bool update_in_backward = false);
 
+/// Bytes of the 3xTF32 operand split (GpuViTOptions::fp32_matmul_tf32x3, LtGemmOptions::
+/// tf32x3_scratch_bytes): the largest tf32x3_scratch_bytes (cuda/kernels/lt_gemm.h) over the
+/// cuBLASLt GEMMs of GpuViT at max_batch images: forward, input gradient and weight gradient of
+/// conv_proj (as im2col GEMM), in_proj, out_proj, mlp.0, mlp.3 and heads.head.
+size_t gpu_vit_tf32x3_scratch_bytes(const ViTConfig& cfg, int max_batch);
+
 }  // namespace vitddp

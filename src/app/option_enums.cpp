@@ -43,6 +43,12 @@ const std::vector<std::pair<RecomputeChoice, std::string>>& enum_names<Recompute
   return n;
 }
 template <>
+const std::vector<std::pair<Fp32Matmul, std::string>>& enum_names<Fp32Matmul>() {
+  static const std::vector<std::pair<Fp32Matmul, std::string>> n = {{Fp32Matmul::Ieee, "ieee"},
+                                                                    {Fp32Matmul::Tf32x3, "tf32x3"}};
+  return n;
+}
+template <>
 const std::vector<std::pair<OptimizerKind, std::string>>& enum_names<OptimizerKind>() {
   static const std::vector<std::pair<OptimizerKind, std::string>> n = {{OptimizerKind::Sgd, "sgd"}, {OptimizerKind::AdamW, "adamw"}};
   return n;
@@ -98,6 +104,7 @@ std::string to_string(EvalSplit v) { return name_of(v); }
 std::string to_string(AttentionChoice v) { return name_of(v); }
 std::string to_string(PatchEmbedChoice v) { return name_of(v); }
 std::string to_string(RecomputeChoice v) { return name_of(v); }
+std::string to_string(Fp32Matmul v) { return name_of(v); }
 std::string to_string(OptimizerKind v) { return name_of(v); }
 std::string to_string(NonfinitePolicy v) { return name_of(v); }
 std::string to_string(FailMode v) { return name_of(v); }

@@ -53,6 +53,12 @@ enum class PatchEmbedChoice { Auto, Cudnn, Gemm };
 /// --recompute-gelu: auto (model/kernel_choice.h), on, off.
 enum class RecomputeChoice { Auto, On, Off };
 
+/// --fp32-matmul: how --precision fp32 runs its nn.Linear GEMMs. ieee: strict fp32 (PyTorch's
+/// torch.backends.cuda.matmul.fp32_precision = "ieee"); tf32x3: three TF32 tensor-core GEMMs on
+/// the operands split into TF32 hi and lo halves (XLA's DotAlgorithmPreset.TF32_TF32_F32_X3,
+/// cuda/kernels/lt_gemm.h).
+enum class Fp32Matmul { Ieee, Tf32x3 };
+
 enum class OptimizerKind {
   Sgd,    ///< torch.optim.SGD (momentum, L2 weight decay), model/sgd.h
   AdamW,  ///< torch.optim.AdamW (decoupled weight decay), model/adamw.h
@@ -78,6 +84,8 @@ template <> const std::vector<std::pair<EvalSplit, std::string>>& enum_names<Eva
 template <> const std::vector<std::pair<AttentionChoice, std::string>>& enum_names<AttentionChoice>();
 template <> const std::vector<std::pair<PatchEmbedChoice, std::string>>& enum_names<PatchEmbedChoice>();
 template <> const std::vector<std::pair<RecomputeChoice, std::string>>& enum_names<RecomputeChoice>();
+template <>
+const std::vector<std::pair<Fp32Matmul, std::string>>& enum_names<Fp32Matmul>();
 template <> const std::vector<std::pair<OptimizerKind, std::string>>& enum_names<OptimizerKind>();
 template <> const std::vector<std::pair<NonfinitePolicy, std::string>>& enum_names<NonfinitePolicy>();
 template <> const std::vector<std::pair<FailMode, std::string>>& enum_names<FailMode>();
@@ -95,6 +103,7 @@ std::string to_string(EvalSplit v);
 std::string to_string(AttentionChoice v);
 std::string to_string(PatchEmbedChoice v);
 std::string to_string(RecomputeChoice v);
+std::string to_string(Fp32Matmul v);
 std::string to_string(OptimizerKind v);
 std::string to_string(NonfinitePolicy v);
 std::string to_string(FailMode v);

@@ -253,6 +253,11 @@ const std::vector<Spec>& table() {
        "torch.autocast(bfloat16), fp32 master weights and gradients",
        [](Options& o, const std::string& v) { o.precision = parse_enum<Precision>("--precision", v); },
        [](const Options& o) { return to_string(o.precision); }},
+      {"fp32-matmul", "ieee|tf32x3", Group::Speed,
+       "GPU, --precision fp32: ieee = strict fp32 GEMMs; tf32x3 = each nn.Linear GEMM as three TF32 tensor-core GEMMs "
+       "on hi/lo operand halves (about fp32's accuracy, faster)",
+       [](Options& o, const std::string& v) { o.fp32_matmul = parse_enum<Fp32Matmul>("--fp32-matmul", v); },
+       [](const Options& o) { return to_string(o.fp32_matmul); }},
       {"cuda-graph", "on|off", Group::Speed,
        "GPU: on = forward, backward and the bucket all-reduces of a step replayed as one CUDA graph from the second "
        "step (PowerSGD runs eagerly); off = launched each step, with NVTX ranges",
@@ -583,6 +588,10 @@ void check_optimizer_in_backward(const Options& o) {
   if (o.grad_accum_steps > 1)
     bad("--grad-accum-steps", std::to_string(o.grad_accum_steps) +
                                   ": not with --optimizer-in-backward (every backward applies a step); use 1");
+  if (o.fp32_matmul == Fp32Matmul::Tf32x3)
+    bad("--fp32-matmul",
+        "tf32x3: not with --optimizer-in-backward (the weight-gradient GEMM that applies the step "
+        "reads lr from the device, which the three TF32 GEMMs of one product do not)");
   if (o.on_nonfinite == NonfinitePolicy::Skip)
     bad("--on-nonfinite",
         "skip: not with --optimizer-in-backward (the step is applied inside backward, before its "
@@ -653,15 +662,18 @@ const std::vector<EffectRule>& effect_rules() {
            std::to_string(o.cooldown_steps) + ", numbered from 0)";
   };
   static const std::vector<EffectRule> rules = {
-      {"eval-split", [](const Options& o) { return o.eval_every > 0; }, because("has no effect without --eval-every N (N > 0)")},
+      {"eval-split", [](const Options& o) { return o.eval_every > 0; },
+       because("has no effect without --eval-every N (N > 0)")},
       {"data-workers", [](const Options& o) { return o.data.kind != DataSpec::Kind::device; },
        because("has no effect with --data device (the GPU makes the batches)")},
       {"data", [](const Options& o) { return o.backend != Backend::Cpu || o.data.kind != DataSpec::Kind::device; },
        because("needs the GPU backend"), true},
       {"init", [](const Options& o) { return o.init_from.empty(); },
        because("has no effect with --init-from (the parameters come from that file)")},
-      {"debug-nan-at-step", [](const Options& o) { return o.debug_nan_at_step < o.total_steps(); }, past_last_step, true},
-      {"debug-fail-at-step", [](const Options& o) { return o.debug_fail_at_step < o.total_steps(); }, past_last_step, true},
+      {"debug-nan-at-step", [](const Options& o) { return o.debug_nan_at_step < o.total_steps(); }, past_last_step,
+       true},
+      {"debug-fail-at-step", [](const Options& o) { return o.debug_fail_at_step < o.total_steps(); }, past_last_step,
+       true},
       {"bucket-cap-mb", ddp, no_ddp},
       {"first-bucket-mb", ddp, no_ddp},
       {"no-overlap", ddp, no_ddp},
@@ -695,8 +707,16 @@ const std::vector<EffectRule>& effect_rules() {
       {"attention", not_cpu, because("needs the GPU backend (the CPU backend has one attention implementation)"), true},
       {"patch-embed", not_cpu, because("needs the GPU backend (the CPU backend has one patch embedding)"), true},
       {"recompute-gelu", not_cpu, because("needs the GPU backend (the CPU backend keeps every activation)"), true},
+      {"fp32-matmul", not_cpu, because("needs the GPU backend (the CPU backend's GEMMs are plain fp32 loops)"), true},
+      {"fp32-matmul", [](const Options& o) { return o.precision == Precision::fp32; },
+       [](const Options& o) {
+         return "has no effect with --precision " + to_string(o.precision) +
+                " (its GEMMs already run on tensor cores; the option sets how fp32 runs them)";
+       },
+       true},
       {"gemm-sm-carveout", not_cpu, because("needs the GPU backend (cuBLASLt)")},
-      {"momentum", sgd, because("has no effect with --optimizer adamw (SGD only; AdamW's first-moment decay is --adam-beta1)")},
+      {"momentum", sgd,
+       because("has no effect with --optimizer adamw (SGD only; AdamW's first-moment decay is --adam-beta1)")},
       {"adam-beta1", adamw, because("has no effect with --optimizer sgd (AdamW only)")},
       {"adam-beta2", adamw, because("has no effect with --optimizer sgd (AdamW only)")},
       {"adam-eps", adamw, because("has no effect with --optimizer sgd (AdamW only)")},

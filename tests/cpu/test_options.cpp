@@ -259,7 +259,8 @@ TEST_CASE("to_string gives the command-line names; option_values holds them as b
   CHECK(v["cuda-graph"] == "on");
   CHECK(v["no-ddp"] == "false");
   CHECK(v["record-grad-ready"] == "false");
-  CHECK(option_values(Options{}).size() == 67);
+  CHECK(v["fp32-matmul"] == "ieee");
+  CHECK(option_values(Options{}).size() == 68);
   std::map<std::string, std::string> g;
   for (const auto& [k, x] : option_values(parse_args({"--data", "idx:/x", "--eval-every", "2", "--eval-split", "train",
                                                       "--allreduce", "copy-engine", "--comm-streams", "3", "--init", "random",
@@ -504,7 +505,7 @@ TEST_CASE("--help: sections in order, one to three lines per option, defaults, n
       current.clear();
     }
   }
-  CHECK(count.size() == 69);
+  CHECK(count.size() == 70);
   for (const auto& [name, n] : count) {
     INFO(name);
     CHECK(n <= 3);

@@ -216,6 +216,26 @@ TEST_CASE("gpu_vit: backward GEMMs planned for fewer SMs (backward_sm_carveout) 
   }
 }
 
+TEST_CASE("gpu_vit: fp32 with 3xTF32 GEMMs (fp32_matmul_tf32x3) matches CpuViT<float> at fp32's tolerances",
+          "[gpu][gpu_vit][tf32x3]") {
+  REQUIRE_GPU();
+  ViTConfig cfg = vit_config("vit_b_32");
+  cfg.layers = 2;
+  GpuViTOptions o;
+  o.fp32_matmul_tf32x3 = true;
+  compare_with_cpu(cfg, 4, 4, 101, 1e-5, 1e-6, 1e-4, o);
+  o.gemm_autotune_candidates = 0;
+  o.fused_bias_grad = false;
+  compare_with_cpu(vit_config("vit_tiny"), 5, 3, 202, 1e-5, 1e-6, 1e-4, o);  // batch 3 of max 5
+  Stream st;
+  const ParamLayout L = make_param_layout(cfg);
+  for (Precision p : {Precision::tf32, Precision::bf16}) {
+    GpuViTOptions x = GpuViTOptions::for_precision(p);
+    x.fp32_matmul_tf32x3 = true;
+    CHECK_THROWS_AS(GpuViT(L, 4, st.s, x), std::invalid_argument);
+  }
+}
+
 // Published tolerances per precision (norm-relative, against CpuViT<float> on vit_b_32-sized
 // layers): fp32 logits 1e-5 / gradients 1e-4; tf32 5e-3 / 5e-3; bf16 3e-2 / 3e-2. The loss is held
 // to the logits' tolerance (fp32: 1e-6).

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 #include <vector>
@@ -238,4 +239,71 @@ TEST_CASE("lt_gemm: linear_update_weight applies W = beta W + alpha dY^T X once,
   CHECK_THROWS_AS(lt.gemm_device_scalars(GemmTypes{}, true, false, N, K, M, nullptr, dy.get(), N, x.get(), K, w.get(),
                                          K, w.get(), K),
                   std::invalid_argument);
+}
+
+TEST_CASE("lt_gemm: 3xTF32 mode keeps fp32's accuracy where one TF32 GEMM loses three digits",
+          "[gpu][lt_gemm][tf32x3]") {
+  REQUIRE_GPU();
+  Stream st;
+  // Operands with a spread of magnitudes (scale 1 to 100) so TF32's 10-bit mantissa shows.
+  const int M = 256, N = 384, K = 2048;
+  auto spread = [](size_t n, unsigned seed) {
+    std::vector<float> v = normal_vec(n, 1, seed);
+    for (size_t i = 0; i < n; ++i) v[i] *= 1.0f + 99.0f * (float)((i * 2654435761u) % 1000) / 1000.0f;
+    return v;
+  };
+  const auto hx = spread((size_t)M * K, 11), hw = spread((size_t)N * K, 12), hb = normal_vec(N, 1, 13),
+             hr = normal_vec((size_t)M * N, 1, 14), hdy = spread((size_t)M * N, 15),
+             hdw0 = normal_vec((size_t)N * K, 1, 16);
+  const auto y_ref = host_gemm(false, true, M, N, K, 1, hx, K, hw, K, 1, &hr, N, &hb),
+             dx_ref = host_gemm(false, false, M, K, N, 1, hdy, N, hw, K, 0, nullptr, K, nullptr),
+             dw_ref = host_gemm(true, false, N, K, M, 1, hdy, N, hx, K, 1, &hdw0, K, nullptr);
+  const size_t scratch =
+      std::max({tf32x3_scratch_bytes(M, N, K), tf32x3_scratch_bytes(M, K, N), tf32x3_scratch_bytes(N, K, M)});
+  struct Errors {
+    double y, dx, dw;
+  };
+  auto run = [&](cublasComputeType_t compute, size_t split, int autotune) {
+    LtGemmOptions o;
+    o.compute = compute;
+    o.tf32x3_scratch_bytes = split;
+    o.autotune_candidates = autotune;
+    LtGemm lt(st.s, o);
+    DevVec<float> x(hx), w(hw), b(hb), y(hr), dy(hdy), dx((size_t)M * K), dw(hdw0);
+    linear_forward(lt, x.get(), w.get(), b.get(), y.get(), y.get(), M, N, K);  // Y = X W^T + b + Y, in place
+    linear_backward_input(lt, dy.get(), w.get(), dx.get(), M, N, K);
+    linear_backward_weight(lt, dy.get(), x.get(), dw.get(), M, N, K, true);  // dW += dY^T X
+    return Errors{norm_rel_err(y.download(), y_ref), norm_rel_err(dx.download(), dx_ref),
+                  norm_rel_err(dw.download(), dw_ref)};
+  };
+  const Errors ieee = run(CUBLAS_COMPUTE_32F_PEDANTIC, 0, 0), tf32 = run(CUBLAS_COMPUTE_32F_FAST_TF32, 0, 0),
+               x3 = run(CUBLAS_COMPUTE_32F_PEDANTIC, scratch, 0),
+               x3_tuned = run(CUBLAS_COMPUTE_32F_PEDANTIC, scratch, 8);
+  std::printf(
+      "norm-relative error against double (Y, dX, dW): fp32 %.2e %.2e %.2e | tf32 %.2e %.2e %.2e | 3xTF32 %.2e "
+      "%.2e %.2e | 3xTF32 autotuned %.2e %.2e %.2e\n",
+      ieee.y, ieee.dx, ieee.dw, tf32.y, tf32.dx, tf32.dw, x3.y, x3.dx, x3.dw, x3_tuned.y, x3_tuned.dx, x3_tuned.dw);
+  for (const Errors& e : {x3, x3_tuned}) {
+    CHECK(e.y < 1e-6);  // strict fp32 measures about 1e-7 here, one TF32 GEMM about 3e-4
+    CHECK(e.dx < 1e-6);
+    CHECK(e.dw < 1e-6);
+    CHECK(e.y < 4 * ieee.y + 1e-7);
+    CHECK(e.dw < 4 * ieee.dw + 1e-7);
+  }
+  CHECK(tf32.y > 1e-5);  // the split is what brings the accuracy back
+  CHECK(tf32.dw > 1e-5);
+
+  // What the mode refuses: the BGRADB epilogue (try_gemm answers false), device scalars, and a
+  // shape larger than the scratch.
+  LtGemmOptions o;
+  o.compute = CUBLAS_COMPUTE_32F_PEDANTIC;
+  o.tf32x3_scratch_bytes = tf32x3_scratch_bytes(N, K, M);  // the weight gradient's, smaller than forward's
+  LtGemm lt(st.s, o);
+  DevVec<float> x(hx), w(hw), y((size_t)M * N), dy(hdy), dw((size_t)N * K), db(N),
+      scalars(std::vector<float>{-0.1f, 1.0f});
+  CHECK_FALSE(linear_backward_weight_bias(lt, dy.get(), x.get(), dw.get(), db.get(), M, N, K));
+  CHECK_THROWS_AS(linear_update_weight(lt, dy.get(), x.get(), dw.get(), scalars.get(), M, N, K), std::invalid_argument);
+  CHECK_THROWS_AS(linear_forward(lt, x.get(), w.get(), nullptr, nullptr, y.get(), M, N, K), std::logic_error);
+  linear_backward_weight(lt, dy.get(), x.get(), dw.get(), M, N, K, false);  // fits: dW = dY^T X
+  CHECK(norm_rel_err(dw.download(), host_gemm(true, false, N, K, M, 1, hdy, N, hx, K, 0, nullptr, K, nullptr)) < 1e-6);
 }

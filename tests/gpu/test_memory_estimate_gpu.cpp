@@ -49,6 +49,18 @@ TEST_CASE("memory estimate: equals the GPU engine's allocations with --optimizer
   }
 }
 
+TEST_CASE("memory estimate: equals the GPU engine's allocations with --fp32-matmul tf32x3", "[gpu][memory]") {
+  REQUIRE_GPU();
+  const Options o = parse_args(
+      {"--model", "vit_micro", "--batch-size", "3", "--no-ddp", "--fp32-matmul", "tf32x3", "--attention", "custom"});
+  const ParamLayout L = make_param_layout(vit_config(o.model));
+  const MemoryEstimate e = estimate_gpu_memory(o, L, {});
+  CHECK(e.bytes_of("3xTF32 operand split") == gpu_vit_tf32x3_scratch_bytes(L.cfg, 3));
+  CHECK(e.bytes_of("3xTF32 operand split") > 0);
+  auto engine = make_gpu_engine(o, World(), L, {}, nullptr);
+  CHECK(engine->info().device_bytes == e.persistent_bytes());
+}
+
 TEST_CASE("memory estimate: GpuViT allocates its arena plan plus the workspace", "[gpu][memory]") {
   REQUIRE_GPU();
   Stream st;
