@@ -14,7 +14,8 @@
 # Environment (defaults in brackets):
 #   VITDDP [build/vitddp]  PYTHON [python3]  MODELS [vit_l_32]  BATCHES [32]  PRECISIONS [bf16]
 #   MODES [eager cudagraph compile-reduce-overhead compile-max-autotune jax]; also jax-xla (JAX
-#     with XLA's attention instead of cuDNN's) and none (vitddp alone)
+#     with XLA's attention instead of cuDNN's), jax-tf32x3 (fp32 only: JAX with the
+#     TF32_TF32_F32_X3 dot algorithm, the peer of vitddp's --fp32-matmul tf32x3) and none (vitddp alone)
 #   ROUNDS [2]  WARMUP [10]  STEPS [100]  SKIP_VITDDP [0]  GEMM [1: probe the ceilings]
 #   TIMEOUT_S [300] per run, TIMEOUT_AUTOTUNE_S [600] for compile-max-autotune (it compiles for
 #     minutes)  GPU [0]: the index nvidia-smi samples  VITDDP_ARGS: more vitddp options
@@ -64,8 +65,8 @@ done
 for b in $BATCHES; do is_count "$b" || bad "BATCHES: '$b' is not a positive integer"; done
 for p in $PRECISIONS; do case $p in bf16|tf32|fp32) ;; *) bad "PRECISIONS: unknown precision '$p' (bf16 tf32 fp32)";; esac; done
 for mode in $MODES; do
-  case $mode in eager|cudagraph|compile-reduce-overhead|compile-max-autotune|jax|jax-xla|none) ;;
-    *) bad "MODES: unknown mode '$mode' (eager cudagraph compile-reduce-overhead compile-max-autotune jax jax-xla none)";; esac
+  case $mode in eager|cudagraph|compile-reduce-overhead|compile-max-autotune|jax|jax-xla|jax-tf32x3|none) ;;
+    *) bad "MODES: unknown mode '$mode' (eager cudagraph compile-reduce-overhead compile-max-autotune jax jax-xla jax-tf32x3 none)";; esac
 done
 for v in ROUNDS STEPS TIMEOUT_S TIMEOUT_AUTOTUNE_S; do is_count "${!v}" || bad "$v: '${!v}' is not a positive integer"; done
 [[ $WARMUP =~ ^[0-9]+$ ]] && [ "$WARMUP" -ge 2 ] || bad "WARMUP: '$WARMUP' must be an integer >= 2 (the CUDA-graph peer warms up before capturing)"
@@ -76,7 +77,7 @@ if [ "$SKIP_VITDDP" != 1 ]; then
   [ -x "$VITDDP" ] || bad "VITDDP: '$VITDDP' is not an executable (build vitddp or set VITDDP=PATH; SKIP_VITDDP=1 runs the peers alone)"
 fi
 TORCH_MODES=$(for mode in $MODES; do case $mode in eager|cudagraph|compile-*) echo "$mode";; esac; done)
-JAX_MODES=$(for mode in $MODES; do case $mode in jax|jax-xla) echo "$mode";; esac; done)
+JAX_MODES=$(for mode in $MODES; do case $mode in jax|jax-xla|jax-tf32x3) echo "$mode";; esac; done)
 if [ -n "$TORCH_MODES" ] || [ "$GEMM" = 1 ]; then  # the PyTorch peers and the GEMM probe
   "$PY" -c 'import torch, torchvision, h5py' 2>/dev/null || bad "PYTHON: '$PY' cannot import torch, torchvision and h5py"
 else
@@ -172,10 +173,12 @@ run_one() {
           done
           for mode in $JAX_MODES; do
             attn=auto; [ "$mode" = jax-xla ] && attn=xla
+            mm=ieee; [ "$mode" = jax-tf32x3 ] && mm=tf32x3
+            [ "$mm" = tf32x3 ] && [ "$p" != fp32 ] && continue  # an fp32-only algorithm
             run_one "$r" jax "$mode" "$m" "$b" "$p" "$OUT/$mode-$tag.json" \
               env XLA_PYTHON_CLIENT_PREALLOCATE="$JAX_PREALLOCATE" "$PY" "$PEERS/jax_vit.py" --model "$m" \
-              --batch-size "$b" --precision "$p" --attention "$attn" --device "$DEVICE" --warmup-steps "$WARMUP" --steps "$STEPS" \
-              --json "$OUT/$mode-$tag.json"
+              --batch-size "$b" --precision "$p" --attention "$attn" --fp32-matmul "$mm" --device "$DEVICE" \
+              --warmup-steps "$WARMUP" --steps "$STEPS" --json "$OUT/$mode-$tag.json"
           done
         done
       done

@@ -25,7 +25,8 @@ Precisions (what PyTorch's peers run):
         fp32 (fp32 + bf16 promotes, as in PyTorch); GELU and attention on the bf16 values.
   tf32  fp32 everywhere, jax_default_matmul_precision = "tensorfloat32".
   fp32  fp32 everywhere, jax_default_matmul_precision = "float32" (no TF32: XLA's GPU default
-        would use it).
+        would use it); with --fp32-matmul tf32x3, "TF32_TF32_F32_X3" (jax.lax.DotAlgorithmPreset:
+        three TF32 passes on split operands, what vitddp's --fp32-matmul tf32x3 runs).
 --attention: cudnn (jax.nn.dot_product_attention(implementation="cudnn"): bf16 on a GPU only),
 xla (implementation="xla"), or auto [default]: cudnn where it applies (GPU and bf16) and compiles,
 else xla; the result's `attention` says which ran, `attention_fallback` why cudnn was not used.
@@ -62,11 +63,15 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     vit_shapes.add_step_arguments(ap)
     ap.add_argument("--attention", default="auto", choices=["auto", "cudnn", "xla"])
+    ap.add_argument("--fp32-matmul", default="ieee", choices=["ieee", "tf32x3"],
+                    help="--precision fp32: float32 matmuls (ieee) or the TF32_TF32_F32_X3 dot algorithm (tf32x3)")
     vit_shapes.add_run_arguments(ap)
     ap.add_argument("--check-against-torch", action="store_true",
                     help="compare loss and gradients with torchvision's model on the same weights, then exit")
     a = ap.parse_args(argv)
     vit_shapes.check_run_arguments(ap, a)
+    if a.fp32_matmul != "ieee" and a.precision != "fp32":
+        ap.error("--fp32-matmul tf32x3 needs --precision fp32")
     if a.check_against_torch and a.precision != "fp32":
         ap.error("--check-against-torch compares in fp32: give --precision fp32")
     if a.attention == "cudnn" and (a.device != "cuda" or a.precision != "bf16"):
@@ -183,14 +188,16 @@ def make_train_step(jax, loss_fn, lr):
 
 # ----------------------------------------------------------------------------------------------
 
-def import_jax(device, precision):
+def import_jax(device, precision, fp32_matmul="ieee"):
     """Imports jax for `device` (cpu: JAX_PLATFORMS=cpu before the import) with the matmul
-    precision of `precision`. Returns (jax, the jax.Device)."""
+    precision of `precision` (and of --fp32-matmul in fp32). Returns (jax, the jax.Device)."""
     if device == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
     import jax
     if precision != "bf16":  # bf16's matmuls take bf16 operands: no fp32 precision to choose
-        jax.config.update("jax_default_matmul_precision", "tensorfloat32" if precision == "tf32" else "float32")
+        jax.config.update("jax_default_matmul_precision",
+                          "tensorfloat32" if precision == "tf32"
+                          else "TF32_TF32_F32_X3" if fp32_matmul == "tf32x3" else "float32")
     if device == "cpu":
         return jax, jax.devices("cpu")[0]
     try:
@@ -269,7 +276,8 @@ def benchmark(jax, a, size, dev):
     images_per_s = steps_per_s * a.batch_size
     return {
         "kind": "peer", "tool": "jax", "mode": "jit", "attention": impl, "attention_fallback": fallback,
-        "model": size.name, "batch_size": a.batch_size, "precision": a.precision, "lr": a.lr, "seed": a.seed,
+        "model": size.name, "batch_size": a.batch_size, "precision": a.precision, "fp32_matmul": a.fp32_matmul,
+        "lr": a.lr, "seed": a.seed,
         "device": dev.platform, "device_name": dev.device_kind,
         "warmup_steps": a.warmup_steps, "steps": a.steps, "timed_window_s": wall,
         "steps_per_s": steps_per_s, "images_per_s": images_per_s,
@@ -340,7 +348,7 @@ def check_against_torch(jax, a, size, dev):
 
 def main(argv=None):
     a = parse_args(sys.argv[1:] if argv is None else argv)
-    jax, dev = import_jax(a.device, a.precision)
+    jax, dev = import_jax(a.device, a.precision, a.fp32_matmul)
     if dev is None:
         print("jax_vit.py: --device cuda: JAX sees no GPU", file=sys.stderr)
         return 2

@@ -87,6 +87,8 @@ def read_vitddp(path):
             mode += ", GELU recomputed"
         if attr("option.optimizer-in-backward") == "true":  # absent before the option existed
             mode += ", SGD in backward"
+        if attr("option.fp32-matmul") == "tf32x3":  # absent before the option existed
+            mode += ", 3xTF32 GEMMs"
         names = a.get("device_names")
         device = names[0] if names is not None and len(names) else None
         device = device.decode() if isinstance(device, bytes) else device
@@ -103,6 +105,8 @@ def read_peer(path, r):
     mode = r["mode"]
     if r["tool"] == "jax":
         mode = f"jit, {r.get('attention', '?')} attention"
+        if r.get("fp32_matmul") == "tf32x3":
+            mode += ", TF32_TF32_F32_X3 dots"
     elif r.get("optimizer_step") == "compiled":
         mode += ", compiled SGD"
 
