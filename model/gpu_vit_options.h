@@ -69,7 +69,7 @@ struct GpuViTOptions {
   /// backward runs. 0 = plan for every SM. Forward always plans for every SM. The constructor
   /// throws std::invalid_argument when it is negative or leaves fewer than 1 SM.
   int backward_sm_carveout = 0;
-  /// fp32 only: the nn.Linear and patch-embedding GEMMs run as 3xTF32 (three TF32 tensor-core GEMMs
+  /// fp32 only: the nn.Linear and patch-embedding GEMMs run as 3xTF32 (three TF32 tensor-core products
   /// on the operands split into TF32 hi and lo halves, LtGemmOptions::tf32x3_scratch_bytes) instead
   /// of strict fp32 SIMT GEMMs; the attention core stays strict fp32. The constructor throws
   /// std::invalid_argument in tf32 and bf16.

@@ -54,7 +54,7 @@ enum class PatchEmbedChoice { Auto, Cudnn, Gemm };
 enum class RecomputeChoice { Auto, On, Off };
 
 /// --fp32-matmul: how --precision fp32 runs its nn.Linear GEMMs. ieee: strict fp32 (PyTorch's
-/// torch.backends.cuda.matmul.fp32_precision = "ieee"); tf32x3: three TF32 tensor-core GEMMs on
+/// torch.backends.cuda.matmul.fp32_precision = "ieee"); tf32x3: three TF32 tensor-core products on
 /// the operands split into TF32 hi and lo halves (XLA's DotAlgorithmPreset.TF32_TF32_F32_X3,
 /// cuda/kernels/lt_gemm.h).
 enum class Fp32Matmul { Ieee, Tf32x3 };

@@ -254,7 +254,8 @@ const std::vector<Spec>& table() {
        [](Options& o, const std::string& v) { o.precision = parse_enum<Precision>("--precision", v); },
        [](const Options& o) { return to_string(o.precision); }},
       {"fp32-matmul", "ieee|tf32x3", Group::Speed,
-       "GPU, --precision fp32: ieee = strict fp32 GEMMs; tf32x3 = each nn.Linear GEMM as three TF32 tensor-core GEMMs "
+       "GPU, --precision fp32: ieee = strict fp32 GEMMs; tf32x3 = each nn.Linear GEMM as three TF32 tensor-core "
+       "products "
        "on hi/lo operand halves (about fp32's accuracy, faster)",
        [](Options& o, const std::string& v) { o.fp32_matmul = parse_enum<Fp32Matmul>("--fp32-matmul", v); },
        [](const Options& o) { return to_string(o.fp32_matmul); }},
@@ -591,7 +592,7 @@ void check_optimizer_in_backward(const Options& o) {
   if (o.fp32_matmul == Fp32Matmul::Tf32x3)
     bad("--fp32-matmul",
         "tf32x3: not with --optimizer-in-backward (the weight-gradient GEMM that applies the step "
-        "reads lr from the device, which the three TF32 GEMMs of one product do not)");
+        "reads lr from the device, which the two TF32 GEMMs of one product would each need)");
   if (o.on_nonfinite == NonfinitePolicy::Skip)
     bad("--on-nonfinite",
         "skip: not with --optimizer-in-backward (the step is applied inside backward, before its "
