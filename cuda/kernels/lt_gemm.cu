@@ -37,17 +37,19 @@ __global__ void hold_sms_kernel(long long cycles) {
 
 // 3xTF32 operand split of X, row-major [rows, cols] with leading dimension ld: element (r, c) goes
 // to out[r * ld_out + c + off_hi] as hi = X rounded to TF32 (round to nearest, ties away from
-// zero: cvt.rna.tf32.f32) and to out[r * ld_out + c + off_lo] as lo = X - hi, exact in fp32. The
-// offsets place the two halves side by side (off = cols, ld_out = 2 cols) or one above the other
-// (off = rows * cols, ld_out = cols): the operand concatenated along k. Rows over blockIdx.y,
-// columns over the threads of blockIdx.x, so reads and writes are coalesced.
-__global__ void split_tf32_kernel(const float* __restrict__ x, int rows, int cols, int ld, float* __restrict__ out,
-                                  int ld_out, size_t off_hi, size_t off_lo) {
-  for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+// zero: cvt.rna.tf32.f32) and to out[r * ld_out + c + off_lo] as lo = X - hi, exact in fp32; the
+// padding rows [rows, rows + pad_rows) and columns [cols, cols + pad_cols) of both halves get 0.
+// The offsets place the two halves side by side (off = padded cols, ld_out = twice that) or one
+// above the other (off = padded rows x cols, ld_out = cols): the operand concatenated along k,
+// with k padded to a multiple of 4 so that the second half starts 16-byte aligned. Rows over
+// blockIdx.y, columns over the threads of blockIdx.x, so reads and writes are coalesced.
+__global__ void split_tf32_kernel(const float* __restrict__ x, int rows, int cols, int ld, int pad_rows, int pad_cols,
+                                  float* __restrict__ out, int ld_out, size_t off_hi, size_t off_lo) {
+  for (int r = blockIdx.y; r < rows + pad_rows; r += gridDim.y) {
     const float* xr = x + (size_t)r * ld;
     float* o = out + (size_t)r * ld_out;
-    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
-      const float v = xr[c];
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols + pad_cols; c += gridDim.x * blockDim.x) {
+      const float v = r < rows && c < cols ? xr[c] : 0.0f;
       uint32_t h;
       asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(v));
       const float hv = __uint_as_float(h);
@@ -57,8 +59,8 @@ __global__ void split_tf32_kernel(const float* __restrict__ x, int rows, int col
   }
 }
 
-/// Floats of a split operand of `elements` elements (its hi and lo halves), rounded up to 16 bytes.
-size_t split_floats(size_t elements) { return (2 * elements + 3) / 4 * 4; }
+/// k rounded up to a multiple of 4 (16 bytes of fp32): the depth of each half of a split operand.
+int padded_depth(int k) { return (k + 3) / 4 * 4; }
 
 size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 
@@ -226,7 +228,7 @@ struct LtGemm::Impl {
                             !overlaps(ops.d, d_bytes, ops.b, span_bytes(tb ? n : k, tb ? k : n, ldb, ab)) &&
                             (!beta_nonzero || !overlaps(ops.d, d_bytes, ops.c, span_bytes(m, n, ldc, cd))) &&
                             (epi_kind != 1 || !overlaps(ops.d, d_bytes, ops.epi_ptr, (size_t)n * type_bytes(cd)));
-        // A 3xTF32 term adding into D (the second and third) keeps the heuristic's choice: timing
+        // A 3xTF32 term adding into D (the second, or the first when C is D) keeps the heuristic's choice: timing
         // it would need a temporary output that the memory estimate does not hold.
         if (d_free || !tf32_term) p.algo = results[fastest(p, results, found, ops, d_free ? 0 : d_bytes, sms)].algo;
       }
@@ -350,7 +352,10 @@ struct LtGemm::Impl {
                    float beta, const float* c, int ldc, float* d, int ldd, const float* bias, float* a_row_sums) {
     if (a_row_sums) return false;  // BGRADB would sum the hi and lo halves as three separate row sums
     const int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;  // stored shapes
-    if (m < 1 || n < 1 || k < 1 || !a || !b || lda < ac || ldb < bc)
+    // Checked here, before the splits are enqueued, so a refusal names the caller's shape.
+    const bool c_used = beta != 0.0f;
+    if (m < 1 || n < 1 || k < 1 || !a || !b || !d || lda < ac || ldb < bc || ldd < n || (c_used && !c) ||
+        (c_used && (ldc < n || (c == d && ldc != ldd))))
       throw std::invalid_argument("LtGemm: bad arguments " +
                                   shape_string(GemmTypes{}, ta, tb, m, n, k, lda, ldb, ldc, ldd));
     const size_t need = tf32x3_scratch_bytes(m, n, k);
@@ -358,25 +363,29 @@ struct LtGemm::Impl {
       throw std::logic_error("LtGemm: the 3xTF32 scratch holds " + std::to_string(split_bytes) + " bytes, " +
                              shape_string(GemmTypes{}, ta, tb, m, n, k, lda, ldb, ldc, ldd) + " needs " +
                              std::to_string(need));
-    // op(A') = [A_hi, A_lo] and op(B') = [B_lo; B_hi], both concatenated along k: stored side by
-    // side (ld 2k) where k runs along the stored rows, one above the other where it runs down them.
+    // op(A') = [A_hi, 0, A_lo, 0] and op(B') = [B_lo; 0; B_hi; 0], both concatenated along k with
+    // each half padded with zeros to kp = k rounded up to 4: stored side by side (ld 2 kp) where k
+    // runs along the stored rows, one above the other where it runs down them.
+    const int kp = padded_depth(k);
     float* const a2 = split;
-    float* const b2 = split + split_floats((size_t)ar * ac);
-    const int lda2 = ta ? m : 2 * k, ldb2 = tb ? 2 * k : n;
-    const size_t a_lo = ta ? (size_t)k * m : (size_t)k, b_hi = tb ? (size_t)k : (size_t)k * n;
-    split_operand(a, ar, ac, lda, a2, lda2, 0, a_lo);
-    split_operand(b, br, bc, ldb, b2, ldb2, b_hi, 0);
-    // D = alpha * (A_hi B_lo + A_lo B_hi) + beta * C as one GEMM over 2k, then D += alpha * A_hi B_hi
+    float* const b2 = split + (size_t)2 * kp * m;
+    const int lda2 = ta ? m : 2 * kp, ldb2 = tb ? 2 * kp : n;
+    const size_t a_lo = ta ? (size_t)kp * m : (size_t)kp, b_hi = tb ? (size_t)kp : (size_t)kp * n;
+    split_operand(a, ar, ac, lda, ta ? kp - k : 0, ta ? 0 : kp - k, a2, lda2, 0, a_lo);
+    split_operand(b, br, bc, ldb, tb ? 0 : kp - k, tb ? kp - k : 0, b2, ldb2, b_hi, 0);
+    // D = alpha * (A_hi B_lo + A_lo B_hi) + beta * C as one GEMM over 2 kp, then D += alpha * A_hi B_hi
     // (+ bias) over the hi halves in place: the small terms first.
-    tf32_term(ta, tb, m, n, 2 * k, alpha, a2, lda2, b2, ldb2, beta, c, ldc, d, ldd, nullptr);
+    tf32_term(ta, tb, m, n, 2 * kp, alpha, a2, lda2, b2, ldb2, beta, c, ldc, d, ldd, nullptr);
     tf32_term(ta, tb, m, n, k, alpha, a2, lda2, b2 + b_hi, ldb2, 1.0f, d, ldd, d, ldd, bias);
     return true;
   }
 
-  void split_operand(const float* x, int rows, int cols, int ld, float* out, int ld_out, size_t off_hi, size_t off_lo) {
-    const int bx = std::min((cols + 255) / 256, 8);
-    const int by = std::min(rows, std::max(1, device_sms * 16 / bx));
-    split_tf32_kernel<<<dim3(bx, by), 256, 0, stream>>>(x, rows, cols, ld, out, ld_out, off_hi, off_lo);
+  void split_operand(const float* x, int rows, int cols, int ld, int pad_rows, int pad_cols, float* out, int ld_out,
+                     size_t off_hi, size_t off_lo) {
+    const int bx = std::min((cols + pad_cols + 255) / 256, 8);
+    const int by = std::min(rows + pad_rows, std::max(1, device_sms * 16 / bx));
+    split_tf32_kernel<<<dim3(bx, by), 256, 0, stream>>>(x, rows, cols, ld, pad_rows, pad_cols, out, ld_out, off_hi,
+                                                        off_lo);
     CUDA_CHECK(cudaGetLastError());
   }
 
@@ -439,9 +448,7 @@ LtGemm::LtGemm(cudaStream_t stream, const LtGemmOptions& o) : impl_(new Impl) {
   }
 }
 
-size_t tf32x3_scratch_bytes(int m, int n, int k) {
-  return (split_floats((size_t)m * k) + split_floats((size_t)k * n)) * sizeof(float);
-}
+size_t tf32x3_scratch_bytes(int m, int n, int k) { return (size_t)2 * padded_depth(k) * (m + n) * sizeof(float); }
 
 LtGemm::~LtGemm() = default;
 

@@ -52,7 +52,7 @@ struct LtGemmOptions {
 };
 
 /// Device scratch (bytes) that the 3xTF32 mode of LtGemmOptions needs for a GEMM whose op(A) is
-/// [m,k] and op(B) is [k,n]: the hi and lo halves of both operands, each 16-byte aligned.
+/// [m,k] and op(B) is [k,n]: the hi and lo halves of both operands, k padded to a multiple of 4.
 size_t tf32x3_scratch_bytes(int m, int n, int k);
 
 /// Element types of one GEMM: A and B share `ab`; C, D and the bias (or bias-gradient) vector
@@ -132,7 +132,7 @@ class LtGemm {
   /// them to finish), then forgets them. 0 when none.
   double take_timed_ms();
 
-  /// Device bytes held (the workspace).
+  /// Device bytes held (the workspace, and the 3xTF32 scratch when on).
   size_t device_bytes() const;
   /// The device workspace (workspace_bytes() bytes; null when 0) and the compute type of every
   /// GEMM: for another library's GEMMs enqueued on the same stream (GemmAttention), which may use

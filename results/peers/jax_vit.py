@@ -26,7 +26,8 @@ Precisions (what PyTorch's peers run):
   tf32  fp32 everywhere, jax_default_matmul_precision = "tensorfloat32".
   fp32  fp32 everywhere, jax_default_matmul_precision = "float32" (no TF32: XLA's GPU default
         would use it); with --fp32-matmul tf32x3, "TF32_TF32_F32_X3" (jax.lax.DotAlgorithmPreset:
-        three TF32 passes on split operands, what vitddp's --fp32-matmul tf32x3 runs).
+        three TF32 passes on split operands, the algorithm of vitddp's --fp32-matmul tf32x3; XLA
+        applies it to every dot, the attention's too, where vitddp keeps its attention strict fp32).
 --attention: cudnn (jax.nn.dot_product_attention(implementation="cudnn"): bf16 on a GPU only),
 xla (implementation="xla"), or auto [default]: cudnn where it applies (GPU and bf16) and compiles,
 else xla; the result's `attention` says which ran, `attention_fallback` why cudnn was not used.
@@ -70,8 +71,8 @@ def parse_args(argv):
                     help="compare loss and gradients with torchvision's model on the same weights, then exit")
     a = ap.parse_args(argv)
     vit_shapes.check_run_arguments(ap, a)
-    if a.fp32_matmul != "ieee" and a.precision != "fp32":
-        ap.error("--fp32-matmul tf32x3 needs --precision fp32")
+    if a.fp32_matmul != "ieee" and (a.precision != "fp32" or a.device != "cuda"):
+        ap.error("--fp32-matmul tf32x3 needs --precision fp32 and --device cuda (a TF32 algorithm)")
     if a.check_against_torch and a.precision != "fp32":
         ap.error("--check-against-torch compares in fp32: give --precision fp32")
     if a.attention == "cudnn" and (a.device != "cuda" or a.precision != "bf16"):

@@ -99,6 +99,7 @@ TEST_CASE("bench: fp32 GEMMs on this GPU: strict, TF32, 3xTF32, cuBLAS BF16x9 em
     CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
     CUBLAS_CHECK(
         cublasDgemm(h, op_b, op_a, s.n, s.m, s.k, &one, b64.get(), ldb, a64.get(), lda, &zero, d64.get(), s.n));
+    CUDA_CHECK(cudaStreamSynchronize(st.s));  // the copy below runs on the legacy stream
     const std::vector<double> ref = [&] {
       std::vector<double> r(nc);
       CUDA_CHECK(cudaMemcpy(r.data(), d64.get(), nc * sizeof(double), cudaMemcpyDeviceToHost));

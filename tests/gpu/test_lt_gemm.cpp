@@ -303,7 +303,42 @@ TEST_CASE("lt_gemm: 3xTF32 mode keeps fp32's accuracy where one TF32 GEMM loses 
       scalars(std::vector<float>{-0.1f, 1.0f});
   CHECK_FALSE(linear_backward_weight_bias(lt, dy.get(), x.get(), dw.get(), db.get(), M, N, K));
   CHECK_THROWS_AS(linear_update_weight(lt, dy.get(), x.get(), dw.get(), scalars.get(), M, N, K), std::invalid_argument);
-  CHECK_THROWS_AS(linear_forward(lt, x.get(), w.get(), nullptr, nullptr, y.get(), M, N, K), std::logic_error);
+  CHECK_THROWS_WITH(linear_forward(lt, x.get(), w.get(), nullptr, nullptr, y.get(), M, N, K),
+                    Catch::Contains("the 3xTF32 scratch holds"));
   linear_backward_weight(lt, dy.get(), x.get(), dw.get(), M, N, K, false);  // fits: dW = dY^T X
   CHECK(norm_rel_err(dw.download(), host_gemm(true, false, N, K, M, 1, hdy, N, hx, K, 0, nullptr, K, nullptr)) < 1e-6);
+
+  // Every transpose pair, strided operands, alpha and beta, k not a multiple of 4 (each half of the
+  // split padded to 4), C separate and C = D with a bias, with and without autotuning.
+  struct Shape { int m, n, k; };
+  for (const Shape s : {Shape{37, 29, 45}, Shape{7, 5, 3}, Shape{50, 100, 768}})
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true})
+        for (const int tune : {0, 8}) {
+          INFO("m=" << s.m << " n=" << s.n << " k=" << s.k << " trans_a=" << ta << " trans_b=" << tb << " autotune=" << tune);
+          LtGemmOptions so;
+          so.compute = CUBLAS_COMPUTE_32F_PEDANTIC;
+          so.autotune_candidates = tune;
+          so.tf32x3_scratch_bytes = tf32x3_scratch_bytes(s.m, s.n, s.k);
+          LtGemm g(st.s, so);
+          const int ar = ta ? s.k : s.m, ac = ta ? s.m : s.k, br = tb ? s.n : s.k, bc = tb ? s.k : s.n;
+          const int lda = ac + 3, ldb = bc + 1, ldd = s.n + 2;
+          const auto ha = normal_vec((size_t)ar * lda, 3, 21), hbm = normal_vec((size_t)br * ldb, 3, 22),
+                     hc = normal_vec((size_t)s.m * ldd, 1, 23), hbias = normal_vec(s.n, 1, 24);
+          DevVec<float> da(ha), db(hbm), dc(hc), dd(hc), dbias(hbias), dsep((size_t)s.m * ldd);
+          auto rows = [&](const std::vector<float>& v) {  // [m, n] out of [m, ldd]
+            std::vector<float> r((size_t)s.m * s.n);
+            for (int i = 0; i < s.m; ++i)
+              for (int j = 0; j < s.n; ++j) r[(size_t)i * s.n + j] = v[(size_t)i * ldd + j];
+            return r;
+          };
+          const auto hc_rows = rows(hc);
+          // D = 0.5 op(A) op(B) + 1.5 C, C separate; then D = 0.5 op(A) op(B) + 1.5 D + bias in place.
+          g.gemm(ta, tb, s.m, s.n, s.k, 0.5f, da.get(), lda, db.get(), ldb, 1.5f, dc.get(), ldd, dsep.get(), ldd);
+          CHECK(norm_rel_err(rows(dsep.download()),
+                             host_gemm(ta, tb, s.m, s.n, s.k, 0.5, ha, lda, hbm, ldb, 1.5, &hc_rows, s.n, nullptr)) < 1e-6);
+          g.gemm(ta, tb, s.m, s.n, s.k, 0.5f, da.get(), lda, db.get(), ldb, 1.5f, dd.get(), ldd, dd.get(), ldd, dbias.get());
+          CHECK(norm_rel_err(rows(dd.download()),
+                             host_gemm(ta, tb, s.m, s.n, s.k, 0.5, ha, lda, hbm, ldb, 1.5, &hc_rows, s.n, &hbias)) < 1e-6);
+        }
 }
