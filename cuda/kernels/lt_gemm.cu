@@ -35,32 +35,25 @@ __global__ void hold_sms_kernel(long long cycles) {
   }
 }
 
-// 3xTF32 operand split of X, row-major [rows, cols] with leading dimension ld: element (r, c) goes
-// to out[r * ld_out + c + off_hi] as hi = X rounded to TF32 (round to nearest, ties away from
-// zero: cvt.rna.tf32.f32) and to out[r * ld_out + c + off_lo] as lo = X - hi, exact in fp32; the
-// padding rows [rows, rows + pad_rows) and columns [cols, cols + pad_cols) of both halves get 0.
-// The offsets place the two halves side by side (off = padded cols, ld_out = twice that) or one
-// above the other (off = padded rows x cols, ld_out = cols): the operand concatenated along k,
-// with k padded to a multiple of 4 so that the second half starts 16-byte aligned. Rows over
-// blockIdx.y, columns over the threads of blockIdx.x, so reads and writes are coalesced.
-__global__ void split_tf32_kernel(const float* __restrict__ x, int rows, int cols, int ld, int pad_rows, int pad_cols,
-                                  float* __restrict__ out, int ld_out, size_t off_hi, size_t off_lo) {
-  for (int r = blockIdx.y; r < rows + pad_rows; r += gridDim.y) {
-    const float* xr = x + (size_t)r * ld;
-    float* o = out + (size_t)r * ld_out;
-    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols + pad_cols; c += gridDim.x * blockDim.x) {
-      const float v = r < rows && c < cols ? xr[c] : 0.0f;
-      uint32_t h;
-      asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(v));
-      const float hv = __uint_as_float(h);
-      o[off_hi + c] = hv;
-      o[off_lo + c] = v - hv;
-    }
+// 3xTF32 operand split: hi[i] = X rounded to TF32 (round to nearest, ties away from zero, as
+// cvt.rna.tf32.f32), lo[i] = X - hi[i], exact in fp32; X row-major [rows, cols] with leading
+// dimension ld, hi and lo compact [rows, cols].
+__global__ void split_tf32_kernel(const float* __restrict__ x, int rows, int cols, int ld, float* __restrict__ hi,
+                                  float* __restrict__ lo) {
+  const size_t n = (size_t)rows * cols;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const size_t r = i / cols, c = i - r * cols;
+    const float v = x[r * ld + c];
+    uint32_t h;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(v));
+    const float hv = __uint_as_float(h);
+    hi[i] = hv;
+    lo[i] = v - hv;
   }
 }
 
-/// k rounded up to a multiple of 4 (16 bytes of fp32): the depth of each half of a split operand.
-int padded_depth(int k) { return (k + 3) / 4 * 4; }
+/// Floats of one split half of a [rows, cols] operand, rounded up to 16 bytes.
+size_t split_floats(int rows, int cols) { return ((size_t)rows * cols + 3) / 4 * 4; }
 
 size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 
@@ -228,7 +221,8 @@ struct LtGemm::Impl {
                             !overlaps(ops.d, d_bytes, ops.b, span_bytes(tb ? n : k, tb ? k : n, ldb, ab)) &&
                             (!beta_nonzero || !overlaps(ops.d, d_bytes, ops.c, span_bytes(m, n, ldc, cd))) &&
                             (epi_kind != 1 || !overlaps(ops.d, d_bytes, ops.epi_ptr, (size_t)n * type_bytes(cd)));
-        // A 3xTF32 term adding into D (the second, or the first when C is D) keeps the heuristic's choice: timing
+        // A 3xTF32 term adding into D (the second and third, and the first when C is D) keeps the
+        // heuristic's choice: timing
         // it would need a temporary output that the memory estimate does not hold.
         if (d_free || !tf32_term) p.algo = results[fastest(p, results, found, ops, d_free ? 0 : d_bytes, sms)].algo;
       }
@@ -363,29 +357,23 @@ struct LtGemm::Impl {
       throw std::logic_error("LtGemm: the 3xTF32 scratch holds " + std::to_string(split_bytes) + " bytes, " +
                              shape_string(GemmTypes{}, ta, tb, m, n, k, lda, ldb, ldc, ldd) + " needs " +
                              std::to_string(need));
-    // op(A') = [A_hi, 0, A_lo, 0] and op(B') = [B_lo; 0; B_hi; 0], both concatenated along k with
-    // each half padded with zeros to kp = k rounded up to 4: stored side by side (ld 2 kp) where k
-    // runs along the stored rows, one above the other where it runs down them.
-    const int kp = padded_depth(k);
-    float* const a2 = split;
-    float* const b2 = split + (size_t)2 * kp * m;
-    const int lda2 = ta ? m : 2 * kp, ldb2 = tb ? 2 * kp : n;
-    const size_t a_lo = ta ? (size_t)kp * m : (size_t)kp, b_hi = tb ? (size_t)kp : (size_t)kp * n;
-    split_operand(a, ar, ac, lda, ta ? kp - k : 0, ta ? 0 : kp - k, a2, lda2, 0, a_lo);
-    split_operand(b, br, bc, ldb, tb ? 0 : kp - k, tb ? kp - k : 0, b2, ldb2, b_hi, 0);
-    // D = alpha * (A_hi B_lo + A_lo B_hi) + beta * C as one GEMM over 2 kp, then D += alpha * A_hi B_hi
-    // (+ bias) over the hi halves in place: the small terms first.
-    tf32_term(ta, tb, m, n, 2 * kp, alpha, a2, lda2, b2, ldb2, beta, c, ldc, d, ldd, nullptr);
-    tf32_term(ta, tb, m, n, k, alpha, a2, lda2, b2 + b_hi, ldb2, 1.0f, d, ldd, d, ldd, bias);
+    float* const a_hi = split;
+    float* const a_lo = a_hi + split_floats(ar, ac);
+    float* const b_hi = a_lo + split_floats(ar, ac);
+    float* const b_lo = b_hi + split_floats(br, bc);
+    split_operand(a, ar, ac, lda, a_hi, a_lo);
+    split_operand(b, br, bc, ldb, b_hi, b_lo);
+    // D = alpha * A_lo B_hi + beta * C, D += alpha * A_hi B_lo, D += alpha * A_hi B_hi (+ bias).
+    tf32_term(ta, tb, m, n, k, alpha, a_lo, ac, b_hi, bc, beta, c, ldc, d, ldd, nullptr);
+    tf32_term(ta, tb, m, n, k, alpha, a_hi, ac, b_lo, bc, 1.0f, d, ldd, d, ldd, nullptr);
+    tf32_term(ta, tb, m, n, k, alpha, a_hi, ac, b_hi, bc, 1.0f, d, ldd, d, ldd, bias);
     return true;
   }
 
-  void split_operand(const float* x, int rows, int cols, int ld, int pad_rows, int pad_cols, float* out, int ld_out,
-                     size_t off_hi, size_t off_lo) {
-    const int bx = std::min((cols + pad_cols + 255) / 256, 8);
-    const int by = std::min(rows + pad_rows, std::max(1, device_sms * 16 / bx));
-    split_tf32_kernel<<<dim3(bx, by), 256, 0, stream>>>(x, rows, cols, ld, pad_rows, pad_cols, out, ld_out, off_hi,
-                                                        off_lo);
+  void split_operand(const float* x, int rows, int cols, int ld, float* hi, float* lo) {
+    const size_t n = (size_t)rows * cols;
+    const int blocks = (int)std::min<size_t>((n + 255) / 256, (size_t)device_sms * 16);
+    split_tf32_kernel<<<blocks, 256, 0, stream>>>(x, rows, cols, ld, hi, lo);
     CUDA_CHECK(cudaGetLastError());
   }
 
@@ -448,7 +436,7 @@ LtGemm::LtGemm(cudaStream_t stream, const LtGemmOptions& o) : impl_(new Impl) {
   }
 }
 
-size_t tf32x3_scratch_bytes(int m, int n, int k) { return (size_t)2 * padded_depth(k) * (m + n) * sizeof(float); }
+size_t tf32x3_scratch_bytes(int m, int n, int k) { return 2 * (split_floats(m, k) + split_floats(k, n)) * 4; }
 
 LtGemm::~LtGemm() = default;
 

@@ -40,10 +40,9 @@ struct LtGemmOptions {
   /// 0: fp32-operand GEMMs run with `compute`. > 0: they run as 3xTF32 instead, with this many
   /// bytes of device scratch (at least tf32x3_scratch_bytes of the largest call): each fp32
   /// operand X is split into hi = X rounded to TF32 (cvt.rna.tf32.f32) and lo = X - hi (exact in
-  /// fp32), and D = alpha * (A_hi B_lo + A_lo B_hi + A_hi B_hi) + beta * C is computed by two
-  /// CUBLAS_COMPUTE_32F_FAST_TF32 GEMMs, fp32 accumulation: the two small terms as one GEMM over
-  /// [A_hi, A_lo] and [B_lo; B_hi] concatenated along k (2k), then A_hi B_hi added in place (the
-  /// A_lo B_lo term, about 2^-22 of the product, is dropped). The "3xTF32" of CUTLASS (OpMultiplyAddFastF32, its
+  /// fp32), and D = alpha * (A_lo B_hi + A_hi B_lo + A_hi B_hi) + beta * C is computed by three
+  /// CUBLAS_COMPUTE_32F_FAST_TF32 GEMMs, small terms first, fp32 accumulation (the A_lo B_lo term,
+  /// about 2^-22 of the product, is dropped). The "3xTF32" of CUTLASS (OpMultiplyAddFastF32, its
   /// example 27) and XLA's DotAlgorithmPreset.TF32_TF32_F32_X3: about fp32's accuracy on tensor
   /// cores. Not available with the BGRADB epilogue (try_gemm answers false, as when cuBLASLt has
   /// no algorithm, so callers take their column-sum path) or device scalars (std::invalid_argument).
@@ -52,7 +51,7 @@ struct LtGemmOptions {
 };
 
 /// Device scratch (bytes) that the 3xTF32 mode of LtGemmOptions needs for a GEMM whose op(A) is
-/// [m,k] and op(B) is [k,n]: the hi and lo halves of both operands, k padded to a multiple of 4.
+/// [m,k] and op(B) is [k,n]: the hi and lo halves of both operands, each 16-byte aligned.
 size_t tf32x3_scratch_bytes(int m, int n, int k);
 
 /// Element types of one GEMM: A and B share `ab`; C, D and the bias (or bias-gradient) vector

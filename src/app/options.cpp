@@ -592,7 +592,7 @@ void check_optimizer_in_backward(const Options& o) {
   if (o.fp32_matmul == Fp32Matmul::Tf32x3)
     bad("--fp32-matmul",
         "tf32x3: not with --optimizer-in-backward (the weight-gradient GEMM that applies the step "
-        "reads lr from the device, which the two TF32 GEMMs of one product would each need)");
+        "reads lr from the device, which the three TF32 GEMMs of one product would each need)");
   if (o.on_nonfinite == NonfinitePolicy::Skip)
     bad("--on-nonfinite",
         "skip: not with --optimizer-in-backward (the step is applied inside backward, before its "
