@@ -222,8 +222,7 @@ struct LtGemm::Impl {
                             (!beta_nonzero || !overlaps(ops.d, d_bytes, ops.c, span_bytes(m, n, ldc, cd))) &&
                             (epi_kind != 1 || !overlaps(ops.d, d_bytes, ops.epi_ptr, (size_t)n * type_bytes(cd)));
         // A 3xTF32 term adding into D (the second and third, and the first when C is D) keeps the
-        // heuristic's choice: timing
-        // it would need a temporary output that the memory estimate does not hold.
+        // heuristic's choice: timing it would need a temporary output the memory estimate does not hold.
         if (d_free || !tf32_term) p.algo = results[fastest(p, results, found, ops, d_free ? 0 : d_bytes, sms)].algo;
       }
     } catch (...) {
