@@ -87,12 +87,14 @@ def read_vitddp(path):
             mode += ", GELU recomputed"
         if attr("option.optimizer-in-backward") == "true":  # absent before the option existed
             mode += ", SGD in backward"
-        if attr("option.fp32-matmul") == "tf32x3":  # absent before the option existed
+        tf32x3 = attr("option.fp32-matmul") == "tf32x3"  # absent before the option existed
+        if tf32x3:
             mode += ", 3xTF32 GEMMs"
         names = a.get("device_names")
         device = names[0] if names is not None and len(names) else None
         device = device.decode() if isinstance(device, bytes) else device
-        return {"tool": "vitddp", "mode": mode, "model": attr("model"), "batch_size": int(a["batch_size"]),
+        return {"tool": "vitddp", "mode": mode, "fp32_matmul": "tf32x3" if tf32x3 else "ieee",
+                "model": attr("model"), "batch_size": int(a["batch_size"]),
                 "precision": attr("precision"), "steps_per_s": float(f["summary/steps_per_second"][()]),
                 "median_step_ms": float(f["summary/median_step_time"][()]) * 1e3 if "summary/median_step_time" in f else None,
                 "alloc": None, "reserved": None, "compile_s": None, "device_name": device, "file": path,
@@ -112,7 +114,8 @@ def read_peer(path, r):
 
     def gib(v):
         return v / GIB if v is not None else None
-    return {"tool": r["tool"], "mode": mode, "model": r["model"], "batch_size": int(r["batch_size"]),
+    return {"tool": r["tool"], "mode": mode, "fp32_matmul": r.get("fp32_matmul", "ieee"),
+            "model": r["model"], "batch_size": int(r["batch_size"]),
             "precision": r["precision"], "steps_per_s": float(r["steps_per_s"]),
             "median_step_ms": r.get("median_step_ms"), "alloc": gib(r.get("peak_mem_allocated_bytes")),
             "reserved": gib(r.get("peak_mem_reserved_bytes")), "compile_s": r.get("compile_s"),
@@ -175,6 +178,32 @@ def best_of_rounds(rows):
     return out
 
 
+def ratio_lines(group):
+    """The "vitddp / best peer" line of one cell (rows best first). Where fp32 GEMMs ran both
+    strict and as 3xTF32 (vitddp's --fp32-matmul tf32x3, JAX's TF32_TF32_F32_X3), one line per
+    numerical contract, each vitddp row against the best peer of its own contract, then the fastest
+    of each side whatever the contract."""
+    ours = [r for r in group if r["tool"] == "vitddp"]
+    peers = [r for r in group if r["tool"] != "vitddp"]
+    if not ours or not peers:
+        return []
+
+    def line(label, o, p):
+        return f"vitddp / best peer{label} ({p['tool']} {p['mode']}): {o['steps_per_s'] / p['steps_per_s']:.2f}x steps/s."
+    contracts = sorted({r.get("fp32_matmul", "ieee") for r in group})
+    if len(contracts) == 1:
+        return ["", line("", ours[0], peers[0])]
+    out = [""]
+    for c in contracts:
+        o = [r for r in ours if r.get("fp32_matmul", "ieee") == c]
+        p = [r for r in peers if r.get("fp32_matmul", "ieee") == c]
+        if o and p:
+            out.append(line(", 3xTF32 GEMMs on both sides" if c == "tf32x3" else ", strict fp32 GEMMs on both sides",
+                            o[0], p[0]))
+    out.append(line(", fastest of each whatever the GEMMs", ours[0], peers[0]))
+    return out
+
+
 def render(rows, incomplete=(), ceilings=None, failed=()):
     """The Markdown text (see the module doc)."""
     ceilings = ceilings or {}
@@ -214,12 +243,7 @@ def render(rows, incomplete=(), ceilings=None, failed=()):
                 fmt(r["reserved"], ".2f"), fmt(r["smi"], ".2f"), fmt(r["compile_s"], ".1f"),
                 "-" if r.get("loss") is None else f"{r['loss'][0]:.4f} -> {r['loss'][1]:.4f}",
                 " / ".join(f"{v:.2f}" for v in r["rounds"])]) + " |")
-        ours = [r for r in group if r["tool"] == "vitddp"]
-        peers = [r for r in group if r["tool"] != "vitddp"]
-        if ours and peers:
-            p = max(peers, key=lambda r: r["steps_per_s"])
-            lines += ["", f"vitddp / best peer ({p['tool']} {p['mode']}): "
-                          f"{ours[0]['steps_per_s'] / p['steps_per_s']:.2f}x steps/s."]
+        lines += ratio_lines(group)
         fails = [f for f in failed if (f["model"], int(f["batch"]), f["precision"]) == (model, batch, prec)]
         if fails:
             lines += ["", "Failed runs: " + "; ".join(

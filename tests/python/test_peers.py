@@ -165,6 +165,36 @@ def test_table_reads_packed_samples_and_names_recomputed_gelu(bench_folder, make
     assert rows["vitddp cuda graph on, custom attention, GELU recomputed"][9] == "-"  # no samples
 
 
+def test_table_gives_one_ratio_per_fp32_gemm_contract(tmp_path, make_run, capsys):
+    # vitddp strict and with --fp32-matmul tf32x3, against torch (strict) and JAX strict and
+    # TF32_TF32_F32_X3: each vitddp row against the best peer of its own contract, then overall.
+    for name, sps, mm in (("vitddp-a.h5", 13.6, "ieee"), ("vitddp-b.h5", 17.5, "tf32x3")):
+        make_run(name, world_size=1, batch_size=32, precision="fp32", backend="gpu", sps=sps,
+                 attrs={"model": "vit_l_32", "attention": "custom", "option.fp32-matmul": mm})
+    peer_json(tmp_path / "t.json", "torch", "compile-reduce-overhead", 12.9, precision="fp32")
+    peer_json(tmp_path / "j.json", "jax", "jit", 12.8, precision="fp32", attention="xla")
+    peer_json(tmp_path / "x.json", "jax", "jit", 15.7, precision="fp32", attention="xla", fp32_matmul="tf32x3")
+    assert peers_table.main([str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    rows = table_rows(text)
+    assert rows["vitddp cuda graph on, custom attention, 3xTF32 GEMMs"][2] == "17.50"
+    assert rows["jax jit, xla attention, TF32_TF32_F32_X3 dots"][2] == "15.70"
+    assert (f"vitddp / best peer, strict fp32 GEMMs on both sides (torch compile-reduce-overhead): "
+            f"{13.6 / 12.9:.2f}x steps/s.") in text
+    assert (f"vitddp / best peer, 3xTF32 GEMMs on both sides (jax jit, xla attention, TF32_TF32_F32_X3 dots): "
+            f"{17.5 / 15.7:.2f}x steps/s.") in text
+    assert "vitddp / best peer, fastest of each whatever the GEMMs (jax jit, xla attention, TF32_TF32_F32_X3 dots)" in text
+
+
+@pytest.mark.parametrize("args", [["--precision", "bf16"], ["--precision", "fp32", "--device", "cpu"]])
+def test_jax_peer_refuses_tf32x3_outside_fp32_on_cuda(args):
+    # Refused by the argument parser, before jax is imported (so no jax needed here).
+    p = subprocess.run([sys.executable, os.path.join(PEERS, "jax_vit.py"), "--fp32-matmul", "tf32x3", *args],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert "--fp32-matmul tf32x3 needs --precision fp32 and --device cuda" in p.stderr
+
+
 def test_table_without_ceilings_or_vitddp(tmp_path, capsys):
     peer_json(tmp_path / "a.json", "torch", "eager", 10.0, precision="fp32")
     assert peers_table.main([str(tmp_path)]) == 0
