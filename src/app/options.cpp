@@ -255,8 +255,7 @@ const std::vector<Spec>& table() {
        [](const Options& o) { return to_string(o.precision); }},
       {"fp32-matmul", "ieee|tf32x3", Group::Speed,
        "GPU, --precision fp32: ieee = strict fp32 GEMMs; tf32x3 = each nn.Linear GEMM as three TF32 tensor-core "
-       "products "
-       "on hi/lo operand halves (about fp32's accuracy, faster)",
+       "products on hi/lo operand halves (about fp32's accuracy, faster)",
        [](Options& o, const std::string& v) { o.fp32_matmul = parse_enum<Fp32Matmul>("--fp32-matmul", v); },
        [](const Options& o) { return to_string(o.fp32_matmul); }},
       {"cuda-graph", "on|off", Group::Speed,

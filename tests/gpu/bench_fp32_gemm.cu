@@ -11,7 +11,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -35,23 +34,6 @@ __global__ void widen(const float* a, double* b, size_t n) {
 void to_double(const DevVec<float>& a, DevVec<double>& b, size_t n) {
   widen<<<(unsigned)((n + 255) / 256), 256>>>(a.get(), b.get(), n);
   CUDA_CHECK(cudaGetLastError());
-}
-
-/// Mean milliseconds of `run` over `reps` calls after 3 warm-up calls, on `st`.
-double time_ms(cudaStream_t st, int reps, const std::function<void()>& run) {
-  for (int i = 0; i < 3; ++i) run();
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
-  CUDA_CHECK(cudaEventRecord(e0, st));
-  for (int i = 0; i < reps; ++i) run();
-  CUDA_CHECK(cudaEventRecord(e1, st));
-  CUDA_CHECK(cudaEventSynchronize(e1));
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return ms / reps;
 }
 
 }  // namespace
@@ -107,7 +89,7 @@ TEST_CASE("bench: fp32 GEMMs on this GPU: strict, TF32, 3xTF32, cuBLAS BF16x9 em
     }();
     auto cell = [&](const std::function<void()>& run) {
       CUDA_CHECK(cudaMemset(d.get(), 0, nc * sizeof(float)));
-      const double ms = time_ms(st.s, 20, run);
+      const double ms = time_ms(st.s, run);  // gpu_test_util.h: 3 warm-up runs, mean of 20
       const double err = norm_rel_err(d.download(), ref);
       char buf[96];
       std::snprintf(buf, sizeof buf, "%.3f ms, %.0f TFLOP/s, %.1e", ms, 2.0 * s.m * s.n * s.k / ms * 1e-9, err);
