@@ -97,6 +97,38 @@ struct GpuViT::Impl {
   std::unique_ptr<GemmAttention> gemm_attention;    // attention == gemm or gemm_recompute (fp32 activations)
   std::unique_ptr<CudnnPatchEmbed> cudnn_conv;      // patch_embed == cudnn
 
+  /// GpuViTOptions::wgrad_stream: a second stream, with its own cuBLASLt handle and workspace,
+  /// for backward's weight-gradient GEMMs, and the two events that fork it from `stream` and join
+  /// it back (graph capture turns them into edges).
+  struct SideStream {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t fork = nullptr, join = nullptr;
+    std::unique_ptr<LtGemm> lt;
+    explicit SideStream(const LtGemmOptions& options) {
+      CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      try {
+        CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+        lt = std::make_unique<LtGemm>(stream, options);
+      } catch (...) {
+        release();
+        throw;
+      }
+    }
+    ~SideStream() { release(); }
+    SideStream(const SideStream&) = delete;
+    SideStream& operator=(const SideStream&) = delete;
+
+   private:
+    void release() {
+      lt.reset();
+      if (join) cudaEventDestroy(join);
+      if (fork) cudaEventDestroy(fork);
+      if (stream) cudaStreamDestroy(stream);
+    }
+  };
+  std::unique_ptr<SideStream> side;
+
   // fp32 activations.
   float* emb = nullptr;
   std::vector<float*> x;  // layers + 1
@@ -174,6 +206,9 @@ struct GpuViT::Impl {
                                                      o.gemm_autotune_candidates > 1);
       cudnn_conv->prepare(max_batch);
     }
+    if (o.wgrad_stream)
+      side = std::make_unique<SideStream>(
+          gemm_options(o, o.fp32_matmul_tf32x3 ? gpu_vit_tf32x3_scratch_bytes(l.cfg, mb) : 0));
   }
 
   template <typename T>
@@ -405,34 +440,63 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
   auto ready = [&](const ParamRef& a, const ParamRef& b) {
     if (on_ready) on_ready({a.index, b.index});
   };
-  // nn.Linear weight and bias gradients (fp32): dW (+)= dY^T X, db (+)= colsum(dY); dY is [m, n].
-  auto linear_grads = [&](const auto* dy, const auto* xin, float* dw, float* db, int m, int n,
-                          int k) {
-    if (!acc && fused_bias_grad && linear_backward_weight_bias(lt, dy, xin, dw, db, m, n, k)) return;
-    linear_backward_weight(lt, dy, xin, dw, m, n, k, acc);
-    column_sum(dy, m, n, n, db, acc, scratch, st);
+  // nn.Linear weight and bias gradients (fp32): dW (+)= dY^T X, db (+)= colsum(dY); dY is [m, n];
+  // GEMMs on g, the column sum on s (g's stream).
+  auto linear_grads_on = [&](LtGemm& g, cudaStream_t s, const auto* dy, const auto* xin, float* dw, float* db, int m,
+                             int n, int k) {
+    if (!acc && fused_bias_grad && linear_backward_weight_bias(g, dy, xin, dw, db, m, n, k)) return;
+    linear_backward_weight(g, dy, xin, dw, m, n, k, acc);
+    column_sum(dy, m, n, n, db, acc, scratch, s);
+  };
+  auto linear_grads = [&](const auto* dy, const auto* xin, float* dw, float* db, int m, int n, int k) {
+    linear_grads_on(lt, st, dy, xin, dw, db, m, n, k);
   };
   // With fused_bias_grad, the bias gradients of fc2 and out_proj come from the LayerNorm backward
   // that writes their output gradient (the residual-stream gradient, dx_colsum), and fc1's from
   // the GELU backward (gelu_backward_bias): no pass over dY of their own, and a plain weight GEMM.
   // Measured on an H200 (results/h200/kernels/bias-fusion).
   const bool fuse = fused_bias_grad;
-  auto weight_grad = [&](const auto* dy, const auto* xin, float* dw, int m, int n, int k) {
-    linear_backward_weight(lt, dy, xin, dw, m, n, k, acc);
-  };
   // A block weight's gradient, or with `upd` its SGD step in place (w_new: the tensor in
   // update.params; its input-gradient GEMM has run); db: the bias gradient to take with it (or
-  // nullptr: taken elsewhere).
-  auto block_weight = [&](const auto* dy, const auto* xin, float* dw, float* w_new, float* db, int m, int n, int k) {
+  // nullptr: taken elsewhere). GEMMs on g, the column sum on s (g's stream).
+  auto block_weight = [&](LtGemm& g, cudaStream_t s, const auto* dy, const auto* xin, float* dw, float* w_new,
+                          float* db, int m, int n, int k) {
     if (!upd) {
       if (db)
-        linear_grads(dy, xin, dw, db, m, n, k);
+        linear_grads_on(g, s, dy, xin, dw, db, m, n, k);
       else
-        weight_grad(dy, xin, dw, m, n, k);
+        linear_backward_weight(g, dy, xin, dw, m, n, k, acc);
       return;
     }
-    linear_update_weight(lt, dy, xin, w_new, update.alpha_beta, m, n, k);
-    if (db) column_sum(dy, m, n, n, db, false, scratch, st);
+    linear_update_weight(g, dy, xin, w_new, update.alpha_beta, m, n, k);
+    if (db) column_sum(dy, m, n, n, db, false, scratch, s);
+  };
+  // One layer's weight-gradient work weight(LtGemm&, stream) and input-gradient GEMM input(), then
+  // done() (the gradient-ready report) once the weight's work is ordered on `st`:
+  //  - with `upd`: input first (it reads the weight the update overwrites);
+  //  - with the side stream (wgrad_stream): weight on it, beside input on `st`, then `st` waits for
+  //    it. The two share no buffer: weight reads dY and the layer's input and writes dW (and the
+  //    bias gradient, its column sum in reduce_scratch); input reads dY and W and writes the
+  //    gradient scratch (dwide / dnarrow), and uses no reduce_scratch;
+  //  - else weight, done, input on `st`, in that order.
+  auto weight_and_input = [&](auto&& weight, auto&& input, auto&& done) {
+    if (upd) {
+      input();
+      weight(lt, st);
+      done();
+    } else if (side) {
+      CUDA_CHECK(cudaEventRecord(side->fork, st));
+      CUDA_CHECK(cudaStreamWaitEvent(side->stream, side->fork, 0));
+      weight(*side->lt, side->stream);
+      input();
+      CUDA_CHECK(cudaEventRecord(side->join, side->stream));
+      CUDA_CHECK(cudaStreamWaitEvent(st, side->join, 0));
+      done();
+    } else {
+      weight(lt, st);
+      done();
+      input();
+    }
   };
 
   // Head (fp32): dW = dlogits^T @ xf, db = colsum(dlogits), dxf = dlogits @ W.
@@ -458,15 +522,15 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
     // a.g: kept from forward, or (recompute_gelu) rewritten into the shared buffer by the GELU
     // backward, which then runs first.
     const BlockTensors<float>& wn = pu.blocks[l];
-    auto fc2_grads = [&] {  // fc2_b with fuse: by the LayerNorm backward above
-      block_weight(dxo, a.g, g.fc2_w, wn.fc2_w, fuse ? nullptr : g.fc2_b, N, D, M);
-      ready(bp.fc2_b, bp.fc2_w);
-    };
     // With `upd` every block weight's input gradient comes first: the update overwrites it (in
     // fp32 and tf32 the input-gradient GEMMs read the fp32 weights themselves).
-    if (!recompute_gelu && !upd) fc2_grads();
-    linear_backward_input(lt, dxo, W(w.fc2_w), o.dwide, N, D, M);
-    if (!recompute_gelu && upd) fc2_grads();
+    auto fc2_weight = [&](LtGemm& gm, cudaStream_t s) {  // fc2_b with fuse: by the LayerNorm backward above
+      block_weight(gm, s, dxo, a.g, g.fc2_w, wn.fc2_w, fuse ? nullptr : g.fc2_b, N, D, M);
+    };
+    auto fc2_input = [&] { linear_backward_input(lt, dxo, W(w.fc2_w), o.dwide, N, D, M); };
+    auto fc2_ready = [&] { ready(bp.fc2_b, bp.fc2_w); };
+    if (!recompute_gelu) weight_and_input(fc2_weight, fc2_input, fc2_ready);
+    else fc2_input();  // its weight gradient reads a.g, which the GELU pass below writes again
     // MLP up-projection (mlp.0).
     T* const regelu = recompute_gelu ? a.g : nullptr;
     if (fuse) {
@@ -475,35 +539,34 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
       if (regelu) gelu_forward(a.u, regelu, (size_t)N * M, st);
       gelu_backward(o.dwide, a.u, o.dwide, (size_t)N * M, st);
     }
-    if (recompute_gelu) fc2_grads();
-    auto fc1_grads = [&] {  // fc1_b with fuse: by the GELU backward above
-      block_weight(o.dwide, a.z, g.fc1_w, wn.fc1_w, fuse ? nullptr : g.fc1_b, N, M, D);
-      ready(bp.fc1_b, bp.fc1_w);
+    auto fc1_weight = [&](LtGemm& gm, cudaStream_t s) {  // fc1_b with fuse: by the GELU backward above
+      block_weight(gm, s, o.dwide, a.z, g.fc1_w, wn.fc1_w, fuse ? nullptr : g.fc1_b, N, M, D);
     };
-    if (!upd) fc1_grads();
-    linear_backward_input(lt, o.dwide, W(w.fc1_w), o.dnarrow, N, M, D);
-    if (upd) fc1_grads();
+    auto fc1_input = [&] { linear_backward_input(lt, o.dwide, W(w.fc1_w), o.dnarrow, N, M, D); };
+    auto fc1_ready = [&] { ready(bp.fc1_b, bp.fc1_w); };
+    if (!recompute_gelu) {
+      weight_and_input(fc1_weight, fc1_input, fc1_ready);
+    } else {  // fc2's weight gradient with fc1's, beside fc1's input gradient
+      weight_and_input([&](LtGemm& gm, cudaStream_t s) { fc2_weight(gm, s), fc1_weight(gm, s); }, fc1_input,
+                       [&] { fc2_ready(), fc1_ready(); });
+    }
     // ln_2, plus the residual path: dx becomes dL/dxmid.
     layernorm_backward(o.dnarrow, D, a.xmid, D, a.mean2, a.rstd2, w.ln2_w, dx, D, true, g.ln2_w,
                        g.ln2_b, acc, N, D, scratch, st, dx16, fuse ? g.proj_b : nullptr);
     ready(bp.ln2_b, bp.ln2_w);
     // out_proj.
-    auto proj_grads = [&] {  // proj_b with fuse: by ln_2's backward
-      block_weight(dxo, a.attn, g.proj_w, wn.proj_w, fuse ? nullptr : g.proj_b, N, D, D);
-      ready(bp.proj_b, bp.proj_w);
-    };
-    if (!upd) proj_grads();
-    linear_backward_input(lt, dxo, W(w.proj_w), o.dnarrow, N, D, D);
-    if (upd) proj_grads();
+    weight_and_input(
+        [&](LtGemm& gm, cudaStream_t s) {  // proj_b with fuse: by ln_2's backward
+          block_weight(gm, s, dxo, a.attn, g.proj_w, wn.proj_w, fuse ? nullptr : g.proj_b, N, D, D);
+        },
+        [&] { linear_backward_input(lt, dxo, W(w.proj_w), o.dnarrow, N, D, D); },
+        [&] { ready(bp.proj_b, bp.proj_w); });
     // Attention core, then in_proj.
     attention_core_backward(a, o.dnarrow, o.dwide, B, l == c.layers - 1);
-    auto qkv_grads = [&] {
-      block_weight(o.dwide, a.y1, g.qkv_w, wn.qkv_w, g.qkv_b, N, 3 * D, D);
-      ready(bp.qkv_b, bp.qkv_w);
-    };
-    if (!upd) qkv_grads();
-    linear_backward_input(lt, o.dwide, W(w.qkv_w), o.dnarrow, N, 3 * D, D);
-    if (upd) qkv_grads();
+    weight_and_input(
+        [&](LtGemm& gm, cudaStream_t s) { block_weight(gm, s, o.dwide, a.y1, g.qkv_w, wn.qkv_w, g.qkv_b, N, 3 * D, D); },
+        [&] { linear_backward_input(lt, o.dwide, W(w.qkv_w), o.dnarrow, N, 3 * D, D); },
+        [&] { ready(bp.qkv_b, bp.qkv_w); });
     // ln_1, plus the residual path: dx becomes dL/dx[l].
     // dx becomes block l-1's output gradient: its column sums are block l-1's fc2 bias gradient.
     layernorm_backward(o.dnarrow, D, x[l], D, a.mean1, a.rstd1, w.ln1_w, dx, D, true, g.ln1_w,
@@ -550,7 +613,10 @@ const float* GpuViT::logits() const { return impl_->logits; }
 
 float* GpuViT::gradients() const { return impl_->gradients; }
 
-size_t GpuViT::device_bytes() const { return impl_->arena.size() + impl_->lt.device_bytes() + cudnn_bytes(); }
+size_t GpuViT::device_bytes() const {
+  const Impl& s = *impl_;
+  return s.arena.size() + s.lt.device_bytes() + (s.side ? s.side->lt->device_bytes() : 0) + cudnn_bytes();
+}
 
 size_t GpuViT::cudnn_bytes() const {
   const Impl& s = *impl_;
@@ -558,16 +624,21 @@ size_t GpuViT::cudnn_bytes() const {
 }
 
 size_t GpuViT::workspace_bytes(const GpuViTOptions& options) {
-  return Impl::gemm_options(options).workspace_bytes;
+  return Impl::gemm_options(options).workspace_bytes * (options.wgrad_stream ? 2 : 1);
 }
 
 Precision GpuViT::precision() const { return impl_->precision; }
 
 __nv_bfloat16* GpuViT::bf16_weights() const { return impl_->weights16; }
 
-void GpuViT::set_gemm_timing(bool on) { impl_->lt.set_timing(on); }
+void GpuViT::set_gemm_timing(bool on) {
+  impl_->lt.set_timing(on);
+  if (impl_->side) impl_->side->lt->set_timing(on);
+}
 
-double GpuViT::take_gemm_ms() { return impl_->lt.take_timed_ms(); }
+double GpuViT::take_gemm_ms() {
+  return impl_->lt.take_timed_ms() + (impl_->side ? impl_->side->lt->take_timed_ms() : 0.0);
+}
 
 void GpuViT::forward(const float* d_params, const float* d_images, const int32_t* d_labels,
                      int batch, float* d_loss, const ParamsNeededFn& before) {
@@ -593,17 +664,20 @@ void GpuViT::backward(const float* d_params, float* d_grads, bool accumulate, co
   // free; forward's for all of them.
   struct SmTarget {
     LtGemm& lt;
+    LtGemm* side;
     GemmAttention* attention;
     ~SmTarget() {
       lt.set_sm_count_target(0);
+      if (side) side->set_sm_count_target(0);
       // cublasSetSmCountTarget(0) fails only on a broken handle; a destructor must not throw.
       try {
         if (attention) attention->set_sm_count_target(0);
       } catch (...) {
       }
     }
-  } restore{s.lt, s.gemm_attention.get()};
+  } restore{s.lt, s.side ? s.side->lt.get() : nullptr, s.gemm_attention.get()};
   s.lt.set_sm_count_target(s.backward_sm_count);
+  if (s.side) s.side->lt->set_sm_count_target(s.backward_sm_count);
   if (s.gemm_attention) s.gemm_attention->set_sm_count_target(s.backward_sm_count);
   if (s.precision == Precision::bf16)
     s.backward_pass<bf16>(d_params, d_grads, accumulate, on_ready, update);

@@ -99,7 +99,8 @@ class GpuViT {
   /// cuDNN when the graphs are built, so not in the memory estimate); 0 without cuDNN paths.
   size_t cudnn_bytes() const;
 
-  /// Bytes of the cuBLASLt workspace a GpuViT built with `options` allocates (no CUDA call).
+  /// Bytes of the cuBLASLt workspaces a GpuViT built with `options` allocates (two with
+  /// GpuViTOptions::wgrad_stream; no CUDA call).
   static size_t workspace_bytes(const GpuViTOptions& options);
 
   /// The precision this model computes in.

@@ -16,6 +16,7 @@
 #include "cuda/kernels/attention_gemm.h"
 #include "cuda/model/gpu_vit.h"
 #include "cuda/model/gpu_vit_arena.h"
+#include "cuda/model/step_graph.h"
 #include "model/cpu_vit.h"
 #include "model/init.h"
 #include "model/rng.h"
@@ -372,9 +373,12 @@ TEST_CASE("gpu_vit: on_ready reports every parameter once, in the documented ord
   Stream st;
   DevVec<float> dp(params), dimg(random_images(L.cfg, B, 304)), dg(L.total), dloss(1);
   DevVec<int32_t> dlab(random_labels(L.cfg, B, 305));
+  for (const bool wgrad_stream : {false, true})
   for (const Precision prec : {Precision::fp32, Precision::tf32, Precision::bf16}) {
-    INFO("precision " << precision_name(prec));
-    GpuViT gpu(L, B, st.s, GpuViTOptions::for_precision(prec));
+    INFO("precision " << precision_name(prec) << (wgrad_stream ? ", weight gradients on a second stream" : ""));
+    GpuViTOptions o = GpuViTOptions::for_precision(prec);
+    o.wgrad_stream = wgrad_stream;  // a report comes after the join: the synchronisation below covers both streams
+    GpuViT gpu(L, B, st.s, o);
     gpu.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
     Groups groups;
     std::vector<std::vector<size_t>> reported;  // as given, against grad_ready_groups
@@ -651,5 +655,63 @@ TEST_CASE("gpu_vit: recompute_gelu gives the kept GELU output's loss and gradien
     CHECK(ro.loss == a.loss);
     CHECK(ro.grads == ko.grads);
     CHECK(ko.grads == a.grads);
+  }
+}
+
+TEST_CASE("gpu_vit: weight gradients on a second stream (wgrad_stream) give one stream's loss and gradients bit for "
+          "bit (vit_b_32 and vit_b_16 with 3 blocks; fp32, tf32, bf16; fused and separate bias gradients; GELU kept "
+          "and recomputed; accumulating; overlaid gradients; replayed as a CUDA graph)",
+          "[gpu][gpu_vit][wgrad_stream]") {
+  REQUIRE_GPU();
+  for (const char* model : {"vit_b_32", "vit_b_16"})
+  for (const Precision prec : {Precision::fp32, Precision::tf32, Precision::bf16})
+  for (const bool fused : {true, false})
+  for (const bool recompute : {false, true}) {
+    ViTConfig cfg = vit_config(model);
+    cfg.layers = 3;
+    const ParamLayout L = make_param_layout(cfg);
+    INFO(model << " " << precision_name(prec) << (fused ? ", fused" : ", separate") << " bias gradients"
+               << (recompute ? ", GELU recomputed" : ""));
+    const int B = 2;
+    Stream st;
+    DeviceStep in(L, B, 97);
+    DevVec<float> ga(L.total), gb(L.total);
+    GpuViTOptions o = GpuViTOptions::for_precision(prec);
+    o.gemm_autotune_candidates = 0;  // the same cuBLASLt algorithms on both streams
+    o.deterministic = true;          // cuDNN's attention backward (vit_b_16 bf16) reproducible
+    o.fused_bias_grad = fused;
+    o.recompute_gelu = recompute;
+    o.attention = resolve_attention("auto", prec, cfg.head_dim(), cfg.seq_len());
+    GpuViT one(L, B, st.s, o);
+    o.wgrad_stream = true;
+    GpuViT two(L, B, st.s, o);
+    // The second stream's cuBLASLt workspace.
+    CHECK(two.device_bytes() - one.device_bytes() == GpuViT::workspace_bytes(o) / 2);
+    const StepResult a = run_step(one, in, ga.get(), L.total);
+    for (int rep = 0; rep < 2; ++rep) {
+      const StepResult b = run_step(two, in, gb.get(), L.total);
+      CHECK(b.loss == a.loss);
+      CHECK(b.grads == a.grads);
+      CHECK(b.groups == a.groups);
+    }
+    // Accumulating a second backward into the same gradients (gradient accumulation).
+    CHECK(run_step(two, in, gb.get(), L.total, true, true).grads ==
+          run_step(one, in, ga.get(), L.total, true, true).grads);
+    // The gradients overlaid on dead activations (the trainer's default without accumulation).
+    o.overlay_gradients = true;
+    GpuViT two_overlaid(L, B, st.s, o);
+    CHECK(run_step(two_overlaid, in, nullptr, L.total).grads == a.grads);
+    // Forward + backward captured as one CUDA graph (the trainer's default): the fork and join
+    // become graph edges, and a replay gives the same gradients.
+    CUDA_CHECK(cudaMemset(gb.get(), 0, L.total * sizeof(float)));
+    StepGraph graph;
+    graph.capture(st.s, [&] {
+      two.forward(in.params.get(), in.images.get(), in.labels.get(), B, in.loss.get());
+      two.backward(in.params.get(), gb.get(), false, {});
+    });
+    graph.launch(st.s);
+    CUDA_CHECK(cudaStreamSynchronize(st.s));
+    CHECK(in.loss.download()[0] == a.loss);
+    CHECK(gb.download() == a.grads);
   }
 }
