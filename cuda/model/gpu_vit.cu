@@ -28,6 +28,7 @@
 #include "cuda/model/gpu_vit.h"
 
 #include <algorithm>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -471,32 +472,38 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
     linear_update_weight(g, dy, xin, w_new, update.alpha_beta, m, n, k);
     if (db) column_sum(dy, m, n, n, db, false, scratch, s);
   };
-  // One layer's weight-gradient work weight(LtGemm&, stream) and input-gradient GEMM input(), then
-  // done() (the gradient-ready report) once the weight's work is ordered on `st`:
-  //  - with `upd`: input first (it reads the weight the update overwrites);
-  //  - with the side stream (wgrad_stream): weight on it, beside input on `st`, then `st` waits for
-  //    it. The two share no buffer: weight reads dY and the layer's input and writes dW (and the
-  //    bias gradient, its column sum in reduce_scratch); input reads dY and W and writes the
-  //    gradient scratch (dwide / dnarrow), and uses no reduce_scratch;
-  //  - else weight, done, input on `st`, in that order.
-  auto weight_and_input = [&](auto&& weight, auto&& input, auto&& done) {
-    if (upd) {
-      input();
+  // Weight-gradient work on the side stream (wgrad_stream; never with `upd`, whose input
+  // gradients must read each weight before its update): weight_work(weight, done, uses_scratch)
+  // forks the side stream from `st`'s work so far and enqueues weight(LtGemm&, stream) there;
+  // done() (the gradient-ready report) waits for settle(), which joins the side stream back into
+  // `st` and then reports in order. Without the side stream, weight runs on `st` and done() at
+  // once. Until settle(), `st` may run only work that shares no buffer with the pending weight
+  // work: that reads dY and the layer's input and writes dW (and a bias gradient, whose column
+  // sum uses reduce_scratch: `uses_scratch`, settled before `st` uses reduce_scratch itself).
+  std::vector<std::function<void()>> pending;
+  bool pending_scratch = false;
+  auto weight_work = [&](auto&& weight, std::function<void()> done, bool uses_scratch) {
+    if (!side || upd) {
       weight(lt, st);
       done();
-    } else if (side) {
-      CUDA_CHECK(cudaEventRecord(side->fork, st));
-      CUDA_CHECK(cudaStreamWaitEvent(side->stream, side->fork, 0));
-      weight(*side->lt, side->stream);
-      input();
-      CUDA_CHECK(cudaEventRecord(side->join, side->stream));
-      CUDA_CHECK(cudaStreamWaitEvent(st, side->join, 0));
-      done();
-    } else {
-      weight(lt, st);
-      done();
-      input();
+      return;
     }
+    CUDA_CHECK(cudaEventRecord(side->fork, st));
+    CUDA_CHECK(cudaStreamWaitEvent(side->stream, side->fork, 0));
+    weight(*side->lt, side->stream);
+    pending.push_back(std::move(done));
+    pending_scratch = pending_scratch || uses_scratch;
+  };
+  auto settle = [&] {
+    if (pending.empty()) return;
+    CUDA_CHECK(cudaEventRecord(side->join, side->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(st, side->join, 0));
+    for (auto& done : pending) done();
+    pending.clear();
+    pending_scratch = false;
+  };
+  auto settle_scratch = [&] {  // before `st` uses reduce_scratch
+    if (pending_scratch) settle();
   };
 
   // Head (fp32): dW = dlogits^T @ xf, db = colsum(dlogits), dxf = dlogits @ W.
@@ -522,51 +529,73 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
     // a.g: kept from forward, or (recompute_gelu) rewritten into the shared buffer by the GELU
     // backward, which then runs first.
     const BlockTensors<float>& wn = pu.blocks[l];
-    // With `upd` every block weight's input gradient comes first: the update overwrites it (in
-    // fp32 and tf32 the input-gradient GEMMs read the fp32 weights themselves).
     auto fc2_weight = [&](LtGemm& gm, cudaStream_t s) {  // fc2_b with fuse: by the LayerNorm backward above
       block_weight(gm, s, dxo, a.g, g.fc2_w, wn.fc2_w, fuse ? nullptr : g.fc2_b, N, D, M);
     };
-    auto fc2_input = [&] { linear_backward_input(lt, dxo, W(w.fc2_w), o.dwide, N, D, M); };
     auto fc2_ready = [&] { ready(bp.fc2_b, bp.fc2_w); };
-    if (!recompute_gelu) weight_and_input(fc2_weight, fc2_input, fc2_ready);
-    else fc2_input();  // its weight gradient reads a.g, which the GELU pass below writes again
-    // MLP up-projection (mlp.0).
+    auto fc2_input = [&] { linear_backward_input(lt, dxo, W(w.fc2_w), o.dwide, N, D, M); };
+    // MLP up-projection (mlp.0): the GELU backward, then its GEMMs.
     T* const regelu = recompute_gelu ? a.g : nullptr;
-    if (fuse) {
-      gelu_backward_bias(o.dwide, a.u, o.dwide, N, M, g.fc1_b, acc, scratch, st, regelu);
-    } else {
-      if (regelu) gelu_forward(a.u, regelu, (size_t)N * M, st);
-      gelu_backward(o.dwide, a.u, o.dwide, (size_t)N * M, st);
-    }
+    auto gelu_pass = [&] {
+      if (fuse) {
+        settle_scratch();
+        gelu_backward_bias(o.dwide, a.u, o.dwide, N, M, g.fc1_b, acc, scratch, st, regelu);
+      } else {
+        if (regelu) gelu_forward(a.u, regelu, (size_t)N * M, st);
+        gelu_backward(o.dwide, a.u, o.dwide, (size_t)N * M, st);
+      }
+    };
     auto fc1_weight = [&](LtGemm& gm, cudaStream_t s) {  // fc1_b with fuse: by the GELU backward above
       block_weight(gm, s, o.dwide, a.z, g.fc1_w, wn.fc1_w, fuse ? nullptr : g.fc1_b, N, M, D);
     };
-    auto fc1_input = [&] { linear_backward_input(lt, o.dwide, W(w.fc1_w), o.dnarrow, N, M, D); };
     auto fc1_ready = [&] { ready(bp.fc1_b, bp.fc1_w); };
-    if (!recompute_gelu) {
-      weight_and_input(fc1_weight, fc1_input, fc1_ready);
-    } else {  // fc2's weight gradient with fc1's, beside fc1's input gradient
-      weight_and_input([&](LtGemm& gm, cudaStream_t s) { fc2_weight(gm, s), fc1_weight(gm, s); }, fc1_input,
-                       [&] { fc2_ready(), fc1_ready(); });
+    auto fc1_input = [&] { linear_backward_input(lt, o.dwide, W(w.fc1_w), o.dnarrow, N, M, D); };
+    // out_proj, the attention core, in_proj.
+    auto proj_weight = [&](LtGemm& gm, cudaStream_t s) {  // proj_b with fuse: by ln_2's backward
+      block_weight(gm, s, dxo, a.attn, g.proj_w, wn.proj_w, fuse ? nullptr : g.proj_b, N, D, D);
+    };
+    auto proj_ready = [&] { ready(bp.proj_b, bp.proj_w); };
+    auto proj_input = [&] { linear_backward_input(lt, dxo, W(w.proj_w), o.dnarrow, N, D, D); };
+    auto qkv_weight = [&](LtGemm& gm, cudaStream_t s) {
+      block_weight(gm, s, o.dwide, a.y1, g.qkv_w, wn.qkv_w, g.qkv_b, N, 3 * D, D);
+    };
+    auto qkv_ready = [&] { ready(bp.qkv_b, bp.qkv_w); };
+    auto qkv_input = [&] { linear_backward_input(lt, o.dwide, W(w.qkv_w), o.dnarrow, N, 3 * D, D); };
+    auto ln2_pass = [&] {  // ln_2, plus the residual path: dx becomes dL/dxmid
+      layernorm_backward(o.dnarrow, D, a.xmid, D, a.mean2, a.rstd2, w.ln2_w, dx, D, true, g.ln2_w, g.ln2_b, acc, N, D,
+                         scratch, st, dx16, fuse ? g.proj_b : nullptr);
+      ready(bp.ln2_b, bp.ln2_w);
+    };
+    auto attention_pass = [&] {
+      if (is_gemm_attention(attention)) settle_scratch();  // its pointer arrays live in reduce_scratch
+      attention_core_backward(a, o.dnarrow, o.dwide, B, l == c.layers - 1);
+    };
+
+    // One layer's weight-gradient work and input-gradient GEMM: with `upd` the input gradient first
+    // (it reads the weight the update overwrites; in fp32 and tf32 the fp32 weight itself), else
+    // the weight gradient first, as soon as its inputs exist; with the side stream it then runs
+    // beside the input gradients and the GELU and attention backward until settle(), before the
+    // LayerNorm backward that next writes dx (which fc2's and out_proj's weight gradients read).
+    auto layer = [&](auto&& weight, std::function<void()> done, bool uses_scratch, auto&& input) {
+      if (!upd) weight_work(weight, std::move(done), uses_scratch);
+      input();
+      if (upd) weight_work(weight, std::move(done), uses_scratch);
+    };
+    if (recompute_gelu) {  // fc2's weight gradient reads a.g, which the GELU pass writes again
+      fc2_input();
+      gelu_pass();
+      weight_work(fc2_weight, fc2_ready, !fuse);
+    } else {
+      layer(fc2_weight, fc2_ready, !fuse, fc2_input);
+      gelu_pass();
     }
-    // ln_2, plus the residual path: dx becomes dL/dxmid.
-    layernorm_backward(o.dnarrow, D, a.xmid, D, a.mean2, a.rstd2, w.ln2_w, dx, D, true, g.ln2_w,
-                       g.ln2_b, acc, N, D, scratch, st, dx16, fuse ? g.proj_b : nullptr);
-    ready(bp.ln2_b, bp.ln2_w);
-    // out_proj.
-    weight_and_input(
-        [&](LtGemm& gm, cudaStream_t s) {  // proj_b with fuse: by ln_2's backward
-          block_weight(gm, s, dxo, a.attn, g.proj_w, wn.proj_w, fuse ? nullptr : g.proj_b, N, D, D);
-        },
-        [&] { linear_backward_input(lt, dxo, W(w.proj_w), o.dnarrow, N, D, D); },
-        [&] { ready(bp.proj_b, bp.proj_w); });
-    // Attention core, then in_proj.
-    attention_core_backward(a, o.dnarrow, o.dwide, B, l == c.layers - 1);
-    weight_and_input(
-        [&](LtGemm& gm, cudaStream_t s) { block_weight(gm, s, o.dwide, a.y1, g.qkv_w, wn.qkv_w, g.qkv_b, N, 3 * D, D); },
-        [&] { linear_backward_input(lt, o.dwide, W(w.qkv_w), o.dnarrow, N, 3 * D, D); },
-        [&] { ready(bp.qkv_b, bp.qkv_w); });
+    layer(fc1_weight, fc1_ready, !fuse, fc1_input);
+    settle();
+    ln2_pass();
+    layer(proj_weight, proj_ready, !fuse, proj_input);
+    attention_pass();
+    layer(qkv_weight, qkv_ready, true, qkv_input);
+    settle();
     // ln_1, plus the residual path: dx becomes dL/dx[l].
     // dx becomes block l-1's output gradient: its column sums are block l-1's fc2 bias gradient.
     layernorm_backward(o.dnarrow, D, x[l], D, a.mean1, a.rstd1, w.ln1_w, dx, D, true, g.ln1_w,
