@@ -74,13 +74,15 @@ struct GpuViTOptions {
   /// of strict fp32 SIMT GEMMs; the attention core stays strict fp32. The constructor throws
   /// std::invalid_argument in tf32 and bf16.
   bool fp32_matmul_tf32x3 = false;
-  /// true: backward runs each encoder block's weight-gradient GEMMs (with their bias gradients) on
-  /// a second stream, beside the input-gradient GEMM of the same layer on the model's stream, which
-  /// then waits for them. The second stream has its own cuBLASLt handle and workspace (and 3xTF32
-  /// scratch), so the model holds two. At the token counts of a ViT at batch 32 one GEMM fills
-  /// only part of the GPU (vit_l_32: 1600 rows, 104 output tiles of 128 x 128 on 132 SMs). The
-  /// same arithmetic, so the same bits. No effect on an update in backward (WeightUpdate), whose
-  /// GEMMs stay in order on one stream.
+  /// true: backward runs each encoder block's weight-gradient GEMMs (with their bias gradients, or
+  /// with an update in backward, WeightUpdate, the weights' updates, each after the input gradient
+  /// that reads the weight) on a second stream, beside the model's stream, which goes on with the
+  /// input gradients and the GELU and attention backward and waits for them before the LayerNorm
+  /// backward that next writes the residual-stream gradient (which fc2's and out_proj's weight
+  /// gradients read). Gradient-ready reports come after that wait, in the same order. The second
+  /// stream has its own cuBLASLt handle and workspace (and 3xTF32 scratch), so the model holds two.
+  /// At the token counts of a ViT at batch 32 one GEMM fills only part of the GPU (vit_l_32: 1600
+  /// rows, 104 output tiles of 128 x 128 on 132 SMs). The same arithmetic, so the same bits.
   bool wgrad_stream = false;
 
   /// The defaults with `p` as the precision.

@@ -55,8 +55,7 @@ for refused in "--optimizer adamw|--optimizer-in-backward: needs --optimizer sgd
     "--weight-decay 0.01|--weight-decay: 0.01: not with --optimizer-in-backward" \
     "--grad-accum-steps 2|--grad-accum-steps: 2: not with --optimizer-in-backward" \
     "--on-nonfinite skip|--on-nonfinite: skip: not with --optimizer-in-backward" \
-    "--fp32-matmul tf32x3|--fp32-matmul: tf32x3: not with --optimizer-in-backward" \
-    "--wgrad-stream on|--wgrad-stream on: has no effect with --optimizer-in-backward"; do
+    "--fp32-matmul tf32x3|--fp32-matmul: tf32x3: not with --optimizer-in-backward"; do
   NP=1 EXPECT_ARGS="--backend gpu --model vit_micro --no-ddp --optimizer-in-backward" \
     expect_error "SGD in backward with ${refused%%|*}" "${refused#*|}" ${refused%%|*}
 done

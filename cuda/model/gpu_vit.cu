@@ -472,18 +472,19 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
     linear_update_weight(g, dy, xin, w_new, update.alpha_beta, m, n, k);
     if (db) column_sum(dy, m, n, n, db, false, scratch, s);
   };
-  // Weight-gradient work on the side stream (wgrad_stream; never with `upd`, whose input
-  // gradients must read each weight before its update): weight_work(weight, done, uses_scratch)
+  // Weight-gradient work (or with `upd` the weight's update, enqueued after the input gradient that
+  // reads the weight) on the side stream (wgrad_stream): weight_work(weight, done, uses_scratch)
   // forks the side stream from `st`'s work so far and enqueues weight(LtGemm&, stream) there;
   // done() (the gradient-ready report) waits for settle(), which joins the side stream back into
   // `st` and then reports in order. Without the side stream, weight runs on `st` and done() at
   // once. Until settle(), `st` may run only work that shares no buffer with the pending weight
-  // work: that reads dY and the layer's input and writes dW (and a bias gradient, whose column
-  // sum uses reduce_scratch: `uses_scratch`, settled before `st` uses reduce_scratch itself).
+  // work: that reads dY and the layer's input and writes dW or W (no later input gradient reads
+  // it) and a bias gradient, whose column sum uses reduce_scratch (`uses_scratch`: settled
+  // before `st` uses reduce_scratch itself).
   std::vector<std::function<void()>> pending;
   bool pending_scratch = false;
   auto weight_work = [&](auto&& weight, std::function<void()> done, bool uses_scratch) {
-    if (!side || upd) {
+    if (!side) {
       weight(lt, st);
       done();
       return;

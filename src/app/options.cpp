@@ -721,10 +721,6 @@ const std::vector<EffectRule>& effect_rules() {
        true},
       {"gemm-sm-carveout", not_cpu, because("needs the GPU backend (cuBLASLt)")},
       {"wgrad-stream", not_cpu, because("needs the GPU backend (the CPU backend has no streams)"), true},
-      {"wgrad-stream", [](const Options& o) { return !o.optimizer_in_backward; },
-       because("has no effect with --optimizer-in-backward (its weight GEMMs update the weights the next input "
-               "gradients read, so they stay in order on one stream)"),
-       true},
       {"momentum", sgd,
        because("has no effect with --optimizer adamw (SGD only; AdamW's first-moment decay is --adam-beta1)")},
       {"adam-beta1", adamw, because("has no effect with --optimizer sgd (AdamW only)")},

@@ -660,7 +660,7 @@ TEST_CASE("gpu_vit: recompute_gelu gives the kept GELU output's loss and gradien
 
 TEST_CASE("gpu_vit: weight gradients on a second stream (wgrad_stream) give one stream's loss and gradients bit for "
           "bit (vit_b_32 and vit_b_16 with 3 blocks; fp32, tf32, bf16; fused and separate bias gradients; GELU kept "
-          "and recomputed; accumulating; overlaid gradients; replayed as a CUDA graph)",
+          "and recomputed; accumulating; SGD in backward; overlaid gradients; replayed as a CUDA graph)",
           "[gpu][gpu_vit][wgrad_stream]") {
   REQUIRE_GPU();
   for (const char* model : {"vit_b_32", "vit_b_16"})
@@ -697,6 +697,19 @@ TEST_CASE("gpu_vit: weight gradients on a second stream (wgrad_stream) give one 
     // Accumulating a second backward into the same gradients (gradient accumulation).
     CHECK(run_step(two, in, gb.get(), L.total, true, true).grads ==
           run_step(one, in, ga.get(), L.total, true, true).grads);
+    // An SGD step inside backward (WeightUpdate, --optimizer-in-backward): the updates run on the
+    // second stream, each after the input gradient that reads its weight.
+    DevVec<float> alpha_beta(std::vector<float>{-0.05f, 1.0f});
+    auto sgd_in_backward = [&](GpuViT& m) {
+      DevVec<float> params(in.params.download());
+      m.forward(params.get(), in.images.get(), in.labels.get(), B, in.loss.get());
+      m.backward(params.get(), gb.get(), false, {}, WeightUpdate{params.get(), alpha_beta.get()});
+      CUDA_CHECK(cudaDeviceSynchronize());
+      return std::make_pair(params.download(), gb.download());
+    };
+    const auto updated_one = sgd_in_backward(one);
+    CHECK(updated_one.first != in.params.download());  // the weights moved
+    CHECK(sgd_in_backward(two) == updated_one);
     // The gradients overlaid on dead activations (the trainer's default without accumulation).
     o.overlay_gradients = true;
     GpuViT two_overlaid(L, B, st.s, o);
