@@ -82,8 +82,16 @@ struct GpuViTOptions {
   /// gradients read). Gradient-ready reports come after that wait, in the same order. The second
   /// stream has its own cuBLASLt handle and workspace (and 3xTF32 scratch), so the model holds two.
   /// At the token counts of a ViT at batch 32 one GEMM fills only part of the GPU (vit_l_32: 1600
-  /// rows, 104 output tiles of 128 x 128 on 132 SMs). The same arithmetic, so the same bits.
+  /// rows, 104 output tiles of 128 x 128 on 132 SMs). The same arithmetic, so the same bits for
+  /// the same cuBLASLt algorithms: with gemm_autotune_candidates > 1 each stream's handle times its
+  /// own candidates, so the choice (and the last bits) may differ, as between processes.
   bool wgrad_stream = false;
+  /// Tests only (the race checks of wgrad_stream): SM clock cycles a one-warp spin kernel holds the
+  /// second stream (`side`) or the model's stream (`model`) right after each fork, so that the
+  /// other stream's later work runs first and a missing wait changes the results. 0: none.
+  struct TestDelays {
+    long long side = 0, model = 0;
+  } wgrad_test_delay_cycles;
 
   /// The defaults with `p` as the precision.
   static GpuViTOptions for_precision(Precision p) {

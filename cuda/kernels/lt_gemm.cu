@@ -11,6 +11,7 @@
 
 #include "cuda/check/check_cuda.h"
 #include "cuda/check/check_cublaslt.h"
+#include "cuda/kernels/spin.h"
 #include "cuda/model/device_arena.h"
 
 namespace vitddp {
@@ -23,16 +24,6 @@ uint32_t alignment_of(const void* p) {
   uint32_t a = 16;
   while (a > 2 && (v % a) != 0) a /= 2;
   return a;
-}
-
-// Spins until `cycles` SM clock cycles have passed: the stand-in for a concurrent stream's kernels
-// (NCCL's) while candidates are timed for a reduced SM count target. Its thread blocks are small,
-// so the scheduler may place several on one SM, and the hold may end before a slow candidate's
-// timed runs do (about 3 ms); both make it a rough stand-in (results/h200x2/overlap).
-__global__ void hold_sms_kernel(long long cycles) {
-  const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
 }
 
 // 3xTF32 operand split: hi[i] = X rounded to TF32 (round to nearest, ties away from zero, as
@@ -279,11 +270,13 @@ struct LtGemm::Impl {
         for (int i = 0; i < found; ++i) {
           if (best_ms[i] < 0) continue;
           if (held > 0) {
-            hold_sms_kernel<<<held, 128, 0, hold_stream>>>((long long)clock_khz * 3);  // ~3 ms at the peak clock
-            CUDA_CHECK(cudaGetLastError());
+            // The stand-in for a concurrent stream's kernels (NCCL's) while candidates are timed for a
+            // reduced SM count target. Its thread blocks are small, so the scheduler may place several on
+            // one SM, and the hold may end before a slow candidate's timed runs do; both make it a rough
+            // stand-in (results/h200x2/overlap).
+            spin_cycles((long long)clock_khz * 3, held, 128, hold_stream);  // ~3 ms at the peak clock
           }
-          hold_sms_kernel<<<1, 32, 0, stream>>>((long long)clock_khz / 20);  // ~50 us: the runs queue up behind it
-          CUDA_CHECK(cudaGetLastError());
+          spin_cycles((long long)clock_khz / 20, 1, 32, stream);  // ~50 us: the runs queue up behind it
           CUDA_CHECK(cudaEventRecord(e0, stream));
           for (int r = 0; r < kRuns; ++r) CUBLAS_CHECK(run(i));
           CUDA_CHECK(cudaEventRecord(e1, stream));

@@ -48,6 +48,7 @@
 #include "cuda/kernels/lt_gemm.h"
 #include "cuda/kernels/patch_embed.h"
 #include "cuda/kernels/reduce.h"
+#include "cuda/kernels/spin.h"
 
 namespace vitddp {
 
@@ -138,7 +139,8 @@ struct GpuViT::Impl {
   OperandBuffers<float> f32;
   OperandBuffers<bf16> b16;
   bf16* weights16 = nullptr;  // bf16 working copy of the parameters (bf16 mode)
-  // Backward scratch (shared by all blocks; everything runs in order on one stream).
+  // Backward scratch (shared by all blocks; everything that uses it runs in order on `stream`, or,
+  // for a column sum on the wgrad_stream's second stream, while `stream` does not use it).
   float* dx = nullptr;       // [N, D] gradient of the residual stream (fp32)
   float* dscores = nullptr;  // [B, H, T, T] (custom attention's large-shape path, else null; the gemm attention's dS, [B,H,T,ldp])
   float* attn_probs = nullptr;  // gemm_recompute: the probabilities of the block being run, recomputed in backward
@@ -150,6 +152,7 @@ struct GpuViT::Impl {
   bool refresh_bf16 = true;
   bool overlay_gradients = false;
   bool recompute_gelu = false;  // GpuViTOptions::recompute_gelu: a.g is one shared buffer
+  GpuViTOptions::TestDelays test_delays;  // GpuViTOptions::wgrad_test_delay_cycles
   int backward_sm_count = 0;  // cuBLASLt SM count target of backward's GEMMs (0: all SMs)
   float* gradients = nullptr;  // the overlaid flat gradient buffer (overlay_gradients), else null
   int batch = 0;  // of the last forward
@@ -176,7 +179,8 @@ struct GpuViT::Impl {
         fused_bias_grad(o.fused_bias_grad),
         refresh_bf16(o.refresh_bf16_weights),
         overlay_gradients(o.overlay_gradients),
-        recompute_gelu(o.recompute_gelu) {
+        recompute_gelu(o.recompute_gelu),
+        test_delays(o.wgrad_test_delay_cycles) {
     if (o.fp32_matmul_tf32x3 && precision != Precision::fp32)
       throw std::invalid_argument(std::string("GpuViT: the 3xTF32 GEMMs need fp32 precision (got ") +
                                   precision_name(precision) + ")");
@@ -199,7 +203,7 @@ struct GpuViT::Impl {
     if (is_gemm_attention(attention)) {
       if (precision == Precision::bf16)
         throw std::invalid_argument("GpuViT: the batched-GEMM attention needs fp32 activations (fp32 or tf32 precision)");
-      // The products share the LtGemm workspace: every GEMM of this model runs in order on `s`.
+      // The products share the LtGemm workspace: every GEMM of `lt` runs in order on `s`.
       gemm_attention = std::make_unique<GemmAttention>(s, lt.compute_type(), lt.workspace(), lt.workspace_bytes());
     }
     if (patch_embed == PatchEmbedImpl::cudnn) {
@@ -491,6 +495,8 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
     }
     CUDA_CHECK(cudaEventRecord(side->fork, st));
     CUDA_CHECK(cudaStreamWaitEvent(side->stream, side->fork, 0));
+    spin_cycles(test_delays.side, 1, 32, side->stream);
+    spin_cycles(test_delays.model, 1, 32, st);
     weight(*side->lt, side->stream);
     pending.push_back(std::move(done));
     pending_scratch = pending_scratch || uses_scratch;
@@ -506,6 +512,18 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
   auto settle_scratch = [&] {  // before `st` uses reduce_scratch
     if (pending_scratch) settle();
   };
+  // If anything below throws with side work pending, `st` still waits for it: no fork is left
+  // unjoined (under capture that would leave the capture broken), and no side work outlives the call.
+  struct JoinOnUnwind {
+    SideStream* side;
+    cudaStream_t st;
+    const std::vector<std::function<void()>>& pending;
+    ~JoinOnUnwind() {
+      if (!side || pending.empty()) return;
+      cudaEventRecord(side->join, side->stream);  // errors ignored: the exception in flight says what failed
+      cudaStreamWaitEvent(st, side->join, 0);
+    }
+  } join_on_unwind{side.get(), st, pending};
 
   // Head (fp32): dW = dlogits^T @ xf, db = colsum(dlogits), dxf = dlogits @ W.
   linear_grads(dlogits, xf, gr.head_w, gr.head_b, B, K, D);

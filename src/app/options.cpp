@@ -310,8 +310,8 @@ const std::vector<Spec>& table() {
        [](Options& o, const std::string& v) { o.gemm_sm_carveout = (int)parse_int("--gemm-sm-carveout", v, 0, 1024); },
        [](const Options& o) { return std::to_string(o.gemm_sm_carveout); }},
       {"wgrad-stream", "on|off", Group::Speed,
-       "GPU: backward's weight-gradient GEMMs run on a second stream beside the same layer's input-gradient GEMM "
-       "(same results; a second cuBLASLt workspace)",
+       "GPU: backward's weight-gradient GEMMs run on a second stream beside the input-gradient GEMMs and the GELU "
+       "and attention backward (the same arithmetic; a second cuBLASLt workspace)",
        [](Options& o, const std::string& v) { o.wgrad_stream = one_of("--wgrad-stream", v, {"on", "off"}) == "on"; },
        [](const Options& o) { return on_off(o.wgrad_stream); }},
       {"nccl-max-ctas", "N", Group::Ddp,

@@ -694,6 +694,19 @@ TEST_CASE("gpu_vit: weight gradients on a second stream (wgrad_stream) give one 
       CHECK(b.grads == a.grads);
       CHECK(b.groups == a.groups);
     }
+    // Races forced into view: a spin of ~0.1 ms after each fork on one stream, so the other's later
+    // work runs first. A missing wait (a weight gradient reading dY or a layer input after the
+    // model's stream overwrote it, or the model's stream reading what the second stream has not
+    // written yet) then changes the gradients.
+    for (const bool slow_side : {true, false}) {
+      INFO((slow_side ? "second stream" : "model's stream") << " delayed after each fork");
+      GpuViTOptions od = o;
+      (slow_side ? od.wgrad_test_delay_cycles.side : od.wgrad_test_delay_cycles.model) = 200000;
+      GpuViT delayed(L, B, st.s, od);
+      const StepResult b = run_step(delayed, in, gb.get(), L.total);
+      CHECK(b.loss == a.loss);
+      CHECK(b.grads == a.grads);
+    }
     // Accumulating a second backward into the same gradients (gradient accumulation).
     CHECK(run_step(two, in, gb.get(), L.total, true, true).grads ==
           run_step(one, in, ga.get(), L.total, true, true).grads);
@@ -726,5 +739,49 @@ TEST_CASE("gpu_vit: weight gradients on a second stream (wgrad_stream) give one 
     CUDA_CHECK(cudaStreamSynchronize(st.s));
     CHECK(in.loss.download()[0] == a.loss);
     CHECK(gb.download() == a.grads);
+  }
+}
+
+TEST_CASE("gpu_vit: weight gradients on a second stream with the batched-GEMM attention recomputing its probabilities "
+          "and with 3xTF32 GEMMs give one stream's gradients bit for bit, also with either stream delayed",
+          "[gpu][gpu_vit][wgrad_stream]") {
+  REQUIRE_GPU();
+  struct Case {
+    const char* model;
+    Precision precision;
+    AttentionImpl attention;
+    bool tf32x3;
+  };
+  for (const Case& c : {Case{"vit_b_16", Precision::tf32, AttentionImpl::gemm_recompute, false},
+                        Case{"vit_b_16", Precision::fp32, AttentionImpl::gemm, true},
+                        Case{"vit_b_32", Precision::fp32, AttentionImpl::custom, true}}) {
+    ViTConfig cfg = vit_config(c.model);
+    cfg.layers = 3;
+    const ParamLayout L = make_param_layout(cfg);
+    INFO(c.model << " " << precision_name(c.precision) << " " << attention_impl_name(c.attention)
+                 << (c.tf32x3 ? ", 3xTF32 (in_proj's bias gradient as a column sum on the second stream)" : ""));
+    const int B = 2;
+    Stream st;
+    DeviceStep in(L, B, 99);
+    DevVec<float> ga(L.total), gb(L.total);
+    GpuViTOptions o = GpuViTOptions::for_precision(c.precision);
+    o.gemm_autotune_candidates = 0;
+    o.attention = c.attention;
+    o.fp32_matmul_tf32x3 = c.tf32x3;
+    GpuViT one(L, B, st.s, o);
+    const StepResult a = run_step(one, in, ga.get(), L.total);
+    o.wgrad_stream = true;
+    for (const long long side_delay : {0LL, 200000LL})
+    for (const long long model_delay : {0LL, 200000LL}) {
+      if (side_delay && model_delay) continue;
+      INFO("delays: second stream " << side_delay << ", model's stream " << model_delay << " cycles");
+      o.wgrad_test_delay_cycles.side = side_delay;
+      o.wgrad_test_delay_cycles.model = model_delay;
+      GpuViT two(L, B, st.s, o);
+      const StepResult b = run_step(two, in, gb.get(), L.total);
+      CHECK(b.loss == a.loss);
+      CHECK(b.grads == a.grads);
+      CHECK(b.groups == a.groups);
+    }
   }
 }
