@@ -160,6 +160,25 @@ StepResult run_step(GpuViT& gpu, DeviceStep& in, float* grads, size_t n, bool ac
   return r;
 }
 
+/// `model` cut to 3 encoder blocks: the model of the tests that compare two GpuViT variants.
+ParamLayout three_blocks(const char* model) {
+  ViTConfig cfg = vit_config(model);
+  cfg.layers = 3;
+  return make_param_layout(cfg);
+}
+
+/// Options for two GpuViT variants that must agree bit for bit: cuBLASLt's first heuristic choice
+/// (the same algorithms in both), cuDNN's deterministic attention backward (vit_b_16 bf16), the
+/// attention `auto` resolves to, and fused or separate bias gradients.
+GpuViTOptions bitwise_options(Precision prec, const ViTConfig& cfg, bool fused_bias_grad) {
+  GpuViTOptions o = GpuViTOptions::for_precision(prec);
+  o.gemm_autotune_candidates = 0;
+  o.deterministic = true;
+  o.fused_bias_grad = fused_bias_grad;
+  o.attention = resolve_attention("auto", prec, cfg.head_dim(), cfg.seq_len());
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("gpu_vit: matches CpuViT<float> (vit_b_32 with 2 blocks, batch 4)", "[gpu][gpu_vit]") {
@@ -531,9 +550,7 @@ TEST_CASE("gpu_vit: gradients overlaid on dead activations equal separate gradie
           "[gpu][gpu_vit]") {
   REQUIRE_GPU();
   for (const Precision prec : {Precision::fp32, Precision::bf16}) {
-    ViTConfig cfg = vit_config("vit_b_32");
-    cfg.layers = 3;
-    const ParamLayout L = make_param_layout(cfg);
+    const ParamLayout L = three_blocks("vit_b_32");
     REQUIRE(L.total == L.parameter_count());
     INFO(precision_name(prec));
     const int B = 4;
@@ -569,9 +586,8 @@ TEST_CASE("gpu_vit: --attention gemm-recompute gives gemm's loss and gradients b
   for (const int carveout : {0, 16})
   for (const Precision prec : {Precision::fp32, Precision::tf32}) {
     INFO("backward_sm_carveout " << carveout);
-    ViTConfig cfg = vit_config("vit_b_16");
-    cfg.layers = 3;
-    const ParamLayout L = make_param_layout(cfg);
+    const ParamLayout L = three_blocks("vit_b_16");
+    const ViTConfig& cfg = L.cfg;
     INFO(precision_name(prec));
     const int B = 2;
     Stream st;
@@ -609,19 +625,14 @@ TEST_CASE("gpu_vit: recompute_gelu gives the kept GELU output's loss and gradien
   for (const char* model : {"vit_b_32", "vit_b_16"})
   for (const Precision prec : {Precision::fp32, Precision::tf32, Precision::bf16})
   for (const bool fused : {true, false}) {
-    ViTConfig cfg = vit_config(model);
-    cfg.layers = 3;
-    const ParamLayout L = make_param_layout(cfg);
+    const ParamLayout L = three_blocks(model);
+    const ViTConfig& cfg = L.cfg;
     INFO(model << " " << precision_name(prec) << (fused ? ", fused bias gradients" : ", separate bias gradients"));
     const int B = 2;
     Stream st;
     DeviceStep in(L, B, 91);
     DevVec<float> ga(L.total), gb(L.total);
-    GpuViTOptions o = GpuViTOptions::for_precision(prec);
-    o.gemm_autotune_candidates = 0;  // the same cuBLASLt algorithms in both models
-    o.deterministic = true;          // cuDNN's attention backward (vit_b_16 bf16) reproducible
-    o.fused_bias_grad = fused;
-    o.attention = resolve_attention("auto", prec, cfg.head_dim(), cfg.seq_len());
+    GpuViTOptions o = bitwise_options(prec, cfg, fused);
     o.recompute_gelu = false;
     GpuViT keep(L, B, st.s, o);
     o.recompute_gelu = true;
@@ -667,21 +678,15 @@ TEST_CASE("gpu_vit: weight gradients on a second stream (wgrad_stream) give one 
   for (const Precision prec : {Precision::fp32, Precision::tf32, Precision::bf16})
   for (const bool fused : {true, false})
   for (const bool recompute : {false, true}) {
-    ViTConfig cfg = vit_config(model);
-    cfg.layers = 3;
-    const ParamLayout L = make_param_layout(cfg);
+    const ParamLayout L = three_blocks(model);
     INFO(model << " " << precision_name(prec) << (fused ? ", fused" : ", separate") << " bias gradients"
                << (recompute ? ", GELU recomputed" : ""));
     const int B = 2;
     Stream st;
     DeviceStep in(L, B, 97);
     DevVec<float> ga(L.total), gb(L.total);
-    GpuViTOptions o = GpuViTOptions::for_precision(prec);
-    o.gemm_autotune_candidates = 0;  // the same cuBLASLt algorithms on both streams
-    o.deterministic = true;          // cuDNN's attention backward (vit_b_16 bf16) reproducible
-    o.fused_bias_grad = fused;
+    GpuViTOptions o = bitwise_options(prec, L.cfg, fused);
     o.recompute_gelu = recompute;
-    o.attention = resolve_attention("auto", prec, cfg.head_dim(), cfg.seq_len());
     GpuViT one(L, B, st.s, o);
     o.wgrad_stream = true;
     GpuViT two(L, B, st.s, o);
@@ -755,9 +760,7 @@ TEST_CASE("gpu_vit: weight gradients on a second stream with the batched-GEMM at
   for (const Case& c : {Case{"vit_b_16", Precision::tf32, AttentionImpl::gemm_recompute, false},
                         Case{"vit_b_16", Precision::fp32, AttentionImpl::gemm, true},
                         Case{"vit_b_32", Precision::fp32, AttentionImpl::custom, true}}) {
-    ViTConfig cfg = vit_config(c.model);
-    cfg.layers = 3;
-    const ParamLayout L = make_param_layout(cfg);
+    const ParamLayout L = three_blocks(c.model);
     INFO(c.model << " " << precision_name(c.precision) << " " << attention_impl_name(c.attention)
                  << (c.tf32x3 ? ", 3xTF32 (in_proj's bias gradient as a column sum on the second stream)" : ""));
     const int B = 2;
