@@ -74,24 +74,6 @@ struct GpuViTOptions {
   /// of strict fp32 SIMT GEMMs; the attention core stays strict fp32. The constructor throws
   /// std::invalid_argument in tf32 and bf16.
   bool fp32_matmul_tf32x3 = false;
-  /// true: backward runs each encoder block's weight-gradient GEMMs (with their bias gradients, or
-  /// with an update in backward, WeightUpdate, the weights' updates, each after the input gradient
-  /// that reads the weight) on a second stream, beside the model's stream, which goes on with the
-  /// input gradients and the GELU and attention backward and waits for them before the LayerNorm
-  /// backward that next writes the residual-stream gradient (which fc2's and out_proj's weight
-  /// gradients read). Gradient-ready reports come after that wait, in the same order. The second
-  /// stream has its own cuBLASLt handle and workspace (and 3xTF32 scratch), so the model holds two.
-  /// At the token counts of a ViT at batch 32 one GEMM fills only part of the GPU (vit_l_32: 1600
-  /// rows, 104 output tiles of 128 x 128 on 132 SMs). The same arithmetic, so the same bits for
-  /// the same cuBLASLt algorithms: with gemm_autotune_candidates > 1 each stream's handle times its
-  /// own candidates, so the choice (and the last bits) may differ, as between processes.
-  bool wgrad_stream = false;
-  /// Tests only (the race checks of wgrad_stream): SM clock cycles a one-warp spin kernel holds the
-  /// second stream (`side`) or the model's stream (`model`) right after each fork, so that the
-  /// other stream's later work runs first and a missing wait changes the results. 0: none.
-  struct TestDelays {
-    long long side = 0, model = 0;
-  } wgrad_test_delay_cycles;
 
   /// The defaults with `p` as the precision.
   static GpuViTOptions for_precision(Precision p) {

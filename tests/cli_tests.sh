@@ -45,7 +45,6 @@ expect_error "attention choice on the CPU backend" "--attention custom: needs th
 expect_error "3xTF32 GEMMs on the CPU backend" "--fp32-matmul tf32x3: needs the GPU backend" --fp32-matmul tf32x3 --model vit_micro
 EXPECT_ARGS="--backend gpu --model vit_micro" expect_error "3xTF32 GEMMs in bf16" \
   "--fp32-matmul tf32x3: has no effect with --precision bf16" --fp32-matmul tf32x3 --precision bf16
-expect_error "weight-gradient stream on the CPU backend" "--wgrad-stream on: needs the GPU backend" --wgrad-stream on --model vit_micro
 expect_error "SGD in backward on the CPU backend" "--optimizer-in-backward: needs the GPU backend" --optimizer-in-backward --no-ddp --model vit_micro
 # --optimizer-in-backward's rules hold before any GPU work (so also here, without a GPU).
 EXPECT_ARGS="--backend gpu --model vit_micro" expect_error "SGD in backward with DDP" \

@@ -28,7 +28,6 @@
 #include "cuda/model/gpu_vit.h"
 
 #include <algorithm>
-#include <functional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -48,7 +47,6 @@
 #include "cuda/kernels/lt_gemm.h"
 #include "cuda/kernels/patch_embed.h"
 #include "cuda/kernels/reduce.h"
-#include "cuda/kernels/spin.h"
 
 namespace vitddp {
 
@@ -99,38 +97,6 @@ struct GpuViT::Impl {
   std::unique_ptr<GemmAttention> gemm_attention;    // attention == gemm or gemm_recompute (fp32 activations)
   std::unique_ptr<CudnnPatchEmbed> cudnn_conv;      // patch_embed == cudnn
 
-  /// GpuViTOptions::wgrad_stream: a second stream, with its own cuBLASLt handle and workspace,
-  /// for backward's weight-gradient GEMMs, and the two events that fork it from `stream` and join
-  /// it back (graph capture turns them into edges).
-  struct SideStream {
-    cudaStream_t stream = nullptr;
-    cudaEvent_t fork = nullptr, join = nullptr;
-    std::unique_ptr<LtGemm> lt;
-    explicit SideStream(const LtGemmOptions& options) {
-      CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-      try {
-        CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-        CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
-        lt = std::make_unique<LtGemm>(stream, options);
-      } catch (...) {
-        release();
-        throw;
-      }
-    }
-    ~SideStream() { release(); }
-    SideStream(const SideStream&) = delete;
-    SideStream& operator=(const SideStream&) = delete;
-
-   private:
-    void release() {
-      lt.reset();
-      if (join) cudaEventDestroy(join);
-      if (fork) cudaEventDestroy(fork);
-      if (stream) cudaStreamDestroy(stream);
-    }
-  };
-  std::unique_ptr<SideStream> side;
-
   // fp32 activations.
   float* emb = nullptr;
   std::vector<float*> x;  // layers + 1
@@ -139,8 +105,7 @@ struct GpuViT::Impl {
   OperandBuffers<float> f32;
   OperandBuffers<bf16> b16;
   bf16* weights16 = nullptr;  // bf16 working copy of the parameters (bf16 mode)
-  // Backward scratch (shared by all blocks; everything that uses it runs in order on `stream`, or,
-  // for a column sum on the wgrad_stream's second stream, while `stream` does not use it).
+  // Backward scratch (shared by all blocks; everything runs in order on one stream).
   float* dx = nullptr;       // [N, D] gradient of the residual stream (fp32)
   float* dscores = nullptr;  // [B, H, T, T] (custom attention's large-shape path, else null; the gemm attention's dS, [B,H,T,ldp])
   float* attn_probs = nullptr;  // gemm_recompute: the probabilities of the block being run, recomputed in backward
@@ -152,7 +117,6 @@ struct GpuViT::Impl {
   bool refresh_bf16 = true;
   bool overlay_gradients = false;
   bool recompute_gelu = false;  // GpuViTOptions::recompute_gelu: a.g is one shared buffer
-  GpuViTOptions::TestDelays test_delays;  // GpuViTOptions::wgrad_test_delay_cycles
   int backward_sm_count = 0;  // cuBLASLt SM count target of backward's GEMMs (0: all SMs)
   float* gradients = nullptr;  // the overlaid flat gradient buffer (overlay_gradients), else null
   int batch = 0;  // of the last forward
@@ -179,8 +143,7 @@ struct GpuViT::Impl {
         fused_bias_grad(o.fused_bias_grad),
         refresh_bf16(o.refresh_bf16_weights),
         overlay_gradients(o.overlay_gradients),
-        recompute_gelu(o.recompute_gelu),
-        test_delays(o.wgrad_test_delay_cycles) {
+        recompute_gelu(o.recompute_gelu) {
     if (o.fp32_matmul_tf32x3 && precision != Precision::fp32)
       throw std::invalid_argument(std::string("GpuViT: the 3xTF32 GEMMs need fp32 precision (got ") +
                                   precision_name(precision) + ")");
@@ -203,7 +166,7 @@ struct GpuViT::Impl {
     if (is_gemm_attention(attention)) {
       if (precision == Precision::bf16)
         throw std::invalid_argument("GpuViT: the batched-GEMM attention needs fp32 activations (fp32 or tf32 precision)");
-      // The products share the LtGemm workspace: every GEMM of `lt` runs in order on `s`.
+      // The products share the LtGemm workspace: every GEMM of this model runs in order on `s`.
       gemm_attention = std::make_unique<GemmAttention>(s, lt.compute_type(), lt.workspace(), lt.workspace_bytes());
     }
     if (patch_embed == PatchEmbedImpl::cudnn) {
@@ -211,9 +174,6 @@ struct GpuViT::Impl {
                                                      o.gemm_autotune_candidates > 1);
       cudnn_conv->prepare(max_batch);
     }
-    if (o.wgrad_stream)
-      side = std::make_unique<SideStream>(
-          gemm_options(o, o.fp32_matmul_tf32x3 ? gpu_vit_tf32x3_scratch_bytes(l.cfg, mb) : 0));
   }
 
   template <typename T>
@@ -445,85 +405,35 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
   auto ready = [&](const ParamRef& a, const ParamRef& b) {
     if (on_ready) on_ready({a.index, b.index});
   };
-  // nn.Linear weight and bias gradients (fp32): dW (+)= dY^T X, db (+)= colsum(dY); dY is [m, n];
-  // GEMMs on g, the column sum on s (g's stream).
-  auto linear_grads_on = [&](LtGemm& g, cudaStream_t s, const auto* dy, const auto* xin, float* dw, float* db, int m,
-                             int n, int k) {
-    if (!acc && fused_bias_grad && linear_backward_weight_bias(g, dy, xin, dw, db, m, n, k)) return;
-    linear_backward_weight(g, dy, xin, dw, m, n, k, acc);
-    column_sum(dy, m, n, n, db, acc, scratch, s);
-  };
-  auto linear_grads = [&](const auto* dy, const auto* xin, float* dw, float* db, int m, int n, int k) {
-    linear_grads_on(lt, st, dy, xin, dw, db, m, n, k);
+  // nn.Linear weight and bias gradients (fp32): dW (+)= dY^T X, db (+)= colsum(dY); dY is [m, n].
+  auto linear_grads = [&](const auto* dy, const auto* xin, float* dw, float* db, int m, int n,
+                          int k) {
+    if (!acc && fused_bias_grad && linear_backward_weight_bias(lt, dy, xin, dw, db, m, n, k)) return;
+    linear_backward_weight(lt, dy, xin, dw, m, n, k, acc);
+    column_sum(dy, m, n, n, db, acc, scratch, st);
   };
   // With fused_bias_grad, the bias gradients of fc2 and out_proj come from the LayerNorm backward
   // that writes their output gradient (the residual-stream gradient, dx_colsum), and fc1's from
   // the GELU backward (gelu_backward_bias): no pass over dY of their own, and a plain weight GEMM.
   // Measured on an H200 (results/h200/kernels/bias-fusion).
   const bool fuse = fused_bias_grad;
+  auto weight_grad = [&](const auto* dy, const auto* xin, float* dw, int m, int n, int k) {
+    linear_backward_weight(lt, dy, xin, dw, m, n, k, acc);
+  };
   // A block weight's gradient, or with `upd` its SGD step in place (w_new: the tensor in
   // update.params; its input-gradient GEMM has run); db: the bias gradient to take with it (or
-  // nullptr: taken elsewhere). GEMMs on g, the column sum on s (g's stream).
-  auto block_weight = [&](LtGemm& g, cudaStream_t s, const auto* dy, const auto* xin, float* dw, float* w_new,
-                          float* db, int m, int n, int k) {
+  // nullptr: taken elsewhere).
+  auto block_weight = [&](const auto* dy, const auto* xin, float* dw, float* w_new, float* db, int m, int n, int k) {
     if (!upd) {
       if (db)
-        linear_grads_on(g, s, dy, xin, dw, db, m, n, k);
+        linear_grads(dy, xin, dw, db, m, n, k);
       else
-        linear_backward_weight(g, dy, xin, dw, m, n, k, acc);
+        weight_grad(dy, xin, dw, m, n, k);
       return;
     }
-    linear_update_weight(g, dy, xin, w_new, update.alpha_beta, m, n, k);
-    if (db) column_sum(dy, m, n, n, db, false, scratch, s);
+    linear_update_weight(lt, dy, xin, w_new, update.alpha_beta, m, n, k);
+    if (db) column_sum(dy, m, n, n, db, false, scratch, st);
   };
-  // Weight-gradient work (or with `upd` the weight's update, enqueued after the input gradient that
-  // reads the weight) on the side stream (wgrad_stream): weight_work(weight, done, uses_scratch)
-  // forks the side stream from `st`'s work so far and enqueues weight(LtGemm&, stream) there;
-  // done() (the gradient-ready report) waits for settle(), which joins the side stream back into
-  // `st` and then reports in order. Without the side stream, weight runs on `st` and done() at
-  // once. Until settle(), `st` may run only work that shares no buffer with the pending weight
-  // work: that reads dY and the layer's input and writes dW or W (no later input gradient reads
-  // it) and a bias gradient, whose column sum uses reduce_scratch (`uses_scratch`: settled
-  // before `st` uses reduce_scratch itself).
-  std::vector<std::function<void()>> pending;
-  bool pending_scratch = false;
-  auto weight_work = [&](auto&& weight, std::function<void()> done, bool uses_scratch) {
-    if (!side) {
-      weight(lt, st);
-      done();
-      return;
-    }
-    CUDA_CHECK(cudaEventRecord(side->fork, st));
-    CUDA_CHECK(cudaStreamWaitEvent(side->stream, side->fork, 0));
-    spin_cycles(test_delays.side, 1, 32, side->stream);
-    spin_cycles(test_delays.model, 1, 32, st);
-    weight(*side->lt, side->stream);
-    pending.push_back(std::move(done));
-    pending_scratch = pending_scratch || uses_scratch;
-  };
-  auto settle = [&] {
-    if (pending.empty()) return;
-    CUDA_CHECK(cudaEventRecord(side->join, side->stream));
-    CUDA_CHECK(cudaStreamWaitEvent(st, side->join, 0));
-    for (auto& done : pending) done();
-    pending.clear();
-    pending_scratch = false;
-  };
-  auto settle_scratch = [&] {  // before `st` uses reduce_scratch
-    if (pending_scratch) settle();
-  };
-  // If anything below throws with side work pending, `st` still waits for it: no fork is left
-  // unjoined (under capture that would leave the capture broken), and no side work outlives the call.
-  struct JoinOnUnwind {
-    SideStream* side;
-    cudaStream_t st;
-    const std::vector<std::function<void()>>& pending;
-    ~JoinOnUnwind() {
-      if (!side || pending.empty()) return;
-      cudaEventRecord(side->join, side->stream);  // errors ignored: the exception in flight says what failed
-      cudaStreamWaitEvent(st, side->join, 0);
-    }
-  } join_on_unwind{side.get(), st, pending};
 
   // Head (fp32): dW = dlogits^T @ xf, db = colsum(dlogits), dxf = dlogits @ W.
   linear_grads(dlogits, xf, gr.head_w, gr.head_b, B, K, D);
@@ -548,73 +458,52 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
     // a.g: kept from forward, or (recompute_gelu) rewritten into the shared buffer by the GELU
     // backward, which then runs first.
     const BlockTensors<float>& wn = pu.blocks[l];
-    auto fc2_weight = [&](LtGemm& gm, cudaStream_t s) {  // fc2_b with fuse: by the LayerNorm backward above
-      block_weight(gm, s, dxo, a.g, g.fc2_w, wn.fc2_w, fuse ? nullptr : g.fc2_b, N, D, M);
+    auto fc2_grads = [&] {  // fc2_b with fuse: by the LayerNorm backward above
+      block_weight(dxo, a.g, g.fc2_w, wn.fc2_w, fuse ? nullptr : g.fc2_b, N, D, M);
+      ready(bp.fc2_b, bp.fc2_w);
     };
-    auto fc2_ready = [&] { ready(bp.fc2_b, bp.fc2_w); };
-    auto fc2_input = [&] { linear_backward_input(lt, dxo, W(w.fc2_w), o.dwide, N, D, M); };
-    // MLP up-projection (mlp.0): the GELU backward, then its GEMMs.
+    // With `upd` every block weight's input gradient comes first: the update overwrites it (in
+    // fp32 and tf32 the input-gradient GEMMs read the fp32 weights themselves).
+    if (!recompute_gelu && !upd) fc2_grads();
+    linear_backward_input(lt, dxo, W(w.fc2_w), o.dwide, N, D, M);
+    if (!recompute_gelu && upd) fc2_grads();
+    // MLP up-projection (mlp.0).
     T* const regelu = recompute_gelu ? a.g : nullptr;
-    auto gelu_pass = [&] {
-      if (fuse) {
-        settle_scratch();
-        gelu_backward_bias(o.dwide, a.u, o.dwide, N, M, g.fc1_b, acc, scratch, st, regelu);
-      } else {
-        if (regelu) gelu_forward(a.u, regelu, (size_t)N * M, st);
-        gelu_backward(o.dwide, a.u, o.dwide, (size_t)N * M, st);
-      }
-    };
-    auto fc1_weight = [&](LtGemm& gm, cudaStream_t s) {  // fc1_b with fuse: by the GELU backward above
-      block_weight(gm, s, o.dwide, a.z, g.fc1_w, wn.fc1_w, fuse ? nullptr : g.fc1_b, N, M, D);
-    };
-    auto fc1_ready = [&] { ready(bp.fc1_b, bp.fc1_w); };
-    auto fc1_input = [&] { linear_backward_input(lt, o.dwide, W(w.fc1_w), o.dnarrow, N, M, D); };
-    // out_proj, the attention core, in_proj.
-    auto proj_weight = [&](LtGemm& gm, cudaStream_t s) {  // proj_b with fuse: by ln_2's backward
-      block_weight(gm, s, dxo, a.attn, g.proj_w, wn.proj_w, fuse ? nullptr : g.proj_b, N, D, D);
-    };
-    auto proj_ready = [&] { ready(bp.proj_b, bp.proj_w); };
-    auto proj_input = [&] { linear_backward_input(lt, dxo, W(w.proj_w), o.dnarrow, N, D, D); };
-    auto qkv_weight = [&](LtGemm& gm, cudaStream_t s) {
-      block_weight(gm, s, o.dwide, a.y1, g.qkv_w, wn.qkv_w, g.qkv_b, N, 3 * D, D);
-    };
-    auto qkv_ready = [&] { ready(bp.qkv_b, bp.qkv_w); };
-    auto qkv_input = [&] { linear_backward_input(lt, o.dwide, W(w.qkv_w), o.dnarrow, N, 3 * D, D); };
-    auto ln2_pass = [&] {  // ln_2, plus the residual path: dx becomes dL/dxmid
-      layernorm_backward(o.dnarrow, D, a.xmid, D, a.mean2, a.rstd2, w.ln2_w, dx, D, true, g.ln2_w, g.ln2_b, acc, N, D,
-                         scratch, st, dx16, fuse ? g.proj_b : nullptr);
-      ready(bp.ln2_b, bp.ln2_w);
-    };
-    auto attention_pass = [&] {
-      if (is_gemm_attention(attention)) settle_scratch();  // its pointer arrays live in reduce_scratch
-      attention_core_backward(a, o.dnarrow, o.dwide, B, l == c.layers - 1);
-    };
-
-    // One layer's weight-gradient work and input-gradient GEMM: with `upd` the input gradient first
-    // (it reads the weight the update overwrites; in fp32 and tf32 the fp32 weight itself), else
-    // the weight gradient first, as soon as its inputs exist; with the side stream it then runs
-    // beside the input gradients and the GELU and attention backward until settle(), before the
-    // LayerNorm backward that next writes dx (which fc2's and out_proj's weight gradients read).
-    auto layer = [&](auto&& weight, std::function<void()> done, bool uses_scratch, auto&& input) {
-      if (!upd) weight_work(weight, std::move(done), uses_scratch);
-      input();
-      if (upd) weight_work(weight, std::move(done), uses_scratch);
-    };
-    if (recompute_gelu) {  // fc2's weight gradient reads a.g, which the GELU pass writes again
-      fc2_input();
-      gelu_pass();
-      weight_work(fc2_weight, fc2_ready, !fuse);
+    if (fuse) {
+      gelu_backward_bias(o.dwide, a.u, o.dwide, N, M, g.fc1_b, acc, scratch, st, regelu);
     } else {
-      layer(fc2_weight, fc2_ready, !fuse, fc2_input);
-      gelu_pass();
+      if (regelu) gelu_forward(a.u, regelu, (size_t)N * M, st);
+      gelu_backward(o.dwide, a.u, o.dwide, (size_t)N * M, st);
     }
-    layer(fc1_weight, fc1_ready, !fuse, fc1_input);
-    settle();
-    ln2_pass();
-    layer(proj_weight, proj_ready, !fuse, proj_input);
-    attention_pass();
-    layer(qkv_weight, qkv_ready, true, qkv_input);
-    settle();
+    if (recompute_gelu) fc2_grads();
+    auto fc1_grads = [&] {  // fc1_b with fuse: by the GELU backward above
+      block_weight(o.dwide, a.z, g.fc1_w, wn.fc1_w, fuse ? nullptr : g.fc1_b, N, M, D);
+      ready(bp.fc1_b, bp.fc1_w);
+    };
+    if (!upd) fc1_grads();
+    linear_backward_input(lt, o.dwide, W(w.fc1_w), o.dnarrow, N, M, D);
+    if (upd) fc1_grads();
+    // ln_2, plus the residual path: dx becomes dL/dxmid.
+    layernorm_backward(o.dnarrow, D, a.xmid, D, a.mean2, a.rstd2, w.ln2_w, dx, D, true, g.ln2_w,
+                       g.ln2_b, acc, N, D, scratch, st, dx16, fuse ? g.proj_b : nullptr);
+    ready(bp.ln2_b, bp.ln2_w);
+    // out_proj.
+    auto proj_grads = [&] {  // proj_b with fuse: by ln_2's backward
+      block_weight(dxo, a.attn, g.proj_w, wn.proj_w, fuse ? nullptr : g.proj_b, N, D, D);
+      ready(bp.proj_b, bp.proj_w);
+    };
+    if (!upd) proj_grads();
+    linear_backward_input(lt, dxo, W(w.proj_w), o.dnarrow, N, D, D);
+    if (upd) proj_grads();
+    // Attention core, then in_proj.
+    attention_core_backward(a, o.dnarrow, o.dwide, B, l == c.layers - 1);
+    auto qkv_grads = [&] {
+      block_weight(o.dwide, a.y1, g.qkv_w, wn.qkv_w, g.qkv_b, N, 3 * D, D);
+      ready(bp.qkv_b, bp.qkv_w);
+    };
+    if (!upd) qkv_grads();
+    linear_backward_input(lt, o.dwide, W(w.qkv_w), o.dnarrow, N, 3 * D, D);
+    if (upd) qkv_grads();
     // ln_1, plus the residual path: dx becomes dL/dx[l].
     // dx becomes block l-1's output gradient: its column sums are block l-1's fc2 bias gradient.
     layernorm_backward(o.dnarrow, D, x[l], D, a.mean1, a.rstd1, w.ln1_w, dx, D, true, g.ln1_w,
@@ -661,10 +550,7 @@ const float* GpuViT::logits() const { return impl_->logits; }
 
 float* GpuViT::gradients() const { return impl_->gradients; }
 
-size_t GpuViT::device_bytes() const {
-  const Impl& s = *impl_;
-  return s.arena.size() + s.lt.device_bytes() + (s.side ? s.side->lt->device_bytes() : 0) + cudnn_bytes();
-}
+size_t GpuViT::device_bytes() const { return impl_->arena.size() + impl_->lt.device_bytes() + cudnn_bytes(); }
 
 size_t GpuViT::cudnn_bytes() const {
   const Impl& s = *impl_;
@@ -672,21 +558,16 @@ size_t GpuViT::cudnn_bytes() const {
 }
 
 size_t GpuViT::workspace_bytes(const GpuViTOptions& options) {
-  return Impl::gemm_options(options).workspace_bytes * (options.wgrad_stream ? 2 : 1);
+  return Impl::gemm_options(options).workspace_bytes;
 }
 
 Precision GpuViT::precision() const { return impl_->precision; }
 
 __nv_bfloat16* GpuViT::bf16_weights() const { return impl_->weights16; }
 
-void GpuViT::set_gemm_timing(bool on) {
-  impl_->lt.set_timing(on);
-  if (impl_->side) impl_->side->lt->set_timing(on);
-}
+void GpuViT::set_gemm_timing(bool on) { impl_->lt.set_timing(on); }
 
-double GpuViT::take_gemm_ms() {
-  return impl_->lt.take_timed_ms() + (impl_->side ? impl_->side->lt->take_timed_ms() : 0.0);
-}
+double GpuViT::take_gemm_ms() { return impl_->lt.take_timed_ms(); }
 
 void GpuViT::forward(const float* d_params, const float* d_images, const int32_t* d_labels,
                      int batch, float* d_loss, const ParamsNeededFn& before) {
@@ -712,20 +593,17 @@ void GpuViT::backward(const float* d_params, float* d_grads, bool accumulate, co
   // free; forward's for all of them.
   struct SmTarget {
     LtGemm& lt;
-    LtGemm* side;
     GemmAttention* attention;
     ~SmTarget() {
       lt.set_sm_count_target(0);
-      if (side) side->set_sm_count_target(0);
       // cublasSetSmCountTarget(0) fails only on a broken handle; a destructor must not throw.
       try {
         if (attention) attention->set_sm_count_target(0);
       } catch (...) {
       }
     }
-  } restore{s.lt, s.side ? s.side->lt.get() : nullptr, s.gemm_attention.get()};
+  } restore{s.lt, s.gemm_attention.get()};
   s.lt.set_sm_count_target(s.backward_sm_count);
-  if (s.side) s.side->lt->set_sm_count_target(s.backward_sm_count);
   if (s.gemm_attention) s.gemm_attention->set_sm_count_target(s.backward_sm_count);
   if (s.precision == Precision::bf16)
     s.backward_pass<bf16>(d_params, d_grads, accumulate, on_ready, update);

@@ -74,9 +74,8 @@ class GpuViT {
                float* d_loss, const ParamsNeededFn& before = {});
 
   /// Enqueues backward of the last forward: writes (accumulate=false) or adds dLoss/dparams into
-  /// d_grads; calls `on_ready` on the host after enqueuing the kernels that finalise each group on
-  /// `stream` (or, with GpuViTOptions::wgrad_stream, joining the second stream's into it), in the
-  /// order of grad_ready.h, so the caller can record an event on `stream` right then. With
+  /// d_grads; calls `on_ready` on the host after enqueuing the kernels that finalise each group
+  /// (order in grad_ready.h), so the caller can record an event on `stream` right then. With
   /// update.params (accumulate must be false; throws std::invalid_argument otherwise), the tensors
   /// of weights_updated_in_backward are updated instead of their gradients written; each one's
   /// input-gradient GEMM, which reads it, runs before its update.
@@ -100,8 +99,7 @@ class GpuViT {
   /// cuDNN when the graphs are built, so not in the memory estimate); 0 without cuDNN paths.
   size_t cudnn_bytes() const;
 
-  /// Bytes of the cuBLASLt workspaces a GpuViT built with `options` allocates (two with
-  /// GpuViTOptions::wgrad_stream; no CUDA call).
+  /// Bytes of the cuBLASLt workspace a GpuViT built with `options` allocates (no CUDA call).
   static size_t workspace_bytes(const GpuViTOptions& options);
 
   /// The precision this model computes in.
@@ -114,8 +112,7 @@ class GpuViT {
 
   /// Benchmarks: while on, every GEMM is bracketed by CUDA events (slightly perturbs timing).
   void set_gemm_timing(bool on);
-  /// GPU milliseconds spent in GEMMs enqueued with timing on since the last call (waits for them);
-  /// with GpuViTOptions::wgrad_stream the sum over both streams, so GEMMs that overlap count twice.
+  /// GPU milliseconds spent in GEMMs enqueued with timing on since the last call (waits for them).
   double take_gemm_ms();
 
  private:

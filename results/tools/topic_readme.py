@@ -43,7 +43,9 @@ import tarfile
 import tempfile
 
 NOTES = "## Notes"
-DEFAULTS = {  # vitddp's defaults (vitddp --help); an option shown only when it differs
+# vitddp's defaults (vitddp --help), and of options measured and no longer built (wgrad-stream:
+# results/h100/wgrad-stream); an option is shown only when it differs.
+DEFAULTS = {
     "bucket-cap-mb": "25", "nccl-max-ctas": "0", "gemm-sm-carveout": "0", "cuda-graph": "on",
     "attention": "auto", "patch-embed": "auto", "grad-as-bucket-view": "on", "data": "synthetic",
     "model": "vit_l_32", "batch-size": "32", "direct-blocks": "0", "optimizer-in-backward": "false",

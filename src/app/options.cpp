@@ -309,11 +309,6 @@ const std::vector<Spec>& table() {
        "every SM",
        [](Options& o, const std::string& v) { o.gemm_sm_carveout = (int)parse_int("--gemm-sm-carveout", v, 0, 1024); },
        [](const Options& o) { return std::to_string(o.gemm_sm_carveout); }},
-      {"wgrad-stream", "on|off", Group::Speed,
-       "GPU: backward's weight-gradient GEMMs run on a second stream beside the input-gradient GEMMs and the GELU "
-       "and attention backward (the same arithmetic; a second cuBLASLt workspace)",
-       [](Options& o, const std::string& v) { o.wgrad_stream = one_of("--wgrad-stream", v, {"on", "off"}) == "on"; },
-       [](const Options& o) { return on_off(o.wgrad_stream); }},
       {"nccl-max-ctas", "N", Group::Ddp,
        "GPU: cap on the thread blocks (SMs) NCCL's kernels take while they overlap backward (ncclConfig_t maxCTAs); 0 "
        "= NCCL's choice",
@@ -720,7 +715,6 @@ const std::vector<EffectRule>& effect_rules() {
        },
        true},
       {"gemm-sm-carveout", not_cpu, because("needs the GPU backend (cuBLASLt)")},
-      {"wgrad-stream", not_cpu, because("needs the GPU backend (the CPU backend has no streams)"), true},
       {"momentum", sgd,
        because("has no effect with --optimizer adamw (SGD only; AdamW's first-moment decay is --adam-beta1)")},
       {"adam-beta1", adamw, because("has no effect with --optimizer sgd (AdamW only)")},

@@ -48,7 +48,6 @@ struct Options {
   AttentionChoice attention = AttentionChoice::Auto;    ///< auto | cudnn | custom | gemm | gemm-recompute (attention core; model/kernel_choice.h)
   PatchEmbedChoice patch_embed = PatchEmbedChoice::Auto;  ///< auto | cudnn | gemm (conv_proj; model/kernel_choice.h)
   Fp32Matmul fp32_matmul = Fp32Matmul::Ieee;              ///< ieee | tf32x3 (--precision fp32's nn.Linear GEMMs)
-  bool wgrad_stream = false;        ///< GPU: weight-gradient GEMMs on a second stream beside the input-gradient GEMMs (--wgrad-stream)
   RecomputeChoice recompute_gelu = RecomputeChoice::Auto;  ///< auto | on | off (GELU output recomputed in backward; model/kernel_choice.h)
   int powersgd_rank = 1;            ///< PowerSGD matrix_approximation_rank
   int64_t powersgd_start_step = 1000;         ///< PowerSGD start_powerSGD_iter

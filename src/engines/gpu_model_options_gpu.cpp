@@ -13,7 +13,6 @@ GpuViTOptions gpu_model_options(const Options& o, const ParamLayout& layout) {
   mo.patch_embed = resolve_patch_embed(to_string(o.patch_embed), mo.precision);
   mo.backward_sm_carveout = o.gemm_sm_carveout;
   mo.fp32_matmul_tf32x3 = o.fp32_matmul == Fp32Matmul::Tf32x3;
-  mo.wgrad_stream = o.wgrad_stream;
   mo.overlay_gradients = o.grad_accum_steps == 1 && layout.total == layout.parameter_count();
   mo.recompute_gelu = resolve_recompute_gelu(to_string(o.recompute_gelu), mo.precision);
   if (mo.recompute_gelu && o.recompute_gelu == RecomputeChoice::Auto) {

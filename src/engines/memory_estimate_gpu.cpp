@@ -53,14 +53,11 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
   e.items.push_back({"inputs", "2 input slots of images and labels, loss per micro-step, non-finite flag",
                      2 * (images * f32 + (size_t)o.batch_size * sizeof(int32_t)) + (size_t)o.grad_accum_steps * f32 +
                          sizeof(int)});
-  const char* two = vo.wgrad_stream ? ", one per stream (--wgrad-stream on)" : "";
-  e.items.push_back({"cuBLASLt workspace", std::string("scratch of the cuBLASLt GEMMs (split-K etc.)") + two,
-                     GpuViT::workspace_bytes(vo)});
+  e.items.push_back({"cuBLASLt workspace", "scratch of the cuBLASLt GEMMs (split-K etc.)", GpuViT::workspace_bytes(vo)});
   if (vo.fp32_matmul_tf32x3)
     e.items.push_back({"3xTF32 operand split",
-                       std::string("TF32 hi and lo halves of the largest GEMM's two operands (--fp32-matmul tf32x3)") +
-                           two,
-                       gpu_vit_tf32x3_scratch_bytes(c, o.batch_size) * (vo.wgrad_stream ? 2 : 1)});
+                       "TF32 hi and lo halves of the largest GEMM's two operands (--fp32-matmul tf32x3)",
+                       gpu_vit_tf32x3_scratch_bytes(c, o.batch_size)});
   const GpuViTArenaPlan plan =
       plan_gpu_vit_arena(c, n, o.batch_size, p, overlay, vo.attention, vo.patch_embed, vo.recompute_gelu);
   std::string arena = "the activation arena: " + std::to_string(plan.slots.size()) + " buffers for batch " +

@@ -309,9 +309,6 @@ TEST_CASE("activation arena: aligned, disjoint buffers; every pointer GpuViT bin
   }
   CHECK_THROWS(plan_gpu_vit_arena(vit_config("vit_b_32"), 10, 8, Precision::fp32, true));  // not its layout
   CHECK(GpuViT::workspace_bytes(GpuViTOptions()) == 32u << 20);
-  GpuViTOptions two = GpuViTOptions();
-  two.wgrad_stream = true;  // one workspace per stream
-  CHECK(GpuViT::workspace_bytes(two) == 64u << 20);
 }
 
 TEST_CASE("reduction scratch sized for a batch covers every smaller batch", "[memory]") {
@@ -412,18 +409,4 @@ TEST_CASE("--recompute-gelu auto: on in fp32/tf32 where the arena shrinks, off a
             .bytes_of("activations") == arena(4, false));
   // bf16: off unless asked for.
   CHECK_FALSE(gpu_model_options(parse_args({"--model", "vit_b_32", "--precision", "bf16"}), layout).recompute_gelu);
-}
-
-TEST_CASE("--wgrad-stream on: the estimate counts a second cuBLASLt workspace (and a second 3xTF32 split)",
-          "[memory]") {
-  const ParamLayout L = make_param_layout(vit_config("vit_l_32"));
-  auto estimate = [&](std::vector<std::string> args) { return estimate_gpu_memory(parse_args(args), L, {}); };
-  const MemoryEstimate one = estimate({"--no-ddp"}), two = estimate({"--no-ddp", "--wgrad-stream", "on"});
-  CHECK(one.bytes_of("cuBLASLt workspace") == 32u << 20);
-  CHECK(two.bytes_of("cuBLASLt workspace") == 64u << 20);
-  CHECK(two.persistent_bytes() - one.persistent_bytes() == 32u << 20);
-  const MemoryEstimate x3 = estimate({"--no-ddp", "--fp32-matmul", "tf32x3"}),
-                       x3two = estimate({"--no-ddp", "--fp32-matmul", "tf32x3", "--wgrad-stream", "on"});
-  CHECK(x3.bytes_of("3xTF32 operand split") == gpu_vit_tf32x3_scratch_bytes(L.cfg, 32));
-  CHECK(x3two.bytes_of("3xTF32 operand split") == 2 * gpu_vit_tf32x3_scratch_bytes(L.cfg, 32));
 }

@@ -260,7 +260,7 @@ TEST_CASE("to_string gives the command-line names; option_values holds them as b
   CHECK(v["no-ddp"] == "false");
   CHECK(v["record-grad-ready"] == "false");
   CHECK(v["fp32-matmul"] == "ieee");
-  CHECK(option_values(Options{}).size() == 69);
+  CHECK(option_values(Options{}).size() == 68);
   std::map<std::string, std::string> g;
   for (const auto& [k, x] : option_values(parse_args({"--data", "idx:/x", "--eval-every", "2", "--eval-split", "train",
                                                       "--allreduce", "copy-engine", "--comm-streams", "3", "--init", "random",
@@ -302,7 +302,6 @@ TEST_CASE("the explicit backend: cpu refuses GPU-only options, auto defers them 
       {{"--attention", "auto"}, "--attention auto: needs the GPU backend"},
       {{"--patch-embed", "gemm"}, "--patch-embed gemm: needs the GPU backend"},
       {{"--cuda-graph", "on"}, "--cuda-graph on: needs the GPU backend"},
-      {{"--wgrad-stream", "on"}, "--wgrad-stream on: needs the GPU backend"},
       {{"--gemm-sm-carveout", "0"}, "--gemm-sm-carveout: needs the GPU backend (cuBLASLt)"},
       {{"--nccl-max-ctas", "4"}, "--nccl-max-ctas: needs the GPU backend (NCCL)"},
       {{"--allreduce", "copy-engine"}, "--allreduce copy-engine: needs the GPU backend"},
@@ -506,7 +505,7 @@ TEST_CASE("--help: sections in order, one to three lines per option, defaults, n
       current.clear();
     }
   }
-  CHECK(count.size() == 71);
+  CHECK(count.size() == 70);
   for (const auto& [name, n] : count) {
     INFO(name);
     CHECK(n <= 3);

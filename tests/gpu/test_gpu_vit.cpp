@@ -16,7 +16,6 @@
 #include "cuda/kernels/attention_gemm.h"
 #include "cuda/model/gpu_vit.h"
 #include "cuda/model/gpu_vit_arena.h"
-#include "cuda/model/step_graph.h"
 #include "model/cpu_vit.h"
 #include "model/init.h"
 #include "model/rng.h"
@@ -392,12 +391,9 @@ TEST_CASE("gpu_vit: on_ready reports every parameter once, in the documented ord
   Stream st;
   DevVec<float> dp(params), dimg(random_images(L.cfg, B, 304)), dg(L.total), dloss(1);
   DevVec<int32_t> dlab(random_labels(L.cfg, B, 305));
-  for (const bool wgrad_stream : {false, true})
   for (const Precision prec : {Precision::fp32, Precision::tf32, Precision::bf16}) {
-    INFO("precision " << precision_name(prec) << (wgrad_stream ? ", weight gradients on a second stream" : ""));
-    GpuViTOptions o = GpuViTOptions::for_precision(prec);
-    o.wgrad_stream = wgrad_stream;  // a report comes after the join: the synchronisation below covers both streams
-    GpuViT gpu(L, B, st.s, o);
+    INFO("precision " << precision_name(prec));
+    GpuViT gpu(L, B, st.s, GpuViTOptions::for_precision(prec));
     gpu.forward(dp.get(), dimg.get(), dlab.get(), B, dloss.get());
     Groups groups;
     std::vector<std::vector<size_t>> reported;  // as given, against grad_ready_groups
@@ -666,125 +662,5 @@ TEST_CASE("gpu_vit: recompute_gelu gives the kept GELU output's loss and gradien
     CHECK(ro.loss == a.loss);
     CHECK(ro.grads == ko.grads);
     CHECK(ko.grads == a.grads);
-  }
-}
-
-TEST_CASE("gpu_vit: weight gradients on a second stream (wgrad_stream) give one stream's loss and gradients bit for "
-          "bit (vit_b_32 and vit_b_16 with 3 blocks; fp32, tf32, bf16; fused and separate bias gradients; GELU kept "
-          "and recomputed; accumulating; SGD in backward; overlaid gradients; replayed as a CUDA graph)",
-          "[gpu][gpu_vit][wgrad_stream]") {
-  REQUIRE_GPU();
-  for (const char* model : {"vit_b_32", "vit_b_16"})
-  for (const Precision prec : {Precision::fp32, Precision::tf32, Precision::bf16})
-  for (const bool fused : {true, false})
-  for (const bool recompute : {false, true}) {
-    const ParamLayout L = three_blocks(model);
-    INFO(model << " " << precision_name(prec) << (fused ? ", fused" : ", separate") << " bias gradients"
-               << (recompute ? ", GELU recomputed" : ""));
-    const int B = 2;
-    Stream st;
-    DeviceStep in(L, B, 97);
-    DevVec<float> ga(L.total), gb(L.total);
-    GpuViTOptions o = bitwise_options(prec, L.cfg, fused);
-    o.recompute_gelu = recompute;
-    GpuViT one(L, B, st.s, o);
-    o.wgrad_stream = true;
-    GpuViT two(L, B, st.s, o);
-    // The second stream's cuBLASLt workspace.
-    CHECK(two.device_bytes() - one.device_bytes() == GpuViT::workspace_bytes(o) / 2);
-    const StepResult a = run_step(one, in, ga.get(), L.total);
-    for (int rep = 0; rep < 2; ++rep) {
-      const StepResult b = run_step(two, in, gb.get(), L.total);
-      CHECK(b.loss == a.loss);
-      CHECK(b.grads == a.grads);
-      CHECK(b.groups == a.groups);
-    }
-    // Races forced into view: a spin of ~0.1 ms after each fork on one stream, so the other's later
-    // work runs first. A missing wait (a weight gradient reading dY or a layer input after the
-    // model's stream overwrote it, or the model's stream reading what the second stream has not
-    // written yet) then changes the gradients.
-    for (const bool slow_side : {true, false}) {
-      INFO((slow_side ? "second stream" : "model's stream") << " delayed after each fork");
-      GpuViTOptions od = o;
-      (slow_side ? od.wgrad_test_delay_cycles.side : od.wgrad_test_delay_cycles.model) = 200000;
-      GpuViT delayed(L, B, st.s, od);
-      const StepResult b = run_step(delayed, in, gb.get(), L.total);
-      CHECK(b.loss == a.loss);
-      CHECK(b.grads == a.grads);
-    }
-    // Accumulating a second backward into the same gradients (gradient accumulation).
-    CHECK(run_step(two, in, gb.get(), L.total, true, true).grads ==
-          run_step(one, in, ga.get(), L.total, true, true).grads);
-    // An SGD step inside backward (WeightUpdate, --optimizer-in-backward): the updates run on the
-    // second stream, each after the input gradient that reads its weight.
-    DevVec<float> alpha_beta(std::vector<float>{-0.05f, 1.0f});
-    auto sgd_in_backward = [&](GpuViT& m) {
-      DevVec<float> params(in.params.download());
-      m.forward(params.get(), in.images.get(), in.labels.get(), B, in.loss.get());
-      m.backward(params.get(), gb.get(), false, {}, WeightUpdate{params.get(), alpha_beta.get()});
-      CUDA_CHECK(cudaDeviceSynchronize());
-      return std::make_pair(params.download(), gb.download());
-    };
-    const auto updated_one = sgd_in_backward(one);
-    CHECK(updated_one.first != in.params.download());  // the weights moved
-    CHECK(sgd_in_backward(two) == updated_one);
-    // The gradients overlaid on dead activations (the trainer's default without accumulation).
-    o.overlay_gradients = true;
-    GpuViT two_overlaid(L, B, st.s, o);
-    CHECK(run_step(two_overlaid, in, nullptr, L.total).grads == a.grads);
-    // Forward + backward captured as one CUDA graph (the trainer's default): the fork and join
-    // become graph edges, and a replay gives the same gradients.
-    CUDA_CHECK(cudaMemset(gb.get(), 0, L.total * sizeof(float)));
-    StepGraph graph;
-    graph.capture(st.s, [&] {
-      two.forward(in.params.get(), in.images.get(), in.labels.get(), B, in.loss.get());
-      two.backward(in.params.get(), gb.get(), false, {});
-    });
-    graph.launch(st.s);
-    CUDA_CHECK(cudaStreamSynchronize(st.s));
-    CHECK(in.loss.download()[0] == a.loss);
-    CHECK(gb.download() == a.grads);
-  }
-}
-
-TEST_CASE("gpu_vit: weight gradients on a second stream with the batched-GEMM attention recomputing its probabilities "
-          "and with 3xTF32 GEMMs give one stream's gradients bit for bit, also with either stream delayed",
-          "[gpu][gpu_vit][wgrad_stream]") {
-  REQUIRE_GPU();
-  struct Case {
-    const char* model;
-    Precision precision;
-    AttentionImpl attention;
-    bool tf32x3;
-  };
-  for (const Case& c : {Case{"vit_b_16", Precision::tf32, AttentionImpl::gemm_recompute, false},
-                        Case{"vit_b_16", Precision::fp32, AttentionImpl::gemm, true},
-                        Case{"vit_b_32", Precision::fp32, AttentionImpl::custom, true}}) {
-    const ParamLayout L = three_blocks(c.model);
-    INFO(c.model << " " << precision_name(c.precision) << " " << attention_impl_name(c.attention)
-                 << (c.tf32x3 ? ", 3xTF32 (in_proj's bias gradient as a column sum on the second stream)" : ""));
-    const int B = 2;
-    Stream st;
-    DeviceStep in(L, B, 99);
-    DevVec<float> ga(L.total), gb(L.total);
-    GpuViTOptions o = GpuViTOptions::for_precision(c.precision);
-    o.gemm_autotune_candidates = 0;
-    o.attention = c.attention;
-    o.fp32_matmul_tf32x3 = c.tf32x3;
-    GpuViT one(L, B, st.s, o);
-    const StepResult a = run_step(one, in, ga.get(), L.total);
-    o.wgrad_stream = true;
-    for (const long long side_delay : {0LL, 200000LL})
-    for (const long long model_delay : {0LL, 200000LL}) {
-      if (side_delay && model_delay) continue;
-      INFO("delays: second stream " << side_delay << ", model's stream " << model_delay << " cycles");
-      o.wgrad_test_delay_cycles.side = side_delay;
-      o.wgrad_test_delay_cycles.model = model_delay;
-      GpuViT two(L, B, st.s, o);
-      const StepResult b = run_step(two, in, gb.get(), L.total);
-      CHECK(b.loss == a.loss);
-      CHECK(b.grads == a.grads);
-      CHECK(b.groups == a.groups);
-    }
   }
 }

@@ -2,9 +2,6 @@
 // the engine's own count of its buffers, GpuViT's arena, and cudaMemGetInfo.
 #include <cuda_runtime.h>
 
-#include <string>
-#include <vector>
-
 #include "cuda/model/gpu_vit.h"
 #include "cuda/model/gpu_vit_arena.h"
 #include "src/engines/engine.h"
@@ -62,28 +59,6 @@ TEST_CASE("memory estimate: equals the GPU engine's allocations with --fp32-matm
   CHECK(e.bytes_of("3xTF32 operand split") > 0);
   auto engine = make_gpu_engine(o, World(), L, {}, nullptr);
   CHECK(engine->info().device_bytes == e.persistent_bytes());
-}
-
-TEST_CASE("memory estimate: equals the GPU engine's allocations with --wgrad-stream on (alone, with 3xTF32, with "
-          "SGD in backward)",
-          "[gpu][memory]") {
-  REQUIRE_GPU();
-  for (const std::vector<std::string>& extra :
-       {std::vector<std::string>{}, {"--fp32-matmul", "tf32x3"}, {"--optimizer-in-backward"}}) {
-    std::vector<std::string> args = {"--model", "vit_micro", "--batch-size", "3", "--no-ddp", "--attention", "custom"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const Options base = parse_args(args);
-    args.insert(args.end(), {"--wgrad-stream", "on"});
-    const Options o = parse_args(args);
-    const ParamLayout L = make_param_layout(vit_config(o.model));
-    const MemoryEstimate e = estimate_gpu_memory(o, L, {}), e1 = estimate_gpu_memory(base, L, {});
-    INFO((extra.empty() ? std::string("--wgrad-stream on alone") : extra[0]));
-    // Two cuBLASLt workspaces, and two 3xTF32 splits.
-    CHECK(e.bytes_of("cuBLASLt workspace") == 2 * e1.bytes_of("cuBLASLt workspace"));
-    CHECK(e.bytes_of("3xTF32 operand split") == 2 * e1.bytes_of("3xTF32 operand split"));
-    auto engine = make_gpu_engine(o, World(), L, {}, nullptr);
-    CHECK(engine->info().device_bytes == e.persistent_bytes());
-  }
 }
 
 TEST_CASE("memory estimate: GpuViT allocates its arena plan plus the workspace", "[gpu][memory]") {
