@@ -5,7 +5,8 @@
 #   vitddp brackets its timed steps with cudaProfilerStart/Stop, so --profile-from-start off keeps
 #   that step), at the application clocks (--clock-control none); the GEMM ceilings at the model's
 #   shapes (results/peers/torch_peers.py --gemm-ceilings, needs torch); then
-#   results/kernel_table.py (vitddp-report kernels) writes one table per model into OUT/kernel_tables.md,
+#   results/kernel_table.py (vitddp-report kernels) writes one table per model into OUT/kernel_tables.md
+#   (per kernel family, then the 10 kernels with the most time),
 #   memory-bound kernels against the GPU's device-to-device copy bandwidth measured in the same job
 #   (torch, a 1 GiB copy, read + write bytes; OUT/hbm_gbps.txt; 4300 GB/s, an H200's, when absent).
 # Usage: bash results/commands/kernel-profile.sh OUT  |  bash results/commands/kernel-profile.sh --readme DIR
@@ -73,7 +74,7 @@ tables() {  # tables DIR: DIR/kernel_tables.md from DIR's ncu and GEMM files
     g=(); [ -e "$dir/gemm-$m-b$b.json" ] && g=(--gemm "$dir/gemm-$m-b$b.json")
     "$PY" "$ROOT/results/kernel_table.py" "$f" "${g[@]}" --hbm-gbps "$(hbm_gbps "$dir")" \
       --model "$m" --precision "$p" --batch-size "$b" \
-      --title "$m, batch $b, $p: one training step" --top 0 >> "$dir/kernel_tables.md" </dev/null || rc=1
+      --title "$m, batch $b, $p: one training step" --top 10 >> "$dir/kernel_tables.md" </dev/null || rc=1
   done < <(ncu_runs "$dir")
   return $rc
 }

@@ -228,4 +228,5 @@ def main(argv=None, prog="vitddp-report kernels"):
         print("| --- | ---: | ---: | ---: |")
         for name, n, us in top_kernels(kernels, a.top):
             print(f"| `{name}` | {n} | {us:.1f} | {us / n:.1f} |")
+        print()  # tables of several steps printed one after the other stay apart
     return 0

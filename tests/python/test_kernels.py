@@ -69,6 +69,20 @@ def test_xz_input_and_main(tmp_path, capsys):
     assert "| `void ln_warp::forward<6, float>` | 1 | 1.0 | 1.0 |" in text  # the slowest kernels
 
 
+
+def test_slowest_kernels_group_launches_by_name_without_arguments(capsys, tmp_path):
+    kernels = {"0": {"name": "gemm_a(const float *)", "ns": 1000.0}, "1": {"name": "gemm_a(float *)", "ns": 500.0},
+               "2": {"name": "ln(const float *)", "ns": 1200.0}, "3": {"name": "tiny()", "ns": 10.0}}
+    assert kernel_table.top_kernels(kernels, 2) == [("gemm_a", 2, 1.5), ("ln", 1, 1.2)]
+    csv_path = str(tmp_path / "step.csv")
+    write_csv(csv_path)
+    assert kernel_table.main([csv_path, "--top", "2"]) == 0
+    text = capsys.readouterr().out
+    # the two slowest kernels (1 us each, in the file's order), then a blank line closing the table
+    assert text.endswith("| `nvjet_sm90_tst_256x96_bias_TNT` | 1 | 1.0 | 1.0 |\n"
+                         "| `void ln_warp::forward<6, float>` | 1 | 1.0 | 1.0 |\n\n")
+    assert "| `nvjet_sm90_tss_128x64_NTT` |" not in text  # the third (0.5 us)
+
 def test_unreadable_file_is_one_line_and_exit_2(tmp_path, capsys):
     bad = tmp_path / "not-ncu.csv"
     bad.write_text("hello\n")
