@@ -39,6 +39,7 @@ expect_error "recomputing batched-GEMM attention in bf16" "--attention gemm-reco
 expect_error "unknown patch embedding" "--patch-embed: unknown value 'fft'" --patch-embed fft
 expect_error "cuDNN patch embedding on the CPU backend" "--patch-embed cudnn: needs the GPU backend" --patch-embed cudnn --model vit_micro
 expect_error "GEMM SM carveout on the CPU backend" "--gemm-sm-carveout: needs the GPU backend" --gemm-sm-carveout 8 --model vit_micro
+expect_error "GEMM autotuning on the CPU backend" "--gemm-autotune: needs the GPU backend" --gemm-autotune 0 --model vit_micro
 expect_error "copy-engine all-reduce on the CPU backend" "--allreduce copy-engine: needs the GPU backend" --allreduce copy-engine --model vit_micro
 expect_error "CUDA graph switch on the CPU backend" "--cuda-graph off: needs the GPU backend" --cuda-graph off --model vit_micro
 expect_error "attention choice on the CPU backend" "--attention custom: needs the GPU backend" --attention custom --model vit_micro

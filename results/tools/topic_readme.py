@@ -49,7 +49,7 @@ DEFAULTS = {
     "bucket-cap-mb": "25", "nccl-max-ctas": "0", "gemm-sm-carveout": "0", "cuda-graph": "on",
     "attention": "auto", "patch-embed": "auto", "grad-as-bucket-view": "on", "data": "synthetic",
     "model": "vit_l_32", "batch-size": "32", "direct-blocks": "0", "optimizer-in-backward": "false",
-    "fp32-matmul": "ieee", "wgrad-stream": "off",
+    "fp32-matmul": "ieee", "gemm-autotune": "16", "wgrad-stream": "off",
 }
 
 

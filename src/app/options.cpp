@@ -309,6 +309,11 @@ const std::vector<Spec>& table() {
        "every SM",
        [](Options& o, const std::string& v) { o.gemm_sm_carveout = (int)parse_int("--gemm-sm-carveout", v, 0, 1024); },
        [](const Options& o) { return std::to_string(o.gemm_sm_carveout); }},
+      {"gemm-autotune", "N", Group::Speed,
+       "GPU: cuBLASLt's first N heuristic candidates for each GEMM shape are timed once before the first step and "
+       "the fastest kept; 0 or 1 = the first candidate, untimed (as --checkpoint-every and --resume do)",
+       [](Options& o, const std::string& v) { o.gemm_autotune = (int)parse_int("--gemm-autotune", v, 0, 32); },
+       [](const Options& o) { return std::to_string(o.gemm_autotune); }},
       {"nccl-max-ctas", "N", Group::Ddp,
        "GPU: cap on the thread blocks (SMs) NCCL's kernels take while they overlap backward (ncclConfig_t maxCTAs); 0 "
        "= NCCL's choice",
@@ -715,6 +720,10 @@ const std::vector<EffectRule>& effect_rules() {
        },
        true},
       {"gemm-sm-carveout", not_cpu, because("needs the GPU backend (cuBLASLt)")},
+      {"gemm-autotune", not_cpu, because("needs the GPU backend (cuBLASLt)")},
+      {"gemm-autotune", [](const Options& o) { return o.checkpoint_every == 0 && o.resume.empty(); },
+       because("has no effect with --checkpoint-every or --resume (they take cuBLASLt's first heuristic choice, so "
+               "that a resumed run repeats the same bits)")},
       {"momentum", sgd,
        because("has no effect with --optimizer adamw (SGD only; AdamW's first-moment decay is --adam-beta1)")},
       {"adam-beta1", adamw, because("has no effect with --optimizer sgd (AdamW only)")},

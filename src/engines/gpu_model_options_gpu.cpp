@@ -12,6 +12,7 @@ GpuViTOptions gpu_model_options(const Options& o, const ParamLayout& layout) {
   mo.attention = resolve_attention(to_string(o.attention), mo.precision, layout.cfg.head_dim(), layout.cfg.seq_len());
   mo.patch_embed = resolve_patch_embed(to_string(o.patch_embed), mo.precision);
   mo.backward_sm_carveout = o.gemm_sm_carveout;
+  mo.gemm_autotune_candidates = o.gemm_autotune;
   mo.fp32_matmul_tf32x3 = o.fp32_matmul == Fp32Matmul::Tf32x3;
   mo.overlay_gradients = o.grad_accum_steps == 1 && layout.total == layout.parameter_count();
   mo.recompute_gelu = resolve_recompute_gelu(to_string(o.recompute_gelu), mo.precision);

@@ -64,6 +64,19 @@ TEST_CASE("bad options give one line naming the option and the reason", "[option
   CHECK(option_error({"stray"}).rfind("stray: unexpected argument", 0) == 0);
 }
 
+TEST_CASE("--gemm-autotune: 16 candidates by default, 0 to 32; no effect with --checkpoint-every or --resume",
+          "[options]") {
+  CHECK(parse_args({}).gemm_autotune == 16);
+  CHECK(parse_args({"--gemm-autotune", "0"}).gemm_autotune == 0);
+  CHECK(parse_args({"--gemm-autotune", "32"}).gemm_autotune == 32);
+  CHECK(option_error({"--gemm-autotune", "33"}) == "--gemm-autotune: must be in [0, 32], got '33'");
+  CHECK(option_error({"--gemm-autotune", "-1"}) == "--gemm-autotune: must be in [0, 32], got '-1'");
+  CHECK(option_error({"--gemm-autotune", "4", "--checkpoint-every", "10"}) ==
+        "--gemm-autotune: has no effect with --checkpoint-every or --resume (they take cuBLASLt's first heuristic "
+        "choice, so that a resumed run repeats the same bits)");
+  CHECK(option_error({"--gemm-autotune", "0", "--resume", "c.h5"}).rfind("--gemm-autotune: has no effect", 0) == 0);
+}
+
 TEST_CASE("--gemm-sm-carveout and --nccl-max-ctas: 0 (off) by default, bounded", "[options]") {
   CHECK(parse_args({}).gemm_sm_carveout == 0);
   CHECK(parse_args({}).nccl_max_ctas == 0);
@@ -260,7 +273,7 @@ TEST_CASE("to_string gives the command-line names; option_values holds them as b
   CHECK(v["no-ddp"] == "false");
   CHECK(v["record-grad-ready"] == "false");
   CHECK(v["fp32-matmul"] == "ieee");
-  CHECK(option_values(Options{}).size() == 68);
+  CHECK(option_values(Options{}).size() == 69);
   std::map<std::string, std::string> g;
   for (const auto& [k, x] : option_values(parse_args({"--data", "idx:/x", "--eval-every", "2", "--eval-split", "train",
                                                       "--allreduce", "copy-engine", "--comm-streams", "3", "--init", "random",
@@ -303,6 +316,7 @@ TEST_CASE("the explicit backend: cpu refuses GPU-only options, auto defers them 
       {{"--patch-embed", "gemm"}, "--patch-embed gemm: needs the GPU backend"},
       {{"--cuda-graph", "on"}, "--cuda-graph on: needs the GPU backend"},
       {{"--gemm-sm-carveout", "0"}, "--gemm-sm-carveout: needs the GPU backend (cuBLASLt)"},
+      {{"--gemm-autotune", "0"}, "--gemm-autotune: needs the GPU backend (cuBLASLt)"},
       {{"--nccl-max-ctas", "4"}, "--nccl-max-ctas: needs the GPU backend (NCCL)"},
       {{"--allreduce", "copy-engine"}, "--allreduce copy-engine: needs the GPU backend"},
       {{"--allreduce", "nccl"}, "--allreduce nccl: needs the GPU backend"},
@@ -505,7 +519,7 @@ TEST_CASE("--help: sections in order, one to three lines per option, defaults, n
       current.clear();
     }
   }
-  CHECK(count.size() == 70);
+  CHECK(count.size() == 71);
   for (const auto& [name, n] : count) {
     INFO(name);
     CHECK(n <= 3);
