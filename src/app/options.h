@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/gpu_vit_options.h"
 #include "mpi/reducer/reducer_options.h"
 #include "src/app/option_enums.h"
 
@@ -35,7 +36,8 @@ struct Options {
   bool ddp = true;                  ///< false: --no-ddp, no reducer at all
   bool overlap = true;              ///< false: --no-overlap, all buckets after backward
   int gemm_sm_carveout = 0;         ///< SMs backward's GEMMs leave to NCCL (cuBLASLt SM count target); 0: none
-  int gemm_autotune = 16;           ///< cuBLASLt candidates timed per GEMM shape; 0, 1: the first, untimed
+  /// cuBLASLt candidates timed per GEMM shape; 0, 1: the first, untimed (GpuViTOptions' default)
+  int gemm_autotune = GpuViTOptions{}.gemm_autotune_candidates;
   int nccl_max_ctas = 0;            ///< cap on NCCL's thread blocks (SMs) per collective; 0: NCCL's choice
   AllReduceImpl allreduce = AllReduceImpl::Nccl;  ///< nccl | copy-engine (GPU reducer's all-reduce; mpi/transports/)
   std::optional<int> comm_streams;  ///< 1..4 copy-engine comm streams (ReducerOptions::comm_streams); empty: auto

@@ -90,13 +90,12 @@ MemoryEstimate estimate_gpu_memory(const Options& o, const ParamLayout& layout, 
                             ? gpu_vit_autotune_scratch_bytes(c, o.grad_accum_steps > 1, o.optimizer_in_backward)
                             : 0;
   const char* why =
-      o.optimizer_in_backward
+      !tuning ? (vo.gemm_autotune_candidates > 1
+                     ? "none (candidates are timed on each GEMM's own output)"
+                     : "none (no autotuning: --gemm-autotune 0 or 1, --checkpoint-every or --resume)")
+      : o.optimizer_in_backward
           ? "largest weight updated in place, allocated while timing its GEMM before the first step"
           : "largest weight gradient accumulated in place, allocated while timing its GEMM in the first steps";
-  if (!tuning)
-    why = vo.gemm_autotune_candidates > 1
-              ? "none (candidates are timed on each GEMM's own output)"
-              : "none (no autotuning: --gemm-autotune 0 or 1, --checkpoint-every or --resume)";
   e.transient = {"cuBLASLt autotuning", why, tuning};
   return e;
 }

@@ -69,7 +69,6 @@ def test_xz_input_and_main(tmp_path, capsys):
     assert "| `void ln_warp::forward<6, float>` | 1 | 1.0 | 1.0 |" in text  # the slowest kernels
 
 
-
 def test_slowest_kernels_group_launches_by_name_without_arguments(capsys, tmp_path):
     kernels = {"0": {"name": "gemm_a(const float *)", "ns": 1000.0}, "1": {"name": "gemm_a(float *)", "ns": 500.0},
                "2": {"name": "ln(const float *)", "ns": 1200.0}, "3": {"name": "tiny()", "ns": 10.0}}
@@ -82,6 +81,7 @@ def test_slowest_kernels_group_launches_by_name_without_arguments(capsys, tmp_pa
     assert text.endswith("| `nvjet_sm90_tst_256x96_bias_TNT` | 1 | 1.0 | 1.0 |\n"
                          "| `void ln_warp::forward<6, float>` | 1 | 1.0 | 1.0 |\n\n")
     assert "| `nvjet_sm90_tss_128x64_NTT` |" not in text  # the third (0.5 us)
+
 
 def test_unreadable_file_is_one_line_and_exit_2(tmp_path, capsys):
     bad = tmp_path / "not-ncu.csv"
