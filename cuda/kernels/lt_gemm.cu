@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -66,7 +67,26 @@ struct Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool supported = true;  ///< false: cuBLASLt offered no algorithm (descriptors destroyed)
+  std::string shape;      ///< shape_string of the call that built it
+  double tuned_ms = -1, first_ms = -1;  ///< autotuning: ms per call of the kept and the first candidate
 };
+
+/// The configuration of a cuBLASLt algorithm as "algo A tile T stages S split-K K swizzle W
+/// custom C cluster L" (cublasLtMatmulAlgoConfigAttributes_t; tile, stages and cluster are the
+/// numbers of cublasLtMatmulTile_t, cublasLtMatmulStages_t and cublasLtClusterShape_t).
+std::string algo_string(const cublasLtMatmulAlgo_t& algo) {
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr, size_t bytes) {
+    uint32_t v = 0;  // int32_t / uint32_t attributes, or uint16_t ones in the low bytes (little-endian)
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, bytes, &written) != CUBLAS_STATUS_SUCCESS)
+      return std::string("?");
+    return std::to_string(v);
+  };
+  return "algo " + get(CUBLASLT_ALGO_CONFIG_ID, 4) + " tile " + get(CUBLASLT_ALGO_CONFIG_TILE_ID, 4) + " stages " +
+         get(CUBLASLT_ALGO_CONFIG_STAGES_ID, 4) + " split-K " + get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 4) + " swizzle " +
+         get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, 4) + " custom " + get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, 4) +
+         " cluster " + get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, 2);
+}
 
 std::string shape_string(const GemmTypes& t, bool ta, bool tb, int m, int n, int k, int lda,
                          int ldb, int ldc, int ldd) {
@@ -112,12 +132,15 @@ struct LtGemm::Impl {
   int sm_target = 0;  // CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET of plans built now (0: all SMs)
   int device_sms = 0, clock_khz = 0;
   cudaStream_t hold_stream = nullptr;  // autotuning under a reduced target: the SM-holding kernel's stream
+  std::unique_ptr<HostGate> gate;      // autotuning: what each timed batch queues behind (made on first use)
   cublasLtHandle_t handle = nullptr;
   DeviceArena arena;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   std::map<PlanKey, Plan> plans;
-  // GEMM timing: event pairs [0, timed_used) hold the GEMMs since the last take_timed_ms().
+  // GEMM timing: event pairs [0, timed_used) hold the GEMMs since the last take, timed_plan[i] the
+  // plan of pair i (plans live in the map until the object dies, so the pointers stay valid).
+  std::vector<const Plan*> timed_plan;
   bool timing = false;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> timed;
   size_t timed_used = 0;
@@ -148,9 +171,13 @@ struct LtGemm::Impl {
     if (it != plans.end()) return it->second;
     const auto [ta, tb, m, n, k, lda, ldb, ldc, ldd, beta_nonzero, epi_kind, al_a, al_b, al_c, al_d, ab_type, cd_type,
                 sms, device_scalars, tf32_term] = key;
-    (void)beta_nonzero;
     const auto ab = static_cast<cudaDataType_t>(ab_type), cd = static_cast<cudaDataType_t>(cd_type);
     Plan p;
+    p.shape = shape_string(GemmTypes{ab, cd}, ta, tb, m, n, k, lda, ldb, ldc, ldd) +
+              (epi_kind == 1   ? " +bias"
+               : epi_kind == 2 ? " +bias-grad"
+                               : "") +
+              (beta_nonzero ? " +C" : "") + (tf32_term ? " (3xTF32 term)" : "");
     try {
       CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, tf32_term ? CUBLAS_COMPUTE_32F_FAST_TF32 : compute, CUDA_R_32F));
       const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // on our B buffer
@@ -224,12 +251,12 @@ struct LtGemm::Impl {
   }
 
   // Times the candidates writing to ops.d, or to a temporary output of tmp_bytes when not 0, and
-  // returns the index of the fastest (0, the heuristic's first choice, when none can run). Each candidate that fits the workspace runs
-  // once as a warm-up (one that fails to launch is skipped), then in kRounds
-  // interleaved rounds (so a clock ramp or other drift touches every candidate alike) a batch of
-  // kRuns back-to-back runs queued behind a short spin kernel (so the batch times the GPU, not the
-  // host's launch rate, which for 20-us bf16 GEMMs is the same order); a candidate's time is its
-  // fastest batch.
+  // returns the index of the fastest (0, the heuristic's first choice, when none can run). Each candidate that fits the
+  // workspace runs once as a warm-up (one that fails to launch is skipped), then in kRounds interleaved rounds (so a
+  // clock ramp or other drift touches every candidate alike) a batch of kRuns back-to-back runs queued behind a
+  // HostGate that the host opens once all of them are enqueued (so the batch times the GPU, not the host's launch rate,
+  // which for 20-us bf16 GEMMs is the same order, and many times more under a profiler that intercepts each launch); a
+  // candidate's time is its fastest batch.
   int fastest(Plan& p, const cublasLtMatmulHeuristicResult_t* results, int found, const Operands& ops,
               size_t tmp_bytes, int sms) {
     constexpr int kRounds = 3, kRuns = 3;
@@ -251,6 +278,7 @@ struct LtGemm::Impl {
     try {
       CUDA_CHECK(cudaEventCreate(&e0));
       CUDA_CHECK(cudaEventCreate(&e1));
+      if (!gate) gate = std::make_unique<HostGate>((long long)clock_khz * 200);  // ~200 ms at the peak clock
       if (held > 0 && !hold_stream) {
         int lo = 0, hi = 0;
         CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
@@ -276,10 +304,16 @@ struct LtGemm::Impl {
             // stand-in (results/h200x2/overlap).
             spin_cycles((long long)clock_khz * 3, held, 128, hold_stream);  // ~3 ms at the peak clock
           }
-          spin_cycles((long long)clock_khz / 20, 1, 32, stream);  // ~50 us: the runs queue up behind it
+          gate->close(stream);
           CUDA_CHECK(cudaEventRecord(e0, stream));
-          for (int r = 0; r < kRuns; ++r) CUBLAS_CHECK(run(i));
-          CUDA_CHECK(cudaEventRecord(e1, stream));
+          try {
+            for (int r = 0; r < kRuns; ++r) CUBLAS_CHECK(run(i));
+            CUDA_CHECK(cudaEventRecord(e1, stream));
+          } catch (...) {
+            gate->open();
+            throw;
+          }
+          gate->open();
           CUDA_CHECK(cudaEventSynchronize(e1));
           if (held > 0) CUDA_CHECK(cudaStreamSynchronize(hold_stream));
           float ms = 0;
@@ -294,6 +328,8 @@ struct LtGemm::Impl {
     int best = 0;
     for (int i = 0; i < found; ++i)
       if (best_ms[i] >= 0 && (best_ms[best] < 0 || best_ms[i] < best_ms[best])) best = i;
+    if (best_ms[best] >= 0) p.tuned_ms = best_ms[best] / kRuns;
+    if (best_ms[0] >= 0) p.first_ms = best_ms[0] / kRuns;
     return best;
   }
 
@@ -396,6 +432,8 @@ struct LtGemm::Impl {
         CUDA_CHECK(err);
         timed.push_back(e);
       }
+      timed_plan.resize(timed.size());
+      timed_plan[timed_used] = &p;
       ev = &timed[timed_used++];
       CUDA_CHECK(cudaEventRecord(ev->first, stream));
     }
@@ -451,14 +489,21 @@ void LtGemm::set_timing(bool on) { impl_->timing = on; }
 
 double LtGemm::take_timed_ms() {
   double total = 0;
+  for (const TimedGemm& g : take_timed_calls()) total += g.ms;
+  return total;
+}
+
+std::vector<TimedGemm> LtGemm::take_timed_calls() {
+  std::vector<TimedGemm> calls;
   for (size_t i = 0; i < impl_->timed_used; ++i) {
     CUDA_CHECK(cudaEventSynchronize(impl_->timed[i].second));
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, impl_->timed[i].first, impl_->timed[i].second));
-    total += ms;
+    const Plan& p = *impl_->timed_plan[i];
+    calls.push_back(TimedGemm{p.shape, algo_string(p.algo), ms, p.tuned_ms, p.first_ms});
   }
   impl_->timed_used = 0;
-  return total;
+  return calls;
 }
 
 void LtGemm::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,

@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace vitddp {
 
@@ -60,6 +62,15 @@ size_t tf32x3_scratch_bytes(int m, int n, int k);
 struct GemmTypes {
   cudaDataType_t ab = CUDA_R_32F;
   cudaDataType_t cd = CUDA_R_32F;
+};
+
+/// One GEMM enqueued with timing on (LtGemm::take_timed_calls).
+struct TimedGemm {
+  std::string shape;     ///< types, transposes, m n k, leading dims, epilogue ("+bias", "+bias-grad", "+C")
+  std::string algo;      ///< its plan's cuBLASLt algorithm: id, tile, stages, split-K, swizzle, custom, cluster
+  double ms = 0;         ///< GPU time between the events around it
+  double tuned_ms = -1;  ///< autotuning: the kept candidate's time per call (alone, operands warm); -1: not timed
+  double first_ms = -1;  ///< autotuning: the heuristic's first candidate's time per call; -1: not timed
 };
 
 class LtGemm {
@@ -127,9 +138,11 @@ class LtGemm {
   /// GEMM timing (for benchmarks): while on, every GEMM is bracketed by two CUDA events on the
   /// stream. Off by default (no events are recorded).
   void set_timing(bool on);
-  /// Milliseconds of GPU time of the GEMMs enqueued with timing on since the last call (waits for
+  /// Milliseconds of GPU time of the GEMMs enqueued with timing on since the last take (waits for
   /// them to finish), then forgets them. 0 when none.
   double take_timed_ms();
+  /// The same GEMMs one by one, in the order enqueued (waits for them, then forgets them).
+  std::vector<TimedGemm> take_timed_calls();
 
   /// Device bytes held (the workspace, and the 3xTF32 scratch when on).
   size_t device_bytes() const;

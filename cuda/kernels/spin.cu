@@ -1,5 +1,7 @@
 #include "cuda/kernels/spin.h"
 
+#include <stdexcept>
+
 #include "cuda/check/check_cuda.h"
 
 namespace vitddp {
@@ -10,6 +12,17 @@ __global__ void spin_kernel(long long cycles) {
   while (clock64() - start < cycles) {
   }
 }
+
+// flags[0]: set to 1 by the host to open; flags[1]: written 1 when max_cycles passed first.
+__global__ void gate_kernel(volatile int* flags, long long max_cycles) {
+  const long long start = clock64();
+  while (flags[0] == 0) {
+    if (clock64() - start >= max_cycles) {
+      flags[1] = 1;
+      return;
+    }
+  }
+}
 }  // namespace
 
 void spin_cycles(long long cycles, int blocks, int threads, cudaStream_t stream) {
@@ -17,5 +30,31 @@ void spin_cycles(long long cycles, int blocks, int threads, cudaStream_t stream)
   spin_kernel<<<blocks, threads, 0, stream>>>(cycles);
   CUDA_CHECK(cudaGetLastError());
 }
+
+HostGate::HostGate(long long max_cycles) : max_cycles_(max_cycles) {
+  if (max_cycles < 1) throw std::invalid_argument("HostGate: max_cycles must be >= 1");
+  void* p = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&p, 2 * sizeof(int), cudaHostAllocMapped));
+  flags_ = static_cast<volatile int*>(p);
+  flags_[0] = 1;
+  flags_[1] = 0;
+}
+
+HostGate::~HostGate() {
+  if (flags_) cudaFreeHost(const_cast<int*>(flags_));
+}
+
+void HostGate::close(cudaStream_t stream) {
+  flags_[0] = 0;
+  flags_[1] = 0;
+  void* dev = nullptr;
+  CUDA_CHECK(cudaHostGetDevicePointer(&dev, const_cast<int*>(flags_), 0));
+  gate_kernel<<<1, 1, 0, stream>>>(static_cast<volatile int*>(dev), max_cycles_);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void HostGate::open() { flags_[0] = 1; }
+
+bool HostGate::timed_out() const { return flags_[1] != 0; }
 
 }  // namespace vitddp

@@ -569,6 +569,8 @@ void GpuViT::set_gemm_timing(bool on) { impl_->lt.set_timing(on); }
 
 double GpuViT::take_gemm_ms() { return impl_->lt.take_timed_ms(); }
 
+std::vector<TimedGemm> GpuViT::take_gemm_calls() { return impl_->lt.take_timed_calls(); }
+
 void GpuViT::forward(const float* d_params, const float* d_images, const int32_t* d_labels,
                      int batch, float* d_loss, const ParamsNeededFn& before) {
   Impl& s = *impl_;

@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
+#include "cuda/kernels/lt_gemm.h"  // TimedGemm
 #include "model/grad_ready.h"
 #include "model/gpu_vit_options.h"
 #include "model/params_needed.h"
@@ -114,6 +116,8 @@ class GpuViT {
   void set_gemm_timing(bool on);
   /// GPU milliseconds spent in GEMMs enqueued with timing on since the last call (waits for them).
   double take_gemm_ms();
+  /// The same GEMMs one by one (LtGemm::take_timed_calls): shape, algorithm, in-step and autotuned times.
+  std::vector<TimedGemm> take_gemm_calls();
 
  private:
   struct Impl;

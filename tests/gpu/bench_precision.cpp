@@ -5,6 +5,11 @@
 //    (measured with CUDA events around every GEMM in 20 further steps).
 //  - [precision_ops]: where the time goes - every GEMM shape of one encoder block in each
 //    precision, and the bf16 custom kernels, at vit_l_32 batch-32 shapes.
+//  - [gemm_calls]: every GEMM of a vit_l_32 batch-32 training step in tf32 and bf16, timed inside
+//    the step (events around each, eager, the GEMMs autotuned as in vitddp) beside its autotuned
+//    time alone and the heuristic's first candidate's, grouped by shape and algorithm.
+#include <map>
+#include <tuple>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -273,5 +278,68 @@ TEST_CASE("bench: GEMMs and kernels of one block in fp32, tf32 and bf16 (vit_l_3
   std::printf("column_sum bf16 N x M (only when BGRADB is not used): %.4f ms\n", time_ms(st, [&] {
     column_sum(x16.get(), N, M, M, y2.get(), false, scratch.get(), st);
   }));
+  cudaStreamDestroy(st);
+}
+
+TEST_CASE("bench: each GEMM of a vit_l_32 batch-32 step inside the step and alone", "[.bench][gemm_calls]") {
+  REQUIRE_GPU();
+  const ParamLayout L = make_param_layout(vit_config("vit_l_32"));
+  const int B = 32, warmup = 5, steps = 5;
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  StepInputs in(L, B);
+  for (const Precision prec : {Precision::tf32, Precision::bf16}) {
+    in.params.upload(in.host_params);
+    GpuViTOptions o = GpuViTOptions::for_precision(prec);
+    GpuViT gpu(L, B, st, o);
+    auto step = [&] {
+      gpu.forward(in.params.get(), in.images.get(), in.labels.get(), B, in.loss.get());
+      gpu.backward(in.params.get(), in.grads.get(), false, {});
+    };
+    for (int i = 0; i < warmup; ++i) step();  // the first builds and autotunes every plan
+    gpu.set_gemm_timing(true);
+    struct Group {
+      std::vector<double> ms;
+      double tuned_ms, first_ms;
+    };
+    std::map<std::pair<std::string, std::string>, Group> groups;  // (shape, algorithm) -> calls
+    double total = 0;
+    for (int i = 0; i < steps; ++i) {
+      step();
+      for (const TimedGemm& g : gpu.take_gemm_calls()) {
+        Group& grp = groups[{g.shape, g.algo}];
+        grp.ms.push_back(g.ms);
+        grp.tuned_ms = g.tuned_ms;
+        grp.first_ms = g.first_ms;
+        total += g.ms;
+      }
+    }
+    gpu.set_gemm_timing(false);
+    std::vector<std::tuple<double, std::string, std::string, const Group*>> rows;  // ms per step first
+    for (const auto& [key, grp] : groups) {
+      double sum = 0;
+      for (double v : grp.ms) sum += v;
+      rows.emplace_back(sum / steps, key.first, key.second, &grp);
+    }
+    std::sort(rows.rbegin(), rows.rend());
+    double alone = 0;  // the same calls at their autotuned times
+    std::printf(
+        "\nvit_l_32, batch 32, %s, eager, one stream: %d steps after %d warm-up steps; us per call "
+        "(median inside the step; autotuned alone: the kept candidate, and the heuristic's first)\n",
+        precision_name(prec), steps, warmup);
+    std::printf(
+        "| GEMM | cuBLASLt algorithm | calls/step | in step us | alone us | first candidate us | in step / alone | "
+        "ms/step |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (const auto& [ms_step, shape, algo, grp] : rows) {
+      const double calls = (double)grp->ms.size() / steps, in_step = median(grp->ms) * 1e3;
+      const double tuned = grp->tuned_ms * 1e3, first = grp->first_ms * 1e3;
+      if (grp->tuned_ms > 0) alone += grp->tuned_ms * grp->ms.size() / steps;
+      std::printf("| %s | %s | %.0f | %.1f | %.1f | %.1f | %.2f | %.3f |\n", shape.c_str(), algo.c_str(), calls,
+                  in_step, tuned, first, grp->tuned_ms > 0 ? in_step / tuned : 0.0, ms_step);
+      CHECK(grp->tuned_ms > 0);  // vitddp autotunes every GEMM of the step
+    }
+    std::printf("GEMMs: %.3f ms a step inside it, %.3f ms at their autotuned times alone\n", total / steps, alone);
+    CHECK(total > 0);
+  }
   cudaStreamDestroy(st);
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "cuda/kernels/lt_gemm.h"
@@ -177,6 +178,17 @@ TEST_CASE("lt_gemm: bf16 operands with bf16 and fp32 outputs, TF32 compute", "[g
   const double ms = tf.take_timed_ms();
   CHECK(ms > 0);
   CHECK(tf.take_timed_ms() == 0);
+  // One by one: the shape and algorithm of each call; not autotuned, so no autotuning times.
+  linear_forward(tf, x.get(), w.get(), nullptr, nullptr, y.get(), M, N, K);
+  const std::vector<TimedGemm> calls = tf.take_timed_calls();
+  REQUIRE(calls.size() == 1);
+  CHECK(calls[0].ms > 0);
+  CHECK(calls[0].shape.find("m=300, n=256, k=1024") != std::string::npos);
+  CHECK(calls[0].algo.rfind("algo ", 0) == 0);
+  CHECK(calls[0].algo.find('?') == std::string::npos);  // every configuration attribute was read
+  CHECK(calls[0].tuned_ms == -1);
+  CHECK(calls[0].first_ms == -1);
+  CHECK(tf.take_timed_calls().empty());
   tf.set_timing(false);
 }
 
@@ -212,6 +224,17 @@ TEST_CASE("lt_gemm: autotuning times candidates on D itself, or on a temporary w
     CHECK(norm_rel_err(dw.download(), dw_set) < 1e-6);
   }
   CHECK(lt.plan_count() == 4);  // forward with bias and C, forward alone, dW accumulated, dW set
+
+  // The autotuned times travel with each timed call: the kept candidate is never slower than the first.
+  DevVec<float> x(hx), w(hw), y((size_t)M * N);
+  lt.set_timing(true);
+  linear_forward(lt, x.get(), w.get(), nullptr, nullptr, y.get(), M, N, K);
+  const std::vector<TimedGemm> calls = lt.take_timed_calls();
+  lt.set_timing(false);
+  REQUIRE(calls.size() == 1);
+  CHECK(calls[0].tuned_ms > 0);
+  CHECK(calls[0].first_ms >= calls[0].tuned_ms);
+  CHECK(calls[0].tuned_ms < 1.0);  // a 200 x 256 x 512 GEMM takes microseconds, not a millisecond
 }
 
 TEST_CASE("lt_gemm: linear_update_weight applies W = beta W + alpha dY^T X once, alpha and beta read on the device",
