@@ -71,21 +71,29 @@ struct Plan {
   double tuned_ms = -1, first_ms = -1;  ///< autotuning: ms per call of the kept and the first candidate
 };
 
-/// The configuration of a cuBLASLt algorithm as "algo A tile T stages S split-K K swizzle W
-/// custom C cluster L" (cublasLtMatmulAlgoConfigAttributes_t; tile, stages and cluster are the
-/// numbers of cublasLtMatmulTile_t, cublasLtMatmulStages_t and cublasLtClusterShape_t).
+/// The configuration of a cuBLASLt algorithm as "algo A tile T stages S split-K K reduction R
+/// swizzle W custom C inner I cluster L" (cublasLtMatmulAlgoConfigAttributes_t; tile, stages,
+/// reduction, inner and cluster are the numbers of cublasLtMatmulTile_t, cublasLtMatmulStages_t,
+/// cublasLtReductionScheme_t, cublasLtMatmulInnerShape_t and cublasLtClusterShape_t; split-K -1:
+/// chosen by the kernel at run time, as cuBLASLt's trace prints numSplitsK=-1).
 std::string algo_string(const cublasLtMatmulAlgo_t& algo) {
-  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr, size_t bytes) {
-    uint32_t v = 0;  // int32_t / uint32_t attributes, or uint16_t ones in the low bytes (little-endian)
+  // Attributes of 4 bytes (int32_t or uint32_t: `is_signed` says which) or 2 (uint16_t, read into
+  // the low bytes of a zeroed 4-byte value, little-endian).
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr, size_t bytes, bool is_signed) {
+    uint32_t v = 0;
     size_t written = 0;
     if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, bytes, &written) != CUBLAS_STATUS_SUCCESS)
       return std::string("?");
-    return std::to_string(v);
+    return is_signed ? std::to_string(static_cast<int32_t>(v)) : std::to_string(v);
   };
-  return "algo " + get(CUBLASLT_ALGO_CONFIG_ID, 4) + " tile " + get(CUBLASLT_ALGO_CONFIG_TILE_ID, 4) + " stages " +
-         get(CUBLASLT_ALGO_CONFIG_STAGES_ID, 4) + " split-K " + get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 4) + " swizzle " +
-         get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, 4) + " custom " + get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, 4) +
-         " cluster " + get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, 2);
+  return "algo " + get(CUBLASLT_ALGO_CONFIG_ID, 4, true) + " tile " + get(CUBLASLT_ALGO_CONFIG_TILE_ID, 4, false) +
+         " stages " + get(CUBLASLT_ALGO_CONFIG_STAGES_ID, 4, false) + " split-K " +
+         get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 4, true) + " reduction " +
+         get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, 4, false) + " swizzle " +
+         get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, 4, false) + " custom " +
+         get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, 4, false) + " inner " +
+         get(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, 2, false) + " cluster " +
+         get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, 2, false);
 }
 
 std::string shape_string(const GemmTypes& t, bool ta, bool tb, int m, int n, int k, int lda,
@@ -133,6 +141,8 @@ struct LtGemm::Impl {
   int device_sms = 0, clock_khz = 0;
   cudaStream_t hold_stream = nullptr;  // autotuning under a reduced target: the SM-holding kernel's stream
   std::unique_ptr<HostGate> gate;      // autotuning: what each timed batch queues behind (made on first use)
+  bool gate_timed_out = false;         // the gate once gave up waiting: later batches queue behind a spin instead
+  long long gate_cycles = 0;           // LtGemmOptions::autotune_gate_cycles
   cublasLtHandle_t handle = nullptr;
   DeviceArena arena;
   void* workspace = nullptr;
@@ -278,7 +288,8 @@ struct LtGemm::Impl {
     try {
       CUDA_CHECK(cudaEventCreate(&e0));
       CUDA_CHECK(cudaEventCreate(&e1));
-      if (!gate) gate = std::make_unique<HostGate>((long long)clock_khz * 200);  // ~200 ms at the peak clock
+      if (!gate)  // gives up after about 200 ms at the peak clock unless told otherwise
+        gate = std::make_unique<HostGate>(gate_cycles > 0 ? gate_cycles : std::max(1LL, (long long)clock_khz * 200));
       if (held > 0 && !hold_stream) {
         int lo = 0, hi = 0;
         CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
@@ -294,30 +305,45 @@ struct LtGemm::Impl {
         else (void)cudaGetLastError();  // a launch error of a skipped candidate must not surface later
       }
       CUDA_CHECK(cudaStreamSynchronize(stream));
+      // One batch of candidate i: kRuns back-to-back runs between e0 and e1, queued behind the gate.
+      // Where launches wait for the kernel to end (CUDA_LAUNCH_BLOCKING=1, a profiler replaying every
+      // kernel) the gate cannot open before its limit; from its first time-out on, the batches queue
+      // behind a ~50-us spin instead.
+      auto time_batch = [&](int i) {
+        if (held > 0) {
+          // The stand-in for a concurrent stream's kernels (NCCL's) while candidates are timed for a
+          // reduced SM count target. Its thread blocks are small, so the scheduler may place several on
+          // one SM, and the hold may end before a slow candidate's timed runs do; both make it a rough
+          // stand-in (results/h200x2/overlap).
+          spin_cycles((long long)clock_khz * 3, held, 128, hold_stream);  // ~3 ms at the peak clock
+        }
+        const bool gated = !gate_timed_out;
+        if (gated)
+          gate->close(stream);
+        else
+          spin_cycles((long long)clock_khz / 20, 1, 32, stream);
+        {
+          struct Opener {  // opens the gate when the batch is enqueued, or when enqueueing it threw
+            HostGate& g;
+            ~Opener() { g.open(); }
+          } opener{*gate};
+          CUDA_CHECK(cudaEventRecord(e0, stream));
+          for (int r = 0; r < kRuns; ++r) CUBLAS_CHECK(run(i));
+          CUDA_CHECK(cudaEventRecord(e1, stream));
+        }
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        if (held > 0) CUDA_CHECK(cudaStreamSynchronize(hold_stream));
+        if (gated && gate->timed_out()) gate_timed_out = true;
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        return ms;
+      };
       for (int round = 0; round < kRounds; ++round)
         for (int i = 0; i < found; ++i) {
           if (best_ms[i] < 0) continue;
-          if (held > 0) {
-            // The stand-in for a concurrent stream's kernels (NCCL's) while candidates are timed for a
-            // reduced SM count target. Its thread blocks are small, so the scheduler may place several on
-            // one SM, and the hold may end before a slow candidate's timed runs do; both make it a rough
-            // stand-in (results/h200x2/overlap).
-            spin_cycles((long long)clock_khz * 3, held, 128, hold_stream);  // ~3 ms at the peak clock
-          }
-          gate->close(stream);
-          CUDA_CHECK(cudaEventRecord(e0, stream));
-          try {
-            for (int r = 0; r < kRuns; ++r) CUBLAS_CHECK(run(i));
-            CUDA_CHECK(cudaEventRecord(e1, stream));
-          } catch (...) {
-            gate->open();
-            throw;
-          }
-          gate->open();
-          CUDA_CHECK(cudaEventSynchronize(e1));
-          if (held > 0) CUDA_CHECK(cudaStreamSynchronize(hold_stream));
-          float ms = 0;
-          CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+          const bool fell_back = gate_timed_out;
+          float ms = time_batch(i);
+          if (gate_timed_out && !fell_back) ms = time_batch(i);  // that batch timed the host: again behind the spin
           if (round == 0 || ms < best_ms[i]) best_ms[i] = ms;
         }
     } catch (...) {
@@ -417,6 +443,14 @@ struct LtGemm::Impl {
     enqueue(*p, Operands{a, b, cc, d, epi_ptr, alpha, beta, nullptr});
   }
 
+  // Milliseconds between timed event pair i (waits for its second event).
+  double timed_call_ms(size_t i) {
+    CUDA_CHECK(cudaEventSynchronize(timed[i].second));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, timed[i].first, timed[i].second));
+    return ms;
+  }
+
   void enqueue(Plan& p, const Operands& ops) {
     const void* const epi_ptr = ops.epi_ptr;
     if (epi_ptr)
@@ -452,6 +486,7 @@ LtGemm::LtGemm(cudaStream_t stream, const LtGemmOptions& o) : impl_(new Impl) {
   impl_->stream = stream;
   impl_->compute = o.compute;
   impl_->autotune = o.autotune_candidates;
+  impl_->gate_cycles = o.autotune_gate_cycles;
   CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
@@ -489,18 +524,16 @@ void LtGemm::set_timing(bool on) { impl_->timing = on; }
 
 double LtGemm::take_timed_ms() {
   double total = 0;
-  for (const TimedGemm& g : take_timed_calls()) total += g.ms;
+  for (size_t i = 0; i < impl_->timed_used; ++i) total += impl_->timed_call_ms(i);
+  impl_->timed_used = 0;
   return total;
 }
 
 std::vector<TimedGemm> LtGemm::take_timed_calls() {
   std::vector<TimedGemm> calls;
   for (size_t i = 0; i < impl_->timed_used; ++i) {
-    CUDA_CHECK(cudaEventSynchronize(impl_->timed[i].second));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, impl_->timed[i].first, impl_->timed[i].second));
     const Plan& p = *impl_->timed_plan[i];
-    calls.push_back(TimedGemm{p.shape, algo_string(p.algo), ms, p.tuned_ms, p.first_ms});
+    calls.push_back(TimedGemm{p.shape, algo_string(p.algo), impl_->timed_call_ms(i), p.tuned_ms, p.first_ms});
   }
   impl_->timed_used = 0;
   return calls;

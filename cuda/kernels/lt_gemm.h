@@ -39,6 +39,10 @@ struct LtGemmOptions {
   /// (which the call then overwrites) unless D shares memory with A, B or (beta != 0) C, as when
   /// accumulating in place; then a temporary output of D's size, allocated while timing.
   int autotune_candidates = 0;
+  /// Autotuning: SM clock cycles each timed batch's gate (cuda/kernels/spin.h HostGate) waits for
+  /// the host before giving up; 0 = about 200 ms at the device's peak clock. After a first time-out
+  /// the batches queue behind a ~50-us spin kernel instead (tests set 1 to take that path).
+  long long autotune_gate_cycles = 0;
   /// 0: fp32-operand GEMMs run with `compute`. > 0: they run as 3xTF32 instead, with this many
   /// bytes of device scratch (at least tf32x3_scratch_bytes of the largest call): each fp32
   /// operand X is split into hi = X rounded to TF32 (cvt.rna.tf32.f32) and lo = X - hi (exact in
@@ -66,11 +70,18 @@ struct GemmTypes {
 
 /// One GEMM enqueued with timing on (LtGemm::take_timed_calls).
 struct TimedGemm {
-  std::string shape;     ///< types, transposes, m n k, leading dims, epilogue ("+bias", "+bias-grad", "+C")
-  std::string algo;      ///< its plan's cuBLASLt algorithm: id, tile, stages, split-K, swizzle, custom, cluster
-  double ms = 0;         ///< GPU time between the events around it
-  double tuned_ms = -1;  ///< autotuning: the kept candidate's time per call (alone, operands warm); -1: not timed
-  double first_ms = -1;  ///< autotuning: the heuristic's first candidate's time per call; -1: not timed
+  /// Types, transposes, m n k, leading dims, then the epilogue and accumulation ("+bias",
+  /// "+bias-grad", "+C") and " (3xTF32 term)" for one of a 3xTF32 GEMM's three GEMMs.
+  std::string shape;
+  /// Its plan's cuBLASLt algorithm: id, tile, stages, split-K, reduction, swizzle, custom, inner
+  /// shape, cluster shape (the numbers of cublasLtMatmulAlgoConfigAttributes_t's values).
+  std::string algo;
+  double ms = 0;  ///< milliseconds of GPU time between the events around it
+  /// Autotuning (ms per call, the fastest of its timed batches, alone with its operands warm): the
+  /// kept candidate and cuBLASLt's first heuristic candidate. -1 where the plan was not autotuned
+  /// (autotuning off, a single candidate, or a 3xTF32 term that adds into its output).
+  double tuned_ms = -1;
+  double first_ms = -1;
 };
 
 class LtGemm {
@@ -142,6 +153,7 @@ class LtGemm {
   /// them to finish), then forgets them. 0 when none.
   double take_timed_ms();
   /// The same GEMMs one by one, in the order enqueued (waits for them, then forgets them).
+  /// Throws std::runtime_error on a CUDA error, as take_timed_ms.
   std::vector<TimedGemm> take_timed_calls();
 
   /// Device bytes held (the workspace, and the 3xTF32 scratch when on).

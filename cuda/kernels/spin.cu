@@ -38,22 +38,29 @@ HostGate::HostGate(long long max_cycles) : max_cycles_(max_cycles) {
   flags_ = static_cast<volatile int*>(p);
   flags_[0] = 1;
   flags_[1] = 0;
+  void* dev = nullptr;
+  const cudaError_t err = cudaHostGetDevicePointer(&dev, p, 0);
+  if (err != cudaSuccess) cudaFreeHost(p);
+  CUDA_CHECK(err);
+  device_flags_ = static_cast<int*>(dev);
 }
 
 HostGate::~HostGate() {
-  if (flags_) cudaFreeHost(const_cast<int*>(flags_));
+  if (!flags_) return;
+  flags_[0] = 1;  // a kernel still waiting (the caller did not synchronise) stops reading
+  cudaFreeHost(const_cast<int*>(flags_));
 }
 
 void HostGate::close(cudaStream_t stream) {
   flags_[0] = 0;
   flags_[1] = 0;
-  void* dev = nullptr;
-  CUDA_CHECK(cudaHostGetDevicePointer(&dev, const_cast<int*>(flags_), 0));
-  gate_kernel<<<1, 1, 0, stream>>>(static_cast<volatile int*>(dev), max_cycles_);
-  CUDA_CHECK(cudaGetLastError());
+  gate_kernel<<<1, 1, 0, stream>>>(device_flags_, max_cycles_);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) flags_[0] = 1;
+  CUDA_CHECK(err);
 }
 
-void HostGate::open() { flags_[0] = 1; }
+void HostGate::open() noexcept { flags_[0] = 1; }
 
 bool HostGate::timed_out() const { return flags_[1] != 0; }
 

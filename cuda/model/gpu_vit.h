@@ -7,7 +7,6 @@
 #include <memory>
 #include <vector>
 
-#include "cuda/kernels/lt_gemm.h"  // TimedGemm
 #include "model/grad_ready.h"
 #include "model/gpu_vit_options.h"
 #include "model/params_needed.h"
@@ -16,6 +15,8 @@
 #include "model/precision.h"
 
 namespace vitddp {
+
+struct TimedGemm;  // cuda/kernels/lt_gemm.h
 
 /// The SGD step fused into backward (PyTorch's optimizer-in-backward pattern, here inside the
 /// weight-gradient GEMMs): each tensor of weights_updated_in_backward(layout) is updated in place

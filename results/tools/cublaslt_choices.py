@@ -9,8 +9,8 @@ Reads cuBLASLt's trace (log level 2, or mask 2: one line per cublasLtMatmul call
 descriptors and `algo=[...]`; files may be .xz). A GEMM is the tuple of its A, B and D descriptors
 (type, rows, columns, leading dimension), its compute descriptor without pointers (compute type,
 transposes, epilogue) and beta's value; what it ended with is the algorithm of its last call in the
-file. vitddp times its autotuning candidates before the first step, so the last call is the choice
-the steps ran (a profiler process that ran them differently shows up as a different choice).
+file. vitddp times its autotuning candidates in its first forward and backward, so the last call is
+the choice the steps ran (a profiler process that ran them differently shows up as a different choice).
 
 Prints, per GEMM (D's rows x columns, then its descriptors), "same" or "differs" and each file's
 algorithm when they differ (--all: always), then a count. Exit 0; 2 when a file cannot be read or
@@ -65,8 +65,9 @@ def main(argv=None):
     for path in args.logs:
         try:
             c = choices(path)
-        except OSError as e:
-            print("cublaslt_choices.py: %s: cannot read (%s)" % (path, e.strerror or e), file=sys.stderr)
+        except (OSError, EOFError, lzma.LZMAError) as e:  # missing, unreadable, or a broken .xz
+            print("cublaslt_choices.py: %s: cannot read (%s)" % (path, getattr(e, "strerror", None) or e),
+                  file=sys.stderr)
             return 2
         if not c:
             print("cublaslt_choices.py: %s: no cublasLtMatmul line (was CUBLASLT_LOG_LEVEL 2 or more?)" % path,

@@ -192,6 +192,21 @@ TEST_CASE("lt_gemm: bf16 operands with bf16 and fp32 outputs, TF32 compute", "[g
   tf.set_timing(false);
 }
 
+namespace {
+// The autotuned times travel with a timed call of Y = X W^T (a plan already autotuned): the kept
+// candidate is never slower than the heuristic's first, and both are GPU times of a small GEMM.
+void check_autotuned_times(LtGemm& lt, const float* x, const float* w, float* y, int M, int N, int K) {
+  lt.set_timing(true);
+  linear_forward(lt, x, w, nullptr, nullptr, y, M, N, K);
+  const std::vector<TimedGemm> calls = lt.take_timed_calls();
+  lt.set_timing(false);
+  REQUIRE(calls.size() == 1);
+  CHECK(calls[0].tuned_ms > 0);
+  CHECK(calls[0].first_ms >= calls[0].tuned_ms);
+  CHECK(calls[0].tuned_ms < 1.0);  // a 200 x 256 x 512 GEMM takes microseconds, not a millisecond
+}
+}  // namespace
+
 TEST_CASE("lt_gemm: autotuning times candidates on D itself, or on a temporary when D is also C (in place)",
           "[gpu][lt_gemm]") {
   REQUIRE_GPU();
@@ -225,16 +240,27 @@ TEST_CASE("lt_gemm: autotuning times candidates on D itself, or on a temporary w
   }
   CHECK(lt.plan_count() == 4);  // forward with bias and C, forward alone, dW accumulated, dW set
 
-  // The autotuned times travel with each timed call: the kept candidate is never slower than the first.
   DevVec<float> x(hx), w(hw), y((size_t)M * N);
-  lt.set_timing(true);
-  linear_forward(lt, x.get(), w.get(), nullptr, nullptr, y.get(), M, N, K);
-  const std::vector<TimedGemm> calls = lt.take_timed_calls();
-  lt.set_timing(false);
-  REQUIRE(calls.size() == 1);
-  CHECK(calls[0].tuned_ms > 0);
-  CHECK(calls[0].first_ms >= calls[0].tuned_ms);
-  CHECK(calls[0].tuned_ms < 1.0);  // a 200 x 256 x 512 GEMM takes microseconds, not a millisecond
+  check_autotuned_times(lt, x.get(), w.get(), y.get(), M, N, K);
+}
+
+TEST_CASE("lt_gemm: autotuning whose gate times out times the batches behind a spin instead, with the same results",
+          "[gpu][lt_gemm]") {
+  REQUIRE_GPU();
+  Stream st;
+  LtGemmOptions o;
+  o.autotune_candidates = 8;
+  o.autotune_gate_cycles = 1;  // every gate gives up at once: the first batch is timed again behind the spin
+  LtGemm lt(st.s, o);
+  const int M = 200, N = 256, K = 512;
+  const auto hx = normal_vec((size_t)M * K, 8, 0), hw = normal_vec((size_t)N * K, 8, 1),
+             hr = normal_vec((size_t)M * N, 8, 2);
+  DevVec<float> x(hx), w(hw), y(hr);
+  linear_forward(lt, x.get(), w.get(), nullptr, y.get(), y.get(), M, N, K);  // Y = X W^T + Y, candidates on a temporary
+  CHECK(norm_rel_err(y.download(), host_gemm(false, true, M, N, K, 1, hx, K, hw, K, 1, &hr, N, nullptr)) < 1e-6);
+  linear_forward(lt, x.get(), w.get(), nullptr, nullptr, y.get(), M, N, K);  // a second plan, timed on D
+  CHECK(norm_rel_err(y.download(), host_gemm(false, true, M, N, K, 1, hx, K, hw, K, 0, nullptr, N, nullptr)) < 1e-6);
+  check_autotuned_times(lt, x.get(), w.get(), y.get(), M, N, K);  // behind the spin too they time the GPU
 }
 
 TEST_CASE("lt_gemm: linear_update_weight applies W = beta W + alpha dY^T X once, alpha and beta read on the device",

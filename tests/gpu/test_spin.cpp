@@ -33,7 +33,7 @@ TEST_CASE("spin: HostGate holds the stream until opened, then what queued behind
     gate.open();
     CUDA_CHECK(cudaEventSynchronize(e1));
     const double wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - opened).count();
-    CHECK(wait_ms < 20.0);  // released by open(), not by the 10-s limit
+    CHECK(wait_ms < 1000.0);  // released by open(), not by the 10-s limit
     CHECK_FALSE(gate.timed_out());
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));

@@ -66,3 +66,7 @@ def test_unreadable_or_empty_logs_exit_2(tmp_path, capsys):
     empty = write(tmp_path / "empty.log", [])
     assert tool.main([empty]) == 2
     assert "no cublasLtMatmul line" in capsys.readouterr().err
+    broken = tmp_path / "broken.log.xz"
+    broken.write_bytes(b"not xz at all")
+    assert tool.main([str(broken)]) == 2
+    assert "broken.log.xz: cannot read" in capsys.readouterr().err
