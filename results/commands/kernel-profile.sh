@@ -9,11 +9,16 @@
 #   (per kernel family, then the 10 kernels with the most time),
 #   memory-bound kernels against the GPU's device-to-device copy bandwidth measured in the same job
 #   (torch, a 1 GiB copy, read + write bytes; OUT/hbm_gbps.txt; 4300 GB/s, an H200's, when absent).
+#   Each process autotunes its GEMMs before the profiled step, so the script also runs the same step
+#   once without ncu and compares, from cuBLASLt's trace (CUBLASLT_LOG_LEVEL=2) of both runs, the
+#   algorithm each GEMM ended with (results/tools/cublaslt_choices.py): the README says how many of
+#   the profiled GEMMs are a plain run's.
 # Usage: bash results/commands/kernel-profile.sh OUT  |  bash results/commands/kernel-profile.sh --readme DIR
 #   VITDDP [build/vitddp]  PYTHON [python3]  MODELS [vit_b_16 vit_l_32 vit_l_16]  BATCH [32]
 #   PRECISION [bf16]  NCU [ncu]. About 40 s a model on an H200.
-# Writes OUT/ncu-<model>-<precision>-b<batch>.csv.xz (ncu's CSV), gemm-<model>-b<batch>.json, kernel_tables.md,
-# log.txt, README.md. Exit 2 on bad settings, 1 when a profile or a table failed.
+# Writes OUT/ncu-<model>-<precision>-b<batch>.csv.xz (ncu's CSV), gemm-<model>-b<batch>.json,
+# cublaslt-<model>-<precision>-b<batch>-{plain,ncu}.log.xz and gemm-choices-<model>-<precision>-b<batch>.txt
+# (the comparison), kernel_tables.md, log.txt, README.md. Exit 2 on bad settings, 1 when a profile or a table failed.
 set -u -o pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 VITDDP=${VITDDP:-build/vitddp}
@@ -105,6 +110,19 @@ readme() {  # readme DIR
       echo "4300 GB/s (a large device-to-device copy). Kernel by kernel, as ncu runs them, the step is longer than"
     fi
     echo "in a CUDA-graph run (no overlap between launches); the shares are what to read."
+    local f line
+    if ! compgen -G "$dir/gemm-choices-*.txt" > /dev/null; then
+      echo "No plain run was compared with these profiles: each profiled process autotuned its GEMMs under ncu,"
+      echo "which may pick other algorithms than a plain run does (docs/benchmarks.md, \"Where the time goes\"), so"
+      echo "the GEMM rows may not be a plain run's."
+    fi
+    for f in "$dir"/gemm-choices-*.txt; do
+      [ -e "$f" ] || continue
+      line=$(tail -n 1 "$f")
+      [[ $line =~ ^([0-9]+)\ GEMMs:\ ([0-9]+)\  ]] || continue
+      echo "$(basename "$f" .txt | sed 's/^gemm-choices-//'): ${BASH_REMATCH[2]} of ${BASH_REMATCH[1]} GEMMs ended with"
+      echo "the algorithm of a plain run of the same step (cuBLASLt's trace, \`$(basename "$f")\`)."
+    done
     echo
     cat "$dir/kernel_tables.md"
   } > "$dir/README.md"
@@ -128,14 +146,21 @@ status=0
   rm -f "$OUT/hbm_gbps.txt"
   measure_hbm "$OUT/hbm_gbps.txt" || echo "kernel-profile.sh: no copy bandwidth measured (torch failed): floors at 4300 GB/s"
   for m in $MODELS; do
-    csv=$OUT/ncu-$m-$PRECISION-b$BATCH.csv
-    timeout 300 "$NCU" --profile-from-start off --clock-control none --csv \
-      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-      "$VITDDP" --no-ddp --model "$m" --precision "$PRECISION" --batch-size "$BATCH" --data device \
-      --warmup-steps 3 --steps 1 --cooldown-steps 0 --cuda-graph off --overwrite --out "$OUT/ncu-$m.h5" > "$csv" ||
-      { echo "kernel-profile.sh: ncu failed for $m"; status=1; }
+    tag=$m-$PRECISION-b$BATCH
+    csv=$OUT/ncu-$tag.csv
+    run=("$VITDDP" --no-ddp --model "$m" --precision "$PRECISION" --batch-size "$BATCH" --data device
+      --warmup-steps 3 --steps 1 --cooldown-steps 0 --cuda-graph off --overwrite --out "$OUT/ncu-$m.h5")
+    rm -f "$OUT/cublaslt-$tag"-*.log "$OUT/cublaslt-$tag"-*.log.xz
+    CUBLASLT_LOG_LEVEL=2 CUBLASLT_LOG_FILE=$OUT/cublaslt-$tag-plain.log timeout 300 "${run[@]}" > /dev/null ||
+      echo "kernel-profile.sh: the plain run of $m failed: no GEMM comparison"
+    CUBLASLT_LOG_LEVEL=2 CUBLASLT_LOG_FILE=$OUT/cublaslt-$tag-ncu.log timeout 300 "$NCU" --profile-from-start off \
+      --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+      "${run[@]}" > "$csv" || { echo "kernel-profile.sh: ncu failed for $m"; status=1; }
     rm -f "$OUT/ncu-$m.h5"
     xz -9f "$csv"
+    "$PY" "$ROOT/results/tools/cublaslt_choices.py" "$OUT/cublaslt-$tag-plain.log" "$OUT/cublaslt-$tag-ncu.log" \
+      > "$OUT/gemm-choices-$tag.txt" || { echo "kernel-profile.sh: no GEMM comparison for $m"; rm -f "$OUT/gemm-choices-$tag.txt"; }
+    xz -9f "$OUT/cublaslt-$tag"-*.log 2>/dev/null
     "$PY" "$ROOT/results/peers/torch_peers.py" --gemm-ceilings --model "$m" --batch-size "$BATCH" \
       --gemm-precisions "$PRECISION" --json "$OUT/gemm-$m-b$BATCH.json" ||
       echo "kernel-profile.sh: no GEMM ceilings for $m (torch_peers.py failed): the GEMM floor stays empty"

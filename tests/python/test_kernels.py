@@ -3,6 +3,9 @@ against floors) on a hand-made Nsight Compute CSV: families, sums, floors, the .
 one-line errors."""
 import json
 import lzma
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -132,3 +135,25 @@ def test_layernorm_kernels_of_every_width_have_their_family():
         assert kernel_table.family("void vitddp::<unnamed>::ln_%s_vec_kernel<__nv_bfloat16>(const float *, int)" % kind) == fam
         assert kernel_table.family("void vitddp::<unnamed>::ln_%s_kernel<float>(const float *, int)" % kind) == fam
         assert kernel_table.family("void vitddp::ln_warp::%s<(int)8, __nv_bfloat16>(const float *, int)" % kind) == fam
+
+
+def test_profile_readme_says_how_many_gemms_are_a_plain_runs(tmp_path):
+    """results/commands/kernel-profile.sh --readme: without a comparison file the README warns that
+    the GEMM rows may not be a plain run's; with one it counts the GEMMs that are."""
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    write_csv(tmp_path / "ncu-vit_l_32-tf32-b32.csv")
+    env = dict(os.environ, PYTHON=sys.executable)
+
+    def readme():
+        subprocess.run(["bash", os.path.join(root, "results", "commands", "kernel-profile.sh"), "--readme",
+                        str(tmp_path)], check=True, env=env, capture_output=True)
+        return (tmp_path / "README.md").read_text()
+
+    text = readme()
+    assert "No plain run was compared with these profiles" in text
+    assert "### vit_l_32, batch 32, tf32: one training step" in text
+    (tmp_path / "gemm-choices-vit_l_32-tf32-b32.txt").write_text(
+        "same    D 1024x1600: ...\ndiffers D 4096x1600: ...\n17 GEMMs: 15 the same in every file, 2 differ\n")
+    text = readme()
+    assert "No plain run was compared" not in text
+    assert "vit_l_32-tf32-b32: 15 of 17 GEMMs ended with\nthe algorithm of a plain run" in text
