@@ -40,8 +40,10 @@ struct LtGemmOptions {
   /// accumulating in place; then a temporary output of D's size, allocated while timing.
   int autotune_candidates = 0;
   /// Autotuning: SM clock cycles each timed batch's gate (cuda/kernels/spin.h HostGate) waits for
-  /// the host before giving up; 0 = about 200 ms at the device's peak clock. After a first time-out
-  /// the batches queue behind a ~50-us spin kernel instead (tests set 1 to take that path).
+  /// the host before giving up; 0 = about 200 ms at the device's peak clock (longer at lower
+  /// clocks); < 0 is refused (std::invalid_argument). After a first time-out the plan's candidates
+  /// are timed again from the start, and every batch from then on, behind a ~50-us spin kernel,
+  /// with one line on stderr (tests set 1 to take that path).
   long long autotune_gate_cycles = 0;
   /// 0: fp32-operand GEMMs run with `compute`. > 0: they run as 3xTF32 instead, with this many
   /// bytes of device scratch (at least tf32x3_scratch_bytes of the largest call): each fp32
@@ -141,6 +143,9 @@ class LtGemm {
   /// taken (persistent kernels sized for every SM are not).
   /// Throws std::invalid_argument for n < 0 or n > device_sm_count().
   void set_sm_count_target(int n);
+  /// Whether a gate of the autotuning has timed out, so that candidates are now timed behind the
+  /// spin kernel (LtGemmOptions::autotune_gate_cycles).
+  bool autotune_gate_timed_out() const;
   /// The SM count target of plans built from now on (0: the device's).
   int sm_count_target() const;
   /// The device's SM count (cudaDevAttrMultiProcessorCount), read when the object was created.

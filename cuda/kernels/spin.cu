@@ -13,14 +13,16 @@ __global__ void spin_kernel(long long cycles) {
   }
 }
 
-// flags[0]: set to 1 by the host to open; flags[1]: written 1 when max_cycles passed first.
+// flags[0]: set to 1 by the host to open; flags[1]: written 1 when max_cycles passed first. The
+// limit is checked before the flag, so max_cycles = 1 times out even when the host opened first.
 __global__ void gate_kernel(volatile int* flags, long long max_cycles) {
   const long long start = clock64();
-  while (flags[0] == 0) {
+  while (true) {
     if (clock64() - start >= max_cycles) {
       flags[1] = 1;
       return;
     }
+    if (flags[0] != 0) return;
   }
 }
 }  // namespace
@@ -47,8 +49,8 @@ HostGate::HostGate(long long max_cycles) : max_cycles_(max_cycles) {
 
 HostGate::~HostGate() {
   if (!flags_) return;
-  flags_[0] = 1;  // a kernel still waiting (the caller did not synchronise) stops reading
-  cudaFreeHost(const_cast<int*>(flags_));
+  flags_[0] = 1;                           // a kernel still waiting (the caller did not synchronise) stops reading;
+  cudaFreeHost(const_cast<int*>(flags_));  // cudaFreeHost synchronises the device before freeing
 }
 
 void HostGate::close(cudaStream_t stream) {

@@ -15,7 +15,7 @@
 #   the profiled GEMMs are a plain run's.
 # Usage: bash results/commands/kernel-profile.sh OUT  |  bash results/commands/kernel-profile.sh --readme DIR
 #   VITDDP [build/vitddp]  PYTHON [python3]  MODELS [vit_b_16 vit_l_32 vit_l_16]  BATCH [32]
-#   PRECISION [bf16]  NCU [ncu]. About 40 s a model on an H200.
+#   PRECISION [bf16]  NCU [ncu]. About a minute a model on an H200 (the ncu run, and the plain one).
 # Writes OUT/ncu-<model>-<precision>-b<batch>.csv.xz (ncu's CSV), gemm-<model>-b<batch>.json,
 # cublaslt-<model>-<precision>-b<batch>-{plain,ncu}.log.xz and gemm-choices-<model>-<precision>-b<batch>.txt
 # (the comparison), kernel_tables.md, log.txt, README.md. Exit 2 on bad settings, 1 when a profile or a table failed.
@@ -110,19 +110,22 @@ readme() {  # readme DIR
       echo "4300 GB/s (a large device-to-device copy). Kernel by kernel, as ncu runs them, the step is longer than"
     fi
     echo "in a CUDA-graph run (no overlap between launches); the shares are what to read."
-    local f line
-    if ! compgen -G "$dir/gemm-choices-*.txt" > /dev/null; then
-      echo "No plain run was compared with these profiles: each profiled process autotuned its GEMMs under ncu,"
+    local f m p b tag line missing=()
+    while IFS=$'\t' read -r f m p b; do  # per profile: how many GEMMs are a plain run's, or that none was compared
+      tag=$m-$p-b$b
+      line=$(tail -n 1 "$dir/gemm-choices-$tag.txt" 2>/dev/null)
+      if [[ $line =~ ^([0-9]+)\ GEMMs:\ ([0-9]+)\  ]]; then
+        echo "$tag: ${BASH_REMATCH[2]} of ${BASH_REMATCH[1]} GEMMs ended with"
+        echo "the algorithm of a plain run of the same step (cuBLASLt's trace, \`gemm-choices-$tag.txt\`)."
+      else
+        missing+=("$tag")
+      fi
+    done < <(ncu_runs "$dir")
+    if [ ${#missing[@]} -gt 0 ]; then
+      echo "No plain run was compared with ${missing[*]}: each profiled process autotuned its GEMMs under ncu,"
       echo "which may pick other algorithms than a plain run does (docs/benchmarks.md, \"Where the time goes\"), so"
       echo "the GEMM rows may not be a plain run's."
     fi
-    for f in "$dir"/gemm-choices-*.txt; do
-      [ -e "$f" ] || continue
-      line=$(tail -n 1 "$f")
-      [[ $line =~ ^([0-9]+)\ GEMMs:\ ([0-9]+)\  ]] || continue
-      echo "$(basename "$f" .txt | sed 's/^gemm-choices-//'): ${BASH_REMATCH[2]} of ${BASH_REMATCH[1]} GEMMs ended with"
-      echo "the algorithm of a plain run of the same step (cuBLASLt's trace, \`$(basename "$f")\`)."
-    done
     echo
     cat "$dir/kernel_tables.md"
   } > "$dir/README.md"
@@ -150,17 +153,22 @@ status=0
     csv=$OUT/ncu-$tag.csv
     run=("$VITDDP" --no-ddp --model "$m" --precision "$PRECISION" --batch-size "$BATCH" --data device
       --warmup-steps 3 --steps 1 --cooldown-steps 0 --cuda-graph off --overwrite --out "$OUT/ncu-$m.h5")
-    rm -f "$OUT/cublaslt-$tag"-*.log "$OUT/cublaslt-$tag"-*.log.xz
+    rm -f "$OUT/cublaslt-$tag"-*.log "$OUT/cublaslt-$tag"-*.log.xz "$OUT/gemm-choices-$tag.txt"
+    plain_ok=1 ncu_ok=1
     CUBLASLT_LOG_LEVEL=2 CUBLASLT_LOG_FILE=$OUT/cublaslt-$tag-plain.log timeout 300 "${run[@]}" > /dev/null ||
-      echo "kernel-profile.sh: the plain run of $m failed: no GEMM comparison"
+      { echo "kernel-profile.sh: the plain run of $m failed: no GEMM comparison"; plain_ok=0; }
     CUBLASLT_LOG_LEVEL=2 CUBLASLT_LOG_FILE=$OUT/cublaslt-$tag-ncu.log timeout 300 "$NCU" --profile-from-start off \
       --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-      "${run[@]}" > "$csv" || { echo "kernel-profile.sh: ncu failed for $m"; status=1; }
+      "${run[@]}" > "$csv" || { echo "kernel-profile.sh: ncu failed for $m"; status=1; ncu_ok=0; }
     rm -f "$OUT/ncu-$m.h5"
     xz -9f "$csv"
-    "$PY" "$ROOT/results/tools/cublaslt_choices.py" "$OUT/cublaslt-$tag-plain.log" "$OUT/cublaslt-$tag-ncu.log" \
-      > "$OUT/gemm-choices-$tag.txt" || { echo "kernel-profile.sh: no GEMM comparison for $m"; rm -f "$OUT/gemm-choices-$tag.txt"; }
-    xz -9f "$OUT/cublaslt-$tag"-*.log 2>/dev/null
+    # Only two complete runs compare: a partial trace's last call of a GEMM may be an autotuning candidate.
+    if [ $plain_ok = 1 ] && [ $ncu_ok = 1 ]; then
+      "$PY" "$ROOT/results/tools/cublaslt_choices.py" "$OUT/cublaslt-$tag-plain.log" "$OUT/cublaslt-$tag-ncu.log" \
+        > "$OUT/gemm-choices-$tag.txt" || { echo "kernel-profile.sh: no GEMM comparison for $m"; rm -f "$OUT/gemm-choices-$tag.txt"; }
+    fi
+    logs=("$OUT/cublaslt-$tag"-*.log)
+    [ -e "${logs[0]}" ] && xz -9f "${logs[@]}"
     "$PY" "$ROOT/results/peers/torch_peers.py" --gemm-ceilings --model "$m" --batch-size "$BATCH" \
       --gemm-precisions "$PRECISION" --json "$OUT/gemm-$m-b$BATCH.json" ||
       echo "kernel-profile.sh: no GEMM ceilings for $m (torch_peers.py failed): the GEMM floor stays empty"

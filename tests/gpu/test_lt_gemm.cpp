@@ -202,6 +202,7 @@ void check_autotuned_times(LtGemm& lt, const float* x, const float* w, float* y,
   lt.set_timing(false);
   REQUIRE(calls.size() == 1);
   CHECK(calls[0].tuned_ms > 0);
+  CHECK(calls[0].first_ms > 0);  // -1 would mean cuBLASLt's first candidate was not timed
   CHECK(calls[0].first_ms >= calls[0].tuned_ms);
   CHECK(calls[0].tuned_ms < 1.0);  // a 200 x 256 x 512 GEMM takes microseconds, not a millisecond
 }
@@ -250,14 +251,16 @@ TEST_CASE("lt_gemm: autotuning whose gate times out times the batches behind a s
   Stream st;
   LtGemmOptions o;
   o.autotune_candidates = 8;
-  o.autotune_gate_cycles = 1;  // every gate gives up at once: the first batch is timed again behind the spin
+  o.autotune_gate_cycles = 1;  // the first gate gives up at once: the plan is timed again behind the spin
   LtGemm lt(st.s, o);
+  CHECK_FALSE(lt.autotune_gate_timed_out());
   const int M = 200, N = 256, K = 512;
   const auto hx = normal_vec((size_t)M * K, 8, 0), hw = normal_vec((size_t)N * K, 8, 1),
              hr = normal_vec((size_t)M * N, 8, 2);
   DevVec<float> x(hx), w(hw), y(hr);
   linear_forward(lt, x.get(), w.get(), nullptr, y.get(), y.get(), M, N, K);  // Y = X W^T + Y, candidates on a temporary
   CHECK(norm_rel_err(y.download(), host_gemm(false, true, M, N, K, 1, hx, K, hw, K, 1, &hr, N, nullptr)) < 1e-6);
+  REQUIRE(lt.autotune_gate_timed_out());
   linear_forward(lt, x.get(), w.get(), nullptr, nullptr, y.get(), M, N, K);  // a second plan, timed on D
   CHECK(norm_rel_err(y.download(), host_gemm(false, true, M, N, K, 1, hx, K, hw, K, 0, nullptr, N, nullptr)) < 1e-6);
   check_autotuned_times(lt, x.get(), w.get(), y.get(), M, N, K);  // behind the spin too they time the GPU

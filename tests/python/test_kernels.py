@@ -150,10 +150,12 @@ def test_profile_readme_says_how_many_gemms_are_a_plain_runs(tmp_path):
         return (tmp_path / "README.md").read_text()
 
     text = readme()
-    assert "No plain run was compared with these profiles" in text
+    assert "No plain run was compared with vit_l_32-tf32-b32: " in text
     assert "### vit_l_32, batch 32, tf32: one training step" in text
     (tmp_path / "gemm-choices-vit_l_32-tf32-b32.txt").write_text(
         "same    D 1024x1600: ...\ndiffers D 4096x1600: ...\n17 GEMMs: 15 the same in every file, 2 differ\n")
+    write_csv(tmp_path / "ncu-vit_b_16-tf32-b32.csv")  # a second profile, without a comparison
     text = readme()
-    assert "No plain run was compared" not in text
     assert "vit_l_32-tf32-b32: 15 of 17 GEMMs ended with\nthe algorithm of a plain run" in text
+    assert "No plain run was compared with vit_b_16-tf32-b32: " in text
+    assert "vit_l_32-tf32-b32: each" not in text
