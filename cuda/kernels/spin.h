@@ -6,8 +6,9 @@ namespace vitddp {
 
 /// Enqueues `blocks` thread blocks of `threads` threads on `stream`, each spinning until `cycles`
 /// SM clock cycles (clock64) have passed: a stand-in for another stream's kernels holding SMs
-/// (cuBLASLt autotuning under an SM count target), or (tests) a delay that makes one stream's work
-/// run after another's. cycles <= 0 enqueues nothing. Throws std::runtime_error if the launch fails.
+/// (cuBLASLt autotuning under an SM count target), something for timed launches to queue behind
+/// where a HostGate cannot be used, or (tests) a delay that makes one stream's work run after
+/// another's. cycles <= 0 enqueues nothing. Throws std::runtime_error if the launch fails.
 void spin_cycles(long long cycles, int blocks, int threads, cudaStream_t stream);
 
 /// A one-thread kernel that holds a stream until the host opens the gate: the launches enqueued
