@@ -149,18 +149,21 @@ struct LtGemm::Impl {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   std::map<PlanKey, Plan> plans;
-  // GEMM timing: event pairs [0, timed_used) hold the GEMMs since the last take, timed_plan[i] the
-  // plan of pair i (plans live in the map until the object dies, so the pointers stay valid).
-  std::vector<const Plan*> timed_plan;
+  // GEMM timing: timed[0, timed_used) are the GEMMs since the last take, each its two events and
+  // its plan (plans live in the map until the object dies, so the pointers stay valid).
+  struct TimedCall {
+    cudaEvent_t start = nullptr, end = nullptr;
+    const Plan* plan = nullptr;
+  };
   bool timing = false;
-  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> timed;
+  std::vector<TimedCall> timed;
   size_t timed_used = 0;
 
   ~Impl() {
     for (auto& kv : plans) destroy(kv.second);
     for (auto& e : timed) {
-      cudaEventDestroy(e.first);
-      cudaEventDestroy(e.second);
+      cudaEventDestroy(e.start);
+      cudaEventDestroy(e.end);
     }
     if (handle) cublasLtDestroy(handle);
     if (hold_stream) cudaStreamDestroy(hold_stream);
@@ -456,11 +459,11 @@ struct LtGemm::Impl {
     enqueue(*p, Operands{a, b, cc, d, epi_ptr, alpha, beta, nullptr});
   }
 
-  // Milliseconds between timed event pair i (waits for its second event).
+  // Milliseconds between timed call i's events (waits for its end event).
   double timed_call_ms(size_t i) {
-    CUDA_CHECK(cudaEventSynchronize(timed[i].second));
+    CUDA_CHECK(cudaEventSynchronize(timed[i].end));
     float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, timed[i].first, timed[i].second));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, timed[i].start, timed[i].end));
     return ms;
   }
 
@@ -469,24 +472,23 @@ struct LtGemm::Impl {
     if (epi_ptr)
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi_ptr,
                                                   sizeof(epi_ptr)));
-    std::pair<cudaEvent_t, cudaEvent_t>* ev = nullptr;
+    TimedCall* ev = nullptr;
     if (timing) {
       if (timed_used == timed.size()) {
-        std::pair<cudaEvent_t, cudaEvent_t> e{nullptr, nullptr};
-        CUDA_CHECK(cudaEventCreate(&e.first));
-        const cudaError_t err = cudaEventCreate(&e.second);
-        if (err != cudaSuccess) cudaEventDestroy(e.first);
+        TimedCall e;
+        CUDA_CHECK(cudaEventCreate(&e.start));
+        const cudaError_t err = cudaEventCreate(&e.end);
+        if (err != cudaSuccess) cudaEventDestroy(e.start);
         CUDA_CHECK(err);
         timed.push_back(e);
       }
-      timed_plan.resize(timed.size());
-      timed_plan[timed_used] = &p;
       ev = &timed[timed_used++];
-      CUDA_CHECK(cudaEventRecord(ev->first, stream));
+      ev->plan = &p;
+      CUDA_CHECK(cudaEventRecord(ev->start, stream));
     }
     CUBLAS_CHECK(cublasLtMatmul(handle, p.op, alpha_ptr(ops), ops.b, p.a, ops.a, p.b, beta_ptr(ops), ops.c, p.c, ops.d,
                                 p.d, &p.algo, workspace, workspace_bytes, stream));
-    if (ev) CUDA_CHECK(cudaEventRecord(ev->second, stream));
+    if (ev) CUDA_CHECK(cudaEventRecord(ev->end, stream));
   }
 };
 
@@ -547,7 +549,7 @@ double LtGemm::take_timed_ms() {
 std::vector<TimedGemm> LtGemm::take_timed_calls() {
   std::vector<TimedGemm> calls;
   for (size_t i = 0; i < impl_->timed_used; ++i) {
-    const Plan& p = *impl_->timed_plan[i];
+    const Plan& p = *impl_->timed[i].plan;
     calls.push_back(TimedGemm{p.shape, algo_string(p.algo), impl_->timed_call_ms(i), p.tuned_ms, p.first_ms});
   }
   impl_->timed_used = 0;
