@@ -528,16 +528,21 @@ void forward_impl(const TE* qkv, float* probs, TE* out, int batch, int T_, int h
 }
 
 template <typename TE>
-void backward_impl(const TE* qkv, const float* probs, const TE* dout, TE* dqkv, float* scratch,
-                   int batch, int T_, int heads, int head_dim, cudaStream_t stream, bool tf32_cores = false) {
+void backward_impl(const TE* qkv, const float* probs, const TE* dout, TE* dqkv, float* scratch, int batch, int T_,
+                   int heads, int head_dim, cudaStream_t stream, bool tf32_cores, float* dqkv_colsum) {
   const int T = T_;
   check(batch, T, heads, head_dim, "attention_backward");
   const Precision p = call_precision<TE>(tf32_cores);
   if (take_mma("attention_backward", T, head_dim, p, qkv, dout, dqkv, probs)) {
     if constexpr (std::is_same_v<TE, __nv_bfloat16>)
-      return attention_backward_mma(qkv, probs, dout, dqkv, batch, T, heads, stream);
-    else return attention_backward_mma_tf32(qkv, probs, dout, dqkv, batch, T, heads, stream);
+      return attention_backward_mma(qkv, probs, dout, dqkv, batch, T, heads, stream, dqkv_colsum);
+    else
+      return attention_backward_mma_tf32(qkv, probs, dout, dqkv, batch, T, heads, stream, dqkv_colsum);
   }
+  if (dqkv_colsum)
+    throw std::invalid_argument(
+        "attention_backward: dqkv_colsum needs the tensor-core kernels (attention_saves_stats: "
+        "T <= 64, head_dim 64, bf16 or tf32)");
   const Dims m = make_dims(T, heads, head_dim);
   if (use_small(T, head_dim)) {
     const size_t smem = sizeof(float) * 3 * (size_t)T * kLd;
@@ -583,17 +588,16 @@ size_t attention_backward_scratch_floats(int batch, int T, int heads, int head_d
   return use_small(T, head_dim) ? 0 : (size_t)batch * heads * T * T;  // the T > 64 or head_dim > 64 kernels'
 }
 
-void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv,
-                        float* scratch, int batch, int T, int heads, int head_dim,
-                        cudaStream_t stream, Precision precision) {
+void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv, float* scratch, int batch,
+                        int T, int heads, int head_dim, cudaStream_t stream, Precision precision, float* dqkv_colsum) {
   backward_impl(qkv, probs, dout, dqkv, scratch, batch, T, heads, head_dim, stream,
-                fp32_storage_tf32("attention_backward", precision));
+                fp32_storage_tf32("attention_backward", precision), dqkv_colsum);
 }
 
-void attention_backward(const __nv_bfloat16* qkv, const float* probs, const __nv_bfloat16* dout,
-                        __nv_bfloat16* dqkv, float* scratch, int batch, int T, int heads,
-                        int head_dim, cudaStream_t stream) {
-  backward_impl(qkv, probs, dout, dqkv, scratch, batch, T, heads, head_dim, stream);
+void attention_backward(const __nv_bfloat16* qkv, const float* probs, const __nv_bfloat16* dout, __nv_bfloat16* dqkv,
+                        float* scratch, int batch, int T, int heads, int head_dim, cudaStream_t stream,
+                        float* dqkv_colsum) {
+  backward_impl(qkv, probs, dout, dqkv, scratch, batch, T, heads, head_dim, stream, false, dqkv_colsum);
 }
 
 }  // namespace vitddp

@@ -67,11 +67,14 @@ size_t attention_backward_scratch_floats(int batch, int T, int heads, int head_d
 /// Writes (overwrites) dqkv [B*T, 3D] in the qkv layout. Deterministic (no atomics).
 /// `precision` as for attention_forward (the fp32 overload).
 /// scratch: attention_backward_scratch_floats.
-void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv,
-                        float* scratch, int batch, int T, int heads, int head_dim,
-                        cudaStream_t stream, Precision precision = Precision::fp32);
-void attention_backward(const __nv_bfloat16* qkv, const float* probs, const __nv_bfloat16* dout,
-                        __nv_bfloat16* dqkv, float* scratch, int batch, int T, int heads,
-                        int head_dim, cudaStream_t stream);
+/// dqkv_colsum (optional): [B, 3D] fp32, each batch item's column sums of dqkv as stored, written by
+/// the tensor-core kernels (attention_backward_mma); only where attention_saves_stats, else
+/// std::invalid_argument.
+void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv, float* scratch, int batch,
+                        int T, int heads, int head_dim, cudaStream_t stream, Precision precision = Precision::fp32,
+                        float* dqkv_colsum = nullptr);
+void attention_backward(const __nv_bfloat16* qkv, const float* probs, const __nv_bfloat16* dout, __nv_bfloat16* dqkv,
+                        float* scratch, int batch, int T, int heads, int head_dim, cudaStream_t stream,
+                        float* dqkv_colsum = nullptr);
 
 }  // namespace vitddp

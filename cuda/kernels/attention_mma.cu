@@ -283,6 +283,46 @@ __device__ __forceinline__ void store_rows(typename Op::E* dst, size_t ld, const
   }
 }
 
+// The column sums of the block's rows (< T) of x as store_rows stores them (bf16-rounded values
+// widened again, or fp32), into out[c] (c < 64): each lane adds its two rows, the 8 lanes of a
+// column (lanes t, t + 4, ..., t + 28) add theirs, then thread c adds the 4 warps' sums in warp
+// order: a fixed order (deterministic). Every thread of the block must call it (two barriers).
+// Its 1 KiB of static shared memory keeps the bf16 backward at 4 blocks an SM (4 x 55 KiB); one
+// [3][4][64] buffer with a single barrier at the end (3 KiB) left 3, and the kernel was slower.
+template <class Op>
+__device__ __forceinline__ void column_sums(const Acc& x, int m0, int g, int t, int T, float* __restrict__ out) {
+  __shared__ float red[kThreads / 32][kDh];
+  float s[8][2];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      s[j][c] = 0.0f;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float v = x[j][2 * half + c];
+        const float stored = Op::kK == 16 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
+        if (m0 + g + 8 * half < T) s[j][c] += stored;
+      }
+#pragma unroll
+      for (int o = 4; o < 32; o <<= 1) s[j][c] += __shfl_xor_sync(0xffffffffu, s[j][c], o);
+    }
+  if (g == 0)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      red[threadIdx.x >> 5][8 * j + 2 * t] = s[j][0];
+      red[threadIdx.x >> 5][8 * j + 2 * t + 1] = s[j][1];
+    }
+  __syncthreads();
+  if (threadIdx.x < kDh) {
+    float sum = red[0][threadIdx.x];
+#pragma unroll
+    for (int w = 1; w < kThreads / 32; ++w) sum += red[w][threadIdx.x];
+    out[threadIdx.x] = sum;
+  }
+  __syncthreads();  // red is reused by the next call
+}
+
 // Sum (or max) of v over the 4 lanes that share a fragment row (lanes 4g .. 4g + 3).
 __device__ __forceinline__ float row_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
@@ -367,12 +407,13 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma_kernel(const typename O
 // One block per (head, batch): P recomputed from Q, K and the forward's row statistics (the same
 // fragments and products as the forward's, so the same P bit for bit), dV = P^T dO, dP = dO V^T,
 // dS = P (dP - rowsum(P dP)) / 8, dQ = dS K, dK = dS^T Q. Tiles: V, K^T, Q^T, dO^T, and the split
-// operand P^T (later dS^T).
+// operand P^T (later dS^T). With colsum: the column sums of the block's T rows of dQ, dK and dV as
+// stored, at the same offsets in row b of colsum [batch, 3D] as in dqkv's rows.
 template <class Op>
-__global__ void __launch_bounds__(kThreads) attn_bwd_mma_kernel(const typename Op::E* __restrict__ qkv,
-                                                                const float2* __restrict__ stats,
-                                                                const typename Op::E* __restrict__ dout,
-                                                                typename Op::E* __restrict__ dqkv, int T, int H) {
+__global__ void __launch_bounds__(kThreads)
+    attn_bwd_mma_kernel(const typename Op::E* __restrict__ qkv, const float2* __restrict__ stats,
+                        const typename Op::E* __restrict__ dout, typename Op::E* __restrict__ dqkv,
+                        float* __restrict__ colsum, int T, int H) {
   using E = typename Op::E;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   E* Vs = reinterpret_cast<E*>(smem_raw);
@@ -406,10 +447,12 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_mma_kernel(const typename O
     }
   __syncthreads();
   E* drow = dqkv + (size_t)b * T * ld + h * kDh;
+  float* const csum = colsum ? colsum + (size_t)b * ld + h * kDh : nullptr;  // uniform over the block
   {
     float dv[8][4] = {};
     gemm_split_tile<Op>(dv, Ts, m0, dOt, g, t);  // dV[k] = sum_q P[q][k] dO[q]: rows = keys
     store_rows<Op>(drow + 2 * D, ld, dv, m0, g, t, T);
+    if (csum) column_sums<Op>(dv, m0, g, t, T, csum + 2 * D);
   }
   float dp[8][4] = {};
   gemm_tile<Op, true>(dp, dOt, m0, Vs, g, t);  // dP[q][k] = dO[q] . V[k]
@@ -433,11 +476,13 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_mma_kernel(const typename O
     float dq[8][4] = {};
     gemm_regs<Op>(dq, dp, Kt, g, t);  // dQ[q] = sum_k dS[q][k] K[k] / 8
     store_rows<Op>(drow, ld, dq, m0, g, t, T);
+    if (csum) column_sums<Op>(dq, m0, g, t, T, csum);
   }
   __syncthreads();  // dS^T complete
   float dk[8][4] = {};
   gemm_split_tile<Op>(dk, Ts, m0, Qt, g, t);  // dK[k] = sum_q dS[q][k] Q[q] / 8: rows = keys
   store_rows<Op>(drow + D, ld, dk, m0, g, t, T);
+  if (csum) column_sums<Op>(dk, m0, g, t, T, csum + D);
 }
 
 template <class Op>
@@ -453,11 +498,11 @@ void forward(const typename Op::E* qkv, float* stats, typename Op::E* out, int b
 
 template <class Op>
 void backward(const typename Op::E* qkv, const float* stats, const typename Op::E* dout, typename Op::E* dqkv,
-              int batch, int T, int heads, cudaStream_t stream) {
+              float* colsum, int batch, int T, int heads, cudaStream_t stream) {
   constexpr size_t smem = bwd_smem<Op>();
   CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_mma_kernel<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  attn_bwd_mma_kernel<Op><<<dim3(heads, batch), kThreads, smem, stream>>>(qkv, reinterpret_cast<const float2*>(stats), dout,
-                                                                       dqkv, T, heads);
+  attn_bwd_mma_kernel<Op><<<dim3(heads, batch), kThreads, smem, stream>>>(qkv, reinterpret_cast<const float2*>(stats),
+                                                                          dout, dqkv, colsum, T, heads);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -474,8 +519,8 @@ void attention_forward_mma(const bf16* qkv, float* stats, bf16* out, int batch, 
 }
 
 void attention_backward_mma(const bf16* qkv, const float* stats, const bf16* dout, bf16* dqkv, int batch, int T,
-                            int heads, cudaStream_t stream) {
-  backward<Bf16Op>(qkv, stats, dout, dqkv, batch, T, heads, stream);
+                            int heads, cudaStream_t stream, float* dqkv_colsum) {
+  backward<Bf16Op>(qkv, stats, dout, dqkv, dqkv_colsum, batch, T, heads, stream);
 }
 
 void attention_forward_mma_tf32(const float* qkv, float* stats, float* out, int batch, int T, int heads,
@@ -483,9 +528,9 @@ void attention_forward_mma_tf32(const float* qkv, float* stats, float* out, int 
   forward<Tf32Op>(qkv, stats, out, batch, T, heads, stream);
 }
 
-void attention_backward_mma_tf32(const float* qkv, const float* stats, const float* dout, float* dqkv, int batch,
-                                 int T, int heads, cudaStream_t stream) {
-  backward<Tf32Op>(qkv, stats, dout, dqkv, batch, T, heads, stream);
+void attention_backward_mma_tf32(const float* qkv, const float* stats, const float* dout, float* dqkv, int batch, int T,
+                                 int heads, cudaStream_t stream, float* dqkv_colsum) {
+  backward<Tf32Op>(qkv, stats, dout, dqkv, dqkv_colsum, batch, T, heads, stream);
 }
 
 }  // namespace vitddp

@@ -43,8 +43,14 @@ void attention_forward_mma(const __nv_bfloat16* qkv, float* stats, __nv_bfloat16
 /// P from the log-sum-exp, Dao 2022, Algorithm 4). dqkv [batch*T, 3*heads*64] bf16, written. The
 /// operands that are not bf16 inputs (P and dS) enter the products as hi + lo bf16 pairs, as in
 /// the forward. Deterministic (no atomics). Preconditions and errors as the forward's.
+/// dqkv_colsum (optional, 4-byte aligned): [batch, 3*heads*64] fp32, written: row b holds the
+/// column sums over batch item b's T rows of dqkv as stored (the bf16 values, summed in fp32 in a
+/// fixed order), so column_sum_partials (cuda/kernels/reduce.h) over its `batch` rows gives in_proj's
+/// bias gradient (nn.MultiheadAttention's in_proj_bias: the column sums of dqkv) without a pass of
+/// its own over dqkv. dqkv is the same bit for bit with and without it.
 void attention_backward_mma(const __nv_bfloat16* qkv, const float* stats, const __nv_bfloat16* dout,
-                            __nv_bfloat16* dqkv, int batch, int T, int heads, cudaStream_t stream);
+                            __nv_bfloat16* dqkv, int batch, int T, int heads, cudaStream_t stream,
+                            float* dqkv_colsum = nullptr);
 
 /// The same kernels on TF32 tensor cores for fp32 activations (--precision tf32): qkv, out,
 /// dout and dqkv fp32 (the layouts above), Q, K, V and dO rounded to tf32 (cvt.rna, as a TF32
@@ -52,7 +58,7 @@ void attention_backward_mma(const __nv_bfloat16* qkv, const float* stats, const 
 /// above. Preconditions and errors as the bf16 functions'.
 void attention_forward_mma_tf32(const float* qkv, float* stats, float* out, int batch, int T, int heads,
                                 cudaStream_t stream);
-void attention_backward_mma_tf32(const float* qkv, const float* stats, const float* dout, float* dqkv, int batch,
-                                 int T, int heads, cudaStream_t stream);
+void attention_backward_mma_tf32(const float* qkv, const float* stats, const float* dout, float* dqkv, int batch, int T,
+                                 int heads, cudaStream_t stream, float* dqkv_colsum = nullptr);
 
 }  // namespace vitddp

@@ -19,7 +19,8 @@
 // GEMMs are nn.Linear forms (lt_gemm.h): biases and residual adds are fused into the cuBLASLt
 // epilogue (D = A@B^T + bias + C); in backward, the bias gradients of fc2 and out_proj are
 // column sums taken by the LayerNorm backward that writes their output gradient, fc1's by the
-// GELU backward, the others' by the weight-gradient GEMM's BGRADB epilogue (or column_sum when
+// GELU backward, in_proj's by the tensor-core attention backward (T <= 64, bf16 and tf32), the
+// others' by the weight-gradient GEMM's BGRADB epilogue (or column_sum when
 // accumulating, or everywhere with fused_bias_grad off). The residual-stream gradient lives in
 // one fp32 [N, D] buffer that each LayerNorm backward adds into (the residual branch's identity
 // path); in bf16 mode the LayerNorm backward also writes its bf16 copy for the GEMMs.
@@ -281,11 +282,17 @@ struct GpuViT::Impl {
     if constexpr (std::is_same_v<T, bf16>) attention_forward(a.qkv, a.probs, a.attn, B, T_, H, dh, stream);
     else attention_forward(a.qkv, a.probs, a.attn, B, T_, H, dh, stream, precision);
   }
+  // Writes dqkv; returns true when it also wrote dqkv's per-batch-item column sums into colsum
+  // ([B, 3D], when colsum is given and the tensor-core kernels run: attention_backward's
+  // dqkv_colsum), for in_proj's bias gradient.
   template <typename T>
-  void attention_core_backward(BlockActs<T>& a, const T* dout, T* dqkv, int B, bool probs_current) {
+  bool attention_core_backward(BlockActs<T>& a, const T* dout, T* dqkv, int B, bool probs_current, float* colsum) {
     const int T_ = cfg.seq_len(), H = cfg.heads, dh = cfg.head_dim();
     if constexpr (std::is_same_v<T, bf16>) {
-      if (cudnn_attention) return cudnn_attention->backward(a.qkv, a.attn, a.probs, dout, dqkv, B, T_, H, dh);
+      if (cudnn_attention) {
+        cudnn_attention->backward(a.qkv, a.attn, a.probs, dout, dqkv, B, T_, H, dh);
+        return false;
+      }
     } else {
       if (gemm_attention) {
         if (attn_probs && !probs_current) {
@@ -293,12 +300,18 @@ struct GpuViT::Impl {
           gemm_attention->probs(a.qkv, attn_probs, B, T_, H, dh, reduce_scratch);
           gemm_attention->set_sm_count_target(backward_sm_count);
         }
-        return gemm_attention->backward(a.qkv, attn_probs ? attn_probs : a.probs, dout, dqkv, dscores, B, T_, H, dh,
-                                        reduce_scratch);
+        gemm_attention->backward(a.qkv, attn_probs ? attn_probs : a.probs, dout, dqkv, dscores, B, T_, H, dh,
+                                 reduce_scratch);
+        return false;
       }
     }
-    if constexpr (std::is_same_v<T, bf16>) attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream);
-    else attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream, precision);
+    const Precision p = std::is_same_v<T, bf16> ? Precision::bf16 : precision;
+    float* const sums = attention_saves_stats(T_, dh, p) ? colsum : nullptr;
+    if constexpr (std::is_same_v<T, bf16>)
+      attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream, sums);
+    else
+      attention_backward(a.qkv, a.probs, dout, dqkv, dscores, B, T_, H, dh, stream, precision, sums);
+    return sums != nullptr;
   }
 
   template <typename T>
@@ -495,10 +508,15 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
     if (!upd) proj_grads();
     linear_backward_input(lt, dxo, W(w.proj_w), o.dnarrow, N, D, D);
     if (upd) proj_grads();
-    // Attention core, then in_proj.
-    attention_core_backward(a, o.dnarrow, o.dwide, B, l == c.layers - 1);
+    // Attention core, then in_proj. With fuse and the tensor-core attention, in_proj's bias
+    // gradient comes from the attention backward's column sums (one [B, 3D] row per batch item, in
+    // the reduction scratch) instead of a pass over dqkv (cuBLASLt's BGRADB epilogue, a kernel of
+    // its own); the scratch is read before anything else writes it.
+    const bool qkv_b_partials =
+        attention_core_backward(a, o.dnarrow, o.dwide, B, l == c.layers - 1, fuse ? scratch : nullptr);
     auto qkv_grads = [&] {
-      block_weight(o.dwide, a.y1, g.qkv_w, wn.qkv_w, g.qkv_b, N, 3 * D, D);
+      if (qkv_b_partials) column_sum_partials(scratch, B, 3 * D, g.qkv_b, acc && !upd, st);
+      block_weight(o.dwide, a.y1, g.qkv_w, wn.qkv_w, qkv_b_partials ? nullptr : g.qkv_b, N, 3 * D, D);
       ready(bp.qkv_b, bp.qkv_w);
     };
     if (!upd) qkv_grads();

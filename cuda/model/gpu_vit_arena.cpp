@@ -89,7 +89,8 @@ void shift(GpuViTArenaPlan::Block& b, size_t base) {
 }
 
 /// Floats of the reduction scratch: the largest any one of the model's reductions needs (LayerNorm
-/// backward, column sums, GELU backward with bias, the gemm attention's pointer arrays, the loss).
+/// backward, column sums, GELU backward with bias, the tensor-core attention backward's per-batch-item
+/// column sums of dqkv [max_batch, 3D], the gemm attention's pointer arrays, the loss).
 size_t reduction_scratch_floats(const ViTConfig& cfg, int max_batch, AttentionImpl attention) {
   const int N = max_batch * cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim, K = cfg.num_classes;
   size_t r = 0;
@@ -99,6 +100,7 @@ size_t reduction_scratch_floats(const ViTConfig& cfg, int max_batch, AttentionIm
   r = std::max(r, gelu_backward_bias_scratch_floats(N, M));
   r = std::max(r, column_sum_scratch_floats(max_batch * cfg.num_patches(), D));
   r = std::max(r, column_sum_scratch_floats(max_batch, K));
+  r = std::max(r, (size_t)max_batch * 3 * D);
   if (is_gemm_attention(attention)) r = std::max(r, GemmAttention::pointer_scratch_floats(max_batch, cfg.heads));
   return std::max(r, softmax_xent_scratch_floats(max_batch));
 }

@@ -7,8 +7,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/kernels/attention.h"
@@ -160,6 +162,79 @@ TEST_CASE("attention: bf16 activations match host loops", "[gpu][attention][bf16
     attention_backward(qkv.get(), saved.get(), dout.get(), dqkv.get(), scratch.get(), B, T, H, dh, st.s);
     CHECK(norm_rel_err(to_float(dqkv.download()), dQKV) < 4e-3);
   }
+}
+
+namespace {
+
+/// Checks the tensor-core backward's dqkv_colsum [B, 3D] against the column sums, in double on the
+/// host, of each batch item's T rows of the dqkv it stored, and that dqkv is the same bit for bit
+/// as without the sums; `E` float (tf32) or bf16, `dqkv_plain` the backward's dqkv without them.
+template <typename E, typename Run>
+void check_colsum(const std::vector<E>& dqkv_plain, int B, int T, int D3, const Run& run) {
+  DevVec<E> dqkv(dqkv_plain.size());
+  DevVec<float> colsum(std::vector<float>((size_t)B * D3 + kGuard, NAN));
+  run(dqkv.get(), colsum.get());
+  const std::vector<E> stored = dqkv.download();
+  REQUIRE(stored.size() == dqkv_plain.size());
+  CHECK(std::memcmp(stored.data(), dqkv_plain.data(), stored.size() * sizeof(E)) == 0);
+  const std::vector<float> got = colsum.download();
+  for (size_t i = (size_t)B * D3; i < got.size(); ++i) REQUIRE(std::isnan(got[i]));  // nothing past [B, 3D]
+  std::vector<double> want((size_t)B * D3, 0.0), have(want.size());
+  for (int b = 0; b < B; ++b)
+    for (int r = 0; r < T; ++r)
+      for (int c = 0; c < D3; ++c) {
+        const E v = stored[((size_t)b * T + r) * D3 + c];
+        if constexpr (std::is_same_v<E, float>)
+          want[(size_t)b * D3 + c] += v;
+        else
+          want[(size_t)b * D3 + c] += __bfloat162float(v);
+      }
+  for (size_t i = 0; i < want.size(); ++i) have[i] = got[i];
+  const double err = norm_rel_err(have, want);
+  std::printf("attention dqkv_colsum B=%d T=%d 3D=%d: norm-relative error %.2e against double sums\n", B, T, D3, err);
+  CHECK(err < 1e-6);  // fp32 sums of at most 64 terms
+}
+
+}  // namespace
+
+TEST_CASE(
+    "attention: the tensor-core backward's per-batch-item column sums of dqkv (in_proj's bias gradient) "
+    "match double sums of the dqkv it stores, bf16 and tf32",
+    "[gpu][attention][colsum]") {
+  REQUIRE_GPU();
+  Stream st;
+  struct Shape {
+    int B, H, T;
+  };
+  for (const Shape sh : {Shape{2, 3, 50}, Shape{1, 2, 64}, Shape{3, 2, 1}, Shape{2, 2, 17}}) {
+    const int B = sh.B, H = sh.H, T = sh.T, dh = 64, D = H * dh;
+    INFO("B=" << B << " H=" << H << " T=" << T);
+    const auto hqkv = rounded(normal_vec((size_t)B * T * 3 * D, 27, 0)),
+               hdo = rounded(normal_vec((size_t)B * T * D, 27, 1));
+    DevVec<float> saved(attention_saved_floats(B, T, H, dh, Precision::bf16));
+    {  // bf16
+      DevVec<bf16> qkv(to_bf16(hqkv)), out((size_t)B * T * D), dout(to_bf16(hdo)), dqkv((size_t)B * T * 3 * D);
+      attention_forward(qkv.get(), saved.get(), out.get(), B, T, H, dh, st.s);
+      attention_backward(qkv.get(), saved.get(), dout.get(), dqkv.get(), nullptr, B, T, H, dh, st.s);
+      check_colsum(dqkv.download(), B, T, 3 * D, [&](bf16* d, float* cs) {
+        attention_backward(qkv.get(), saved.get(), dout.get(), d, nullptr, B, T, H, dh, st.s, cs);
+      });
+    }
+    {  // tf32
+      DevVec<float> qkv(hqkv), out((size_t)B * T * D), dout(hdo), dqkv((size_t)B * T * 3 * D);
+      attention_forward(qkv.get(), saved.get(), out.get(), B, T, H, dh, st.s, Precision::tf32);
+      attention_backward(qkv.get(), saved.get(), dout.get(), dqkv.get(), nullptr, B, T, H, dh, st.s, Precision::tf32);
+      check_colsum(dqkv.download(), B, T, 3 * D, [&](float* d, float* cs) {
+        attention_backward(qkv.get(), saved.get(), dout.get(), d, nullptr, B, T, H, dh, st.s, Precision::tf32, cs);
+      });
+    }
+  }
+  // Only the tensor-core kernels write the sums: other shapes and fp32 refuse them.
+  DevVec<float> dummy(4 * 70 * 3 * 80);
+  float* p = dummy.get();
+  CHECK_THROWS_AS(attention_backward(p, p, p, p, p, 1, 70, 1, 80, st.s, Precision::tf32, p), std::invalid_argument);
+  CHECK_THROWS_AS(attention_backward(p, p, p, p, p, 1, 50, 1, 64, st.s, Precision::fp32, p), std::invalid_argument);
+  CUDA_CHECK(cudaStreamSynchronize(st.s));
 }
 
 TEST_CASE("attention as batched GEMMs (--attention gemm): fp32 and tf32 match host loops", "[gpu][attention][gemm]") {
