@@ -18,7 +18,11 @@ void gelu_backward(const float* dy, const float* u, float* du, size_t n, cudaStr
 
 /// bf16 storage (what autocast does for nn.GELU on a bf16 tensor): each value is widened to fp32,
 /// transformed in fp32 and rounded once to bf16. Same aliasing rules as the fp32 versions.
-/// Vectorised (8 values per access) when n and the pointers allow it.
+/// Vectorised (8 values per access) when n and the pointers allow it. The bf16 backward (here and
+/// in gelu_backward_bias) takes Phi from erf by Abramowitz and Stegun's formula 7.1.26 (absolute
+/// error <= 1.5e-7, sharing the density's exponential) instead of erff: far below bf16's rounding
+/// step (2^-8 relative), so du is the exact derivative's bf16 rounding or a neighbour of it
+/// (tests/gpu/test_gelu.cpp checks every bf16 input with |u| <= 16). The forward keeps erff.
 void gelu_forward(const __nv_bfloat16* u, __nv_bfloat16* y, size_t n, cudaStream_t stream);
 void gelu_backward(const __nv_bfloat16* dy, const __nv_bfloat16* u, __nv_bfloat16* du, size_t n,
                    cudaStream_t stream);
@@ -29,7 +33,7 @@ size_t gelu_backward_bias_scratch_floats(int rows, int cols);
 /// gelu_backward on a contiguous row-major [rows, cols] matrix (du may alias dy), fused with the
 /// bias gradient of the nn.Linear whose output u is (ViT's fc1): db[c] = sum_r du[r, c]
 /// (accumulate=false) or db[c] += that sum, over the stored du (bf16: the rounded values, what
-/// column_sum of du and cuBLASLt's BGRADB epilogue read). Each block sums 16 rows of 512
+/// column_sum of du and cuBLASLt's BGRADB epilogue read). Each block sums 8 rows of 512
 /// columns (8 contiguous per thread, 16-byte accesses) into `scratch`, then column_sum_partials
 /// (reduce.h) adds the partials in a fixed order: deterministic, no atomics. Shapes with cols not
 /// a multiple of 8 or unaligned pointers take gelu_backward + column_sum (same values).
