@@ -22,9 +22,9 @@ struct GpuViTOptions {
   int gemm_autotune_candidates = 16;
   /// true: the bias gradients of fc2 and out_proj are column sums taken by the LayerNorm backward
   /// that writes their output gradient, fc1's by the GELU backward (layernorm.h, gelu.h), in_proj's
-  /// by the tensor-core attention backward where it runs (bf16 and tf32, T <= 64: attention.h's
-  /// dqkv_colsum), the others' by the weight-gradient GEMM's epilogue (cuBLASLt BGRADB) when
-  /// backward overwrites.
+  /// by the tensor-core attention backward where it runs (bf16 and tf32, T <= 64, head_dim 64, the
+  /// custom attention: attention.h's dqkv_colsum), the others' by the weight-gradient GEMM's
+  /// epilogue (cuBLASLt BGRADB) when backward overwrites.
   /// false, and the other layers when accumulating: a separate deterministic column-sum kernel.
   bool fused_bias_grad = true;
   /// bf16 only: true = forward() first casts the fp32 parameters into the bf16 working copy

@@ -287,8 +287,9 @@ __device__ __forceinline__ void store_rows(typename Op::E* dst, size_t ld, const
 // widened again, or fp32), into out[c] (c < 64): each lane adds its two rows, the 8 lanes of a
 // column (lanes t, t + 4, ..., t + 28) add theirs, then thread c adds the 4 warps' sums in warp
 // order: a fixed order (deterministic). Every thread of the block must call it (two barriers).
-// Its 1 KiB of static shared memory keeps the bf16 backward at 4 blocks an SM (4 x 55 KiB); one
-// [3][4][64] buffer with a single barrier at the end (3 KiB) left 3, and the kernel was slower.
+// Its 1 KiB of static shared memory keeps the bf16 backward at 4 blocks an SM (4 x 56 KiB with the
+// 1 KiB each block reserves, of 228 KiB): a [3][4][64] buffer for all three tensors with one barrier
+// at the end (3 KiB) allows 3 (results/h100/qkv-bias-in-attention/one-barrier).
 template <class Op>
 __device__ __forceinline__ void column_sums(const Acc& x, int m0, int g, int t, int T, float* __restrict__ out) {
   __shared__ float red[kThreads / 32][kDh];

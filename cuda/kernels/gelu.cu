@@ -135,18 +135,23 @@ __global__ void gelu_backward_bf16_kernel(const __nv_bfloat16* dy, const __nv_bf
 }
 
 // gelu_backward_bias: thread (x, y) of a (kGbThreads, kGbGroups) block owns 8 contiguous columns
-// (one 16-byte bf16 or two fp32 accesses) of kGbBatch rows, all loaded before any store (du may
+// (one 16-byte bf16 or two fp32 accesses) of gb_batch rows, all loaded before any store (du may
 // alias dy, element for element), so each thread makes one round trip to memory; the kGbGroups
 // row groups' column sums are then added in shared memory in a fixed order. A block covers
-// kGbThreads x 8 columns and kGbGroups x kGbBatch rows. (A first version, 128 x 1 threads walking
-// 16 rows in 4 batches, took 31 us under ncu for 1600 x 4096 bf16, against 17 us for gelu_backward.
-// bf16 takes 2 rows a thread instead of 4, twice the blocks: steps/s 1.005x (vit_b_16) and 1.008x
-// (vit_l_32) on an H100, results/h100/gelu-backward-bf16; fp32 storage keeps 4, as measured before.)
+// kGbThreads x 8 columns and kGbGroups x gb_batch rows. (A first version, 128 x 1 threads walking
+// 16 rows in 4 batches, took 31 us under ncu for 1600 x 4096 bf16, against 17 us for gelu_backward.)
+// Rows a thread: 2 for bf16 storage (64 registers with gelu_grad_bf16: 4 blocks an SM; against 4
+// rows, steps/s 1.005x on vit_b_16 and 1.008x on vit_l_32, H100, results/h100/gelu-backward-bf16),
+// 4 for fp32 storage.
 constexpr int kGbThreads = 64, kGbVec = 8, kGbGroups = 4;
 template <typename T>
-constexpr int kGbBatch = sizeof(T) == 2 ? 2 : 4;  // rows a thread
+constexpr int gb_batch() {  // rows a thread
+  return sizeof(T) == 2 ? 2 : 4;
+}
 template <typename T>
-constexpr int kGbRows = kGbGroups* kGbBatch<T>;  // rows a block
+constexpr int gb_rows() {  // rows a block
+  return kGbGroups * gb_batch<T>();
+}
 
 __device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
   const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
@@ -181,8 +186,8 @@ __global__ void gelu_backward_bias_kernel(const T* dy, const T* u, T* du, T* y, 
                                           float* __restrict__ partial) {
   __shared__ float sums[kGbGroups][kGbThreads * kGbVec];
   const int c0 = (blockIdx.x * kGbThreads + threadIdx.x) * kGbVec;
-  constexpr int kBatch = kGbBatch<T>;
-  const int r0 = blockIdx.y * kGbRows<T> + threadIdx.y * kBatch, r1 = min(rows, r0 + kBatch);
+  constexpr int kBatch = gb_batch<T>();
+  const int r0 = blockIdx.y * gb_rows<T>() + threadIdx.y * kBatch, r1 = min(rows, r0 + kBatch);
   const bool in_c = c0 < cols;
   float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
   float g[kBatch][8], v[kBatch][8];
@@ -231,7 +236,7 @@ void gelu_backward_bias_impl(const T* dy, const T* u, T* du, int rows, int cols,
     throw std::invalid_argument("gelu_backward_bias: bad shape rows=" + std::to_string(rows) +
                                 " cols=" + std::to_string(cols));
   if (cols == 0) return;
-  const int nchunks = (rows + kGbRows<T> - 1) / kGbRows<T>;
+  const int nchunks = (rows + gb_rows<T>() - 1) / gb_rows<T>();
   const bool fused = cols % kGbVec == 0 && aligned16(dy) && aligned16(u) && aligned16(du) && aligned16(scratch) &&
                      nchunks <= 65535;  // 65535: the grid's y limit
   // y by gelu_forward where the fused kernel cannot write it; du and db keep their path (and bits).
@@ -288,12 +293,12 @@ void gelu_backward(const __nv_bfloat16* dy, const __nv_bfloat16* u, __nv_bfloat1
   CUDA_CHECK_LAUNCH();
 }
 
-size_t gelu_backward_bias_scratch_floats(int rows, int cols) {
+size_t gelu_backward_bias_scratch_floats(int rows, int cols, bool bf16_storage) {
   if (rows <= 0 || cols <= 0) return 0;
   // The fused kernel's partials, or column_sum's when the shape takes the unfused path.
-  // (the bf16 kernel's rows a block, the smaller: enough for either storage type)
-  const size_t fused = (size_t)((rows + kGbRows<__nv_bfloat16> - 1) / kGbRows<__nv_bfloat16>)*cols;
-  return std::max(fused, column_sum_scratch_floats(rows, cols));
+  const int block_rows = bf16_storage ? gb_rows<__nv_bfloat16>() : gb_rows<float>();
+  const size_t chunks = (size_t)((rows + block_rows - 1) / block_rows);
+  return std::max(chunks * cols, column_sum_scratch_floats(rows, cols));
 }
 
 void gelu_backward_bias(const float* dy, const float* u, float* du, int rows, int cols, float* db,

@@ -19,11 +19,12 @@
 // GEMMs are nn.Linear forms (lt_gemm.h): biases and residual adds are fused into the cuBLASLt
 // epilogue (D = A@B^T + bias + C); in backward, the bias gradients of fc2 and out_proj are
 // column sums taken by the LayerNorm backward that writes their output gradient, fc1's by the
-// GELU backward, in_proj's by the tensor-core attention backward (T <= 64, bf16 and tf32), the
-// others' by the weight-gradient GEMM's BGRADB epilogue (or column_sum when
-// accumulating, or everywhere with fused_bias_grad off). The residual-stream gradient lives in
-// one fp32 [N, D] buffer that each LayerNorm backward adds into (the residual branch's identity
-// path); in bf16 mode the LayerNorm backward also writes its bf16 copy for the GEMMs.
+// GELU backward, in_proj's by the tensor-core attention backward (T <= 64, head_dim 64, bf16 and
+// tf32, the custom attention: not --attention cudnn or gemm), the others' by the weight-gradient
+// GEMM's BGRADB epilogue (or column_sum when accumulating, or everywhere with fused_bias_grad
+// off). The residual-stream gradient lives in one fp32 [N, D] buffer that each LayerNorm backward
+// adds into (the residual branch's identity path); in bf16 mode the LayerNorm backward also writes
+// its bf16 copy for the GEMMs.
 // One templated pass (forward_pass<T>, backward_pass<T>) serves all precisions; with T = float it
 // is exactly the original fp32 sequence of kernels and GEMMs.
 #include "cuda/model/gpu_vit.h"
@@ -515,7 +516,7 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
     const bool qkv_b_partials =
         attention_core_backward(a, o.dnarrow, o.dwide, B, l == c.layers - 1, fuse ? scratch : nullptr);
     auto qkv_grads = [&] {
-      if (qkv_b_partials) column_sum_partials(scratch, B, 3 * D, g.qkv_b, acc && !upd, st);
+      if (qkv_b_partials) column_sum_partials(scratch, B, 3 * D, g.qkv_b, acc, st);  // (upd: never acc)
       block_weight(o.dwide, a.y1, g.qkv_w, wn.qkv_w, qkv_b_partials ? nullptr : g.qkv_b, N, 3 * D, D);
       ready(bp.qkv_b, bp.qkv_w);
     };

@@ -90,14 +90,15 @@ void shift(GpuViTArenaPlan::Block& b, size_t base) {
 
 /// Floats of the reduction scratch: the largest any one of the model's reductions needs (LayerNorm
 /// backward, column sums, GELU backward with bias, the tensor-core attention backward's per-batch-item
-/// column sums of dqkv [max_batch, 3D], the gemm attention's pointer arrays, the loss).
-size_t reduction_scratch_floats(const ViTConfig& cfg, int max_batch, AttentionImpl attention) {
+/// column sums of dqkv [max_batch, 3D], the gemm attention's pointer arrays, the loss); `half`: bf16
+/// activations.
+size_t reduction_scratch_floats(const ViTConfig& cfg, int max_batch, AttentionImpl attention, bool half) {
   const int N = max_batch * cfg.seq_len(), D = cfg.hidden, M = cfg.mlp_dim, K = cfg.num_classes;
   size_t r = 0;
   r = std::max(r, layernorm_backward_scratch_floats(N, D));
   r = std::max(r, layernorm_backward_scratch_floats(max_batch, D));
   r = std::max(r, column_sum_scratch_floats(N, std::max({D, M, 3 * D})));
-  r = std::max(r, gelu_backward_bias_scratch_floats(N, M));
+  r = std::max(r, gelu_backward_bias_scratch_floats(N, M, half));
   r = std::max(r, column_sum_scratch_floats(max_batch * cfg.num_patches(), D));
   r = std::max(r, column_sum_scratch_floats(max_batch, K));
   r = std::max(r, (size_t)max_batch * 3 * D);
@@ -143,7 +144,7 @@ void plan_outside_blocks(const ViTConfig& cfg, size_t param_total, int max_batch
   p.dnarrow = a.add(N * D, op, "narrow gradient scratch");
   p.demb = a.add(B * Np * D, op, "patch embedding gradient");
   if (half) p.dx16 = a.add(N * D, bf16, "residual-stream gradient (bf16 copy)");
-  p.reduce_scratch_floats = reduction_scratch_floats(cfg, max_batch, attention);
+  p.reduce_scratch_floats = reduction_scratch_floats(cfg, max_batch, attention, half);
   p.reduce_scratch = a.add(p.reduce_scratch_floats, f32, "reduction scratch");
 }
 

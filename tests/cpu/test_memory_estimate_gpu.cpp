@@ -317,13 +317,15 @@ TEST_CASE("reduction scratch sized for a batch covers every smaller batch", "[me
   // 386 blocks, 514 rows 514 blocks).
   for (const int D : {8, 768, 1024, 1280}) {
     INFO("D=" << D);
-    size_t worst_ln = 0, worst_gelu = 0, worst_col = 0;
+    size_t worst_ln = 0, worst_gelu = 0, worst_gelu16 = 0, worst_col = 0;
     for (int rows = 0; rows <= 5000; ++rows) {
       worst_ln = std::max(worst_ln, layernorm_backward_scratch_floats(rows, D));
-      worst_gelu = std::max(worst_gelu, gelu_backward_bias_scratch_floats(rows, 4 * D));
+      worst_gelu = std::max(worst_gelu, gelu_backward_bias_scratch_floats(rows, 4 * D, false));
+      worst_gelu16 = std::max(worst_gelu16, gelu_backward_bias_scratch_floats(rows, 4 * D, true));
       worst_col = std::max(worst_col, column_sum_scratch_floats(rows, D));
       REQUIRE(layernorm_backward_scratch_floats(rows, D) == worst_ln);
-      REQUIRE(gelu_backward_bias_scratch_floats(rows, 4 * D) == worst_gelu);
+      REQUIRE(gelu_backward_bias_scratch_floats(rows, 4 * D, false) == worst_gelu);
+      REQUIRE(gelu_backward_bias_scratch_floats(rows, 4 * D, true) == worst_gelu16);
       REQUIRE(column_sum_scratch_floats(rows, D) == worst_col);
       // Three partial rows per block of up to min(rows, 528) blocks (layernorm.cu).
       REQUIRE(layernorm_backward_scratch_floats(rows, D) >= 3 * (size_t)std::min(rows, 528) * D);

@@ -103,9 +103,10 @@ TEST_CASE("bench: per-operation times at vit_l_32 batch-32 shapes", "[.bench]") 
   }
 
   // Custom kernels.
-  DevVec<float> mean(N), rstd(N), scratch(std::max<size_t>(layernorm_backward_scratch_floats(N, D),
-                                                           std::max(column_sum_scratch_floats(N, M),
-                                                                    gelu_backward_bias_scratch_floats(N, M))));
+  DevVec<float> mean(N), rstd(N),
+      scratch(
+          std::max<size_t>(layernorm_backward_scratch_floats(N, D),
+                           std::max(column_sum_scratch_floats(N, M), gelu_backward_bias_scratch_floats(N, M, false))));
   DevVec<float> probs((size_t)B * H * T * T), ds(attention_backward_scratch_floats(B, T, H, D / H));
   double custom = 0;
   auto report = [&](const char* name, double ms, int per_block) {

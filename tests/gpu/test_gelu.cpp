@@ -55,7 +55,7 @@ TEST_CASE("gelu: backward fused with the bias gradient matches host loops", "[gp
       db[i % C] += du[i];
       db_acc[i % C] += du[i];
     }
-    DevVec<float> u(hu), dy(hdy), out(n), dbd(hdb0), scratch(gelu_backward_bias_scratch_floats(R, C));
+    DevVec<float> u(hu), dy(hdy), out(n), dbd(hdb0), scratch(gelu_backward_bias_scratch_floats(R, C, false));
     gelu_backward_bias(dy.get(), u.get(), out.get(), R, C, dbd.get(), true, scratch.get(), st.s);
     CHECK(norm_rel_err(out.download(), du) < 1e-6);
     CHECK(norm_rel_err(dbd.download(), db_acc) < 1e-6);
@@ -104,7 +104,7 @@ TEST_CASE("gelu: bf16 backward fused with the bias gradient sums the stored bf16
       du[i] = hdy[i] * (0.5 * (1.0 + std::erf(u / std::sqrt(2.0))) + u * std::exp(-0.5 * u * u) / std::sqrt(2 * M_PI));
     }
     DevVec<bf16> u(to_bf16(hu)), dy(to_bf16(hdy));
-    DevVec<float> dbd(C), scratch(gelu_backward_bias_scratch_floats(R, C));
+    DevVec<float> dbd(C), scratch(gelu_backward_bias_scratch_floats(R, C, true));
     gelu_backward_bias(dy.get(), u.get(), dy.get(), R, C, dbd.get(), false, scratch.get(), st.s);  // in place
     const auto got = to_float(dy.download());
     CHECK(norm_rel_err(got, du) < 4e-3);
@@ -131,30 +131,33 @@ TEST_CASE(
   std::vector<double> want(n);
   for (size_t i = 0; i < n; ++i) {
     const double u = hu[i];
-    want[i] = round_bf16(
-        (float)(0.5 * (1.0 + std::erf(u / std::sqrt(2.0))) + u * std::exp(-0.5 * u * u) / std::sqrt(2 * M_PI)));
+    // Phi(u) as erfc(-u / sqrt(2)) / 2: no cancellation in the left tail, where 1 + erf loses it.
+    want[i] =
+        round_bf16((float)(0.5 * std::erfc(-u / std::sqrt(2.0)) + u * std::exp(-0.5 * u * u) / std::sqrt(2 * M_PI)));
   }
   DevVec<bf16> u(to_bf16(hu)), ones(to_bf16(std::vector<float>(n, 1.0f))), du(n), dub((size_t)R * C);
-  DevVec<float> db(C), scratch(gelu_backward_bias_scratch_floats(R, C));
+  DevVec<float> db(C), scratch(gelu_backward_bias_scratch_floats(R, C, true));
   gelu_backward(ones.get(), u.get(), du.get(), n, st.s);  // du = gelu'(u), rounded to bf16
   gelu_backward_bias(ones.get(), u.get(), dub.get(), R, C, db.get(), false, scratch.get(), st.s);
   const std::vector<float> got = to_float(du.download()), gotb = to_float(dub.download());
-  size_t differ = 0, far = 0;
+  size_t differ = 0, far = 0, kernels_differ = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (i < (size_t)R * C) REQUIRE(gotb[i] == got[i]);  // both kernels, the same bits
+    if (i < (size_t)R * C && gotb[i] != got[i]) ++kernels_differ;  // both kernels: the same values
     if (got[i] == want[i]) continue;
     ++differ;
-    // One bf16 step (2^-8 relative) from the exactly rounded value, or within the approximation's
-    // 1e-7 (near the derivative's zero at u = -0.75, where a bf16 step is smaller than that).
-    const double step = std::ldexp(1.0, std::ilogb(want[i]) - 7);
-    if (std::fabs(got[i] - want[i]) > std::max(step, 1e-7)) ++far;
+    // At most one bf16 step from the exactly rounded value (the step of want's binade; bf16's
+    // subnormal step 2^-133 below 2^-126 and at 0).
+    const double step =
+        want[i] == 0.0 ? std::ldexp(1.0, -133) : std::ldexp(1.0, std::max(std::ilogb(want[i]), -126) - 7);
+    if (std::fabs(got[i] - want[i]) > step) ++far;
   }
+  CHECK(kernels_differ == 0);
   std::printf(
       "gelu bf16 derivative over %zu bf16 inputs: %zu differ from the exactly rounded value, %zu by more "
       "than one step\n",
       n, differ, far);
   CHECK(far == 0);
-  CHECK(differ <= n / 100);  // 86 of 33538 (0.26%) in a float32 emulation of the kernel on the host
+  CHECK(differ <= 64);  // of 33538 inputs; a float32 emulation of the kernel's arithmetic on the host: 7
 }
 
 namespace {
@@ -171,7 +174,7 @@ void check_recomputed_gelu(int R, int C, bool shift_y, Stream& st) {
     else hu[i] = (float)u0[i], hdy[i] = (float)dy0[i];
   }
   DevVec<T> u(hu), dya(hdy), dyb(hdy), yf(n), yb(n + 1);
-  DevVec<float> dba(C), dbb(C), scratch(gelu_backward_bias_scratch_floats(R, C));
+  DevVec<float> dba(C), dbb(C), scratch(gelu_backward_bias_scratch_floats(R, C, sizeof(T) == 2));
   T* const y = yb.get() + (shift_y ? 1 : 0);  // +1 element: not 16-byte aligned, written by gelu_forward
   gelu_forward(u.get(), yf.get(), n, st.s);
   gelu_backward_bias(dya.get(), u.get(), dya.get(), R, C, dba.get(), false, scratch.get(), st.s);

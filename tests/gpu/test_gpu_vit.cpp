@@ -434,7 +434,7 @@ TEST_CASE("gpu_vit: accumulate=true adds (2x), padding is left untouched, runs r
           "[gpu][gpu_vit]") {
   REQUIRE_GPU();
   for (const Precision prec : {Precision::fp32, Precision::tf32, Precision::bf16})
-  for (const char* name : {"vit_micro", "vit_tiny"}) {
+  for (const char* name : {"vit_micro", "vit_tiny", "vit_fmnist"}) {  // vit_fmnist: 50 tokens, heads of 64
     INFO(name << ", " << precision_name(prec));
     const ParamLayout L = make_param_layout(vit_config(name));
     const int B = 3;

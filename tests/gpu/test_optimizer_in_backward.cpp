@@ -20,10 +20,12 @@ using namespace vitddp;
 
 namespace {
 
-/// vit_tiny with 12 classes (a layout without padding, so the gradients are overlaid on the
+/// `model` (vit_tiny, or vit_fmnist: 50 tokens and heads of 64, the tensor-core attention in tf32
+/// and bf16) with 12 classes (a layout without padding, so the gradients are overlaid on the
 /// activations as on the torchvision models), batch 4, SGD, warm-up + cosine over 6 steps, no DDP.
-Options small(Precision p, bool in_backward, RecomputeChoice recompute = RecomputeChoice::Auto) {
-  Options o = vitddp_test::engine_test_options("vit_tiny", 4, 6);
+Options small(Precision p, bool in_backward, RecomputeChoice recompute = RecomputeChoice::Auto,
+              const char* model = "vit_tiny") {
+  Options o = vitddp_test::engine_test_options(model, 4, 6);
   o.num_classes = 12;
   o.precision = p;
   o.recompute_gelu = recompute;
@@ -79,17 +81,20 @@ TEST_CASE("optimizer in backward: the same run as SGD after backward, fp32 / tf3
   struct Case {
     Precision p;
     RecomputeChoice recompute;
+    const char* model;
   };
-  for (const Case c : {Case{Precision::fp32, RecomputeChoice::Auto}, Case{Precision::fp32, RecomputeChoice::Off},
-                       Case{Precision::tf32, RecomputeChoice::Auto}, Case{Precision::tf32, RecomputeChoice::Off},
-                       Case{Precision::bf16, RecomputeChoice::Auto}}) {
+  const RecomputeChoice Auto = RecomputeChoice::Auto, Off = RecomputeChoice::Off;
+  for (const Case c : {Case{Precision::fp32, Auto, "vit_tiny"}, Case{Precision::fp32, Off, "vit_tiny"},
+                       Case{Precision::tf32, Auto, "vit_tiny"}, Case{Precision::tf32, Off, "vit_tiny"},
+                       Case{Precision::bf16, Auto, "vit_tiny"}, Case{Precision::tf32, Auto, "vit_fmnist"},
+                       Case{Precision::bf16, Auto, "vit_fmnist"}}) {
     const Precision p = c.p;
-    INFO(precision_name(p) << ", --recompute-gelu " << to_string(c.recompute));
-    const Options plain = small(p, false, c.recompute);
+    INFO(c.model << ", " << precision_name(p) << ", --recompute-gelu " << to_string(c.recompute));
+    const Options plain = small(p, false, c.recompute, c.model);
     const ParamLayout L = make_param_layout(vit_config(plain.model, plain.num_classes));
     std::vector<float> start(L.total);
     init_params(L, plain.init, plain.seed, start.data());
-    const Trained a = train(plain), b = train(small(p, true, c.recompute));
+    const Trained a = train(plain), b = train(small(p, true, c.recompute, c.model));
     // One step (step 0 has lr 0): the fused step rounds W - lr * dW once (the GEMM epilogue) where the plain one
     // rounds dW first, and the two runs may pick different cuBLASLt algorithms (fp32 accumulation
     // in every precision): a few ulps of the update.
