@@ -216,7 +216,7 @@ std::optional<int> check_before_training(Options* o, const World& w, Purpose pur
 
 /// --dry-run: the checks of a run with these options, without its work and without writing any
 /// file: check_before_training, then preflight (every input read and checked, every output
-/// checked, the results file not created: ResultsFileStep::check), on every rank, agreed as in a
+/// checked, the results file not created), on every rank, agreed as in a
 /// run, the same one line and exit code 2 when one fails; then rank 0 prints the memory estimate
 /// of one rank of the backend the run would use (the GPU backend's device memory, or the CPU
 /// backend's host memory), exit 0. Needs no GPU. The GPU estimate needs the GPU backend built
@@ -226,7 +226,7 @@ int dry_run(Options o, const World& w) {
   if (const auto rc = check_before_training(&o, w, Purpose::dry_run)) return *rc;
   h5::prepare_library();  // as run_training: HDF5 failures as one-line exceptions
   const ParamLayout layout = make_param_layout(vit_config(o.model, o.num_classes));
-  if (RunInputs in; !preflight(o, w, layout, &in, ResultsFileStep::check)) {
+  if (RunInputs in; !preflight(o, w, layout, &in)) {
     MPI_Finalize();
     return 2;
   }

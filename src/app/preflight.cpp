@@ -79,7 +79,7 @@ std::vector<InputFile> run_inputs(const Options& o, const RunInputs& in) {
 }
 
 
-bool preflight(const Options& o, const World& w, const ParamLayout& layout, RunInputs* in, ResultsFileStep step) {
+bool preflight(const Options& o, const World& w, const ParamLayout& layout, RunInputs* in) {
   if (!agree_or_report(w, error_of([&] { in->dataset = checked_training_data(o, w, layout); }), "--data: "))
     return false;
   if (!agree_or_report(w, error_of([&] { in->eval_data = load_eval_data(o, in->dataset, layout.cfg.num_classes); })))
@@ -94,10 +94,13 @@ bool preflight(const Options& o, const World& w, const ParamLayout& layout, RunI
   const std::vector<InputFile> inputs = run_inputs(o, *in);
   const std::string outputs_error = output_paths_problem(run_outputs(o, in->start_step(), inputs), inputs, o.overwrite);
   if (!agree_or_report(w, outputs_error)) return false;
+  const std::string file_error = w.rank == 0 ? ResultsFile::create_problem(o.out, o.overwrite) : "";
+  return agree_or_report(w, file_error, "--out: ");
+}
+
+bool create_results_file(const Options& o, const World& w, RunInputs* in) {
   const std::string file_error = error_of([&] {
-    if (w.rank != 0) return;
-    if (step == ResultsFileStep::create) in->results.emplace(ResultsFile::create(o.out, o.overwrite));
-    else if (const std::string e = ResultsFile::create_problem(o.out, o.overwrite); !e.empty()) throw std::runtime_error(e);
+    if (w.rank == 0) in->results.emplace(ResultsFile::create(o.out, o.overwrite));
   });
   return agree_or_report(w, file_error, "--out: ");
 }

@@ -1,5 +1,5 @@
-// The start-up checks of a training run: every input is read and checked on every rank, and the
-// results file created on rank 0, before any device work.
+// The start-up checks of a training run: every input is read and checked on every rank, and every
+// output checked (the results file on rank 0 too), before any device work.
 #pragma once
 #include <memory>
 #include <optional>
@@ -21,16 +21,11 @@ struct RunInputs {
   std::shared_ptr<const IdxDataset> eval_data;  ///< the --eval-every split; null without --eval-every
   std::vector<float> initial;                   ///< --init-from parameters (layout.total floats); empty without
   std::optional<ResumePoint> resume;            ///< --resume's checkpoint
-  std::optional<ResultsFile> results;           ///< rank 0: the created --out file; empty on the other ranks
+  std::optional<ResultsFile> results;           ///< rank 0: the --out file once created (create_results_file)
   /// First step of this run (0-based): the checkpoint's step, else 0.
   int start_step() const { return resume ? (int)resume->header.step : 0; }
 };
 
-/// What preflight does at its last step (6) with the results file --out.
-enum class ResultsFileStep {
-  create,  ///< a run: rank 0 creates it (ResultsFile::create)
-  check,   ///< --dry-run: rank 0 checks that it could (ResultsFile::create_problem): no file is created
-};
 
 /// Collective: the start-up checks, in order, each agreed on by every rank (agree_or_report):
 ///  1. --data: the training split is read (load_training_data), its labels fit the model's
@@ -40,13 +35,18 @@ enum class ResultsFileStep {
 ///  4. --resume: the checkpoint is read and checked (read_resume_point);
 ///  5. every output (run_outputs) against each other and every input (run_inputs):
 ///     output_paths_problem, on every rank;
-///  6. rank 0 creates the results file --out (ResultsFile::create); with ResultsFileStep::check
-///     (--dry-run) it checks that it could (ResultsFile::create_problem): then no step writes a file.
+///  6. rank 0 checks that it can create the results file --out (ResultsFile::create_problem). It
+///     creates no file: a run creates it once its engine is up (create_results_file), so a failing
+///     set-up leaves a file it would replace (--overwrite) as it was.
 /// Returns false on every rank at the first check that failed on some rank, after rank 0 printed
 /// one line "vitddp: error: ..." with the lowest failing rank's message: the caller returns exit
 /// code 2. Nothing that needs the device runs here.
-bool preflight(const Options& o, const World& w, const ParamLayout& layout, RunInputs* in,
-               ResultsFileStep step = ResultsFileStep::create);
+bool preflight(const Options& o, const World& w, const ParamLayout& layout, RunInputs* in);
+
+/// Collective: rank 0 creates the results file --out into in->results (ResultsFile::create); the
+/// ranks agree on the outcome as in preflight (one line "vitddp: error: --out: ...", false on every
+/// rank: exit code 2).
+bool create_results_file(const Options& o, const World& w, RunInputs* in);
 
 /// Every file a run with options `o` writes, first step `first_step`, for output_paths_problem:
 /// --out, --save-weights, --trace, then each of checkpoint_files (which may be the --resume file),

@@ -24,6 +24,7 @@
 #include "src/io/h5_util.h"
 #include "src/engines/optimizer.h"
 #include "src/app/preflight.h"
+#include "src/app/rank_agreement.h"
 #include "src/io/results_h5.h"
 #include "src/io/series.h"
 #include "src/app/stop_control.h"
@@ -196,8 +197,8 @@ class ErrorMark {
 
 /// Builds this rank's engine from the start-up inputs: --resume's parameters and optimizer state,
 /// or --init-from's parameters (both released once the engine holds its own copy). Null after an
-/// EngineSetupError, which every rank gets together (the failing ranks print why); rank 0 then
-/// removes its results file, created by the preflight and still without a step.
+/// EngineSetupError, which every rank gets together: rank 0 prints one line with the lowest failing
+/// rank's reason (agree_or_report). No results file exists yet (create_results_file comes after).
 std::unique_ptr<Engine> start_engine(const Options& o, const World& w, const ParamLayout& layout,
                                      const std::vector<Bucket>& buckets, RunInputs& in, int64_t* resumed_updates) {
   std::unique_ptr<Engine> engine;
@@ -211,11 +212,9 @@ std::unique_ptr<Engine> start_engine(const Options& o, const World& w, const Par
       in.resume->state = TrainState{};  // the engine holds its own copy now
     }
   } catch (const EngineSetupError& e) {
-    if (*e.what()) std::fprintf(stderr, "[vitddp rank %d] error: %s\n", w.rank, e.what());
-    if (w.rank == 0) {
-      in.results.reset();
-      std::remove(o.out.c_str());  // created by the preflight, holds no step
-    }
+    // Ranks that were fine carry "" (they failed because another rank did).
+    if (agree_or_report(w, e.what()) && w.rank == 0)
+      std::fprintf(stderr, "vitddp: error: the %s backend could not be set up\n", to_string(o.backend).c_str());
     return nullptr;
   }
   return engine;
@@ -674,7 +673,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   // Every rank must hold the same bucket layout, or all-reduces would mix unrelated gradients.
   if (!all_ranks_equal(bucket_fingerprint(buckets))) throw std::runtime_error("ranks disagree on the bucket layout (different options or model?)");
 
-  RunInputs in;  // every input read and checked, the results file created: before any device work
+  RunInputs in;  // every input read and checked, every output checked: before any device work
   if (!preflight(o, w, layout, &in)) return 2;
   const int start = in.start_step();  // first step of this run (0-based)
   if (w.rank == 0)
@@ -684,6 +683,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
   int64_t resumed_updates = 0;  // optimizer updates the checkpoint had applied
   const std::unique_ptr<Engine> engine = start_engine(o, w, layout, buckets, in, &resumed_updates);
   if (!engine) return 2;
+  if (!create_results_file(o, w, &in)) return 2;
   ResultsFile* results = in.results ? &*in.results : nullptr;
   write_start(o, w, layout, buckets, *engine, results, cmd, start, resumed_updates);
 
