@@ -127,6 +127,9 @@ expect_error "resume with another model" "--model: the checkpoint was written wi
   --model vit_tiny --lr 0.1 --momentum 0.9 --weight-decay 1e-3 --resume "$C4" --out "$TMP/e4.h5"
 EXPECT_ARGS=${SMALL/--steps 4 --cooldown-steps 2/--steps 1 --cooldown-steps 1} expect_error "resume past the end" \
   "--resume: the checkpoint is at step 4 but this run has 4 steps" $S --resume "$C4" --out "$TMP/e5.h5"
+expect_error "a fault before the resumed run's first step" \
+  "--debug-fail-at-step 1: has no effect: this run resumes at step 4 (--resume)" $S --resume "$C4" --debug-fail-at-step 1 \
+  --out "$TMP/e5b.h5"
 expect_error "missing checkpoint" "--resume: cannot open HDF5 file '$TMP/none.h5': no such file" $S --resume "$TMP/none.h5" --out "$TMP/e6.h5"
 "$BIN" --backend cpu --model vit_micro --steps 1 --warmup-steps 0 --cooldown-steps 0 --save-weights "$TMP/w.h5" --out "$TMP/w-run.h5" >/dev/null 2>&1
 expect_error "a weights file is not a checkpoint" "is not a vitddp checkpoint" $S --resume "$TMP/w.h5" --out "$TMP/e7.h5"

@@ -42,6 +42,18 @@ std::vector<float> checked_weights(const Options& o, const ParamLayout& layout) 
   return initial;
 }
 
+/// Check 4 (continued): a fault injected at a step before the first of a resumed run would never
+/// happen, and a test relying on it would pass without its fault.
+std::string fault_step_problem(const Options& o, int start) {
+  const std::pair<const char*, int> faults[] = {{"--debug-nan-at-step", o.debug_nan_at_step},
+                                                {"--debug-fail-at-step", o.debug_fail_at_step}};
+  for (const auto& [option, step] : faults)
+    if (step >= 0 && step < start)
+      return std::string(option) + " " + std::to_string(step) + ": has no effect: this run resumes at step " +
+             std::to_string(start) + " (--resume)";
+  return "";
+}
+
 }  // namespace
 
 std::vector<OutputFile> run_outputs(const Options& o, int64_t first_step, const std::vector<InputFile>& inputs) {
@@ -91,6 +103,7 @@ bool preflight(const Options& o, const World& w, const ParamLayout& layout, RunI
     if (!o.resume.empty()) in->resume.emplace(read_resume_point(o, w, layout));
   });
   if (!agree_or_report(w, resume_error)) return false;
+  if (!agree_or_report(w, fault_step_problem(o, in->start_step()))) return false;
   const std::vector<InputFile> inputs = run_inputs(o, *in);
   const std::string outputs_error = output_paths_problem(run_outputs(o, in->start_step(), inputs), inputs, o.overwrite);
   if (!agree_or_report(w, outputs_error)) return false;

@@ -32,7 +32,8 @@ struct RunInputs {
 ///     classes (label_problem), and it holds at least one batch per rank;
 ///  2. --eval-split: the evaluation split (load_eval_data);
 ///  3. --init-from is read and checked by name, shape and finite values;
-///  4. --resume: the checkpoint is read and checked (read_resume_point);
+///  4. --resume: the checkpoint is read and checked (read_resume_point), and a --debug-nan-at-step
+///     or --debug-fail-at-step before the step it resumes at is refused;
 ///  5. every output (run_outputs) against each other and every input (run_inputs):
 ///     output_paths_problem, on every rank;
 ///  6. rank 0 checks that it can create the results file --out (ResultsFile::create_problem). It

@@ -149,6 +149,13 @@ TEST_CASE("--attention and --patch-embed: auto by default; cuDNN attention only 
     CHECK(e.rfind("--attention cudnn: needs --precision bf16", 0) == 0);
     CHECK(e.find(std::string("got --precision ") + p) != std::string::npos);
   }
+  // cuDNN's flash attention takes head dimensions that are multiples of 8 up to 256: vit_micro's
+  // heads of 4 are refused when the options are read, vit_tiny's of 16 are not.
+  CHECK(option_error({"--attention", "cudnn", "--precision", "bf16", "--model", "vit_micro"}) ==
+        "--attention cudnn: vit_micro's heads have 4 dimensions; cuDNN's flash attention takes a multiple of 8 up to "
+        "256: use --attention custom or auto");
+  CHECK(parse_args({"--attention", "cudnn", "--precision", "bf16", "--model", "vit_tiny"}).attention ==
+        AttentionChoice::Cudnn);
 }
 
 TEST_CASE("option errors quote values on one line: control characters escaped, long values cut", "[options]") {

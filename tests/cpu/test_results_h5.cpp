@@ -338,7 +338,7 @@ TEST_CASE("ResultsFile::create_problem: create's refusal, word for word, and not
   CHECK(ResultsFile::create_problem(path, true).empty());  // the lock released
 }
 
-TEST_CASE("ResultsFile is on disk as soon as it is created: a run killed during setup leaves a readable file",
+TEST_CASE("ResultsFile is on disk as soon as it is created: a run killed before its first step leaves a readable file",
           "[h5]") {
   TempDir dir("vitddp_h5_");
   const std::string path = dir.file("setup.h5");
