@@ -67,6 +67,15 @@ expect_line "--trace naming a directory" \
   "vitddp: error: --trace: '$TMP/tdir' is a directory; give the path of a file to write" \
   $RUN4 --out "$TMP/r.h5" --trace "$TMP/tdir"
 [ ! -e "$TMP/tdir.tmp" ] && [ ! -e "$TMP/r.h5" ] && ok "no tdir.tmp, no results file" || bad "a refused --trace left files"
+# Outputs that cannot be created although their directory looks writable: found at start-up by
+# creating each absent output (and scratch file) and removing it again, not after the run.
+LONG=$(printf 'a%.0s' {1..252})  # 252 characters: fine, but its scratch file's 256 are over NAME_MAX
+expect_line "--trace whose scratch file's name is too long" \
+  "vitddp: error: --trace (scratch file): '$TMP/$LONG.tmp' cannot be created (File name too long)" \
+  $RUN4 --out "$TMP/r.h5" --trace "$TMP/$LONG"
+expect_line "--out on /proc" "vitddp: error: --out: '/proc/vitddp-r.h5' cannot be created (No such file or directory)" \
+  $RUN4 --out /proc/vitddp-r.h5
+[ ! -e "$TMP/$LONG" ] && [ ! -e "$TMP/r.h5" ] && ok "the creation probes left no file" || bad "a creation probe left a file"
 echo "{}" > "$TMP/old.json"
 expect_line "existing --trace without --overwrite" "vitddp: error: --trace: '$TMP/old.json' exists (use --overwrite to replace it)" \
   $RUN4 --out "$TMP/r.h5" --trace "$TMP/old.json"

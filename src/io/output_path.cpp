@@ -1,5 +1,6 @@
 #include "src/io/output_path.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -87,6 +88,26 @@ std::string scratch_rule(const Candidate& c) {
   return "";
 }
 
+// The file can be made: an absent path is created and removed again at once, which finds what
+// access(2) on its directory does not (a name over the file system's limit, a file system that
+// takes no new files such as /proc, a read-only mount as root); an existing scratch file that is
+// written in place must be writable. Ranks probing the same path at once: EEXIST is another rank's
+// probe, not a problem.
+std::string creatable_rule(const Candidate& c) {
+  struct stat l;
+  if (::lstat(c.out.path.c_str(), &l) == 0) {
+    if (c.out.opened_in_place && S_ISREG(l.st_mode) && ::access(c.out.path.c_str(), W_OK) != 0)
+      return quoted(c) + " cannot be written (" + std::strerror(errno) +
+             "): remove it (vitddp writes its scratch file there)";
+    return "";
+  }
+  const int fd = ::open(c.out.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return errno == EEXIST ? "" : quoted(c) + " cannot be created (" + std::strerror(errno) + ")";
+  ::close(fd);
+  ::unlink(c.out.path.c_str());
+  return "";
+}
+
 std::string regular_file_rule(const Candidate& c) {
   struct stat s;
   if (::stat(c.out.path.c_str(), &s) != 0 || S_ISREG(s.st_mode)) return "";
@@ -154,6 +175,7 @@ std::string output_paths_problem(const std::vector<OutputFile>& outputs, const s
         return quoted(c) + " exists (use --overwrite to replace it)";
       },
       scratch_rule,
+      creatable_rule,
   };
   for (const auto& rule : rules)
     for (const Candidate& c : cands)
