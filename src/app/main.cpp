@@ -34,7 +34,7 @@ using namespace vitddp;
 /// Input errors: rank 0 prints one line, every rank leaves with exit code 2 (no abort needed:
 /// the ranks agreed on the verdict).
 int input_error(const World& w, const std::string& msg) {
-  if (w.rank == 0) std::fprintf(stderr, "vitddp: error: %s\n", msg.c_str());
+  if (w.rank == 0) std::fprintf(stderr, "vitddp: error: %s\n", one_line(msg).c_str());
   MPI_Finalize();
   return 2;
 }

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "model/vit_config.h"
+#include "src/app/rank_agreement.h"
 
 namespace vitddp {
 namespace {
@@ -21,19 +22,7 @@ namespace {
 
 /// A value as an error message quotes it: control characters escaped (\n, \t, \xNN), so the
 /// message stays one line, and at most 60 characters (then "...").
-std::string shown(const std::string& v) {
-  std::string out;
-  for (const char ch : v.substr(0, 60)) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20 || c == 0x7f) {
-      const char hex[] = "0123456789abcdef";
-      out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
-    } else out += ch;
-  }
-  return v.size() > 60 ? out + "..." : out;
-}
+std::string shown(const std::string& v) { return one_line(v.substr(0, 60)) + (v.size() > 60 ? "..." : ""); }
 
 // Plain decimal text: strtoll / strtod would also skip leading white space, and strtod reads
 // hexadecimal ("0x10" = 16, "0x1p4" = 16).
