@@ -757,13 +757,14 @@ void validate_options(const Options& o) {
 Options parse_options(int argc, const char* const* argv) {
   Options o;
   // --help anywhere wins over every other argument, however malformed (no option takes a value
-  // that starts with "--", so it cannot be one).
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--help") {
-      o.help = true;
-      o.given.insert("help");
-      return o;
-    }
+  // that starts with "--", so it cannot be one), then --version the same way.
+  for (const char* flag : {"help", "version"})
+    for (int i = 1; i < argc; ++i)
+      if (argv[i] == "--" + std::string(flag)) {
+        (std::string(flag) == "help" ? o.help : o.version) = true;
+        o.given.insert(flag);
+        return o;
+      }
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg.rfind("--", 0) != 0) throw OptionError(shown(arg) + ": unexpected argument (options start with --; see --help)");

@@ -313,6 +313,11 @@ TEST_CASE("parsing: repeats, an option as a value, negative numbers, suggestions
   // ... and wins over arguments that do not even parse.
   CHECK(parse_args({"--recompute-gelu", "bogus", "--help"}).help);
   CHECK(parse_args({"--bogus", "stray", "--help", "--batch-size"}).help);
+  // --version the same way, after --help.
+  const Options v = parse_args({"--version", "--steps", "0"});
+  CHECK((v.version && !v.help));
+  CHECK(parse_args({"--bogus", "--version"}).version);
+  CHECK(parse_args({"--version", "--help"}).help);
 }
 
 TEST_CASE("the explicit backend: cpu refuses GPU-only options, auto defers them to main", "[options]") {
