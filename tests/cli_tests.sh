@@ -18,6 +18,7 @@ expect_error "an option where a value belongs" "--out: expects a value, got the 
 expect_error "option without effect" "--powersgd-rank: has no effect without --compression powersgd" --powersgd-rank 2
 expect_error "bad bucket size" "--bucket-cap-mb: must be in (0" --bucket-cap-mb 0
 expect_error "missing data dir" "--data: directory '$TMP/nope' does not exist" --data idx:$TMP/nope
+expect_error "--data naming a file" "--data: '$BIN' is not a directory" --data "idx:$BIN"
 expect_error "a path with a newline, escaped: one line" "--data: directory '$TMP/no\npe' does not exist" \
   --data "idx:$TMP/no"$'\n'"pe"
 expect_error "no-ddp with 2 ranks" "--no-ddp: trains one replica" --no-ddp --model vit_micro

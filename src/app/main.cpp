@@ -180,8 +180,8 @@ void warn_slow_cpu_model(const Options& o, const World& w) {
 std::string input_checks(const Options& o, const World& w, std::string err) {
   if (o.data.kind == DataSpec::Kind::idx) {
     struct stat st;
-    if (stat(o.data.dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      err = "--data: directory '" + o.data.dir + "' does not exist";
+    if (stat(o.data.dir.c_str(), &st) != 0) err = "--data: directory '" + o.data.dir + "' does not exist";
+    else if (!S_ISDIR(st.st_mode)) err = "--data: '" + o.data.dir + "' is not a directory (idx:DIR names the folder of the IDX files)";
   }
   if (o.allreduce == AllReduceImpl::CopyEngine && o.ddp && w.local_size != w.world_size)
     err = "--allreduce copy-engine: needs every rank on one node (this node has " + std::to_string(w.local_size) +

@@ -45,6 +45,8 @@ double parse_double(const std::string& opt, const std::string& v, double lo, dou
   errno = 0;
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
+  if (decimal_text(v) && *end == '\0' && errno == ERANGE && std::isfinite(x))  // strtod's underflow
+    bad(opt, "'" + shown(v) + "' is closer to 0 than the smallest normal double (about 2.2e-308)");
   if (!decimal_text(v) || *end != '\0' || errno == ERANGE || !std::isfinite(x))
     bad(opt, "expected a finite number, got '" + shown(v) + "'");
   if ((lo_open ? x <= lo : x < lo) || x > hi) {

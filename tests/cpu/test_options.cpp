@@ -51,6 +51,8 @@ TEST_CASE("bad options give one line naming the option and the reason", "[option
   CHECK(option_error({"--lr", "nan"}) == "--lr: expected a finite number, got 'nan'");
   CHECK(option_error({"--lr", "0x10"}) == "--lr: expected a finite number, got '0x10'");  // strtod: 16
   CHECK(option_error({"--lr", " 0.1"}) == "--lr: expected a finite number, got ' 0.1'");
+  CHECK(option_error({"--lr", "1e-320"}) == "--lr: '1e-320' is closer to 0 than the smallest normal double (about 2.2e-308)");
+  CHECK(option_error({"--lr", "1e999"}) == "--lr: expected a finite number, got '1e999'");
   CHECK(option_error({"--steps", " 5"}) == "--steps: expected an integer, got ' 5'");
   CHECK(parse_args({"--lr", "1e-3"}).lr == 1e-3);
   CHECK(option_error({"--model", "resnet50"}).rfind("--model: unknown value 'resnet50'", 0) == 0);
