@@ -144,26 +144,26 @@ std::string launch_error(const Options& o, const World& w) {
   return err;
 }
 
-/// --backend auto: picks the backend for this rank (saying so when it is the CPU one) and checks
-/// the backend-dependent option rules for it (src/app/options.h); `err` becomes their error, if any,
-/// with why auto chose the CPU backend when it did (then nothing else is printed).
-void resolve_auto_backend(Options* o, const World& w, Purpose purpose, std::string* err) {
-  if (o->backend != Backend::Auto) return;
+/// Why --backend auto chose the CPU backend.
+const char* auto_cpu_reason() { return gpu_backend_built() ? "no CUDA device visible" : "this build has no GPU backend"; }
+
+/// --backend auto: picks the backend for this rank and checks the backend-dependent option rules
+/// for it (src/app/options.h); `err` becomes their error, if any, with why auto chose the CPU
+/// backend when it did. Returns true when auto chose the CPU backend.
+bool resolve_auto_backend(Options* o, std::string* err) {
+  if (o->backend != Backend::Auto) return false;
   o->backend = resolved_backend(*o);
-  const char* why = gpu_backend_built() ? "no CUDA device visible" : "this build has no GPU backend";
   try {
     validate_options(*o);
   } catch (const OptionError& e) {
     *err = e.what();
-    if (o->backend == Backend::Cpu) *err += std::string("; --backend auto chose the CPU backend (") + why + ")";
-    return;
+    if (o->backend == Backend::Cpu) *err += std::string("; --backend auto chose the CPU backend (") + auto_cpu_reason() + ")";
   }
-  if (o->backend == Backend::Cpu && w.rank == 0 && purpose == Purpose::run)
-    std::printf("[vitddp] %s: running the CPU backend (reference kernels, MPI all-reduce)\n", why);
+  return o->backend == Backend::Cpu;
 }
 
 /// Rank 0: the reference kernels take minutes per step of a full-size ViT: say so before the
-/// watchdog does.
+/// watchdog does (once the start-up checks have passed: run_training's notices).
 void warn_slow_cpu_model(const Options& o, const World& w) {
   if (o.backend != Backend::Cpu || w.rank != 0) return;
   const size_t params = make_param_layout(vit_config(o.model, o.num_classes)).total;
@@ -192,12 +192,13 @@ std::string input_checks(const Options& o, const World& w, std::string err) {
 
 /// Collective. Every check before training: launch, backend, inputs, the same backend and the
 /// same options on every rank, and, for a run, the CPU backend's host memory. Completes `o`
-/// (resolved backend, --out, --checkpoint-path). Returns the exit code (2) when a check fails.
-std::optional<int> check_before_training(Options* o, const World& w, Purpose purpose) {
+/// (resolved backend, --out, --checkpoint-path); `auto_chose_cpu` (optional) is set when --backend
+/// auto chose the CPU backend. Returns the exit code (2) when a check fails.
+std::optional<int> check_before_training(Options* o, const World& w, Purpose purpose, bool* auto_chose_cpu = nullptr) {
   std::string err = launch_error(*o, w);
-  resolve_auto_backend(o, w, purpose, &err);
+  const bool cpu_by_auto = resolve_auto_backend(o, &err);
+  if (auto_chose_cpu) *auto_chose_cpu = cpu_by_auto;
   if (o->backend == Backend::Gpu && !gpu_backend_built()) return input_error(w, gpu_backend_missing("--backend gpu"));
-  if (purpose == Purpose::run) warn_slow_cpu_model(*o, w);
   if (const std::string e = lowest_rank_error(input_checks(*o, w, err)); !e.empty()) return input_error(w, e);
   // All ranks must run the same backend (a mixed job would deadlock in the all-reduce).
   if (!all_ranks_equal(o->backend == Backend::Gpu ? 1 : 0)) return input_error(w, "--backend auto: some ranks see a GPU and others do not; choose --backend");
@@ -254,8 +255,13 @@ int main(int argc, char** argv) {
   try {
     if (const auto rc = early_exit(o, w)) return *rc;
     if (o.dry_run) return dry_run(o, w);
-    if (const auto rc = check_before_training(&o, w, Purpose::run)) return *rc;
-    const int rc = run_training(o, w, cmd);
+    bool auto_chose_cpu = false;
+    if (const auto rc = check_before_training(&o, w, Purpose::run, &auto_chose_cpu)) return *rc;
+    const int rc = run_training(o, w, cmd, [&] {  // after every start-up check, before the engine
+      if (auto_chose_cpu && w.rank == 0)
+        std::printf("[vitddp] %s: running the CPU backend (reference kernels, MPI all-reduce)\n", auto_cpu_reason());
+      warn_slow_cpu_model(o, w);
+    });
     MPI_Finalize();
     return rc;
   } catch (const std::exception& e) {

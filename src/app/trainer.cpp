@@ -666,7 +666,7 @@ void write_start(const Options& o, const World& w, const ParamLayout& layout, co
 
 }  // namespace
 
-int run_training(const Options& o, const World& w, const std::string& cmd) {
+int run_training(const Options& o, const World& w, const std::string& cmd, const std::function<void()>& notices) {
   h5::prepare_library();  // HDF5 failures as one-line exceptions, no shutdown crash after one (src/io/h5_util.h)
   const ParamLayout layout = make_param_layout(vit_config(o.model, o.num_classes));
   const std::vector<Bucket> buckets = run_buckets(o, layout);
@@ -675,6 +675,7 @@ int run_training(const Options& o, const World& w, const std::string& cmd) {
 
   RunInputs in;  // every input read and checked, every output checked: before any device work
   if (!preflight(o, w, layout, &in)) return 2;
+  if (notices) notices();
   const int start = in.start_step();  // first step of this run (0-based)
   if (w.rank == 0)
     std::printf("[vitddp] %s (%zu parameters), %d rank(s), backend %s, batch %d per rank, %zu bucket(s)%s\n",
