@@ -267,9 +267,10 @@ mkdir -p "$TMP/outdir"
 expect_error "--out is a directory" "--out: '$TMP/outdir' is a directory" --model vit_micro --out "$TMP/outdir"
 expect_error "--out is a directory, with --overwrite" "is a directory" --model vit_micro --out "$TMP/outdir" --overwrite
 if [ -d "$TMP/outdir" ]; then ok "directory given as --out left alone"; else bad "directory given as --out removed"; fi
-# A set-up that fails after the start-up checks (the GPU backend: no GPU here, no GPU backend in
-# this build, or, on a GPU, a batch that does not fit) leaves the file --overwrite would replace as
-# it was: the results file is created once the engine is up. One line, exit 2 on every rank.
+# A set-up that fails after the start-up checks (the GPU backend without a GPU, or, on a GPU, a
+# batch that does not fit; a build without the GPU backend refuses earlier) leaves the file
+# --overwrite would replace as it was: the results file is created once the engine is up. One
+# line, exit 2 on every rank.
 out=$(timeout 120 $MPIRUN -np 3 "$BIN" --backend gpu --model vit_h_14 --batch-size 65536 --steps 2 --warmup-steps 1 \
   --out "$TMP/run.h5" --overwrite 2>&1); rc=$?
 sum_after=$(md5sum "$TMP/run.h5" | cut -d' ' -f1)

@@ -12,9 +12,10 @@ BIN=$(readlink -f "$1")
 source "$(dirname "$0")/test_util.sh" "$2"
 SMALL="--backend cpu --model vit_micro --batch-size 4 --warmup-steps 2 --steps 4 --cooldown-steps 2 --first-bucket-mb 0.0005 --bucket-cap-mb 0.002"
 
-# snapshot: every entry under $TMP with its size and modification time, and every file's md5.
+# snapshot: every entry under $TMP with its size and modification time (files; a directory's
+# changes when the checks create and remove a trial output in it), and every file's md5.
 snapshot() {
-  find "$TMP" -printf '%p %s %T@\n' | sort
+  find "$TMP" -type d -printf '%p\n' -o -printf '%p %s %T@\n' | sort
   find "$TMP" -type f -exec md5sum {} + | sort
 }
 

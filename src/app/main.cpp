@@ -215,9 +215,9 @@ std::optional<int> check_before_training(Options* o, const World& w, Purpose pur
   return std::nullopt;
 }
 
-/// --dry-run: the checks of a run with these options, without its work and without writing any
-/// file: check_before_training, then preflight (every input read and checked, every output
-/// checked, the results file not created), on every rank, agreed as in a
+/// --dry-run: the checks of a run with these options, without its work, leaving every file as it
+/// was: check_before_training, then preflight (every input read and checked, every output
+/// checked, absent ones created and removed again by rank 0), on every rank, agreed as in a
 /// run, the same one line and exit code 2 when one fails; then rank 0 prints the memory estimate
 /// of one rank of the backend the run would use (the GPU backend's device memory, or the CPU
 /// backend's host memory), exit 0. Needs no GPU. The GPU estimate needs the GPU backend built

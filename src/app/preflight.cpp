@@ -105,9 +105,11 @@ bool preflight(const Options& o, const World& w, const ParamLayout& layout, RunI
   if (!agree_or_report(w, resume_error)) return false;
   if (!agree_or_report(w, fault_step_problem(o, in->start_step()))) return false;
   const std::vector<InputFile> inputs = run_inputs(o, *in);
-  const std::string outputs_error = output_paths_problem(run_outputs(o, in->start_step(), inputs), inputs, o.overwrite);
-  if (!agree_or_report(w, outputs_error)) return false;
-  const std::string file_error = w.rank == 0 ? ResultsFile::create_problem(o.out, o.overwrite) : "";
+  const std::vector<OutputFile> outputs = run_outputs(o, in->start_step(), inputs);
+  if (!agree_or_report(w, output_paths_problem(outputs, inputs, o.overwrite))) return false;
+  // Rank 0 writes every output: it alone tries creating them (other ranks' trials would see its files).
+  if (!agree_or_report(w, w.rank == 0 ? output_creation_problem(outputs) : "")) return false;
+  const std::string file_error = w.rank == 0 ? ResultsFile::create_trial_problem(o.out, o.overwrite) : "";
   return agree_or_report(w, file_error, "--out: ");
 }
 

@@ -35,10 +35,12 @@ struct RunInputs {
 ///  4. --resume: the checkpoint is read and checked (read_resume_point), and a --debug-nan-at-step
 ///     or --debug-fail-at-step before the step it resumes at is refused;
 ///  5. every output (run_outputs) against each other and every input (run_inputs):
-///     output_paths_problem, on every rank;
-///  6. rank 0 checks that it can create the results file --out (ResultsFile::create_problem). It
-///     creates no file: a run creates it once its engine is up (create_results_file), so a failing
-///     set-up leaves a file it would replace (--overwrite) as it was.
+///     output_paths_problem, on every rank; then, on rank 0, output_creation_problem (an absent
+///     output is created and removed again at once);
+///  6. rank 0 checks that it can create the results file --out (ResultsFile::create_trial_problem:
+///     an absent one is created and removed again). A run creates it once its engine is up
+///     (create_results_file), so a failing set-up leaves a file it would replace (--overwrite) as
+///     it was.
 /// Returns false on every rank at the first check that failed on some rank, after rank 0 printed
 /// one line "vitddp: error: ..." with the lowest failing rank's message: the caller returns exit
 /// code 2. Nothing that needs the device runs here.

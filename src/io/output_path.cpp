@@ -88,26 +88,6 @@ std::string scratch_rule(const Candidate& c) {
   return "";
 }
 
-// The file can be made: an absent path is created and removed again at once, which finds what
-// access(2) on its directory does not (a name over the file system's limit, a file system that
-// takes no new files such as /proc, a read-only mount as root); an existing scratch file that is
-// written in place must be writable. Ranks probing the same path at once: EEXIST is another rank's
-// probe, not a problem.
-std::string creatable_rule(const Candidate& c) {
-  struct stat l;
-  if (::lstat(c.out.path.c_str(), &l) == 0) {
-    if (c.out.opened_in_place && S_ISREG(l.st_mode) && ::access(c.out.path.c_str(), W_OK) != 0)
-      return quoted(c) + " cannot be written (" + std::strerror(errno) +
-             "): remove it (vitddp writes its scratch file there)";
-    return "";
-  }
-  const int fd = ::open(c.out.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return errno == EEXIST ? "" : quoted(c) + " cannot be created (" + std::strerror(errno) + ")";
-  ::close(fd);
-  ::unlink(c.out.path.c_str());
-  return "";
-}
-
 std::string regular_file_rule(const Candidate& c) {
   struct stat s;
   if (::stat(c.out.path.c_str(), &s) != 0 || S_ISREG(s.st_mode)) return "";
@@ -175,11 +155,35 @@ std::string output_paths_problem(const std::vector<OutputFile>& outputs, const s
         return quoted(c) + " exists (use --overwrite to replace it)";
       },
       scratch_rule,
-      creatable_rule,
   };
   for (const auto& rule : rules)
     for (const Candidate& c : cands)
       if (std::string e = rule(c); !e.empty()) return e;
+  return "";
+}
+
+std::string output_creation_problem(const std::vector<OutputFile>& outputs) {
+  // Per option, the output with the longest file name (a {step} pattern's files differ in their
+  // digits only): enough to find a name over the limit without creating thousands of files.
+  std::map<std::string, const OutputFile*> longest;
+  for (const OutputFile& o : outputs) {
+    if (o.path.empty() || o.option == "--out") continue;  // --out: ResultsFile::create_problem
+    const OutputFile*& l = longest[o.option];
+    if (!l || fs::path(o.path).filename().string().size() > fs::path(l->path).filename().string().size()) l = &o;
+  }
+  for (const auto& [option, o] : longest) {
+    const std::string q = option + ": '" + o->path + "'";
+    struct stat st;
+    if (::lstat(o->path.c_str(), &st) == 0) {
+      if (o->opened_in_place && S_ISREG(st.st_mode) && ::access(o->path.c_str(), W_OK) != 0)
+        return q + " cannot be written (" + std::strerror(errno) + "): remove it (vitddp writes its scratch file there)";
+      continue;
+    }
+    const int fd = ::open(o->path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return q + " cannot be created (" + std::strerror(errno) + ")";
+    ::unlink(o->path.c_str());
+    ::close(fd);
+  }
   return "";
 }
 

@@ -72,14 +72,19 @@ struct InputFile {
 ///   6. exists:        "<opt>: '<p>' exists (use --overwrite to replace it)" unless `overwrite`
 ///                     (or a checkpoint that is the --resume file, or a scratch file);
 ///   7. scratch:       "<opt> (scratch file): '<p>' is a symbolic link" / "... has other hard links
-///                     (another file's name): remove it" for an existing scratch file opened in place;
-///   8. creatable:     "<opt>: '<p>' cannot be created (<strerror>)": an absent output is created
-///                     with O_EXCL and removed again at once (a name too long, /proc, a read-only
-///                     mount); "<opt> (scratch file): '<p>' cannot be written (...): remove it" for
-///                     an existing scratch file opened in place without write permission.
+///                     (another file's name): remove it" for an existing scratch file opened in place.
 /// Paths are compared as resolved_path gives them (symbolic links followed). Inputs with an
 /// empty path are ignored, so are outputs with an empty path. Local file-system checks only.
 std::string output_paths_problem(const std::vector<OutputFile>& outputs, const std::vector<InputFile>& inputs,
                                  bool overwrite);
+
+/// Whether the outputs other than --out can be created ("" when they can), for one process only
+/// (the one that writes them: concurrent probes of the same path would see each other's file),
+/// after output_paths_problem passed: for each option, its output with the longest file name, when
+/// absent, is created with O_EXCL and removed at once, which finds what access(2) on its directory
+/// does not (a name over the file system's limit, /proc or /sys): "<opt>: '<p>' cannot be created
+/// (<strerror>)"; an existing scratch file opened in place must be writable: "<opt> (scratch
+/// file): '<p>' cannot be written (<strerror>): remove it".
+std::string output_creation_problem(const std::vector<OutputFile>& outputs);
 
 }  // namespace vitddp

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -69,6 +70,29 @@ std::string ResultsFile::create_problem(const std::string& path, bool overwrite)
   return "";
 }
 
+std::string ResultsFile::create_trial_problem(const std::string& path, bool overwrite) {
+  if (std::string e = create_problem(path, overwrite); !e.empty()) return e;
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (overwrite && ::access(path.c_str(), W_OK) != 0)
+      return "'" + path + "' cannot be overwritten (" + std::strerror(errno) + ")";
+    return "";
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);  // the plain reasons first
+  if (fd < 0) return "'" + path + "' cannot be created (" + std::strerror(errno) + ")";
+  ::unlink(path.c_str());
+  ::close(fd);
+  std::string error;
+  try {
+    ResultsFile trial = create(path, false);
+    trial.close();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  ::unlink(path.c_str());
+  return error;
+}
+
 ResultsFile ResultsFile::create(const std::string& path, bool overwrite) {
   if (const std::string e = create_problem(path, overwrite); !e.empty()) throw std::runtime_error(e);
   QuietH5Errors quiet;
@@ -79,8 +103,8 @@ ResultsFile ResultsFile::create(const std::string& path, bool overwrite) {
   const hid_t file = H5_CHECK(
       H5Fcreate(path.c_str(), overwrite ? H5F_ACC_TRUNC : H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()), path);
   ResultsFile f(path, file);
-  // On disk at once: a run killed before its first step (during setup) leaves a readable, empty
-  // file rather than a superblock HDF5 cannot open.
+  // On disk at once: a run killed before its first step leaves a readable, empty file rather than
+  // a superblock HDF5 cannot open.
   f.flush();
   return f;
 }

@@ -37,8 +37,15 @@ class ResultsFile {
   /// Why create(path, overwrite) would refuse before HDF5 is asked ("" when it would go ahead):
   /// each reason listed for create() except HDF5's own, and, with `overwrite`, an existing file another process
   /// holds the HDF5 write lock on (flock(2) probe). Creates and modifies nothing (the probe opens
-  /// the file read-only). For --dry-run, which checks what a run would create.
+  /// the file read-only).
   static std::string create_problem(const std::string& path, bool overwrite);
+  /// create_problem, then, where it finds none, a trial of what create will do, for the start-up
+  /// checks of the one process that creates the file: an absent `path` is created as an HDF5 file
+  /// with create's settings (H5F_ACC_EXCL) and removed at once (a name over the file system's
+  /// limit, /proc, a file system without the HDF5 file locking); an existing one, with `overwrite`,
+  /// must be writable (truncation opens it for writing). "" when create would succeed as far as
+  /// that tells.
+  static std::string create_trial_problem(const std::string& path, bool overwrite);
 
   ResultsFile(ResultsFile&& other) noexcept;
   ResultsFile& operator=(ResultsFile&& other) noexcept;
