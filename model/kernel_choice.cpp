@@ -39,21 +39,26 @@ std::string patch_embed_choice_error(const std::string& name, Precision p) {
   return "";
 }
 
-std::string attention_choice_error(const std::string& name, Precision p) {
+bool cudnn_attention_supports(int head_dim) { return head_dim > 0 && head_dim <= 256 && head_dim % 8 == 0; }
+
+std::string attention_choice_error(const std::string& name, Precision p, int head_dim, const std::string& model) {
   if (name == "cudnn" && p != Precision::bf16)
     return std::string("--attention cudnn: needs --precision bf16 (cuDNN's fused flash attention takes bf16 "
                        "operands; got --precision ") +
            precision_name(p) + "): use --attention custom or auto";
+  if (name == "cudnn" && head_dim != 0 && !cudnn_attention_supports(head_dim))
+    return "--attention cudnn: " + (model.empty() ? std::string("the model") : model) + "'s heads have " +
+           std::to_string(head_dim) +
+           " dimensions; cuDNN's flash attention takes a multiple of 8 up to 256: use "
+           "--attention custom or auto";
   if ((name == "gemm" || name == "gemm-recompute") && p == Precision::bf16)
     return "--attention " + name + ": needs --precision fp32 or tf32 (its batched GEMMs take fp32 activations; bf16 "
            "runs cudnn or custom): use --attention auto";
   return "";
 }
 
-bool cudnn_attention_supports(int head_dim) { return head_dim > 0 && head_dim <= 256 && head_dim % 8 == 0; }
-
 AttentionImpl resolve_attention(const std::string& name, Precision p, int head_dim, int seq_len) {
-  const std::string err = attention_choice_error(name, p);
+  const std::string err = attention_choice_error(name, p, head_dim);
   if (!err.empty()) throw std::invalid_argument(err);
   if (name == "cudnn") return AttentionImpl::cudnn;
   if (name == "custom") return AttentionImpl::custom;

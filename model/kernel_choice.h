@@ -35,10 +35,12 @@ const char* patch_embed_impl_name(PatchEmbedImpl p);
 std::vector<std::string> attention_choice_names();
 std::vector<std::string> patch_embed_choice_names();
 
-/// "" when `name` (one of attention_choice_names()) can run in precision `p`; otherwise one line
-/// saying why not (cudnn needs bf16: cuDNN's flash attention has no fp32 form; gemm and
-/// gemm-recompute need fp32 or tf32: their products take fp32 activations).
-std::string attention_choice_error(const std::string& name, Precision p);
+/// "" when `name` (one of attention_choice_names()) can run in precision `p` on heads of
+/// `head_dim` (0: not checked); otherwise one line saying why not (cudnn needs bf16: cuDNN's flash
+/// attention has no fp32 form, and a head_dim cudnn_attention_supports, named with `model` when
+/// given; gemm and gemm-recompute need fp32 or tf32: their products take fp32 activations).
+std::string attention_choice_error(const std::string& name, Precision p, int head_dim = 0,
+                                   const std::string& model = "");
 
 /// "" when `name` (one of patch_embed_choice_names()) can run in precision `p`; otherwise one
 /// line saying why not (cudnn in bf16: cuDNN 9.14's bf16 weight-gradient convolution of this

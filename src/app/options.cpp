@@ -515,15 +515,9 @@ std::string nearest_option(const std::string& name) {
 
 /// --attention / --patch-embed against --precision (the choices model/kernel_choice.h can run).
 void check_kernel_choices(const Options& o) {
-  const std::string a = attention_choice_error(to_string(o.attention), o.precision);
+  const std::string a =
+      attention_choice_error(to_string(o.attention), o.precision, vit_config(o.model).head_dim(), o.model);
   if (!a.empty()) throw OptionError(a);
-  if (o.attention == AttentionChoice::Cudnn) {  // the model's heads against cuDNN's flash attention
-    const int head_dim = vit_config(o.model).head_dim();
-    if (!cudnn_attention_supports(head_dim))
-      throw OptionError("--attention cudnn: " + o.model + "'s heads have " + std::to_string(head_dim) +
-                        " dimensions; cuDNN's flash attention takes a multiple of 8 up to 256: use --attention "
-                        "custom or auto");
-  }
   const std::string p = patch_embed_choice_error(to_string(o.patch_embed), o.precision);
   if (!p.empty()) throw OptionError(p);
 }

@@ -162,27 +162,32 @@ std::string output_paths_problem(const std::vector<OutputFile>& outputs, const s
   return "";
 }
 
+std::string creation_trial_problem(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return "'" + path + "' cannot be created (" + std::strerror(errno) + ")";
+  ::unlink(path.c_str());
+  ::close(fd);
+  return "";
+}
+
 std::string output_creation_problem(const std::vector<OutputFile>& outputs) {
   // Per option, the output with the longest file name (a {step} pattern's files differ in their
   // digits only): enough to find a name over the limit without creating thousands of files.
   std::map<std::string, const OutputFile*> longest;
   for (const OutputFile& o : outputs) {
-    if (o.path.empty() || o.option == "--out") continue;  // --out: ResultsFile::create_problem
+    if (o.path.empty() || o.option == "--out") continue;  // --out: ResultsFile::create_trial_problem
     const OutputFile*& l = longest[o.option];
     if (!l || fs::path(o.path).filename().string().size() > fs::path(l->path).filename().string().size()) l = &o;
   }
   for (const auto& [option, o] : longest) {
-    const std::string q = option + ": '" + o->path + "'";
     struct stat st;
     if (::lstat(o->path.c_str(), &st) == 0) {
       if (o->opened_in_place && S_ISREG(st.st_mode) && ::access(o->path.c_str(), W_OK) != 0)
-        return q + " cannot be written (" + std::strerror(errno) + "): remove it (vitddp writes its scratch file there)";
+        return option + ": '" + o->path + "' cannot be written (" + std::strerror(errno) +
+               "): remove it (vitddp writes its scratch file there)";
       continue;
     }
-    const int fd = ::open(o->path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return q + " cannot be created (" + std::strerror(errno) + ")";
-    ::unlink(o->path.c_str());
-    ::close(fd);
+    if (std::string e = creation_trial_problem(o->path); !e.empty()) return option + ": " + e;
   }
   return "";
 }

@@ -78,6 +78,11 @@ struct InputFile {
 std::string output_paths_problem(const std::vector<OutputFile>& outputs, const std::vector<InputFile>& inputs,
                                  bool overwrite);
 
+/// "" when `path` (absent) can be created: it is created with O_EXCL and removed at once, which finds
+/// what access(2) on its directory does not (a name over the file system's limit, /proc or /sys);
+/// else "'<path>' cannot be created (<strerror>)". For the one process that writes the file.
+std::string creation_trial_problem(const std::string& path);
+
 /// Whether the outputs other than --out can be created ("" when they can), for one process only
 /// (the one that writes them: concurrent probes of the same path would see each other's file),
 /// after output_paths_problem passed: for each option, its output with the longest file name, when

@@ -78,10 +78,7 @@ std::string ResultsFile::create_trial_problem(const std::string& path, bool over
       return "'" + path + "' cannot be overwritten (" + std::strerror(errno) + ")";
     return "";
   }
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);  // the plain reasons first
-  if (fd < 0) return "'" + path + "' cannot be created (" + std::strerror(errno) + ")";
-  ::unlink(path.c_str());
-  ::close(fd);
+  if (std::string e = creation_trial_problem(path); !e.empty()) return e;  // the plain reasons first
   std::string error;
   try {
     ResultsFile trial = create(path, false);

@@ -207,6 +207,7 @@ TEST_CASE("kernel choice: names map to implementations; auto never picks cuDNN a
   CHECK(resolve_attention("auto", Precision::bf16, 64, 65) == AttentionImpl::cudnn);   // vit_b_16: T = 197
   CHECK(resolve_attention("auto", Precision::bf16, 80, 50) == AttentionImpl::cudnn);
   CHECK(resolve_attention("cudnn", Precision::bf16, 64, 50) == AttentionImpl::cudnn);
+  CHECK_THROWS_AS(resolve_attention("cudnn", Precision::bf16, 4, 50), std::invalid_argument);  // not a cuDNN head
   CHECK(attention_mma_shape(1, 64));
   CHECK_FALSE(attention_mma_shape(0, 64));
   CHECK_FALSE(attention_mma_shape(50, 32));
