@@ -7,7 +7,9 @@
 Reads, in each folder (results/commands/bench_peers.sh writes them):
   *.h5        vitddp results files (results/SCHEMA.md): attributes model, batch_size, precision,
               attention, recompute_gelu, option.cuda-graph; summary/steps_per_second, images_per_second_per_rank,
-              median_step_time. A file without summary/steps_per_second is an incomplete run.
+              median_step_time. A file without summary/steps_per_second is an incomplete run. A kept
+              folder may pack them into h5.tar.xz (results/commands/lib.sh's pack): its members are
+              read the same way, under their own names.
   *.json      the peers' results ("kind": "peer") and torch_peers.py --gemm-ceilings results
               ("kind": "gemm_ceilings", matched by model and batch); other JSON is ignored.
   mem-NAME.txt  nvidia-smi memory.used samples (MiB, one a line) taken while the run whose file is
@@ -70,10 +72,11 @@ def smi_peak_gib(result_path):
     return max(values) / 1024.0 if values else None
 
 
-def read_vitddp(path):
-    """One row from a vitddp results file, or None when it is not vitddp's or has no summary."""
+def read_vitddp(path, source=None):
+    """One row from a vitddp results file, or None when it is not vitddp's or has no summary.
+    `source`: the file's bytes as a file object (a member of h5.tar.xz), `path` then only names it."""
     import h5py
-    with h5py.File(path, "r") as f:
+    with h5py.File(source if source is not None else path, "r") as f:
         a = f.attrs
         if "summary/steps_per_second" not in f or "model" not in a:
             return {"incomplete": True, "file": path, "reason": str(a.get("stop_reason", "no summary"))}
@@ -123,13 +126,27 @@ def read_peer(path, r):
             "loss": (r["loss_first"], r["loss_last"]) if r.get("loss_first") is not None else None}
 
 
+def vitddp_files(folder):
+    """(path, None) for each *.h5 of `folder`, then (folder/NAME, the member's bytes) for each
+    member NAME.h5 of folder/h5.tar.xz, in name order."""
+    import io
+    import tarfile
+    out = [(p, None) for p in sorted(glob.glob(os.path.join(folder, "*.h5")))]
+    packed = os.path.join(folder, "h5.tar.xz")
+    if os.path.exists(packed):
+        with tarfile.open(packed) as t:
+            for m in sorted((m for m in t.getmembers() if m.isfile() and m.name.endswith(".h5")), key=lambda m: m.name):
+                out.append((os.path.join(folder, os.path.basename(m.name)), io.BytesIO(t.extractfile(m).read())))
+    return out
+
+
 def load(dirs):
     """Returns (rows, incomplete vitddp files, ceilings {(model, batch): {precision: the
     "ceilings" entry of --gemm-ceilings' JSON}}, failed runs from runs.tsv)."""
     rows, incomplete, ceilings, failed = [], [], {}, []
     for d in dirs:
-        for path in sorted(glob.glob(os.path.join(d, "*.h5"))):
-            row = read_vitddp(path)
+        for path, source in vitddp_files(d):
+            row = read_vitddp(path, source)
             if row and row.get("incomplete"):
                 incomplete.append(row)
             elif row:

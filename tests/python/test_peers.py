@@ -165,6 +165,20 @@ def test_table_reads_packed_samples_and_names_recomputed_gelu(bench_folder, make
     assert rows["vitddp cuda graph on, custom attention, GELU recomputed"][9] == "-"  # no samples
 
 
+def test_table_reads_packed_results_files(bench_folder, capsys):
+    # A kept folder packs the vitddp results files into h5.tar.xz (results/commands/lib.sh's pack):
+    # the same table as from the loose files.
+    import tarfile
+    assert peers_table.main([str(bench_folder)]) == 0
+    loose = capsys.readouterr().out
+    with tarfile.open(bench_folder / "h5.tar.xz", "w:xz") as t:
+        for f in sorted(bench_folder.glob("*.h5")):
+            t.add(f, arcname="./" + f.name)
+            f.unlink()
+    assert peers_table.main([str(bench_folder)]) == 0
+    assert capsys.readouterr().out == loose
+
+
 def test_table_gives_one_ratio_per_fp32_gemm_contract(tmp_path, make_run, capsys):
     # vitddp strict and with --fp32-matmul tf32x3, against torch (strict) and JAX strict and
     # TF32_TF32_F32_X3: each vitddp row against the best peer of its own contract, then overall.
