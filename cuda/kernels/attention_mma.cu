@@ -22,15 +22,34 @@ using Acc = float[8][4];  // a warp's 16 x 64 fp32 result: 8 C fragments, column
 // C fragment of mma.sync m16n8 (f32), both operand types: c0, c1 = (g, 2t), (g, 2t+1);
 // c2, c3 = (g+8, 2t), (g+8, 2t+1), with lane = 4 g + t.
 
+// ldmatrix.sync.aligned.m8n8.x4 (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): lanes
+// 8i .. 8i + 7 give the 16-byte rows of 8 x 8 matrix i, and lane 4g + t receives in register i
+// row g, columns 2t and 2t + 1 of matrix i (.trans: rows 2t and 2t + 1 of column g), the lower
+// index in the low half: exactly an mma.m16n8k16 bf16 fragment register.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row)))
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row)))
+               : "memory");
+}
+
 // Operand type bf16: mma.sync.m16n8k16, tiles hold bf16 (PTX ISA, "Matrix Fragments for
 // mma.m16n8k16"): A a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..);
 // B b0 = (k 2t..2t+1, n g), b1 = (k 2t+8.., n g); two bf16 per register, the lower index low.
-// An fp32 operand (P, dS) is kept as two tiles, hi and lo.
+// Every tile is row-major as in global memory (16-byte copies); the fragments of a transposed
+// operand come from ldmatrix.trans. An fp32 operand (P, dS) is kept as two row-major tiles, hi and
+// lo, read transposed. The fragments hold the same values as scalar loads would (lane 4g + t).
 struct Bf16Op {
   using E = bf16;
   static constexpr int kK = 16;
   static constexpr int kSplitTiles = 2;
-  __device__ static uint32_t ld32(const E* p) { return *reinterpret_cast<const uint32_t*>(p); }
+  static constexpr bool kRowMajor = true;  // tiles as in memory; P and dS stored row-major
   __device__ static uint32_t pair(E lo, E hi) {
     return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) | (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
   }
@@ -41,34 +60,40 @@ struct Bf16Op {
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
   }
-  // A = M[m0.., k0..] of a row-major tile M[m][k].
+  // Matrix i = lane / 8 of an x4 load, and the row of it that this lane addresses.
+  __device__ static int ldsm_matrix(int g, int t) { return (4 * g + t) >> 3; }
+  __device__ static int ldsm_row(int g, int t) { return (4 * g + t) & 7; }
+  // A = M[m0.., k0..] of a row-major tile M[m][k]: matrices (m0, k0), (m0 + 8, k0), (m0, k0 + 8),
+  // (m0 + 8, k0 + 8).
   __device__ static void load_a(uint32_t (&a)[4], const E* M, int m0, int k0, int g, int t) {
-    const E* p = M + (m0 + g) * kLd + k0 + 2 * t;
-    a[0] = ld32(p);
-    a[1] = ld32(p + 8 * kLd);
-    a[2] = ld32(p + 8);
-    a[3] = ld32(p + 8 * kLd + 8);
+    const int i = ldsm_matrix(g, t);
+    ldsm_x4(a, M + (m0 + ldsm_row(g, t) + 8 * (i & 1)) * kLd + k0 + 8 * (i >> 1));
   }
-  // A = M[m0.., k0..] where the tile holds its transpose, Mt[k][m].
+  // A = M[m0.., k0..] where the tile holds its transpose, Mt[k][m]: the same four blocks of Mt,
+  // transposed.
   __device__ static void load_a_t(uint32_t (&a)[4], const E* Mt, int m0, int k0, int g, int t) {
-    const E* p = Mt + (k0 + 2 * t) * kLd + m0 + g;
-    a[0] = pair(p[0], p[kLd]);
-    a[1] = pair(p[8], p[kLd + 8]);
-    a[2] = pair(p[8 * kLd], p[9 * kLd]);
-    a[3] = pair(p[8 * kLd + 8], p[9 * kLd + 8]);
+    const int i = ldsm_matrix(g, t);
+    ldsm_x4_trans(a, Mt + (k0 + ldsm_row(g, t) + 8 * (i >> 1)) * kLd + m0 + 8 * (i & 1));
   }
-  // B[k][n] for k0.., n0.. from a tile holding Bt[n][k].
-  __device__ static void load_b(uint32_t (&b)[2], const E* Bt, int n0, int k0, int g, int t) {
-    const E* p = Bt + (n0 + g) * kLd + k0 + 2 * t;
-    b[0] = ld32(p);
-    b[1] = ld32(p + 8);
+  // B[k][n] for k0.., columns n0.. (b[0]) and n0 + 8.. (b[1]), from a tile holding Bt[n][k].
+  __device__ static void load_b2(uint32_t (&b)[2][2], const E* Bt, int n0, int k0, int g, int t) {
+    const int i = ldsm_matrix(g, t);
+    uint32_t r[4];
+    ldsm_x4(r, Bt + (n0 + ldsm_row(g, t) + 8 * (i >> 1)) * kLd + k0 + 8 * (i & 1));
+    b[0][0] = r[0];
+    b[0][1] = r[1];
+    b[1][0] = r[2];
+    b[1][1] = r[3];
   }
-  // B[k][n] for k0.., n0.. from a tile holding B[k][n] itself (the same values as load_b from its
-  // transpose).
-  __device__ static void load_b_t(uint32_t (&b)[2], const E* B, int n0, int k0, int g, int t) {
-    const E* p = B + (k0 + 2 * t) * kLd + n0 + g;
-    b[0] = pair(p[0], p[kLd]);
-    b[1] = pair(p[8 * kLd], p[9 * kLd]);
+  // The same from a tile holding B[k][n] itself.
+  __device__ static void load_b2_t(uint32_t (&b)[2][2], const E* B, int n0, int k0, int g, int t) {
+    const int i = ldsm_matrix(g, t);
+    uint32_t r[4];
+    ldsm_x4_trans(r, B + (k0 + ldsm_row(g, t) + 8 * (i & 1)) * kLd + n0 + 8 * (i >> 1));
+    b[0][0] = r[0];
+    b[0][1] = r[1];
+    b[1][0] = r[2];
+    b[1][1] = r[3];
   }
   // x = hi + lo, both bf16 (hi + lo keeps about 16 bits of x).
   __device__ static void split(float x, E& hi, E& lo) {
@@ -89,20 +114,19 @@ struct Bf16Op {
       lo[r] = pair(l0, l1);
     }
   }
-  // The fp32 value v into element i of a split operand's tiles (hi, lo).
-  __device__ static void store_split(E* T, int i, float v) {
-    split(v, T[i], T[kTile + i]);
+  // The fp32 values v0, v1 into elements i, i + 1 (i even) of a split operand's tiles (hi, lo).
+  __device__ static void store_split_pair(E* T, int i, float v0, float v1) {
+    E h0, l0, h1, l1;
+    split(v0, h0, l0);
+    split(v1, h1, l1);
+    *reinterpret_cast<uint32_t*>(T + i) = pair(h0, h1);
+    *reinterpret_cast<uint32_t*>(T + kTile + i) = pair(l0, l1);
   }
-  // A fragments (hi, lo) of a split operand's row-major tiles.
-  __device__ static void load_a_split(uint32_t (&hi)[4], uint32_t (&lo)[4], const E* T, int m0, int k0, int g, int t) {
-    load_a(hi, T, m0, k0, g, t);
-    load_a(lo, T + kTile, m0, k0, g, t);
-  }
-  // 16 bytes of global input (8 bf16) into tile elements dst[k * stride], k < 8.
-  __device__ static void put16(E* dst, int stride, const uint4& v) {
-    const E* e = reinterpret_cast<const E*>(&v);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) dst[k * stride] = e[k];
+  // A fragments (hi, lo) of the transpose of a split operand's row-major tiles.
+  __device__ static void load_a_split_t(uint32_t (&hi)[4], uint32_t (&lo)[4], const E* T, int m0, int k0, int g,
+                                        int t) {
+    load_a_t(hi, T, m0, k0, g, t);
+    load_a_t(lo, T + kTile, m0, k0, g, t);
   }
   __device__ static uint32_t pack(float lo, float hi) { return pair(__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)); }
 };
@@ -117,6 +141,7 @@ struct Tf32Op {
   using E = float;
   static constexpr int kK = 8;
   static constexpr int kSplitTiles = 1;
+  static constexpr bool kRowMajor = false;  // tiles transposed on load where a product needs it
   __device__ static uint32_t tf32(float x) {
     uint32_t r;
     asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
@@ -183,9 +208,37 @@ struct Tf32Op {
   }
 };
 
-// acc += (the warp's rows of A) x B, K = 64: A from a row-major (or transposed) tile, B from a
-// tile holding B^T (or, kPlainB, B itself). The fragments hold the same values either way, and the
-// products run in the same order, so the result does not depend on the tiles' orientation.
+// Calls f(j, b) with the B fragment b of columns 8j .. 8j + 7 (j < 8) at k-step k0, from a tile
+// holding B^T or (kPlainB) B itself (the same values either way): Bf16Op loads two column groups
+// with one ldmatrix, Tf32Op one group at a time, each used before the next is loaded.
+template <class Op, bool kPlainB, class F>
+__device__ __forceinline__ void for_each_b(const typename Op::E* Bt, int k0, int g, int t, F&& f) {
+#pragma unroll
+  for (int j = 0; j < 8; j += 2) {
+    if constexpr (Op::kRowMajor) {
+      uint32_t b[2][2];
+      if constexpr (kPlainB)
+        Op::load_b2_t(b, Bt, 8 * j, k0, g, t);
+      else
+        Op::load_b2(b, Bt, 8 * j, k0, g, t);
+      f(j, b[0]);
+      f(j + 1, b[1]);
+    } else {
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        uint32_t b[2];
+        if constexpr (kPlainB)
+          Op::load_b_t(b, Bt, 8 * (j + u), k0, g, t);
+        else
+          Op::load_b(b, Bt, 8 * (j + u), k0, g, t);
+        f(j + u, b);
+      }
+    }
+  }
+}
+// acc += (the warp's rows of A) x B, K = 64: A from a row-major (or transposed) tile, B as in
+// for_each_b. The products run in the same order whatever the tiles' orientation, so the result
+// does not depend on it.
 template <class Op, bool kTransposedA, bool kPlainB = false>
 __device__ __forceinline__ void gemm_tile(Acc& acc, const typename Op::E* A, int m0, const typename Op::E* Bt, int g,
                                           int t) {
@@ -194,51 +247,63 @@ __device__ __forceinline__ void gemm_tile(Acc& acc, const typename Op::E* A, int
     uint32_t a[4];
     if (kTransposedA) Op::load_a_t(a, A, m0, k0, g, t);
     else Op::load_a(a, A, m0, k0, g, t);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      uint32_t b[2];
-      if (kPlainB) Op::load_b_t(b, Bt, 8 * j, k0, g, t);
-      else Op::load_b(b, Bt, 8 * j, k0, g, t);
-      Op::mma(acc[j], a, b);
-    }
+    for_each_b<Op, kPlainB>(Bt, k0, g, t, [&](int j, const uint32_t(&b)[2]) { Op::mma(acc[j], a, b); });
   }
 }
-// acc += A x B with A a split operand's tiles (hi + lo).
-template <class Op>
+// acc += (hi + lo) x B for k-step k0 (hi, lo: A fragments of a split fp32 operand), hi then lo
+// into each accumulator.
+template <class Op, bool kPlainB>
+__device__ __forceinline__ void mma_split_step(Acc& acc, const uint32_t (&hi)[4], const uint32_t (&lo)[4],
+                                               const typename Op::E* Bt, int k0, int g, int t) {
+  for_each_b<Op, kPlainB>(Bt, k0, g, t, [&](int j, const uint32_t(&b)[2]) {
+    Op::mma(acc[j], hi, b);
+    Op::mma(acc[j], lo, b);
+  });
+}
+// acc += A x B with A a split operand's tiles (hi + lo): row-major, or (kTransposedA) holding A^T.
+template <class Op, bool kTransposedA, bool kPlainB>
 __device__ __forceinline__ void gemm_split_tile(Acc& acc, const typename Op::E* T, int m0, const typename Op::E* Bt,
                                                 int g, int t) {
 #pragma unroll
   for (int k0 = 0; k0 < kT; k0 += Op::kK) {
     uint32_t hi[4], lo[4];
-    Op::load_a_split(hi, lo, T, m0, k0, g, t);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      uint32_t b[2];
-      Op::load_b(b, Bt, 8 * j, k0, g, t);
-      Op::mma(acc[j], hi, b);
-      Op::mma(acc[j], lo, b);
-    }
+    if constexpr (kTransposedA)
+      Op::load_a_split_t(hi, lo, T, m0, k0, g, t);
+    else
+      Op::load_a_split(hi, lo, T, m0, k0, g, t);
+    mma_split_step<Op, kPlainB>(acc, hi, lo, Bt, k0, g, t);
   }
 }
-// acc += x B with x the warp's own fp32 16 x 64 result (split into hi + lo).
-template <class Op>
+// acc += x B with x the warp's own fp32 16 x 64 result (split into hi + lo); B as in gemm_tile.
+template <class Op, bool kPlainB>
 __device__ __forceinline__ void gemm_regs(Acc& acc, const Acc& x, const typename Op::E* Bt, int g, int t) {
 #pragma unroll
   for (int kk = 0; kk < kT / Op::kK; ++kk) {
     uint32_t hi[4], lo[4];
     Op::split_a(hi, lo, x, kk);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      uint32_t b[2];
-      Op::load_b(b, Bt, 8 * j, kk * Op::kK, g, t);
-      Op::mma(acc[j], hi, b);
-      Op::mma(acc[j], lo, b);
-    }
+    mma_split_step<Op, kPlainB>(acc, hi, lo, Bt, kk * Op::kK, g, t);
   }
 }
 
-// Row r (< 64) and column c of element e (0..3) of C fragment j of the warp whose rows start at m0.
-__device__ __forceinline__ int frag_row(int m0, int g, int e) { return m0 + g + 8 * (e >> 1); }
+// The warp's 16 x 64 fp32 result x (P or dS) into the split operand's tiles: row-major bf16 pairs
+// (Bf16Op, read back transposed by ldmatrix.trans), or its transpose, one fp32 at a time (Tf32Op).
+template <class Op>
+__device__ __forceinline__ void store_split_tile(typename Op::E* Ts, const Acc& x, int m0, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = m0 + g + 8 * half, c = 8 * j + 2 * t;
+      if constexpr (Op::kRowMajor) {
+        Op::store_split_pair(Ts, r * kLd + c, x[j][2 * half], x[j][2 * half + 1]);
+      } else {
+        Op::store_split(Ts, c * kLd + r, x[j][2 * half]);
+        Op::store_split(Ts, (c + 1) * kLd + r, x[j][2 * half + 1]);
+      }
+    }
+}
+
+// Column c of element e (0..3) of C fragment j (row g + 8 * (e >> 1) of the warp's 16).
 __device__ __forceinline__ int frag_col(int j, int t, int e) { return 8 * j + 2 * t + (e & 1); }
 
 // Rows [0, 64) x 64 columns at src (row stride ld elements) into the tile dst[r][c]; rows >= T
@@ -265,6 +330,14 @@ __device__ __forceinline__ void load_rows_t(typename Op::E* dst, const typename 
     if (r < T) v = __ldg(reinterpret_cast<const uint4*>(src + r * ld + c));
     Op::put16(dst + c * kLd + r, kLd, v);
   }
+}
+// load_rows_t (kTransposed) or load_rows.
+template <class Op, bool kTransposed>
+__device__ __forceinline__ void load_tile(typename Op::E* dst, const typename Op::E* src, size_t ld, int T) {
+  if constexpr (kTransposed)
+    load_rows_t<Op>(dst, src, ld, T);
+  else
+    load_rows<Op>(dst, src, ld, T);
 }
 
 // The warp's rows (< T) of x into dst[r * ld + c] (c < 64): bf16 pairs or fp32 pairs.
@@ -355,19 +428,20 @@ __device__ __forceinline__ float softmax_term(float s, float mx, float inv) { re
 // One block per (head, batch): S = Q K^T / 8, P = softmax(S), O = P V; each row's max and 1 / sum
 // go to stats (the backward recomputes P from them instead of reading [T, T] probabilities).
 template <class Op>
-__global__ void __launch_bounds__(kThreads) attn_fwd_mma_kernel(const typename Op::E* __restrict__ qkv,
-                                                                float2* __restrict__ stats,
-                                                                typename Op::E* __restrict__ out, int T, int H) {
+__global__ void __launch_bounds__(kThreads)
+    attn_fwd_mma_kernel(const typename Op::E* __restrict__ qkv, float2* __restrict__ stats,
+                        typename Op::E* __restrict__ out, int T, int H) {
   using E = typename Op::E;
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr bool kRM = Op::kRowMajor;
   E* Qs = reinterpret_cast<E*>(smem_raw);
-  E *Ks = Qs + kTile, *Vt = Qs + 2 * kTile;
+  E *Ks = Qs + kTile, *Vx = Qs + 2 * kTile;  // Vx: V (kRM) or V^T
   const int h = blockIdx.x, b = blockIdx.y, D = H * kDh;
   const size_t ld = 3 * (size_t)D;
   const E* base = qkv + (size_t)b * T * ld + h * kDh;
   load_rows<Op>(Qs, base, ld, T);
   load_rows<Op>(Ks, base + D, ld, T);
-  load_rows_t<Op>(Vt, base + 2 * D, ld, T);
+  load_tile<Op, !kRM>(Vx, base + 2 * D, ld, T);
   __syncthreads();
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, m0 = (threadIdx.x >> 5) * 16;
   if (m0 >= T) return;  // no barrier below
@@ -401,14 +475,14 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma_kernel(const typename O
     if (t == 0 && r < T) st[r] = make_float2(mx[half], inv[half]);
   }
   float o[8][4] = {};
-  gemm_regs<Op>(o, s, Vt, g, t);  // O = P V: B^T = V^T
+  gemm_regs<Op, kRM>(o, s, Vx, g, t);  // O = P V
   store_rows<Op>(out + (size_t)b * T * D + h * kDh, D, o, m0, g, t, T);
 }
 
 // One block per (head, batch): P recomputed from Q, K and the forward's row statistics (the same
 // fragments and products as the forward's, so the same P bit for bit), dV = P^T dO, dP = dO V^T,
-// dS = P (dP - rowsum(P dP)) / 8, dQ = dS K, dK = dS^T Q. Tiles: V, K^T, Q^T, dO^T, and the split
-// operand P^T (later dS^T). With colsum: the column sums of the block's T rows of dQ, dK and dV as
+// dS = P (dP - rowsum(P dP)) / 8, dQ = dS K, dK = dS^T Q. Tiles: V, K, Q, dO, and the split
+// operand P (later dS), as below. With colsum: the column sums of the block's T rows of dQ, dK and dV as
 // stored, at the same offsets in row b of colsum [batch, 3D] as in dqkv's rows.
 template <class Op>
 __global__ void __launch_bounds__(kThreads)
@@ -417,46 +491,47 @@ __global__ void __launch_bounds__(kThreads)
                         float* __restrict__ colsum, int T, int H) {
   using E = typename Op::E;
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  // Bf16Op keeps every tile as in memory (kRM) and reads transposed fragments through
+  // ldmatrix.trans; Tf32Op keeps K, Q and dO transposed, and the split tiles hold P^T and dS^T.
+  constexpr bool kRM = Op::kRowMajor;
   E* Vs = reinterpret_cast<E*>(smem_raw);
-  E *Kt = Vs + kTile, *Qt = Vs + 2 * kTile, *dOt = Vs + 3 * kTile, *Ts = Vs + 4 * kTile;
+  E *Kx = Vs + kTile, *Qx = Vs + 2 * kTile, *dOx = Vs + 3 * kTile, *Ts = Vs + 4 * kTile;
   const int h = blockIdx.x, b = blockIdx.y, D = H * kDh;
   const size_t ld = 3 * (size_t)D;
   const E* base = qkv + (size_t)b * T * ld + h * kDh;
   load_rows<Op>(Vs, base + 2 * D, ld, T);
-  load_rows_t<Op>(Kt, base + D, ld, T);
-  load_rows_t<Op>(Qt, base, ld, T);
-  load_rows_t<Op>(dOt, dout + (size_t)b * T * D + h * kDh, D, T);
+  load_tile<Op, !kRM>(Kx, base + D, ld, T);
+  load_tile<Op, !kRM>(Qx, base, ld, T);
+  load_tile<Op, !kRM>(dOx, dout + (size_t)b * T * D + h * kDh, D, T);
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, m0 = (threadIdx.x >> 5) * 16;
   // The warp's query rows of P (zero outside T x T: padded rows have no statistics, mx = inv = 0,
-  // and zero Q rows, so exp(0) x 0), and P^T into the split tiles.
+  // and zero Q rows, so exp(0) x 0), and P into the split tiles.
   float2 row[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = m0 + g + 8 * half;
     if (r < T) row[half] = __ldg(stats + (size_t)(b * H + h) * T + r);
   }
-  __syncthreads();  // Q^T and K^T loaded
+  __syncthreads();  // Q and K loaded
   float p[8][4] = {};
-  gemm_tile<Op, true, true>(p, Qt, m0, Kt, g, t);  // S = Q K^T from the transposed tiles
+  gemm_tile<Op, !kRM, !kRM>(p, Qx, m0, Kx, g, t);  // S = Q K^T
   scale_scores(p, T, t);
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      p[j][e] = softmax_term(p[j][e], row[e >> 1].x, row[e >> 1].y);
-      Op::store_split(Ts, frag_col(j, t, e) * kLd + frag_row(m0, g, e), p[j][e]);
-    }
-  __syncthreads();
+    for (int e = 0; e < 4; ++e) p[j][e] = softmax_term(p[j][e], row[e >> 1].x, row[e >> 1].y);
+  store_split_tile<Op>(Ts, p, m0, g, t);
+  __syncthreads();  // P stored
   E* drow = dqkv + (size_t)b * T * ld + h * kDh;
   float* const csum = colsum ? colsum + (size_t)b * ld + h * kDh : nullptr;  // uniform over the block
   {
     float dv[8][4] = {};
-    gemm_split_tile<Op>(dv, Ts, m0, dOt, g, t);  // dV[k] = sum_q P[q][k] dO[q]: rows = keys
+    gemm_split_tile<Op, kRM, kRM>(dv, Ts, m0, dOx, g, t);  // dV[k] = sum_q P[q][k] dO[q]: rows = keys
     store_rows<Op>(drow + 2 * D, ld, dv, m0, g, t, T);
     if (csum) column_sums<Op>(dv, m0, g, t, T, csum + 2 * D);
   }
   float dp[8][4] = {};
-  gemm_tile<Op, true>(dp, dOt, m0, Vs, g, t);  // dP[q][k] = dO[q] . V[k]
+  gemm_tile<Op, !kRM>(dp, dOx, m0, Vs, g, t);  // dP[q][k] = dO[q] . V[k]
   float delta[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int j = 0; j < 8; ++j)
@@ -468,20 +543,17 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dp[j][e] = p[j][e] * (dp[j][e] - delta[e >> 1]) * kScale;  // dS / 8
-  __syncthreads();  // every warp is done with P^T (dV)
-#pragma unroll
-  for (int j = 0; j < 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) Op::store_split(Ts, frag_col(j, t, e) * kLd + frag_row(m0, g, e), dp[j][e]);
+  __syncthreads();  // every warp is done with P (dV)
+  store_split_tile<Op>(Ts, dp, m0, g, t);
   {
     float dq[8][4] = {};
-    gemm_regs<Op>(dq, dp, Kt, g, t);  // dQ[q] = sum_k dS[q][k] K[k] / 8
+    gemm_regs<Op, kRM>(dq, dp, Kx, g, t);  // dQ[q] = sum_k dS[q][k] K[k] / 8
     store_rows<Op>(drow, ld, dq, m0, g, t, T);
     if (csum) column_sums<Op>(dq, m0, g, t, T, csum);
   }
-  __syncthreads();  // dS^T complete
+  __syncthreads();  // dS complete
   float dk[8][4] = {};
-  gemm_split_tile<Op>(dk, Ts, m0, Qt, g, t);  // dK[k] = sum_q dS[q][k] Q[q] / 8: rows = keys
+  gemm_split_tile<Op, kRM, kRM>(dk, Ts, m0, Qx, g, t);  // dK[k] = sum_q dS[q][k] Q[q] / 8: rows = keys
   store_rows<Op>(drow + D, ld, dk, m0, g, t, T);
   if (csum) column_sums<Op>(dk, m0, g, t, T, csum + D);
 }

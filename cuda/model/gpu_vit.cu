@@ -512,11 +512,11 @@ void GpuViT::Impl::backward_pass(const float* d_params, float* d_grads, bool acc
     // Attention core, then in_proj. With fuse and the tensor-core attention, in_proj's bias
     // gradient comes from the attention backward's column sums (one [B, 3D] row per batch item, in
     // the reduction scratch) instead of a pass over dqkv (cuBLASLt's BGRADB epilogue, a kernel of
-    // its own); the scratch is read before anything else writes it.
+    // its own), summed at once: the scratch is read before anything else writes it.
     const bool qkv_b_partials =
         attention_core_backward(a, o.dnarrow, o.dwide, B, l == c.layers - 1, fuse ? scratch : nullptr);
+    if (qkv_b_partials) column_sum_partials(scratch, B, 3 * D, g.qkv_b, acc, st);  // (upd: never acc)
     auto qkv_grads = [&] {
-      if (qkv_b_partials) column_sum_partials(scratch, B, 3 * D, g.qkv_b, acc, st);  // (upd: never acc)
       block_weight(o.dwide, a.y1, g.qkv_w, wn.qkv_w, qkv_b_partials ? nullptr : g.qkv_b, N, 3 * D, D);
       ready(bp.qkv_b, bp.qkv_w);
     };
