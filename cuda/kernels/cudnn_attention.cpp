@@ -6,6 +6,7 @@
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "cuda/check/check_cuda.h"
 #include "cuda/check/check_cudnn.h"
 #include "cuda/check/cudnn_version.h"
 #include "cuda/model/device_buffer.h"
@@ -37,6 +39,11 @@ void check_shape(int B, int T, int H, int dh, const char* what) {
   if (B < 1 || T < 1 || H < 1 || dh < 1 || dh > 256 || dh % 8 != 0)
     throw std::invalid_argument(std::string(what) + ": unsupported shape " + shape_text(B, T, H, dh) +
                                 " (needs B, T, H >= 1 and head_dim a multiple of 8 up to 256)");
+}
+
+/// "SDPA forward graph (B=.. T=.. H=.. dh=.., bf16)", or backward: the operation in error messages.
+std::string graph_name(int B, int T, int H, int dh, bool backward) {
+  return std::string(backward ? "SDPA backward" : "SDPA forward") + " graph (" + shape_text(B, T, H, dh) + ", bf16)";
 }
 
 /// Throws naming the operation, the stage and cuDNN's message when `e` is an error.
@@ -137,13 +144,10 @@ struct CudnnAttention::Impl {
     return g;
   }
 
-  /// The cached graph of this key, built (and the workspace grown) on first use.
-  fe::graph::Graph& graph(int B, int T, int H, int dh, bool backward) {
-    const GraphKey key{B, T, H, dh, backward};
-    auto it = graphs.find(key);
-    if (it != graphs.end()) return *it->second;
-    const std::string op = std::string(backward ? "SDPA backward" : "SDPA forward") + " graph (" +
-                           shape_text(B, T, H, dh) + ", bf16)";
+  /// A new graph of this key, validated and lowered, with the execution plans of cuDNN's
+  /// heuristics (modes A and FALLBACK): only their first choice built, or all of them (`all_plans`).
+  std::shared_ptr<fe::graph::Graph> build(int B, int T, int H, int dh, bool backward, bool all_plans) {
+    const std::string op = graph_name(B, T, H, dh, backward);
     std::shared_ptr<fe::graph::Graph> g;
     try {
       g = backward ? build_backward(B, T, H, dh) : build_forward(B, T, H, dh);
@@ -155,9 +159,19 @@ struct CudnnAttention::Impl {
     fe_check(g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), op,
              "create_execution_plans");
     fe_check(g->check_support(), op, "check_support (no engine of this cuDNN supports the graph on this GPU)");
-    fe_check(g->build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), op, "build_plans");
+    fe_check(g->build_plans(all_plans ? fe::BuildPlanPolicy_t::ALL : fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), op,
+             "build_plans");
+    return g;
+  }
+
+  /// The cached graph of this key, built (and the workspace grown) on first use.
+  fe::graph::Graph& graph(int B, int T, int H, int dh, bool backward) {
+    const GraphKey key{B, T, H, dh, backward};
+    auto it = graphs.find(key);
+    if (it != graphs.end()) return *it->second;
+    std::shared_ptr<fe::graph::Graph> g = build(B, T, H, dh, backward, false);
     int64_t ws = 0;
-    fe_check(g->get_workspace_size(ws), op, "get_workspace_size");
+    fe_check(g->get_workspace_size(ws), graph_name(B, T, H, dh, backward), "get_workspace_size");
     if ((size_t)ws > workspace.size()) {
       // The old workspace is kept, not freed: queued work or a captured CUDA graph (the trainer's
       // step graph, captured at max_batch; a later evaluation batch may need a new graph) may
@@ -197,13 +211,31 @@ void CudnnAttention::prepare(int batch, int T, int heads, int head_dim) {
   impl_->graph(batch, T, heads, head_dim, true);
 }
 
+namespace {
+std::unordered_map<int64_t, void*> forward_pack(const __nv_bfloat16* qkv, float* stats, __nv_bfloat16* out, size_t D) {
+  auto* q = const_cast<__nv_bfloat16*>(qkv);
+  return {{kQ, q}, {kK, q + D}, {kV, q + 2 * D}, {kO, out}, {kStats, stats}};
+}
+std::unordered_map<int64_t, void*> backward_pack(const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* stats,
+                                                 const __nv_bfloat16* dout, __nv_bfloat16* dqkv, size_t D) {
+  auto* q = const_cast<__nv_bfloat16*>(qkv);
+  return {{kQ, q},
+          {kK, q + D},
+          {kV, q + 2 * D},
+          {kO, const_cast<__nv_bfloat16*>(out)},
+          {kdO, const_cast<__nv_bfloat16*>(dout)},
+          {kStats, const_cast<float*>(stats)},
+          {kdQ, dqkv},
+          {kdK, dqkv + D},
+          {kdV, dqkv + 2 * D}};
+}
+}  // namespace
+
 void CudnnAttention::forward(const __nv_bfloat16* qkv, float* stats, __nv_bfloat16* out, int batch,
                              int T, int heads, int head_dim) {
   check_shape(batch, T, heads, head_dim, "CudnnAttention::forward");
   fe::graph::Graph& g = impl_->graph(batch, T, heads, head_dim, false);
-  const size_t D = (size_t)heads * head_dim;
-  auto* q = const_cast<__nv_bfloat16*>(qkv);
-  std::unordered_map<int64_t, void*> pack{{kQ, q}, {kK, q + D}, {kV, q + 2 * D}, {kO, out}, {kStats, stats}};
+  auto pack = forward_pack(qkv, stats, out, (size_t)heads * head_dim);
   impl_->execute(g, pack, batch, T, heads, head_dim, false);
 }
 
@@ -212,18 +244,49 @@ void CudnnAttention::backward(const __nv_bfloat16* qkv, const __nv_bfloat16* out
                               int heads, int head_dim) {
   check_shape(batch, T, heads, head_dim, "CudnnAttention::backward");
   fe::graph::Graph& g = impl_->graph(batch, T, heads, head_dim, true);
-  const size_t D = (size_t)heads * head_dim;
-  auto* q = const_cast<__nv_bfloat16*>(qkv);
-  std::unordered_map<int64_t, void*> pack{{kQ, q},
-                                          {kK, q + D},
-                                          {kV, q + 2 * D},
-                                          {kO, const_cast<__nv_bfloat16*>(out)},
-                                          {kdO, const_cast<__nv_bfloat16*>(dout)},
-                                          {kStats, const_cast<float*>(stats)},
-                                          {kdQ, dqkv},
-                                          {kdK, dqkv + D},
-                                          {kdV, dqkv + 2 * D}};
+  auto pack = backward_pack(qkv, out, stats, dout, dqkv, (size_t)heads * head_dim);
   impl_->execute(g, pack, batch, T, heads, head_dim, true);
+}
+
+std::vector<CudnnAttention::PlanTime> CudnnAttention::time_plans(const __nv_bfloat16* qkv, __nv_bfloat16* out,
+                                                                 float* stats, const __nv_bfloat16* dout,
+                                                                 __nv_bfloat16* dqkv, int batch, int T, int heads,
+                                                                 int head_dim, bool backward, int reps) {
+  check_shape(batch, T, heads, head_dim, "CudnnAttention::time_plans");
+  if (reps < 1) throw std::invalid_argument("CudnnAttention::time_plans: reps must be >= 1");
+  std::shared_ptr<fe::graph::Graph> g = impl_->build(batch, T, heads, head_dim, backward, true);
+  const size_t D = (size_t)heads * head_dim;
+  auto pack = backward ? backward_pack(qkv, out, stats, dout, dqkv, D) : forward_pack(qkv, stats, out, D);
+  const int64_t n = g->get_execution_plan_count();
+  int64_t ws_max = 1;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t ws = 0;
+    if (g->get_workspace_size_plan_at_index(i, ws).is_good()) ws_max = std::max(ws_max, ws);
+  }
+  DeviceBuffer<char> ws((size_t)ws_max, "cuDNN attention plan-timing workspace");
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<PlanTime> out_times;
+  for (int64_t i = 0; i < n; ++i) {
+    PlanTime t;
+    if (g->get_plan_name_at_index(i, t.name).is_bad()) t.name = "plan " + std::to_string(i);
+    fe::error_t e = g->execute_plan_at_index(impl_->handle, pack, ws.get(), i);  // warm-up
+    if (e.is_good()) {
+      CUDA_CHECK(cudaEventRecord(start, impl_->stream));
+      for (int r = 0; r < reps && e.is_good(); ++r) e = g->execute_plan_at_index(impl_->handle, pack, ws.get(), i);
+      CUDA_CHECK(cudaEventRecord(stop, impl_->stream));
+      CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (e.is_good()) t.ms = ms / reps;
+    }
+    if (e.is_bad()) t.error = e.get_message();
+    out_times.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return out_times;
 }
 
 size_t CudnnAttention::device_bytes() const {

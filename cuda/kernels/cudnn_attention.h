@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace vitddp {
 
@@ -62,6 +64,22 @@ class CudnnAttention {
   void backward(const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* stats,
                 const __nv_bfloat16* dout, __nv_bfloat16* dqkv, int batch, int T, int heads,
                 int head_dim);
+
+  /// One execution plan of a shape: cuDNN's engine and knob name, and its time.
+  struct PlanTime {
+    std::string name;
+    double ms = -1;     ///< ms per call, the mean of `reps` calls after one warm-up; -1 when it failed
+    std::string error;  ///< cuDNN's message when the plan failed to build or run
+  };
+  /// Every execution plan cuDNN's heuristics (modes A and FALLBACK) give for this shape and
+  /// direction, each built and run `reps` times on the given operands (as forward() / backward()
+  /// take them; backward's `out` and `stats` must hold a forward's), in the heuristics' order: index
+  /// 0 is the plan forward() / backward() run. Synchronises the stream; allocates the largest
+  /// plan's workspace while it runs; the cached graphs are untouched. For benchmarks: which plan
+  /// cuDNN's first choice is against the others at a model's shapes.
+  std::vector<PlanTime> time_plans(const __nv_bfloat16* qkv, __nv_bfloat16* out, float* stats,
+                                   const __nv_bfloat16* dout, __nv_bfloat16* dqkv, int batch, int T, int heads,
+                                   int head_dim, bool backward, int reps);
 
   /// Device bytes held (the workspace).
   size_t device_bytes() const;

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "model/vit_config.h"
-#include "src/app/rank_agreement.h"
+#include "src/app/one_line.h"
 
 namespace vitddp {
 namespace {

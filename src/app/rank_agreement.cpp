@@ -139,20 +139,6 @@ std::string error_of(const std::function<void()>& check) {
   return "";
 }
 
-std::string one_line(const std::string& message) {
-  std::string out;
-  for (const char ch : message) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20 || c == 0x7f) {
-      const char hex[] = "0123456789abcdef";
-      out += std::string("\\x") + hex[c >> 4] + hex[c & 15];
-    } else out += ch;
-  }
-  return out;
-}
-
 bool agree_or_report(const World& w, const std::string& local_error, const std::string& prefix) {
   const std::string err = lowest_rank_error(local_error);
   if (err.empty()) return true;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mpi/world/world.h"
+#include "src/app/one_line.h"
 
 namespace vitddp {
 
@@ -18,10 +19,6 @@ std::string lowest_rank_error(const std::string& local_error);
 
 /// Runs `check` on this rank and returns "" or its error: the what() of a std::exception it threw.
 std::string error_of(const std::function<void()>& check);
-
-/// `message` with its control characters escaped (\n, \t, \xNN): an error about a path that holds
-/// a newline still prints as one line.
-std::string one_line(const std::string& message);
 
 /// One start-up check agreed on by all ranks: true on every rank when `local_error` is "" on
 /// every rank. Else rank 0 prints "vitddp: error: <prefix><message>" (stderr, once, one_line) with the

@@ -14,7 +14,7 @@ namespace h5 {
 namespace {
 
 /// `s` on one line: every run of newlines, tabs and spaces becomes one space.
-std::string one_line(const std::string& s) {
+std::string squeeze_spaces(const std::string& s) {
   std::string out;
   for (char c : s) {
     const bool space = c == '\n' || c == '\r' || c == '\t' || c == ' ';
@@ -48,9 +48,9 @@ std::string error_text() {
   if (H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, visit, &walk) < 0 || walk.entries.empty())
     return "no HDF5 error description";
   // A failed read or write of the file itself: the operating system's reason says it all.
-  if (walk.os_errno != 0) return one_line(walk.entries.front()) + " (" + std::strerror(walk.os_errno) + ")";
-  if (walk.entries.size() == 1) return one_line(walk.entries.front());
-  return one_line(walk.entries.front() + " (" + walk.entries.back() + ")");
+  if (walk.os_errno != 0) return squeeze_spaces(walk.entries.front()) + " (" + std::strerror(walk.os_errno) + ")";
+  if (walk.entries.size() == 1) return squeeze_spaces(walk.entries.front());
+  return squeeze_spaces(walk.entries.front() + " (" + walk.entries.back() + ")");
 }
 
 int error_errno() {

@@ -252,3 +252,51 @@ TEST_CASE("bench: cuDNN fused attention and cuDNN patch embedding vs custom (vit
   }
   std::printf("\n");
 }
+
+// Hidden benchmark [cudnn_plans_bench] ([.bench]): every execution plan cuDNN's heuristics give for
+// the SDPA forward and backward at the torchvision models whose attention runs through cuDNN
+// (197 and 257 tokens), timed on the same operands, against the plan CudnnAttention runs (the
+// heuristics' first choice, plan 0). Prints a markdown table.
+TEST_CASE("bench: cuDNN attention execution plans at the 197- and 257-token models' shapes",
+          "[.bench][cudnn_plans_bench]") {
+  REQUIRE_GPU();
+  Stream st;
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device %s, cuDNN %s, %d calls a plan after one warm-up call, CUDA events\n\n", prop.name,
+              cudnn_runtime_version().c_str(), kReps);
+  struct Shape {
+    const char* model;
+    int B, T, H, dh;
+  };
+  std::printf(
+      "| model | B | T | H | dh | direction | plan | cuDNN engine and knobs | ms | vs plan 0 |\n"
+      "|---|---:|---:|---:|---:|---|---:|---|---:|---:|\n");
+  for (const Shape& s : {Shape{"vit_b_16", 32, 197, 12, 64}, Shape{"vit_b_16", 128, 197, 12, 64},
+                         Shape{"vit_l_16", 32, 197, 16, 64}, Shape{"vit_h_14", 32, 257, 16, 80}}) {
+    const size_t N = (size_t)s.B * s.T, D = (size_t)s.H * s.dh;
+    std::vector<float> h = normal_vec(N * 3 * D, 11, 0);
+    std::vector<bf16> hb(h.size());
+    for (size_t i = 0; i < h.size(); ++i) hb[i] = __float2bfloat16_rn(h[i]);
+    DevVec<bf16> qkv(hb), out(N * D), dout(N * D), dqkv(N * 3 * D);
+    h = normal_vec(N * D, 11, 1);
+    hb.resize(h.size());
+    for (size_t i = 0; i < h.size(); ++i) hb[i] = __float2bfloat16_rn(h[i]);
+    dout.upload(hb);
+    DevVec<float> stats(CudnnAttention::stats_floats(s.B, s.T, s.H));
+    CudnnAttention att(st.s);
+    att.forward(qkv.get(), stats.get(), out.get(), s.B, s.T, s.H, s.dh);
+    for (const bool backward : {false, true}) {
+      const std::vector<CudnnAttention::PlanTime> plans = att.time_plans(
+          qkv.get(), out.get(), stats.get(), dout.get(), dqkv.get(), s.B, s.T, s.H, s.dh, backward, kReps);
+      REQUIRE(!plans.empty());
+      REQUIRE(plans[0].ms > 0);  // the plan forward() / backward() run
+      for (size_t i = 0; i < plans.size(); ++i)
+        std::printf("| %s | %d | %d | %d | %d | %s | %zu | %s | %s | %s |\n", s.model, s.B, s.T, s.H, s.dh,
+                    backward ? "backward" : "forward", i, plans[i].name.c_str(),
+                    plans[i].ms > 0 ? cell(plans[i].ms).c_str() : ("failed: " + plans[i].error).c_str(),
+                    plans[i].ms > 0 ? ratio(plans[i].ms, plans[0].ms).c_str() : "-");
+    }
+  }
+  std::printf("\n");
+}
