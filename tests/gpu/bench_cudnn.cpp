@@ -26,6 +26,7 @@
 #include "cuda/kernels/patch_embed.h"
 #include "cuda/kernels/reduce.h"
 #include "tests/catch.h"
+#include "tests/gpu/bf16_test_util.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace vitddp;
@@ -48,6 +49,13 @@ double bench_ms(cudaStream_t st, const std::function<void()>& fn, std::string* e
     if (error) *error = e.what();
     return NAN;
   }
+}
+
+/// The name of device 0.
+std::string device_name() {
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  return prop.name;
 }
 
 std::string cell(double ms) {
@@ -82,9 +90,7 @@ TEST_CASE("bench: cuDNN fused attention and cuDNN patch embedding vs custom (vit
           "[.bench][attention_bench]") {
   REQUIRE_GPU();
   Stream st;
-  cudaDeviceProp prop{};
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device %s, cuDNN %s (built with %d), %d reps after %d warm-up calls, CUDA events\n", prop.name,
+  std::printf("device %s, cuDNN %s (built with %d), %d reps after %d warm-up calls, CUDA events\n", device_name().c_str(),
               cudnn_runtime_version().c_str(), (int)CUDNN_VERSION, kReps, kWarmup);
   std::vector<std::string> errors;
   auto note = [&](const std::string& what, const std::string& err) {
@@ -261,9 +267,7 @@ TEST_CASE("bench: cuDNN attention execution plans at the 197- and 257-token mode
           "[.bench][cudnn_plans_bench]") {
   REQUIRE_GPU();
   Stream st;
-  cudaDeviceProp prop{};
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device %s, cuDNN %s, %d calls a plan after one warm-up call, CUDA events\n\n", prop.name,
+  std::printf("device %s, cuDNN %s, %d calls a plan after one warm-up call, CUDA events\n\n", device_name().c_str(),
               cudnn_runtime_version().c_str(), kReps);
   struct Shape {
     const char* model;
@@ -275,14 +279,8 @@ TEST_CASE("bench: cuDNN attention execution plans at the 197- and 257-token mode
   for (const Shape& s : {Shape{"vit_b_16", 32, 197, 12, 64}, Shape{"vit_b_16", 128, 197, 12, 64},
                          Shape{"vit_l_16", 32, 197, 16, 64}, Shape{"vit_h_14", 32, 257, 16, 80}}) {
     const size_t N = (size_t)s.B * s.T, D = (size_t)s.H * s.dh;
-    std::vector<float> h = normal_vec(N * 3 * D, 11, 0);
-    std::vector<bf16> hb(h.size());
-    for (size_t i = 0; i < h.size(); ++i) hb[i] = __float2bfloat16_rn(h[i]);
-    DevVec<bf16> qkv(hb), out(N * D), dout(N * D), dqkv(N * 3 * D);
-    h = normal_vec(N * D, 11, 1);
-    hb.resize(h.size());
-    for (size_t i = 0; i < h.size(); ++i) hb[i] = __float2bfloat16_rn(h[i]);
-    dout.upload(hb);
+    DevVec<bf16> qkv(to_bf16(normal_vec(N * 3 * D, 11, 0))), out(N * D), dout(to_bf16(normal_vec(N * D, 11, 1))),
+        dqkv(N * 3 * D);
     DevVec<float> stats(CudnnAttention::stats_floats(s.B, s.T, s.H));
     CudnnAttention att(st.s);
     att.forward(qkv.get(), stats.get(), out.get(), s.B, s.T, s.H, s.dh);
