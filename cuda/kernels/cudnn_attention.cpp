@@ -91,13 +91,78 @@ QkvGraph new_qkv_graph(int64_t B, int64_t T, int64_t H, int64_t dh) {
   return q;
 }
 
+/// A built graph, and with autotuning the plan it runs (-1 until timed).
+struct CachedGraph {
+  std::shared_ptr<fe::graph::Graph> g;
+  int64_t plan = -1;
+};
+
+constexpr int kAutotuneReps = 5;  // timed calls a plan when autotuning (after one warm-up call)
+
+/// Two CUDA events, destroyed with the object.
+struct EventPair {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  EventPair() {
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+  }
+  ~EventPair() {
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+};
+
+/// Each distinct plan of g (built with BuildPlanPolicy_t::ALL; heuristics modes A and FALLBACK may
+/// list a configuration twice: its second index is left out) run `reps` times on `pack` after one
+/// warm-up call, on the handle's stream: index, name, ms per call or the error; `chosen` marks the
+/// plan g.execute() runs (the frontend's candidate: the first plan that built). Synchronises the
+/// stream, which must not be capturing.
+std::vector<CudnnAttention::PlanTime> time_each_plan(fe::graph::Graph& g, cudnnHandle_t handle, cudaStream_t stream,
+                                                     std::unordered_map<int64_t, void*>& pack, void* ws, int reps) {
+  std::string chosen;
+  if (g.get_plan_name(chosen).is_bad()) chosen.clear();
+  EventPair ev;
+  std::vector<CudnnAttention::PlanTime> times;
+  for (int64_t i = 0; i < g.get_execution_plan_count(); ++i) {
+    CudnnAttention::PlanTime t;
+    t.index = i;
+    if (g.get_plan_name_at_index(i, t.name).is_bad()) t.name = "plan " + std::to_string(i);
+    bool seen = false;
+    for (const CudnnAttention::PlanTime& u : times) seen = seen || u.name == t.name;
+    if (seen) continue;
+    fe::error_t e = g.execute_plan_at_index(handle, pack, ws, i);  // warm-up
+    if (e.is_good()) {
+      CUDA_CHECK(cudaEventRecord(ev.start, stream));
+      for (int r = 0; r < reps && e.is_good(); ++r) e = g.execute_plan_at_index(handle, pack, ws, i);
+      CUDA_CHECK(cudaEventRecord(ev.stop, stream));
+      CUDA_CHECK(cudaEventSynchronize(ev.stop));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start, ev.stop));
+      if (e.is_good()) t.ms = ms / reps;
+      t.chosen = !chosen.empty() && t.name == chosen;
+    }
+    if (e.is_bad()) t.error = e.get_message();
+    times.push_back(t);
+  }
+  return times;
+}
+
+/// The workspace every plan of g can run with (the frontend's own part plus the largest plan's;
+/// bytes, at least 1).
+int64_t largest_plan_workspace(const fe::graph::Graph& g) {
+  return std::max<int64_t>(1, g.get_autotune_workspace_size());
+}
+
 }  // namespace
 
 struct CudnnAttention::Impl {
   cudaStream_t stream = nullptr;
   bool deterministic = false;
+  bool autotune = false;
   cudnnHandle_t handle = nullptr;
-  std::map<GraphKey, std::shared_ptr<fe::graph::Graph>> graphs;
+  std::map<GraphKey, CachedGraph> graphs;
   DeviceBuffer<char> workspace;
   std::vector<DeviceBuffer<char>> retired;  // outgrown workspaces, alive as long as this object
 
@@ -165,13 +230,16 @@ struct CudnnAttention::Impl {
   }
 
   /// The cached graph of this key, built (and the workspace grown) on first use.
-  fe::graph::Graph& graph(int B, int T, int H, int dh, bool backward) {
+  CachedGraph& graph(int B, int T, int H, int dh, bool backward) {
     const GraphKey key{B, T, H, dh, backward};
     auto it = graphs.find(key);
-    if (it != graphs.end()) return *it->second;
-    std::shared_ptr<fe::graph::Graph> g = build(B, T, H, dh, backward, false);
+    if (it != graphs.end()) return it->second;
+    std::shared_ptr<fe::graph::Graph> g = build(B, T, H, dh, backward, autotune);
     int64_t ws = 0;
-    fe_check(g->get_workspace_size(ws), graph_name(B, T, H, dh, backward), "get_workspace_size");
+    if (autotune)
+      ws = largest_plan_workspace(*g);
+    else
+      fe_check(g->get_workspace_size(ws), graph_name(B, T, H, dh, backward), "get_workspace_size");
     if ((size_t)ws > workspace.size()) {
       // The old workspace is kept, not freed: queued work or a captured CUDA graph (the trainer's
       // step graph, captured at max_batch; a later evaluation batch may need a new graph) may
@@ -179,22 +247,38 @@ struct CudnnAttention::Impl {
       retired.push_back(std::move(workspace));
       workspace = DeviceBuffer<char>((size_t)ws, "cuDNN attention workspace");
     }
-    graphs.emplace(key, g);
-    return *g;
+    return graphs.emplace(key, CachedGraph{g, -1}).first->second;
   }
 
-  void execute(fe::graph::Graph& g, std::unordered_map<int64_t, void*>& pack, int B, int T, int H,
-               int dh, bool backward) {
-    const fe::error_t e = g.execute(handle, pack, workspace.get());
-    if (e.is_bad())
-      fe_check(e, std::string(backward ? "SDPA backward" : "SDPA forward") + " (" + shape_text(B, T, H, dh) + ")",
-               "execute");
+  /// Runs the graph on `pack`. Autotuning: the first call outside stream capture times every plan
+  /// in place (the outputs are overwritten, not accumulated, so the repeats are harmless) and keeps
+  /// the fastest; until then (a call under capture) the frontend's candidate runs, as without it.
+  void execute(CachedGraph& c, std::unordered_map<int64_t, void*>& pack, int B, int T, int H, int dh, bool backward) {
+    const std::string op = graph_name(B, T, H, dh, backward);
+    if (autotune && c.plan < 0) {
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+      if (capturing == cudaStreamCaptureStatusNone) {
+        std::string errors;
+        double best = 0;
+        for (const CudnnAttention::PlanTime& t :
+             time_each_plan(*c.g, handle, stream, pack, workspace.get(), kAutotuneReps)) {
+          if (t.ms > 0 && (c.plan < 0 || t.ms < best)) c.plan = t.index, best = t.ms;
+          if (t.ms <= 0) errors += "; " + t.name + ": " + t.error;
+        }
+        if (c.plan < 0) throw std::runtime_error(launcher_rank_label() + ": cuDNN " + op + ": no plan ran" + errors);
+      }
+    }
+    const fe::error_t e = c.plan >= 0 ? c.g->execute_plan_at_index(handle, pack, workspace.get(), c.plan)
+                                      : c.g->execute(handle, pack, workspace.get());
+    fe_check(e, op, "execute");
   }
 };
 
-CudnnAttention::CudnnAttention(cudaStream_t stream, bool deterministic_backward) : impl_(new Impl) {
+CudnnAttention::CudnnAttention(cudaStream_t stream, bool deterministic_backward, bool autotune) : impl_(new Impl) {
   impl_->stream = stream;
   impl_->deterministic = deterministic_backward;
+  impl_->autotune = autotune;
   CUDNN_CHECK(cudnnCreate(&impl_->handle));
   CUDNN_CHECK(cudnnSetStream(impl_->handle, stream));
 }
@@ -234,7 +318,7 @@ std::unordered_map<int64_t, void*> backward_pack(const __nv_bfloat16* qkv, const
 void CudnnAttention::forward(const __nv_bfloat16* qkv, float* stats, __nv_bfloat16* out, int batch,
                              int T, int heads, int head_dim) {
   check_shape(batch, T, heads, head_dim, "CudnnAttention::forward");
-  fe::graph::Graph& g = impl_->graph(batch, T, heads, head_dim, false);
+  CachedGraph& g = impl_->graph(batch, T, heads, head_dim, false);
   auto pack = forward_pack(qkv, stats, out, (size_t)heads * head_dim);
   impl_->execute(g, pack, batch, T, heads, head_dim, false);
 }
@@ -243,7 +327,7 @@ void CudnnAttention::backward(const __nv_bfloat16* qkv, const __nv_bfloat16* out
                               const __nv_bfloat16* dout, __nv_bfloat16* dqkv, int batch, int T,
                               int heads, int head_dim) {
   check_shape(batch, T, heads, head_dim, "CudnnAttention::backward");
-  fe::graph::Graph& g = impl_->graph(batch, T, heads, head_dim, true);
+  CachedGraph& g = impl_->graph(batch, T, heads, head_dim, true);
   auto pack = backward_pack(qkv, out, stats, dout, dqkv, (size_t)heads * head_dim);
   impl_->execute(g, pack, batch, T, heads, head_dim, true);
 }
@@ -254,39 +338,15 @@ std::vector<CudnnAttention::PlanTime> CudnnAttention::time_plans(const __nv_bflo
                                                                  int head_dim, bool backward, int reps) {
   check_shape(batch, T, heads, head_dim, "CudnnAttention::time_plans");
   if (reps < 1) throw std::invalid_argument("CudnnAttention::time_plans: reps must be >= 1");
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(impl_->stream, &capturing));
+  if (capturing != cudaStreamCaptureStatusNone)
+    throw std::logic_error("CudnnAttention::time_plans: the stream is being captured into a CUDA graph");
   std::shared_ptr<fe::graph::Graph> g = impl_->build(batch, T, heads, head_dim, backward, true);
   const size_t D = (size_t)heads * head_dim;
   auto pack = backward ? backward_pack(qkv, out, stats, dout, dqkv, D) : forward_pack(qkv, stats, out, D);
-  const int64_t n = g->get_execution_plan_count();
-  int64_t ws_max = 1;
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t ws = 0;
-    if (g->get_workspace_size_plan_at_index(i, ws).is_good()) ws_max = std::max(ws_max, ws);
-  }
-  DeviceBuffer<char> ws((size_t)ws_max, "cuDNN attention plan-timing workspace");
-  cudaEvent_t start = nullptr, stop = nullptr;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<PlanTime> out_times;
-  for (int64_t i = 0; i < n; ++i) {
-    PlanTime t;
-    if (g->get_plan_name_at_index(i, t.name).is_bad()) t.name = "plan " + std::to_string(i);
-    fe::error_t e = g->execute_plan_at_index(impl_->handle, pack, ws.get(), i);  // warm-up
-    if (e.is_good()) {
-      CUDA_CHECK(cudaEventRecord(start, impl_->stream));
-      for (int r = 0; r < reps && e.is_good(); ++r) e = g->execute_plan_at_index(impl_->handle, pack, ws.get(), i);
-      CUDA_CHECK(cudaEventRecord(stop, impl_->stream));
-      CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      if (e.is_good()) t.ms = ms / reps;
-    }
-    if (e.is_bad()) t.error = e.get_message();
-    out_times.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return out_times;
+  DeviceBuffer<char> ws((size_t)largest_plan_workspace(*g), "cuDNN attention plan-timing workspace");
+  return time_each_plan(*g, impl_->handle, impl_->stream, pack, ws.get(), reps);
 }
 
 size_t CudnnAttention::device_bytes() const {

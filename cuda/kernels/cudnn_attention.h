@@ -31,18 +31,25 @@ namespace vitddp {
 ///
 /// One cuDNN graph per direction and shape (B, T, H, dh), built on first use (or by prepare())
 /// and cached; the batch may vary (e.g. a short last batch) and then gets its own graphs. The
-/// workspace is one device buffer grown to the largest graph's need when a graph is built (the
-/// stream is synchronised before a buffer is replaced). Backward uses cuDNN's default algorithm
+/// workspace is one device buffer grown to the largest graph's need when a graph is built (an
+/// outgrown buffer is kept until this object is destroyed: queued work or a captured CUDA graph
+/// may still use it). Backward uses cuDNN's default algorithm
 /// (not bit-reproducible across runs on every GPU) unless `deterministic_backward`.
 ///
 /// Errors: cuDNN failures (handle creation, a graph that this cuDNN / GPU does not support for the
 /// shape, execution) throw std::runtime_error naming the operation, the shape and cuDNN's message;
-/// bad sizes throw std::invalid_argument. Nothing is enqueued by a call that throws.
+/// bad sizes throw std::invalid_argument. Nothing is enqueued by a call that throws (with
+/// autotuning, except by the first run of a graph, whose plan timing may have run).
 class CudnnAttention {
  public:
   /// Creates a cuDNN handle bound to `stream`. Throws std::runtime_error when cuDNN cannot be
   /// initialised (e.g. no GPU, or libcudnn older than the graph API needs).
-  explicit CudnnAttention(cudaStream_t stream, bool deterministic_backward = false);
+  /// `autotune`: each graph is built with every plan of cuDNN's heuristics (modes A and FALLBACK)
+  /// and the workspace sized for all of them; the graph's first run outside CUDA-graph capture
+  /// times each plan in place on the real operands (one warm-up and 5 timed calls each,
+  /// synchronising the stream) and keeps the fastest. A graph whose first run is captured runs
+  /// (and that CUDA graph keeps) the heuristics' first choice. Off: the heuristics' first choice.
+  explicit CudnnAttention(cudaStream_t stream, bool deterministic_backward = false, bool autotune = false);
   ~CudnnAttention();
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;
@@ -54,8 +61,9 @@ class CudnnAttention {
   /// workspace, so that a shape cuDNN cannot run fails here, at set-up, and not mid-training.
   void prepare(int batch, int T, int heads, int head_dim);
 
-  /// Forward: out and stats from qkv (layouts above). Enqueued on the stream; no synchronisation
-  /// once the shape's graph exists.
+  /// Forward: out and stats from qkv (layouts above; out and stats must not overlap qkv). Enqueued
+  /// on the stream; no synchronisation once the shape's graph exists (and, with autotuning, has run
+  /// once).
   void forward(const __nv_bfloat16* qkv, float* stats, __nv_bfloat16* out, int batch, int T,
                int heads, int head_dim);
 
@@ -65,18 +73,21 @@ class CudnnAttention {
                 const __nv_bfloat16* dout, __nv_bfloat16* dqkv, int batch, int T, int heads,
                 int head_dim);
 
-  /// One execution plan of a shape: cuDNN's engine and knob name, and its time.
+  /// One execution plan of a shape: its index in the heuristics' list, cuDNN's engine and knob
+  /// name, and its time.
   struct PlanTime {
+    int64_t index = 0;
     std::string name;
-    double ms = -1;     ///< ms per call, the mean of `reps` calls after one warm-up; -1 when it failed
-    std::string error;  ///< cuDNN's message when the plan failed to build or run
+    double ms = -1;       ///< ms per call, the mean of `reps` calls after one warm-up; -1 when it failed
+    std::string error;    ///< cuDNN's message when the plan failed to build or run
+    bool chosen = false;  ///< the plan forward() / backward() run without autotuning
   };
-  /// Every execution plan cuDNN's heuristics (modes A and FALLBACK) give for this shape and
-  /// direction, each built and run `reps` times on the given operands (as forward() / backward()
-  /// take them; backward's `out` and `stats` must hold a forward's), in the heuristics' order: index
-  /// 0 is the plan forward() / backward() run. Synchronises the stream; allocates the largest
-  /// plan's workspace while it runs; the cached graphs are untouched. For benchmarks: which plan
-  /// cuDNN's first choice is against the others at a model's shapes.
+  /// Every distinct execution plan cuDNN's heuristics (modes A and FALLBACK) give for this shape
+  /// and direction, each built and run `reps` times on the given operands (as forward() /
+  /// backward() take them; backward's `out` and `stats` must hold a forward's), in the heuristics'
+  /// order. Synchronises the stream; allocates the plans' workspace while it runs; the cached
+  /// graphs are untouched. Throws std::logic_error while the stream is being captured. For
+  /// benchmarks: cuDNN's first choice against the other plans at a model's shapes.
   std::vector<PlanTime> time_plans(const __nv_bfloat16* qkv, __nv_bfloat16* out, float* stats,
                                    const __nv_bfloat16* dout, __nv_bfloat16* dqkv, int batch, int T, int heads,
                                    int head_dim, bool backward, int reps);
