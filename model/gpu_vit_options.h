@@ -18,9 +18,7 @@ struct GpuViTOptions {
   /// synchronisation, the same algorithm in every process). n > 1: at the first use of each shape
   /// (the first forward/backward, and the first with a new batch size) time up to n candidates and
   /// keep the fastest: one stream synchronisation per new shape, about 2% faster on vit_l_32, but
-  /// the choice (hence the last bits of the results) may differ between processes. n > 1 also
-  /// times every plan of cuDNN's attention graphs at their first run (cudnn_attention.h) and the
-  /// cuDNN convolution's algorithms at set-up (cudnn_conv.h).
+  /// the choice (hence the last bits of the results) may differ between processes.
   int gemm_autotune_candidates = 16;
   /// true: the bias gradients of fc2 and out_proj are column sums taken by the LayerNorm backward
   /// that writes their output gradient, fc1's by the GELU backward (layernorm.h, gelu.h), in_proj's

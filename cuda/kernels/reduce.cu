@@ -40,12 +40,7 @@ __global__ void column_final_kernel(const float* __restrict__ partial, int nchun
   __shared__ float s[kRowThreads][kColsPerBlock + 1];
   const int c = blockIdx.x * kColsPerBlock + threadIdx.x;
   float t = 0.0f;
-  // Unrolled 16 deep so that up to 16 independent loads per thread are in flight before their
-  // additions (same order, same bits): with GELU's partials (nchunks ~ rows / 8, cols = 4D) the
-  // kernel has about one block an SM and is latency-bound (the PTX of the plain loop was unrolled 4
-  // deep; results/h100/kernel-profile/: the column-sum kernels at 5.9x their byte floor on vit_b_16).
   if (c < cols)
-#pragma unroll 16
     for (int k = threadIdx.y; k < nchunks; k += kRowThreads) t += partial[(size_t)k * cols + c];
   s[threadIdx.y][threadIdx.x] = t;
   __syncthreads();

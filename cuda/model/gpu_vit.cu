@@ -162,8 +162,7 @@ struct GpuViT::Impl {
       if (precision != Precision::bf16)
         throw std::invalid_argument(std::string("GpuViT: cuDNN attention needs bf16 precision (got ") +
                                     precision_name(precision) + ")");
-      cudnn_attention =
-          std::make_unique<CudnnAttention>(s, o.deterministic, o.gemm_autotune_candidates > 1 && !o.deterministic);
+      cudnn_attention = std::make_unique<CudnnAttention>(s, o.deterministic);
       cudnn_attention->prepare(max_batch, cfg.seq_len(), cfg.heads, cfg.head_dim());
     }
     if (is_gemm_attention(attention)) {
