@@ -91,8 +91,8 @@ TEST_CASE("bench: cuDNN fused attention and cuDNN patch embedding vs custom (vit
           "[.bench][attention_bench]") {
   REQUIRE_GPU();
   Stream st;
-  std::printf("device %s, cuDNN %s (built with %d), %d reps after %d warm-up calls, CUDA events\n", device_name().c_str(),
-              cudnn_runtime_version().c_str(), (int)CUDNN_VERSION, kReps, kWarmup);
+  std::printf("device %s, cuDNN %s (built with %d), %d reps after %d warm-up calls, CUDA events\n",
+              device_name().c_str(), cudnn_runtime_version().c_str(), (int)CUDNN_VERSION, kReps, kWarmup);
   std::vector<std::string> errors;
   auto note = [&](const std::string& what, const std::string& err) {
     if (!err.empty()) errors.push_back(what + ": " + err);
