@@ -91,14 +91,6 @@ QkvGraph new_qkv_graph(int64_t B, int64_t T, int64_t H, int64_t dh) {
   return q;
 }
 
-/// A built graph, and with autotuning the plan it runs (-1 until timed).
-struct CachedGraph {
-  std::shared_ptr<fe::graph::Graph> g;
-  int64_t plan = -1;
-};
-
-constexpr int kAutotuneReps = 5;  // timed calls a plan when autotuning (after one warm-up call)
-
 /// Two CUDA events, destroyed with the object.
 struct EventPair {
   cudaEvent_t start = nullptr, stop = nullptr;
@@ -160,9 +152,8 @@ int64_t largest_plan_workspace(const fe::graph::Graph& g) {
 struct CudnnAttention::Impl {
   cudaStream_t stream = nullptr;
   bool deterministic = false;
-  bool autotune = false;
   cudnnHandle_t handle = nullptr;
-  std::map<GraphKey, CachedGraph> graphs;
+  std::map<GraphKey, std::shared_ptr<fe::graph::Graph>> graphs;
   DeviceBuffer<char> workspace;
   std::vector<DeviceBuffer<char>> retired;  // outgrown workspaces, alive as long as this object
 
@@ -230,16 +221,13 @@ struct CudnnAttention::Impl {
   }
 
   /// The cached graph of this key, built (and the workspace grown) on first use.
-  CachedGraph& graph(int B, int T, int H, int dh, bool backward) {
+  fe::graph::Graph& graph(int B, int T, int H, int dh, bool backward) {
     const GraphKey key{B, T, H, dh, backward};
     auto it = graphs.find(key);
-    if (it != graphs.end()) return it->second;
-    std::shared_ptr<fe::graph::Graph> g = build(B, T, H, dh, backward, autotune);
+    if (it != graphs.end()) return *it->second;
+    std::shared_ptr<fe::graph::Graph> g = build(B, T, H, dh, backward, false);
     int64_t ws = 0;
-    if (autotune)
-      ws = largest_plan_workspace(*g);
-    else
-      fe_check(g->get_workspace_size(ws), graph_name(B, T, H, dh, backward), "get_workspace_size");
+    fe_check(g->get_workspace_size(ws), graph_name(B, T, H, dh, backward), "get_workspace_size");
     if ((size_t)ws > workspace.size()) {
       // The old workspace is kept, not freed: queued work or a captured CUDA graph (the trainer's
       // step graph, captured at max_batch; a later evaluation batch may need a new graph) may
@@ -247,38 +235,19 @@ struct CudnnAttention::Impl {
       retired.push_back(std::move(workspace));
       workspace = DeviceBuffer<char>((size_t)ws, "cuDNN attention workspace");
     }
-    return graphs.emplace(key, CachedGraph{g, -1}).first->second;
+    graphs.emplace(key, g);
+    return *g;
   }
 
-  /// Runs the graph on `pack`. Autotuning: the first call outside stream capture times every plan
-  /// in place (the outputs are overwritten, not accumulated, so the repeats are harmless) and keeps
-  /// the fastest; until then (a call under capture) the frontend's candidate runs, as without it.
-  void execute(CachedGraph& c, std::unordered_map<int64_t, void*>& pack, int B, int T, int H, int dh, bool backward) {
-    const std::string op = graph_name(B, T, H, dh, backward);
-    if (autotune && c.plan < 0) {
-      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-      CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
-      if (capturing == cudaStreamCaptureStatusNone) {
-        std::string errors;
-        double best = 0;
-        for (const CudnnAttention::PlanTime& t :
-             time_each_plan(*c.g, handle, stream, pack, workspace.get(), kAutotuneReps)) {
-          if (t.ms > 0 && (c.plan < 0 || t.ms < best)) c.plan = t.index, best = t.ms;
-          if (t.ms <= 0) errors += "; " + t.name + ": " + t.error;
-        }
-        if (c.plan < 0) throw std::runtime_error(launcher_rank_label() + ": cuDNN " + op + ": no plan ran" + errors);
-      }
-    }
-    const fe::error_t e = c.plan >= 0 ? c.g->execute_plan_at_index(handle, pack, workspace.get(), c.plan)
-                                      : c.g->execute(handle, pack, workspace.get());
-    fe_check(e, op, "execute");
+  void execute(fe::graph::Graph& g, std::unordered_map<int64_t, void*>& pack, int B, int T, int H, int dh,
+               bool backward) {
+    fe_check(g.execute(handle, pack, workspace.get()), graph_name(B, T, H, dh, backward), "execute");
   }
 };
 
-CudnnAttention::CudnnAttention(cudaStream_t stream, bool deterministic_backward, bool autotune) : impl_(new Impl) {
+CudnnAttention::CudnnAttention(cudaStream_t stream, bool deterministic_backward) : impl_(new Impl) {
   impl_->stream = stream;
   impl_->deterministic = deterministic_backward;
-  impl_->autotune = autotune;
   CUDNN_CHECK(cudnnCreate(&impl_->handle));
   CUDNN_CHECK(cudnnSetStream(impl_->handle, stream));
 }
@@ -318,7 +287,7 @@ std::unordered_map<int64_t, void*> backward_pack(const __nv_bfloat16* qkv, const
 void CudnnAttention::forward(const __nv_bfloat16* qkv, float* stats, __nv_bfloat16* out, int batch,
                              int T, int heads, int head_dim) {
   check_shape(batch, T, heads, head_dim, "CudnnAttention::forward");
-  CachedGraph& g = impl_->graph(batch, T, heads, head_dim, false);
+  fe::graph::Graph& g = impl_->graph(batch, T, heads, head_dim, false);
   auto pack = forward_pack(qkv, stats, out, (size_t)heads * head_dim);
   impl_->execute(g, pack, batch, T, heads, head_dim, false);
 }
@@ -327,7 +296,7 @@ void CudnnAttention::backward(const __nv_bfloat16* qkv, const __nv_bfloat16* out
                               const __nv_bfloat16* dout, __nv_bfloat16* dqkv, int batch, int T,
                               int heads, int head_dim) {
   check_shape(batch, T, heads, head_dim, "CudnnAttention::backward");
-  CachedGraph& g = impl_->graph(batch, T, heads, head_dim, true);
+  fe::graph::Graph& g = impl_->graph(batch, T, heads, head_dim, true);
   auto pack = backward_pack(qkv, out, stats, dout, dqkv, (size_t)heads * head_dim);
   impl_->execute(g, pack, batch, T, heads, head_dim, true);
 }

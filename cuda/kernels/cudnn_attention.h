@@ -38,18 +38,12 @@ namespace vitddp {
 ///
 /// Errors: cuDNN failures (handle creation, a graph that this cuDNN / GPU does not support for the
 /// shape, execution) throw std::runtime_error naming the operation, the shape and cuDNN's message;
-/// bad sizes throw std::invalid_argument. Nothing is enqueued by a call that throws (with
-/// autotuning, except by the first run of a graph, whose plan timing may have run).
+/// bad sizes throw std::invalid_argument. Nothing is enqueued by a call that throws.
 class CudnnAttention {
  public:
   /// Creates a cuDNN handle bound to `stream`. Throws std::runtime_error when cuDNN cannot be
   /// initialised (e.g. no GPU, or libcudnn older than the graph API needs).
-  /// `autotune`: each graph is built with every plan of cuDNN's heuristics (modes A and FALLBACK)
-  /// and the workspace sized for all of them; the graph's first run outside CUDA-graph capture
-  /// times each plan in place on the real operands (one warm-up and 5 timed calls each,
-  /// synchronising the stream) and keeps the fastest. A graph whose first run is captured runs
-  /// (and that CUDA graph keeps) the heuristics' first choice. Off: the heuristics' first choice.
-  explicit CudnnAttention(cudaStream_t stream, bool deterministic_backward = false, bool autotune = false);
+  explicit CudnnAttention(cudaStream_t stream, bool deterministic_backward = false);
   ~CudnnAttention();
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;
@@ -62,8 +56,7 @@ class CudnnAttention {
   void prepare(int batch, int T, int heads, int head_dim);
 
   /// Forward: out and stats from qkv (layouts above; out and stats must not overlap qkv). Enqueued
-  /// on the stream; no synchronisation once the shape's graph exists (and, with autotuning, has run
-  /// once).
+  /// on the stream; no synchronisation once the shape's graph exists.
   void forward(const __nv_bfloat16* qkv, float* stats, __nv_bfloat16* out, int batch, int T,
                int heads, int head_dim);
 
@@ -80,7 +73,7 @@ class CudnnAttention {
     std::string name;
     double ms = -1;       ///< ms per call, the mean of `reps` calls after one warm-up; -1 when it failed
     std::string error;    ///< cuDNN's message when the plan failed to build or run
-    bool chosen = false;  ///< the plan forward() / backward() run without autotuning
+    bool chosen = false;  ///< the plan forward() / backward() run
   };
   /// Every distinct execution plan cuDNN's heuristics (modes A and FALLBACK) give for this shape
   /// and direction, each built and run `reps` times on the given operands (as forward() /
