@@ -25,18 +25,20 @@ using Acc = float[8][4];  // a warp's 16 x 64 fp32 result: 8 C fragments, column
 // ldmatrix.sync.aligned.m8n8.x4 (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): lanes
 // 8i .. 8i + 7 give the 16-byte rows of 8 x 8 matrix i, and lane 4g + t receives in register i
 // row g, columns 2t and 2t + 1 of matrix i (.trans: rows 2t and 2t + 1 of column g), the lower
-// index in the low half: exactly an mma.m16n8k16 bf16 fragment register.
+// index in the low half: exactly an mma.m16n8k16 bf16 fragment register. kTrans: the .trans form.
+template <bool kTrans>
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row)))
-               : "memory");
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row)))
-               : "memory");
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  if constexpr (kTrans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
 }
 
 // Operand type bf16: mma.sync.m16n8k16, tiles hold bf16 (PTX ISA, "Matrix Fragments for
@@ -67,29 +69,22 @@ struct Bf16Op {
   // (m0 + 8, k0 + 8).
   __device__ static void load_a(uint32_t (&a)[4], const E* M, int m0, int k0, int g, int t) {
     const int i = ldsm_matrix(g, t);
-    ldsm_x4(a, M + (m0 + ldsm_row(g, t) + 8 * (i & 1)) * kLd + k0 + 8 * (i >> 1));
+    ldsm_x4<false>(a, M + (m0 + ldsm_row(g, t) + 8 * (i & 1)) * kLd + k0 + 8 * (i >> 1));
   }
   // A = M[m0.., k0..] where the tile holds its transpose, Mt[k][m]: the same four blocks of Mt,
   // transposed.
   __device__ static void load_a_t(uint32_t (&a)[4], const E* Mt, int m0, int k0, int g, int t) {
     const int i = ldsm_matrix(g, t);
-    ldsm_x4_trans(a, Mt + (k0 + ldsm_row(g, t) + 8 * (i >> 1)) * kLd + m0 + 8 * (i & 1));
+    ldsm_x4<true>(a, Mt + (k0 + ldsm_row(g, t) + 8 * (i >> 1)) * kLd + m0 + 8 * (i & 1));
   }
-  // B[k][n] for k0.., columns n0.. (b[0]) and n0 + 8.. (b[1]), from a tile holding Bt[n][k].
-  __device__ static void load_b2(uint32_t (&b)[2][2], const E* Bt, int n0, int k0, int g, int t) {
-    const int i = ldsm_matrix(g, t);
+  // B[k][n] for k0.., columns n0.. (b[0]) and n0 + 8.. (b[1]): kTrans false from a tile holding
+  // Bt[n][k], true from a tile holding B[k][n] itself (matrices i = 0..3 land in b[i / 2][i % 2]).
+  template <bool kTrans>
+  __device__ static void load_b2(uint32_t (&b)[2][2], const E* tile, int n0, int k0, int g, int t) {
+    const int i = ldsm_matrix(g, t), row = ldsm_row(g, t);
     uint32_t r[4];
-    ldsm_x4(r, Bt + (n0 + ldsm_row(g, t) + 8 * (i >> 1)) * kLd + k0 + 8 * (i & 1));
-    b[0][0] = r[0];
-    b[0][1] = r[1];
-    b[1][0] = r[2];
-    b[1][1] = r[3];
-  }
-  // The same from a tile holding B[k][n] itself.
-  __device__ static void load_b2_t(uint32_t (&b)[2][2], const E* B, int n0, int k0, int g, int t) {
-    const int i = ldsm_matrix(g, t);
-    uint32_t r[4];
-    ldsm_x4_trans(r, B + (k0 + ldsm_row(g, t) + 8 * (i & 1)) * kLd + n0 + 8 * (i >> 1));
+    ldsm_x4<kTrans>(r, kTrans ? tile + (k0 + row + 8 * (i & 1)) * kLd + n0 + 8 * (i >> 1)
+                              : tile + (n0 + row + 8 * (i >> 1)) * kLd + k0 + 8 * (i & 1));
     b[0][0] = r[0];
     b[0][1] = r[1];
     b[1][0] = r[2];
@@ -217,10 +212,7 @@ __device__ __forceinline__ void for_each_b(const typename Op::E* Bt, int k0, int
   for (int j = 0; j < 8; j += 2) {
     if constexpr (Op::kRowMajor) {
       uint32_t b[2][2];
-      if constexpr (kPlainB)
-        Op::load_b2_t(b, Bt, 8 * j, k0, g, t);
-      else
-        Op::load_b2(b, Bt, 8 * j, k0, g, t);
+      Op::template load_b2<kPlainB>(b, Bt, 8 * j, k0, g, t);
       f(j, b[0]);
       f(j + 1, b[1]);
     } else {
