@@ -92,9 +92,9 @@ TEST_CASE("optimizer in backward: the same run as SGD after backward, fp32 / tf3
     INFO(c.model << ", " << precision_name(p) << ", --recompute-gelu " << to_string(c.recompute));
     // cuBLASLt's first heuristic choice for every GEMM (--gemm-autotune 0) in both runs: each engine times the
     // candidates itself, and where two run about as fast either may win. Autotuned, the vit_fmnist runs were
-    // apart by 3.3e-3 of the first step (bf16) or 5e-4 (tf32) in some rounds and 0 in others, every tensor by
-    // the same share: about one rounding of the bf16 or tf32 activations, not one wrong gradient; untuned,
-    // 0 in the three pairs run (results/h200/optimizer-in-backward-test/).
+    // apart by 3.3e-3 of the first step (bf16) or 5e-4 (tf32) in some rounds and 0 in others, the distance
+    // entering at an input-gradient GEMM whose operands were the same in both runs
+    // (results/h200/optimizer-in-backward-test/).
     Options plain = small(p, false, c.recompute, c.model), fused = small(p, true, c.recompute, c.model);
     plain.gemm_autotune = fused.gemm_autotune = 0;
     const ParamLayout L = make_param_layout(vit_config(plain.model, plain.num_classes));
