@@ -20,6 +20,7 @@
 #include "cuda/kernels/cudnn_conv.h"
 #include "cuda/check/cudnn_version.h"
 #include "cuda/model/gpu_vit.h"
+#include "cuda/model/step_graph.h"
 #include "cuda/kernels/lt_gemm.h"
 #include "cuda/kernels/patch_embed.h"
 #include "model/init.h"
@@ -120,8 +121,8 @@ TEST_CASE("cudnn attention: 197 and 257 tokens, eager and in a CUDA graph, match
     const AttentionRef ref = attention_reference(hqkv, hdo, B, T, H, dh);
     DevVec<bf16> qkv(to_bf16(hqkv)), dout(to_bf16(hdo)), out(N * (size_t)D), dqkv(N * 3 * (size_t)D);
     DevVec<float> stats(CudnnAttention::stats_floats(B, T, H));
-    // Graphs built first (as GpuViT does); call 0 is captured into a CUDA graph and launched (as the
-    // trainer's step graph runs it), call 1 runs eagerly.
+    // Graphs built first (as GpuViT does); call 0 is captured into a CUDA graph and launched (StepGraph,
+    // as the trainer runs its step), call 1 runs eagerly.
     cudnn.prepare(B, T, H, dh);
     for (int call = 0; call < 2; ++call) {
       auto enqueue = [&] {
@@ -129,16 +130,10 @@ TEST_CASE("cudnn attention: 197 and 257 tokens, eager and in a CUDA graph, match
         cudnn.backward(qkv.get(), out.get(), stats.get(), dout.get(), dqkv.get(), B, T, H, dh);
       };
       if (call == 0) {
-        cudaGraph_t graph = nullptr;
-        cudaGraphExec_t exec = nullptr;
-        CUDA_CHECK(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
-        enqueue();
-        CUDA_CHECK(cudaStreamEndCapture(st.s, &graph));
-        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        CUDA_CHECK(cudaGraphLaunch(exec, st.s));
+        StepGraph graph;
+        graph.capture(st.s, enqueue);
+        graph.launch(st.s);
         CUDA_CHECK(cudaStreamSynchronize(st.s));
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(graph);
       } else {
         enqueue();
       }
