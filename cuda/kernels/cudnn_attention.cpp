@@ -18,6 +18,7 @@
 #include "cuda/check/check_cuda.h"
 #include "cuda/check/check_cudnn.h"
 #include "cuda/check/cudnn_version.h"
+#include "cuda/kernels/event_pair.h"
 #include "cuda/model/device_buffer.h"
 
 namespace vitddp {
@@ -91,21 +92,6 @@ QkvGraph new_qkv_graph(int64_t B, int64_t T, int64_t H, int64_t dh) {
   return q;
 }
 
-/// Two CUDA events, destroyed with the object.
-struct EventPair {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  EventPair() {
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-  }
-  ~EventPair() {
-    if (start) cudaEventDestroy(start);
-    if (stop) cudaEventDestroy(stop);
-  }
-  EventPair(const EventPair&) = delete;
-  EventPair& operator=(const EventPair&) = delete;
-};
-
 /// Each distinct plan of g (built with BuildPlanPolicy_t::ALL; heuristics modes A and FALLBACK may
 /// list a configuration twice: its second index is left out) run `reps` times on `pack` after one
 /// warm-up call, on the handle's stream: index, name, ms per call or the error; `chosen` marks the
@@ -126,12 +112,10 @@ std::vector<CudnnAttention::PlanTime> time_each_plan(fe::graph::Graph& g, cudnnH
     if (seen) continue;
     fe::error_t e = g.execute_plan_at_index(handle, pack, ws, i);  // warm-up
     if (e.is_good()) {
-      CUDA_CHECK(cudaEventRecord(ev.start, stream));
+      ev.record_start(stream);
       for (int r = 0; r < reps && e.is_good(); ++r) e = g.execute_plan_at_index(handle, pack, ws, i);
-      CUDA_CHECK(cudaEventRecord(ev.stop, stream));
-      CUDA_CHECK(cudaEventSynchronize(ev.stop));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start, ev.stop));
+      ev.record_stop(stream);
+      const float ms = ev.elapsed_ms();
       if (e.is_good()) t.ms = ms / reps;
       t.chosen = !chosen.empty() && t.name == chosen;
     }

@@ -13,6 +13,7 @@
 
 #include "cuda/check/check_cuda.h"
 #include "cuda/check/check_cublaslt.h"
+#include "cuda/kernels/event_pair.h"
 #include "cuda/kernels/spin.h"
 #include "cuda/model/device_arena.h"
 
@@ -280,93 +281,81 @@ struct LtGemm::Impl {
     if (ops.epi_ptr)
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                   &ops.epi_ptr, sizeof(ops.epi_ptr)));
-    cudaEvent_t e0 = nullptr, e1 = nullptr;  // created in the try block, destroyed on every way out
-    auto destroy_events = [&] {
-      if (e0) cudaEventDestroy(e0);
-      if (e1) cudaEventDestroy(e1);
-    };
+    EventPair ev;
     std::vector<float> best_ms(found, -1.0f);  // -1: not runnable
     // Plans for a reduced SM count are timed the way they will run: while (device SMs - target)
     // SMs are held by another stream's kernel (as NCCL's kernels hold them during backward).
     const int held = sms > 0 ? device_sms - sms : 0;
-    try {
-      CUDA_CHECK(cudaEventCreate(&e0));
-      CUDA_CHECK(cudaEventCreate(&e1));
-      if (!gate)  // gives up after about 200 ms at the peak clock unless told otherwise
-        gate = std::make_unique<HostGate>(gate_cycles > 0 ? gate_cycles : std::max(1LL, (long long)clock_khz * 200));
-      if (held > 0 && !hold_stream) {
-        int lo = 0, hi = 0;
-        CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-        CUDA_CHECK(cudaStreamCreateWithPriority(&hold_stream, cudaStreamNonBlocking, hi));
-      }
-      auto run = [&](int i) {
-        return cublasLtMatmul(handle, p.op, alpha_ptr(ops), ops.b, p.a, ops.a, p.b, beta_ptr(ops), ops.c, p.c, out, p.d,
-                              &results[i].algo, workspace, workspace_bytes, stream);
-      };
-      for (int i = 0; i < found; ++i) {
-        if (results[i].workspaceSize > workspace_bytes) continue;
-        if (run(i) == CUBLAS_STATUS_SUCCESS) best_ms[i] = 0.0f;
-        else (void)cudaGetLastError();  // a launch error of a skipped candidate must not surface later
-      }
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      // One batch of candidate i: kRuns back-to-back runs between e0 and e1, queued behind the gate.
-      // Where launches wait for the kernel to end (CUDA_LAUNCH_BLOCKING=1, a profiler replaying every
-      // kernel) the gate cannot open before its limit; from its first time-out on, the batches queue
-      // behind a ~50-us spin instead.
-      auto time_batch = [&](int i) {
-        if (held > 0) {
-          // The stand-in for a concurrent stream's kernels (NCCL's) while candidates are timed for a
-          // reduced SM count target. Its thread blocks are small, so the scheduler may place several on
-          // one SM, and the hold may end before a slow candidate's timed runs do; both make it a rough
-          // stand-in (results/h200x2/overlap).
-          spin_cycles((long long)clock_khz * 3, held, 128, hold_stream);  // ~3 ms at the peak clock
-        }
-        const bool gated = !gate_timed_out;
-        if (gated)
-          gate->close(stream);
-        else
-          spin_cycles((long long)clock_khz / 20, 1, 32, stream);
-        {
-          struct Opener {  // opens the gate once the batch is enqueued, or when enqueueing threw (a no-op after a spin)
-            HostGate& g;
-            ~Opener() { g.open(); }
-          } opener{*gate};
-          CUDA_CHECK(cudaEventRecord(e0, stream));
-          for (int r = 0; r < kRuns; ++r) CUBLAS_CHECK(run(i));
-          CUDA_CHECK(cudaEventRecord(e1, stream));
-        }
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        if (held > 0) CUDA_CHECK(cudaStreamSynchronize(hold_stream));
-        if (gated && gate->timed_out()) gate_timed_out = true;
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        return ms;
-      };
-      // Every candidate's batches in kRounds interleaved rounds; false when the gate timed out
-      // meanwhile (that batch timed the host, and the earlier ones were timed another way).
-      auto all_rounds = [&] {
-        const bool gated = !gate_timed_out;
-        for (int round = 0; round < kRounds; ++round)
-          for (int i = 0; i < found; ++i) {
-            if (best_ms[i] < 0) continue;
-            const float ms = time_batch(i);
-            if (gated && gate_timed_out) return false;
-            if (round == 0 || ms < best_ms[i]) best_ms[i] = ms;  // round 0 overwrites an aborted pass's
-          }
-        return true;
-      };
-      if (!all_rounds()) {
-        std::fprintf(stderr,
-                     "%s: cuBLASLt autotuning: a timed batch was not released within its limit (launches that "
-                     "wait for each kernel?); its candidates are timed behind a spin kernel from now on\n",
-                     launcher_rank_label().c_str());
-        all_rounds();  // from the start, every batch behind the spin
-      }
-    } catch (...) {
-      destroy_events();
-      throw;
+    if (!gate)  // gives up after about 200 ms at the peak clock unless told otherwise
+      gate = std::make_unique<HostGate>(gate_cycles > 0 ? gate_cycles : std::max(1LL, (long long)clock_khz * 200));
+    if (held > 0 && !hold_stream) {
+      int lo = 0, hi = 0;
+      CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+      CUDA_CHECK(cudaStreamCreateWithPriority(&hold_stream, cudaStreamNonBlocking, hi));
     }
-    destroy_events();
+    auto run = [&](int i) {
+      return cublasLtMatmul(handle, p.op, alpha_ptr(ops), ops.b, p.a, ops.a, p.b, beta_ptr(ops), ops.c, p.c, out, p.d,
+                            &results[i].algo, workspace, workspace_bytes, stream);
+    };
+    for (int i = 0; i < found; ++i) {
+      if (results[i].workspaceSize > workspace_bytes) continue;
+      if (run(i) == CUBLAS_STATUS_SUCCESS)
+        best_ms[i] = 0.0f;
+      else
+        (void)cudaGetLastError();  // a launch error of a skipped candidate must not surface later
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    // One batch of candidate i: kRuns back-to-back runs between ev's two records, queued behind the gate.
+    // Where launches wait for the kernel to end (CUDA_LAUNCH_BLOCKING=1, a profiler replaying every
+    // kernel) the gate cannot open before its limit; from its first time-out on, the batches queue
+    // behind a ~50-us spin instead.
+    auto time_batch = [&](int i) {
+      if (held > 0) {
+        // The stand-in for a concurrent stream's kernels (NCCL's) while candidates are timed for a
+        // reduced SM count target. Its thread blocks are small, so the scheduler may place several on
+        // one SM, and the hold may end before a slow candidate's timed runs do; both make it a rough
+        // stand-in (results/h200x2/overlap).
+        spin_cycles((long long)clock_khz * 3, held, 128, hold_stream);  // ~3 ms at the peak clock
+      }
+      const bool gated = !gate_timed_out;
+      if (gated)
+        gate->close(stream);
+      else
+        spin_cycles((long long)clock_khz / 20, 1, 32, stream);
+      {
+        struct Opener {  // opens the gate once the batch is enqueued, or when enqueueing threw (a no-op after a spin)
+          HostGate& g;
+          ~Opener() { g.open(); }
+        } opener{*gate};
+        ev.record_start(stream);
+        for (int r = 0; r < kRuns; ++r) CUBLAS_CHECK(run(i));
+        ev.record_stop(stream);
+      }
+      const float ms = ev.elapsed_ms();
+      if (held > 0) CUDA_CHECK(cudaStreamSynchronize(hold_stream));
+      if (gated && gate->timed_out()) gate_timed_out = true;
+      return ms;
+    };
+    // Every candidate's batches in kRounds interleaved rounds; false when the gate timed out
+    // meanwhile (that batch timed the host, and the earlier ones were timed another way).
+    auto all_rounds = [&] {
+      const bool gated = !gate_timed_out;
+      for (int round = 0; round < kRounds; ++round)
+        for (int i = 0; i < found; ++i) {
+          if (best_ms[i] < 0) continue;
+          const float ms = time_batch(i);
+          if (gated && gate_timed_out) return false;
+          if (round == 0 || ms < best_ms[i]) best_ms[i] = ms;  // round 0 overwrites an aborted pass's
+        }
+      return true;
+    };
+    if (!all_rounds()) {
+      std::fprintf(stderr,
+                   "%s: cuBLASLt autotuning: a timed batch was not released within its limit (launches that "
+                   "wait for each kernel?); its candidates are timed behind a spin kernel from now on\n",
+                   launcher_rank_label().c_str());
+      all_rounds();  // from the start, every batch behind the spin
+    }
     int best = 0;
     for (int i = 0; i < found; ++i)
       if (best_ms[i] >= 0 && (best_ms[best] < 0 || best_ms[i] < best_ms[best])) best = i;

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "cuda/check/check_cuda.h"
+#include "cuda/kernels/event_pair.h"
 #include "mpi/transports/gpu_transport_gpu.h"
 #include "mpi/world/nccl_check_gpu.h"
 #include "mpi/world/nccl_comm_gpu.h"
@@ -34,18 +35,11 @@ double timed(const std::function<void()>& op, cudaStream_t s, int warmup, int it
   for (int i = 0; i < warmup; ++i) op();
   CUDA_CHECK(cudaStreamSynchronize(s));
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  CUDA_CHECK(cudaEventRecord(start, s));
+  EventPair ev;
+  ev.record_start(s);
   for (int i = 0; i < iters; ++i) op();
-  CUDA_CHECK(cudaEventRecord(stop, s));
-  CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms / 1e3 / iters;
+  ev.record_stop(s);
+  return ev.elapsed_ms() / 1e3 / iters;
 }
 
 }  // namespace

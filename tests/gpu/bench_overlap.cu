@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/kernels/event_pair.h"
 #include "cuda/model/gpu_vit.h"
 #include "model/init.h"
 #include "tests/catch.h"
@@ -89,9 +90,8 @@ TEST_CASE("bench: backward under a concurrent load on another stream", "[.bench]
                                                 cudaMemcpyDeviceToDevice, s));
                    }});
 
-  cudaEvent_t e0, e1, fwd_done;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
+  EventPair ev;
+  cudaEvent_t fwd_done;
   CUDA_CHECK(cudaEventCreateWithFlags(&fwd_done, cudaEventDisableTiming));
   std::printf("\nvit_l_32 batch 32 backward on one GPU while another stream runs a load that starts with it "
               "(medians of %d steps)\n", iters);
@@ -109,9 +109,9 @@ TEST_CASE("bench: backward under a concurrent load on another stream", "[.bench]
         CUDA_CHECK(cudaEventRecord(fwd_done, st));
         CUDA_CHECK(cudaStreamWaitEvent(side, fwd_done, 0));
         load.start(side);
-        if (timed) CUDA_CHECK(cudaEventRecord(e0, st));
+        if (timed) ev.record_start(st);
         gpu.backward(dp.get(), dg.get(), false, {});
-        if (timed) CUDA_CHECK(cudaEventRecord(e1, st));
+        if (timed) ev.record_stop(st);
         CUDA_CHECK(cudaStreamSynchronize(side));
         CUDA_CHECK(cudaStreamSynchronize(st));
       };
@@ -119,9 +119,7 @@ TEST_CASE("bench: backward under a concurrent load on another stream", "[.bench]
       std::vector<double> bwd, gemm;
       for (int i = 0; i < iters; ++i) {
         step(true);
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        bwd.push_back(ms);
+        bwd.push_back(ev.elapsed_ms());
       }
       // Second pass with events around every GEMM: backward's GEMM time (forward's dropped).
       std::vector<double> gemm_bwd;
@@ -132,14 +130,12 @@ TEST_CASE("bench: backward under a concurrent load on another stream", "[.bench]
         CUDA_CHECK(cudaEventRecord(fwd_done, st));
         CUDA_CHECK(cudaStreamWaitEvent(side, fwd_done, 0));
         load.start(side);
-        CUDA_CHECK(cudaEventRecord(e0, st));
+        ev.record_start(st);
         gpu.backward(dp.get(), dg.get(), false, {});
-        CUDA_CHECK(cudaEventRecord(e1, st));
+        ev.record_stop(st);
         CUDA_CHECK(cudaStreamSynchronize(st));
         gemm_bwd.push_back(gpu.take_gemm_ms());
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        gemm.push_back(ms);
+        gemm.push_back(ev.elapsed_ms());
         CUDA_CHECK(cudaStreamSynchronize(side));
       }
       gpu.set_gemm_timing(false);
@@ -150,8 +146,6 @@ TEST_CASE("bench: backward under a concurrent load on another stream", "[.bench]
       CHECK(b > 0);
     }
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   cudaEventDestroy(fwd_done);
   cudaStreamDestroy(st);
   cudaStreamDestroy(side);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda/check/check_cuda.h"
+#include "cuda/kernels/event_pair.h"
 #include "model/init.h"
 #include "model/param_layout.h"
 #include "model/rng.h"
@@ -79,18 +80,11 @@ struct Stream {
 /// Mean milliseconds of fn() over `iters` runs on `st` after 3 warm-up runs.
 inline double time_ms(cudaStream_t st, const std::function<void()>& fn, int iters = 20) {
   for (int i = 0; i < 3; ++i) fn();
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
-  CUDA_CHECK(cudaEventRecord(e0, st));
+  vitddp::EventPair ev;
+  ev.record_start(st);
   for (int i = 0; i < iters; ++i) fn();
-  CUDA_CHECK(cudaEventRecord(e1, st));
-  CUDA_CHECK(cudaEventSynchronize(e1));
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return ms / iters;
+  ev.record_stop(st);
+  return ev.elapsed_ms() / iters;
 }
 
 /// Device inputs of a training-step benchmark of layout `L` at batch `B`: torchvision-initialised

@@ -17,30 +17,24 @@ TEST_CASE("spin: HostGate holds the stream until opened, then what queued behind
   Stream st;
   int clock_khz = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
+  EventPair ev;
   HostGate gate((long long)clock_khz * 10000);  // about 10 s at the peak clock: far beyond the test's waits
   for (int round = 0; round < 2; ++round) {
     INFO("round " << round);
     gate.close(st.s);
-    CUDA_CHECK(cudaEventRecord(e0, st.s));
+    ev.record_start(st.s);
     spin_cycles((long long)clock_khz / 100, 1, 32, st.s);  // ~10 us of work behind the gate
-    CUDA_CHECK(cudaEventRecord(e1, st.s));
+    ev.record_stop(st.s);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    CHECK(cudaEventQuery(e0) == cudaErrorNotReady);  // still held after 50 ms
+    CHECK(cudaEventQuery(ev.start) == cudaErrorNotReady);  // still held after 50 ms
     const auto opened = std::chrono::steady_clock::now();
     gate.open();
-    CUDA_CHECK(cudaEventSynchronize(e1));
+    CUDA_CHECK(cudaEventSynchronize(ev.stop));
     const double wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - opened).count();
     CHECK(wait_ms < 1000.0);  // released by open(), not by the 10-s limit
     CHECK_FALSE(gate.timed_out());
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    CHECK(ms < 5.0f);  // the work behind the gate ran alone, without the 50 ms of holding
+    CHECK(ev.elapsed_ms() < 5.0f);  // the work behind the gate ran alone, without the 50 ms of holding
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
 }
 
 TEST_CASE("spin: a HostGate never opened lets the stream go at its cycle limit and says so", "[gpu][spin]") {
