@@ -4,27 +4,16 @@
 #include <cstdint>
 
 #include "cuda/check/check_cuda.h"
+#include "cuda/kernels/vec4.cuh"
 
 namespace vitddp {
 namespace {
 
 __global__ void to_bf16_kernel(const float* __restrict__ x, __nv_bfloat16* __restrict__ y, size_t n,
                                bool vec4) {
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (vec4) {
-    const size_t n4 = n / 4;
-    for (size_t i = start; i < n4; i += stride) {
-      const float4 v = reinterpret_cast<const float4*>(x)[i];
-      __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-      uint2 packed;
-      packed.x = *reinterpret_cast<uint32_t*>(&lo);
-      packed.y = *reinterpret_cast<uint32_t*>(&hi);
-      reinterpret_cast<uint2*>(y)[i] = packed;
-    }
-    start += n4 * 4;
-  }
-  for (size_t i = start; i < n; i += stride) y[i] = __float2bfloat16_rn(x[i]);
+  grid_stride<4>(
+      n, vec4, [=](size_t i) { store4(y + 4 * i, load4(x + 4 * i)); },
+      [=](size_t e) { y[e] = __float2bfloat16_rn(x[e]); });
 }
 
 }  // namespace

@@ -46,42 +46,34 @@ __device__ __forceinline__ float gelu_grad_bf16(float u) {
 
 // Vectorised bodies (float4) when n and every pointer allow it; scalar tails otherwise.
 __global__ void gelu_forward_kernel(const float* u, float* y, size_t n, bool vec4) {
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (vec4) {
-    const size_t n4 = n / 4;
-    for (size_t i = start; i < n4; i += stride) {
-      float4 v = reinterpret_cast<const float4*>(u)[i];
-      v.x = gelu(v.x);
-      v.y = gelu(v.y);
-      v.z = gelu(v.z);
-      v.w = gelu(v.w);
-      reinterpret_cast<float4*>(y)[i] = v;
-    }
-    start += n4 * 4;
-  }
-  for (size_t i = start; i < n; i += stride) y[i] = gelu(u[i]);
+  grid_stride<4>(
+      n, vec4,
+      [=](size_t i) {
+        float4 v = reinterpret_cast<const float4*>(u)[i];
+        v.x = gelu(v.x);
+        v.y = gelu(v.y);
+        v.z = gelu(v.z);
+        v.w = gelu(v.w);
+        reinterpret_cast<float4*>(y)[i] = v;
+      },
+      [=](size_t e) { y[e] = gelu(u[e]); });
 }
 
 __global__ void gelu_backward_kernel(const float* dy, const float* u, float* du, size_t n,
                                      bool vec4) {
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (vec4) {
-    const size_t n4 = n / 4;
-    for (size_t i = start; i < n4; i += stride) {
-      const float4 g = reinterpret_cast<const float4*>(dy)[i];
-      const float4 v = reinterpret_cast<const float4*>(u)[i];
-      float4 r;
-      r.x = g.x * gelu_grad(v.x);
-      r.y = g.y * gelu_grad(v.y);
-      r.z = g.z * gelu_grad(v.z);
-      r.w = g.w * gelu_grad(v.w);
-      reinterpret_cast<float4*>(du)[i] = r;
-    }
-    start += n4 * 4;
-  }
-  for (size_t i = start; i < n; i += stride) du[i] = dy[i] * gelu_grad(u[i]);
+  grid_stride<4>(
+      n, vec4,
+      [=](size_t i) {
+        const float4 g = reinterpret_cast<const float4*>(dy)[i];
+        const float4 v = reinterpret_cast<const float4*>(u)[i];
+        float4 r;
+        r.x = g.x * gelu_grad(v.x);
+        r.y = g.y * gelu_grad(v.y);
+        r.z = g.z * gelu_grad(v.z);
+        r.w = g.w * gelu_grad(v.w);
+        reinterpret_cast<float4*>(du)[i] = r;
+      },
+      [=](size_t e) { du[e] = dy[e] * gelu_grad(u[e]); });
 }
 
 // bf16: 8 values (16 bytes) per vector access.
@@ -92,46 +84,37 @@ union Pack8 {
 
 __global__ void gelu_forward_bf16_kernel(const __nv_bfloat16* u, __nv_bfloat16* y, size_t n,
                                          bool vec8) {
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (vec8) {
-    const size_t n8 = n / 8;
-    for (size_t i = start; i < n8; i += stride) {
-      Pack8 v;
-      v.u = reinterpret_cast<const uint4*>(u)[i];
+  grid_stride<8>(
+      n, vec8,
+      [=](size_t i) {
+        Pack8 v;
+        v.u = reinterpret_cast<const uint4*>(u)[i];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 f = __bfloat1622float2(v.h[j]);
-        v.h[j] = __floats2bfloat162_rn(gelu(f.x), gelu(f.y));
-      }
-      reinterpret_cast<uint4*>(y)[i] = v.u;
-    }
-    start += n8 * 8;
-  }
-  for (size_t i = start; i < n; i += stride) y[i] = __float2bfloat16_rn(gelu(__bfloat162float(u[i])));
+        for (int j = 0; j < 4; ++j) {
+          const float2 f = __bfloat1622float2(v.h[j]);
+          v.h[j] = __floats2bfloat162_rn(gelu(f.x), gelu(f.y));
+        }
+        reinterpret_cast<uint4*>(y)[i] = v.u;
+      },
+      [=](size_t e) { y[e] = __float2bfloat16_rn(gelu(__bfloat162float(u[e]))); });
 }
 
 __global__ void gelu_backward_bf16_kernel(const __nv_bfloat16* dy, const __nv_bfloat16* u,
                                           __nv_bfloat16* du, size_t n, bool vec8) {
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (vec8) {
-    const size_t n8 = n / 8;
-    for (size_t i = start; i < n8; i += stride) {
-      Pack8 g, v, r;
-      g.u = reinterpret_cast<const uint4*>(dy)[i];
-      v.u = reinterpret_cast<const uint4*>(u)[i];
+  grid_stride<8>(
+      n, vec8,
+      [=](size_t i) {
+        Pack8 g, v, r;
+        g.u = reinterpret_cast<const uint4*>(dy)[i];
+        v.u = reinterpret_cast<const uint4*>(u)[i];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 gf = __bfloat1622float2(g.h[j]), vf = __bfloat1622float2(v.h[j]);
-        r.h[j] = __floats2bfloat162_rn(gf.x * gelu_grad_bf16(vf.x), gf.y * gelu_grad_bf16(vf.y));
-      }
-      reinterpret_cast<uint4*>(du)[i] = r.u;
-    }
-    start += n8 * 8;
-  }
-  for (size_t i = start; i < n; i += stride)
-    du[i] = __float2bfloat16_rn(__bfloat162float(dy[i]) * gelu_grad_bf16(__bfloat162float(u[i])));
+        for (int j = 0; j < 4; ++j) {
+          const float2 gf = __bfloat1622float2(g.h[j]), vf = __bfloat1622float2(v.h[j]);
+          r.h[j] = __floats2bfloat162_rn(gf.x * gelu_grad_bf16(vf.x), gf.y * gelu_grad_bf16(vf.y));
+        }
+        reinterpret_cast<uint4*>(du)[i] = r.u;
+      },
+      [=](size_t e) { du[e] = __float2bfloat16_rn(__bfloat162float(dy[e]) * gelu_grad_bf16(__bfloat162float(u[e]))); });
 }
 
 // gelu_backward_bias: thread (x, y) of a (kGbThreads, kGbGroups) block owns 8 contiguous columns

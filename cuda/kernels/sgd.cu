@@ -43,29 +43,25 @@ __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ grad
                            __nv_bfloat16* __restrict__ p16, size_t n, SgdArgs a, const int* __restrict__ skip,
                            bool vec4) {
   if (skip && *skip) return;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (vec4) {
-    const size_t n4 = n / 4;
-    for (size_t i = start; i < n4; i += stride) {
-      float4 pv = reinterpret_cast<float4*>(p)[i];
-      const float4 gv = reinterpret_cast<const float4*>(grad)[i];
-      float4 bv = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (a.use_mom && !a.first_step) bv = reinterpret_cast<float4*>(buf)[i];
-      pv = sgd_update4(pv, gv, &bv, a);
-      reinterpret_cast<float4*>(p)[i] = pv;
-      if (a.use_mom) reinterpret_cast<float4*>(buf)[i] = bv;
-      if (p16) store4(p16 + 4 * i, F4{{pv.x, pv.y, pv.z, pv.w}});
-    }
-    start += 4 * n4;
-  }
-  for (size_t i = start; i < n; i += stride) {
-    float b = a.use_mom && !a.first_step ? buf[i] : 0.f;
-    const float v = sgd_update(p[i], grad[i], &b, a);
-    p[i] = v;
-    if (a.use_mom) buf[i] = b;
-    if (p16) p16[i] = __float2bfloat16_rn(v);
-  }
+  grid_stride<4>(
+      n, vec4,
+      [&](size_t i) {
+        float4 pv = reinterpret_cast<float4*>(p)[i];
+        const float4 gv = reinterpret_cast<const float4*>(grad)[i];
+        float4 bv = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (a.use_mom && !a.first_step) bv = reinterpret_cast<float4*>(buf)[i];
+        pv = sgd_update4(pv, gv, &bv, a);
+        reinterpret_cast<float4*>(p)[i] = pv;
+        if (a.use_mom) reinterpret_cast<float4*>(buf)[i] = bv;
+        if (p16) store4(p16 + 4 * i, F4{{pv.x, pv.y, pv.z, pv.w}});
+      },
+      [&](size_t e) {
+        float b = a.use_mom && !a.first_step ? buf[e] : 0.f;
+        const float v = sgd_update(p[e], grad[e], &b, a);
+        p[e] = v;
+        if (a.use_mom) buf[e] = b;
+        if (p16) p16[e] = __float2bfloat16_rn(v);
+      });
 }
 
 /// With vec4, float4 loads and then the n % 4 tail; else one float per thread.

@@ -1,16 +1,35 @@
 // Four contiguous fp32 values moved as one 16-byte (fp32) or 8-byte (bf16) access, widened to fp32
-// in registers (device code; the LayerNorm kernels). Pointers must be aligned to 4 elements.
-// aligned16(): the host-side test the vectorised kernels' launchers share.
+// in registers (device code; the LayerNorm kernels and the fp32 -> bf16 cast). Pointers must be
+// aligned to 4 elements. grid_stride(): the loop of the elementwise kernels (cast, GELU, SGD) over
+// vector groups and a scalar tail. aligned16(): the host-side test the vectorised kernels'
+// launchers share.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace vitddp {
 
 /// True when `p` is aligned to 16 bytes (one float4 / uint4 access). Host and device.
 __host__ __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+/// The grid-stride loop of the elementwise kernels over n elements: with `vec`, f_vec(i) for every
+/// whole group i of V elements (elements V i .. V i + V - 1: one vector access), then f_one(e) for
+/// the n % V elements after them; without `vec` (a pointer not aligned for the vector accesses),
+/// f_one(e) for every element. Thread t of the grid takes groups (or elements) t, t + grid size, ...
+template <int V, class FVec, class FOne>
+__device__ __forceinline__ void grid_stride(size_t n, bool vec, FVec&& f_vec, FOne&& f_one) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (vec) {
+    const size_t groups = n / V;
+    for (size_t i = start; i < groups; i += stride) f_vec(i);
+    start += groups * V;
+  }
+  for (size_t e = start; e < n; e += stride) f_one(e);
+}
 
 struct F4 {
   float v[4];
