@@ -1,8 +1,8 @@
 // Four contiguous fp32 values moved as one 16-byte (fp32) or 8-byte (bf16) access, widened to fp32
-// in registers (device code; the LayerNorm kernels and the fp32 -> bf16 cast). Pointers must be
-// aligned to 4 elements. grid_stride(): the loop of the elementwise kernels (cast, GELU, SGD) over
-// vector groups and a scalar tail. aligned16(): the host-side test the vectorised kernels'
-// launchers share.
+// in registers (device code; the LayerNorm kernels, the fp32 -> bf16 cast and SGD's bf16 copy).
+// Pointers must be aligned to 4 elements. grid_stride(): the loop of the elementwise kernels (cast,
+// GELU, SGD) over vector groups and a scalar tail. aligned16(): the host-side test the vectorised
+// kernels' launchers share.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
