@@ -46,6 +46,19 @@ expect_probe_error "unknown option" "unknown option '--bogus'" --bogus
 expect_probe_error "no size left" "--max-bytes: 4 is less than one fp32 element per rank (8 bytes)" --min-bytes 4 --max-bytes 4
 expect_probe_error "iterations" "--iters: '0' is not an integer >= 1" --iters 0
 expect_probe_error "existing --out" "--out: refusing to overwrite existing file" --transport mpi --out "$TMP/probe.h5"
+expect_probe_error "share beyond MPI's int counts" "--max-bytes: 17179869184 bytes is a share of more than 2147483647 fp32 elements per rank" \
+  --transport mpi --min-bytes 16G --max-bytes 16G --out "$TMP/huge.h5"
+VITDDP_TEST_MEMAVAILABLE_KB=1024 expect_probe_error "host memory" "--max-bytes: 2 rank(s) on this host need 0.03 GiB of host memory for two buffers of 0.01 GiB each, but only 0.00 GiB is available" \
+  --transport mpi --max-bytes 8M --out "$TMP/mem.h5"
+[ ! -e "$TMP/huge.h5" ] && [ ! -e "$TMP/mem.h5" ] && ok "refused runs leave no --out file" || bad "a refused run left its --out file"
+# Ranks started with different options (MPMD) stop together with one line instead of crashing or
+# hanging in mismatched collectives.
+o=$(timeout 60 $MPIRUN -np 1 "$BIN" --transport mpi --max-bytes 1M --iters 5 : -np 1 "$BIN" --transport mpi --max-bytes 2M \
+  --iters 6 --out "$TMP/mpmd.h5" 2>&1); rc=$?
+want="ranks were started with different options: --iters differs on rank 1; --max-bytes differs on rank 1; --out differs on rank 1"
+if [ $rc -eq 2 ] && [ "$(grep -cF "[vitddp-probe] error: $want" <<<"$o")" -eq 1 ] && [ ! -e "$TMP/mpmd.h5" ]; then
+  ok "ranks with different options (exit 2, one line, no file)"
+else bad "ranks with different options: rc=$rc: $o"; fi
 if [ "${VITDDP_GPU_BUILT:-1}" = 0 ]; then
   expect_probe_error "nccl without the GPU backend" "needs the GPU backend" --transport nccl
 elif ! nvidia-smi -L >/dev/null 2>&1; then
