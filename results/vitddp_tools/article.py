@@ -39,7 +39,7 @@ import tarfile
 import tempfile
 
 from . import plot as vitddp_plot
-from .reader import ResultsError, Run
+from .reader import ResultsError, Run, check_outputs, write_text
 
 ROWS = [  # key, label (the article's rows first)
     ("noddp", "no DDP (1 GPU)"),
@@ -356,6 +356,7 @@ def main(argv=None, prog="vitddp-report article"):
     ap.add_argument("--plots", metavar="DIR", help="folder for the plots [folder of -o, else .]")
     ap.add_argument("--no-plots", action="store_true", help="only the table")
     a = ap.parse_args(argv)
+    check_outputs(a, {"output": "-o"})
     with tempfile.TemporaryDirectory() as tmp:
         dirs = []
         for x in a.inputs:
@@ -374,7 +375,6 @@ def main(argv=None, prog="vitddp-report article"):
             md += "\nPlots: " + (", ".join(os.path.basename(m) for m in made) or "none") + "\n"
         print(md)
         if a.output:
-            with open(a.output, "w") as f:
-                f.write(md)
+            write_text(a.output, md)
     return 0
 

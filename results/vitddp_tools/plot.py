@@ -27,7 +27,7 @@ from .bandwidth import BucketBandwidth, link_probe, read_probe
 from .plot_style import (COLORS, HATCH, PHASE_LABELS, PlotError, comm_name, legend_outside, output_paths,  # noqa: F401
                          plt, save)
 from .plot_timeline import cmd_timeline, parse_steps  # noqa: F401 (parse_steps: part of this module's API)
-from .reader import ResultsError, Run, open_runs, text as _text
+from .reader import ResultsError, Run, check_outputs, input_error_line, open_runs, text as _text, write_text
 
 
 # ----------------------------------------------------------------------------------------- summary
@@ -89,11 +89,7 @@ def cmd_summary(a):
     text = table + ("\n" + "\n".join(notes) if not a.no_notes else "") + "\n"
     sys.stdout.write(text)
     if a.output:
-        d = os.path.dirname(os.path.abspath(a.output))
-        if not os.path.isdir(d):
-            raise PlotError("-o %s: directory '%s' does not exist" % (a.output, d))
-        with open(a.output, "w") as f:
-            f.write(text)
+        write_text(a.output, text)
         print("wrote %s" % a.output, file=sys.stderr)
     return 0
 
@@ -555,12 +551,20 @@ def main(argv=None, prog="vitddp-plot"):
     args = build_parser(prog).parse_args(argv)
     name = prog[:-3] if prog.endswith(".py") else prog
     try:
+        if hasattr(args, "output"):
+            check_outputs(args, {"output": "-o"})
         return args.func(args)
     except ResultsError as e:
         sys.stderr.write("%s: error: %s\n" % (name, e))
         return 2
     except KeyError as e:  # a dataset or attribute we did not guard explicitly
         sys.stderr.write("%s: error: missing %s\n" % (name, e))
+        return 2
+    except Exception as e:  # noqa: BLE001 - one line for what a malformed input raises (input_error_line)
+        line = input_error_line(e)
+        if line is None:
+            raise
+        sys.stderr.write("%s: error: %s\n" % (name, line))
         return 2
 
 

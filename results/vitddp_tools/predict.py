@@ -12,6 +12,7 @@ The model: predict_core's module doc (the copy-engine all-reduce: predict_ce's);
 file: predict_link's.
 """
 import argparse
+import math
 import glob
 import os
 import re
@@ -24,7 +25,7 @@ from .predict_ce import CE_TRANSPORT, RunShares, comm_streams_of, fit_gain, gain
 from .predict_core import (CASTS, Baseline, Reference, Scenario, fit_cast_cost, gains_at, predict, prediction_dict,
                            prediction_text, transport_of)
 from .predict_link import COLLECTIVES, LinkTable, curve_rows, default_table, load_table
-from .reader import ResultsError, Run, text, write_output
+from .reader import ResultsError, Run, check_outputs, text, write_output, write_text
 
 # options whose differences between a run and its reference the model covers (or that do not change
 # the device's work); any other difference is named in the validation's notes
@@ -582,6 +583,17 @@ def parser(prog):
 def main(argv=None, prog="vitddp-report predict"):
     """Entry point of `vitddp-report predict`; returns the exit status (ResultsError propagates to report.py)."""
     a = parser(prog).parse_args(argv)
+    check_outputs(a, {"output": "-o", "write_link_table": "--write-link-table", "plot": "--plot"})
+    if not a.validate:
+        for opt, given in (("--plot", a.plot), ("--leave-one-out", a.leave_one_out),
+                           ("--comm-streams-table", a.comm_streams_table)):
+            if given:
+                raise ResultsError("%s: only with --validate" % opt)
+    if a.powersgd_rate is not None and not (math.isfinite(a.powersgd_rate) and a.powersgd_rate > 0):
+        raise ResultsError("--powersgd-rate %s: must be a finite number > 0" % a.powersgd_rate)
+    for opt, v in (("--bucket-cap-mb", a.bucket_cap_mb), ("--first-bucket-mb", a.first_bucket_mb)):
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ResultsError("%s %s: must be a finite number > 0" % (opt, v))
     if a.validate:
         with tempfile.TemporaryDirectory() as tmp:
             streams = load_stream_table(a.comm_streams_table) if a.comm_streams_table else None
@@ -606,8 +618,7 @@ def main(argv=None, prog="vitddp-report predict"):
     if a.small_link_table:
         table = table.with_small_sizes(load_table(a.small_link_table, "--small-link-table"))
     if a.write_link_table:
-        with open(a.write_link_table, "w") as f:
-            f.write(table.to_csv())
+        write_text(a.write_link_table, table.to_csv(), "--write-link-table")
     if not a.reference:
         if a.write_link_table:
             return 0
@@ -617,7 +628,7 @@ def main(argv=None, prog="vitddp-report predict"):
     baseline = None
     if a.baseline:
         with Run(a.baseline) as b:
-            baseline = Baseline.from_run(b)
+            baseline = Baseline.from_run(b, ref)
     if a.allgather_dtype is not None and a.mode != "zero1":
         raise ResultsError("--allgather-dtype %s: has no effect without --mode zero1 (DDP all-reduces the gradients)"
                            % a.allgather_dtype)

@@ -262,10 +262,17 @@ class Baseline:
     backward: float
 
     @classmethod
-    def from_run(cls, run):
-        """ResultsError unless `run` has one rank."""
+    def from_run(cls, run, ref=None):
+        """ResultsError unless `run` has one rank and, given Reference `ref`, the same model, batch
+        and precision (its backward is the reference's without traffic)."""
         if run.world_size != 1:
             raise ResultsError("--baseline %s: %d ranks (a 1-GPU run is needed)" % (run.path, run.world_size))
+        if ref is not None:
+            mine, theirs = (run.model, run.batch_size, run.precision), (ref.model, ref.batch, ref.precision)
+            if mine != theirs:
+                raise ResultsError("--baseline %s: %s, batch %d, %s; the reference is %s, batch %d, %s (the "
+                                   "baseline must run the reference's model, batch and precision)" % (
+                                       (run.path,) + mine + theirs))
         t = run.timed()
         return cls(run.path, _med(np.asarray(run.step_series("timing/backward"), dtype=float)[0, t]))
 

@@ -233,6 +233,9 @@ def parse_table(text, name):
     rows = []
     for i, d in enumerate(reader, start=2):
         try:
+            empty = sorted(k for k in need if not (d.get(k) or "").strip())
+            if empty:
+                raise ValueError("no value in column %s" % ", ".join(empty))
             coll = d["collective"].strip().lower().replace("-", "").replace("_", "")
             if coll not in COLLECTIVES + WORK + (GAIN,):
                 raise ValueError("collective '%s' is not one of %s" % (
@@ -240,8 +243,10 @@ def parse_table(text, name):
             nb = (d.get("bytes") or "").strip()
             bw = float(d["busbw_GBps"])
             alpha = float(d["alpha_us"]) * 1e-6
-            if not bw > 0 or alpha < 0 or (nb and not float(nb) > 0):
-                raise ValueError("busbw must be > 0, alpha >= 0, bytes > 0")
+            finite = math.isfinite(bw) and math.isfinite(alpha) and (not nb or math.isfinite(float(nb)))
+            if not finite or not bw >= 1e-9 or alpha < 0 or (nb and not float(nb) > 0):
+                raise ValueError("busbw_GBps must be a finite number >= 1e-9 (1 byte/s), alpha_us finite and "
+                                 ">= 0, bytes finite and > 0")
             rows.append(Row(d["transport"].strip(), coll, float(nb) if nb else None, alpha, bw, name))
         except (ValueError, TypeError, AttributeError) as e:
             raise ResultsError("link table %s, data row %d: %s" % (name, i - 1, e))
@@ -256,6 +261,8 @@ def load_table(path, option="--link-table"):
             text = f.read()
     except OSError as e:
         raise ResultsError("%s %s: %s" % (option, path, e.strerror or e))
+    except UnicodeDecodeError:
+        raise ResultsError("%s %s: not a text (CSV) file" % (option, path))
     return parse_table(text, path)
 
 

@@ -368,12 +368,69 @@ def open_runs(paths):
     return runs
 
 
+def _paths(value):
+    """The path strings of an argparse value (a string, a list of them, or anything else: none)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if isinstance(v, str)]
+    return []
+
+
+def check_outputs(args, outputs):
+    """Before any work or output: ResultsError when one of the files a command will write is
+    unusable. `args`: the parsed argparse namespace; `outputs`: {attribute: option name} of the
+    arguments that name files the command writes (None = not given). Refused: an empty path, a
+    directory, a missing parent folder, and a path that is the same file as any other argument naming
+    an existing file (an input: a results file must never be overwritten by the table made from it)."""
+    vals = vars(args)
+    ins = {os.path.realpath(p) for k, v in vals.items() if k not in outputs
+           for p in _paths(v) if p and os.path.exists(p)}
+    for key, opt in outputs.items():
+        path = vals.get(key)
+        if path is None:
+            continue
+        if path == "":
+            raise ResultsError("%s: an empty path" % opt)
+        if os.path.isdir(path):
+            raise ResultsError("%s %s: is a directory" % (opt, path))
+        d = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(d):
+            raise ResultsError("%s %s: directory '%s' does not exist" % (opt, path, d))
+        if os.path.realpath(path) in ins:
+            raise ResultsError("%s %s: is also an input of this command (choose another path)" % (opt, path))
+
+
+def input_error_line(e):
+    """The one error line for exception `e` raised while reading a command's inputs (a missing or
+    unreadable file, a truncated archive, a file of another schema: OSError, EOFError, tar errors,
+    ValueError, IndexError, ZeroDivisionError, KeyError), or None when the command should let it
+    propagate: another kind of exception, or VITDDP_TRACEBACK set in the environment."""
+    import tarfile
+    kinds = (OSError, EOFError, tarfile.TarError, ValueError, IndexError, ZeroDivisionError, KeyError)
+    if os.environ.get("VITDDP_TRACEBACK") or not isinstance(e, kinds):
+        return None
+    what = getattr(e, "filename", None)
+    msg = (e.strerror or str(e)) if isinstance(e, OSError) else str(e)
+    msg = "; ".join(part.strip() for part in msg.splitlines() if part.strip())  # one line
+    return "%s%s: %s (a missing, unreadable or malformed input?)" % (
+        "%s: " % what if what else "", type(e).__name__, msg)
+
+
+def write_text(path, text, opt="-o"):
+    """Writes `text` to `path`; ResultsError naming `opt` when the file cannot be written."""
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise ResultsError("%s %s: directory '%s' does not exist" % (opt, path, d))
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise ResultsError("%s %s: cannot write: %s" % (opt, path, e.strerror or e))
+
+
 def write_output(text, output):
-    """Prints `text` and, with -o, writes it to `output` too (ResultsError for a missing folder)."""
+    """Prints `text` and, with -o, writes it to `output` too (write_text's errors)."""
     sys.stdout.write(text)
     if output:
-        d = os.path.dirname(os.path.abspath(output))
-        if not os.path.isdir(d):
-            raise ResultsError("-o %s: directory '%s' does not exist" % (output, d))
-        with open(output, "w") as f:
-            f.write(text)
+        write_text(output, text)

@@ -11,14 +11,15 @@
     vitddp-report article DIR_OR_TAR... [-o table.md] [--plots DIR | --no-plots]
 
 `vitddp-report SUBCOMMAND --help` describes each. Errors about a file or an argument print one
-line naming it and exit with status 2.
+line naming it and exit with status 2 (VITDDP_TRACEBACK=1 shows the Python traceback of an
+unexpected one instead).
 """
 import argparse
 import sys
 
 from . import article, buckets, kernels, losses, overlap, power, predict, speed
 from .bandwidth import read_probe
-from .reader import ResultsError, write_output
+from .reader import ResultsError, check_outputs, input_error_line, write_output
 from .runs_report import compare_text, collect, summary_text
 
 TABLES = {  # subcommand -> (module main, one-line help)
@@ -49,6 +50,7 @@ def cmd_summary(argv, prog):
     ap.add_argument("--probe", metavar="FILE", help="a vitddp-probe file: add the run's median bucket size and the "
                     "probe's all-reduce busbw at that size (interpolated in log2 bytes) next to the run's busbw")
     a = ap.parse_args(argv)
+    check_outputs(a, {"output": "-o"})
     ms, _ = collect(a.files, read_probe(a.probe) if a.probe else None)
     write_output(summary_text(ms, "json" if a.json else "csv" if a.csv else "markdown"), a.output)
     return 0
@@ -64,6 +66,7 @@ def cmd_compare(argv, prog):
     ap.add_argument("--format", choices=["markdown", "csv", "json"], default="markdown", help="output format [markdown]")
     ap.add_argument("-o", "--output", metavar="FILE", help="also write the output to FILE")
     a = ap.parse_args(argv)
+    check_outputs(a, {"output": "-o"})
     if len(a.files) < 2:
         raise ResultsError("compare: give at least two files (the first is the reference)")
     write_output(compare_text(a.files, a.format), a.output)
@@ -89,6 +92,12 @@ def main(argv=None):
         raise ResultsError("unknown subcommand '%s' (one of %s)" % (sub, ", ".join(list(subs) + list(TABLES))))
     except ResultsError as e:
         sys.stderr.write("vitddp-report: error: %s\n" % e)
+        return 2
+    except Exception as e:  # noqa: BLE001 - one line for what a malformed input raises (input_error_line)
+        line = input_error_line(e)
+        if line is None:
+            raise
+        sys.stderr.write("vitddp-report: error: %s\n" % line)
         return 2
 
 

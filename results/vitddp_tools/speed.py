@@ -79,6 +79,8 @@ def main(argv=None, prog="vitddp-report speed"):
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("outdir", metavar="OUTDIR", help="folder written by results/commands/speed.sh")
     out = ap.parse_args(argv).outdir
+    if not os.path.isdir(out):
+        raise ResultsError("%s: no such folder (give the folder results/commands/speed.sh wrote)" % out)
     print("## 1 x H200, ViT-L/32, batch 32, data on the GPU\n")
     print("| precision | run | steps/s | images/s | TFLOP/s | MFU | peak GiB (nvidia-smi) | vs PyTorch (target) "
           "| vs reference PyTorch (docs/benchmarks.md) |")

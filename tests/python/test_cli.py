@@ -207,3 +207,43 @@ def test_per_rank_busbw_is_each_ranks_own_figure(make_run):
     assert bw[0, 1, 0] == pytest.approx(4e6 / 0.001 / 1e9)   # factor 2(2-1)/2 = 1
     assert bw[1, 1, 0] == pytest.approx(4e6 / 0.002 / 1e9)
     assert bw[0, 0, 1] == 0.0
+
+
+def test_an_output_never_overwrites_an_input(make_run, capsys, tmp_path):
+    """-o naming one of the command's inputs, a directory or a path in a missing folder is refused
+    with one line before anything is printed; the input is left as it was."""
+    a, b = two_runs(make_run)
+    before = open(a, "rb").read()
+    for argv, want in ((["summary", a, "-o", a], "-o %s: is also an input of this command" % a),
+                       (["compare", a, b, "-o", b], "-o %s: is also an input of this command" % b),
+                       (["summary", a, "-o", str(tmp_path)], "is a directory"),
+                       (["summary", a, "-o", str(tmp_path / "no" / "x.md")], "does not exist"),
+                       (["summary", a, "-o", ""], "-o: an empty path")):
+        rc, out, err = run_main(report.main, argv, capsys)
+        assert rc == 2 and out == "" and err.count("\n") == 1 and want in err, (argv, err)
+    rc, out, err = run_main(plot.main, ["phases", a, "-o", a], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "is also an input" in err
+    assert open(a, "rb").read() == before
+
+
+def test_losses_missing_or_unreadable_files_exit_2(make_run, capsys, tmp_path):
+    a, b = two_runs(make_run)
+    rc, out, _ = run_main(report.main, ["losses", a, a], capsys)
+    assert rc == 0 and out.strip().endswith("identical")
+    bad = tmp_path / "notes.txt"
+    bad.write_text("not HDF5")
+    for argv, want in ((["losses", a, str(tmp_path / "gone.h5")], "gone.h5: no such file"),
+                       (["losses", a, str(bad)], "notes.txt: cannot read training/loss"),
+                       (["losses", a], "give files in pairs")):
+        rc, out, err = run_main(report.main, argv, capsys)
+        assert rc == 2 and out == "" and err.count("\n") == 1 and want in err, (argv, err)
+    rc, out, err = run_main(report.main, ["speed", str(tmp_path / "nowhere")], capsys)
+    assert rc == 2 and out == "" and "nowhere: no such folder" in err
+
+
+def test_malformed_inputs_give_one_line_not_a_traceback(capsys, tmp_path):
+    """A truncated archive (article) ends in one error line, exit 2."""
+    trunc = tmp_path / "trunc.tar.xz"
+    trunc.write_bytes(b"\xfd7zXZ\x00\x00")
+    rc, out, err = run_main(report.main, ["article", str(trunc), "--no-plots"], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "error:" in err and "Traceback" not in err

@@ -171,6 +171,20 @@ def test_cli_json_and_errors(tmp_path, capsys):
     assert "--ranks must be >= 1" in capsys.readouterr().err
     assert report.main(["predict", ref_path, "--baseline", ref_path]) == 2
     assert "a 1-GPU run is needed" in capsys.readouterr().err
+    other = write_micro_run(tmp_path / "one.h5", world_size=1)
+    with h5py.File(other, "r+") as f:
+        f.attrs["batch_size"] = 16
+    assert report.main(["predict", ref_path, "--link-table", str(tab), "--baseline", other]) == 2
+    assert "vit_micro, batch 16, fp32; the reference is vit_micro, batch 8, fp32" in capsys.readouterr().err
+    for argv, want in ((["--plot", str(tmp_path / "p.png")], "--plot: only with --validate"),
+                       (["--leave-one-out"], "--leave-one-out: only with --validate"),
+                       (["--powersgd-rate", "nan"], "--powersgd-rate nan: must be a finite number > 0"),
+                       (["--bucket-cap-mb", "inf"], "--bucket-cap-mb inf: must be a finite number > 0"),
+                       (["-o", ref_path], "is also an input of this command"),
+                       (["--write-link-table", str(tab)], "is also an input of this command")):
+        assert report.main(["predict", ref_path, "--link-table", str(tab)] + argv) == 2, argv
+        assert want in capsys.readouterr().err, argv
+    assert tab.read_text().startswith("transport,collective,alpha_us,busbw_GBps\n")
 
 
 def test_validate_a_folder(tmp_path, capsys):
@@ -396,3 +410,12 @@ def test_cli_small_link_table(tmp_path, capsys):
     assert any("priced from the rows at 500, 544, 1012 bytes of %s" % small in a for a in d["assumptions"])
     assert report.main(args + ["--small-link-table", str(tmp_path / "no.csv")]) == 2
     assert "--small-link-table %s" % (tmp_path / "no.csv") in capsys.readouterr().err
+
+
+def test_link_table_values_must_be_finite_and_every_column_filled():
+    head = "transport,collective,alpha_us,busbw_GBps\n"
+    for row, want in (("x,allreduce,nan,1\n", "finite"), ("x,allreduce,inf,1\n", "finite"),
+                      ("x,allreduce,1,1e-300\n", ">= 1e-9"), ("x,allreduce,1,inf\n", "finite"),
+                      ("x,allreduce,,1\n", "no value in column alpha_us")):
+        with pytest.raises(ResultsError, match="data row 1: .*" + want):
+            parse_table(head + row, "bad.csv")
