@@ -99,6 +99,10 @@ def run_metrics(run):
       - peak memory: where the file records it.
     ResultsError when the file has no summary (the run ended before its timed window)."""
     if not run.has("summary/steps_per_second"):
+        kind = text(run.attr("format", None) or run.attr("program", None) or "")
+        if kind in ("vitddp-checkpoint", "vitddp-weights", "vitddp-probe"):
+            raise ResultsError("%s: a %s file, not the results file of a training run (vitddp --out)%s" % (
+                run.path, kind, "; give it with --probe" if kind == "vitddp-probe" else ""))
         reason = run.attr("stop_reason", None)
         raise ResultsError("%s: no summary/steps_per_second (%s)" % (
             run.path, "stop_reason: %s" % text(reason) if reason is not None else "the run ended before its timed window"))

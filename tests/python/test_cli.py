@@ -247,3 +247,13 @@ def test_malformed_inputs_give_one_line_not_a_traceback(capsys, tmp_path):
     trunc.write_bytes(b"\xfd7zXZ\x00\x00")
     rc, out, err = run_main(report.main, ["article", str(trunc), "--no-plots"], capsys)
     assert rc == 2 and err.count("\n") == 1 and "error:" in err and "Traceback" not in err
+
+
+def test_other_vitddp_files_are_named_for_what_they_are(make_run, capsys, tmp_path):
+    import h5py
+    for kind in ("vitddp-checkpoint", "vitddp-weights", "vitddp-probe"):
+        p = tmp_path / (kind + ".h5")
+        with h5py.File(p, "w") as f:
+            f.attrs["format" if kind != "vitddp-probe" else "program"] = kind
+        rc, out, err = run_main(report.main, ["summary", str(p)], capsys)
+        assert rc == 2 and err.count("\n") == 1 and "a %s file, not the results file" % kind in err, err
