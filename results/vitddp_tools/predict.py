@@ -12,8 +12,8 @@ The model: predict_core's module doc (the copy-engine all-reduce: predict_ce's);
 file: predict_link's.
 """
 import argparse
-import math
 import glob
+import math
 import os
 import re
 import tempfile

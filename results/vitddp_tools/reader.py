@@ -10,6 +10,7 @@ Errors a user can act on (missing file, dataset or attribute, a file that is not
 """
 import os
 import sys
+import tarfile
 
 import h5py
 import numpy as np
@@ -406,7 +407,6 @@ def input_error_line(e):
     unreadable file, a truncated archive, a file of another schema: OSError, EOFError, tar errors,
     ValueError, IndexError, ZeroDivisionError, KeyError), or None when the command should let it
     propagate: another kind of exception, or VITDDP_TRACEBACK set in the environment."""
-    import tarfile
     kinds = (OSError, EOFError, tarfile.TarError, ValueError, IndexError, ZeroDivisionError, KeyError)
     if os.environ.get("VITDDP_TRACEBACK") or not isinstance(e, kinds):
         return None
