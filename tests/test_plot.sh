@@ -263,8 +263,8 @@ if [ $rc -eq 0 ] && grep -qF "| na | 0 | 1 | 1800 / 1800 | n/a | 51 | 0% | 0% |"
 else bad "power_table: N/A cells: rc=$rc: $out $(cat "$TMP/err")"; fi
 printf 'timestamp, index, power.draw [W]\n2026/11/30 10:00:00.000, 0, 600.00\n' >"$TMP/smi-bad.csv"
 out=$("$PY" "$POWER" "$TMP/smi-bad.csv" 2>"$TMP/err"); rc=$?
-if [ $rc -eq 1 ] && grep -qF "smi-bad.csv: no 'index' or SM clock column" "$TMP/err"; then
-  ok "power_table: a file without the SM clock column is named, exit 1"
+if [ $rc -eq 2 ] && [ -z "$out" ] && grep -qF "smi-bad.csv: no 'index' or SM clock column" "$TMP/err"; then
+  ok "power_table: a file without the SM clock column is named before any line, exit 2"
 else bad "power_table: bad file: rc=$rc: $(cat "$TMP/err")"; fi
 
 finish

@@ -26,7 +26,8 @@ import argparse
 import csv
 import os
 import statistics
-import sys
+
+from .reader import ResultsError
 
 SW_POWER_CAP = 0x4
 SLOWDOWN = 0x8 | 0x20 | 0x40 | 0x80
@@ -82,26 +83,27 @@ def busy_samples(path, min_power):
 
 
 def main(argv=None, prog="vitddp-report power"):
-    """Prints the table of the CSV files in `argv`; returns 0, or 1 when a file was unusable."""
+    """Prints the table of the CSV files in `argv`; returns 0 (ResultsError naming an unusable file,
+    before any line is printed)."""
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("--min-power", type=float, default=250.0,
                     help="busy threshold in W for files without utilization.gpu (default 250)")
     ap.add_argument("files", nargs="+", help="nvidia-smi CSV files (smi-<run>.csv)")
     a = ap.parse_args(argv)
+    samples = {}
+    for path in a.files:  # every file read before the table starts
+        try:
+            samples[path] = busy_samples(path, a.min_power)
+        except (OSError, ValueError) as e:
+            raise ResultsError("%s: %s" % (path, e.strerror if isinstance(e, OSError) and e.strerror else e))
     print("| run | GPU | busy samples | SM clock mean / min (MHz) | power mean (W) | max temp (C) "
           "| SW power cap | other slowdown |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    status = 0
     for path in a.files:
         name = os.path.basename(path)
         name = name[4:] if name.startswith("smi-") else name
         name = name[:-4] if name.endswith(".csv") else name
-        try:
-            gpus = busy_samples(path, a.min_power)
-        except (OSError, ValueError) as e:
-            print(f"{prog}: {path}: {e}", file=sys.stderr)
-            status = 1
-            continue
+        gpus = samples[path]
         if not gpus:
             print(f"| {name} | - | 0 | no busy sample | | | | |")
         for g in sorted(gpus, key=int):
@@ -115,5 +117,5 @@ def main(argv=None, prog="vitddp-report power"):
             tc = f"{max(temps):.0f}" if temps else "n/a"
             print(f"| {name} | {g} | {len(s)} | {statistics.mean(clocks):.0f} / {min(clocks):.0f} | {pw} | {tc} "
                   f"| {cap:.0f}% | {slow:.0f}% |")
-    return status
+    return 0
 
