@@ -17,7 +17,7 @@ clocks_event_reasons.active or clocks_throttle_reasons.active (older drivers). C
 number ("[N/A]", "[Not Supported]") count as missing: a row without an SM clock is skipped, a
 reasons cell without a hex number counts as no reason. A torn last line (no newline: the sampler
 was stopped while writing) is dropped. An empty or unreadable file, or one whose header lacks the
-index or SM-clock column, is reported on stderr and gives exit status 1.
+index or SM-clock column, is named in one line on stderr before any line of the table: exit status 2.
 Short windows give few samples, and power.draw is itself averaged by the driver (about a second
 on recent GPUs, so a 0.2 s run shows less than its peak): the benchmark's 20 bf16 steps give 4
 samples at 50 ms. Use 300-step runs to measure power.
