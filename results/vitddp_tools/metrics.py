@@ -94,7 +94,8 @@ def run_metrics(run):
       - MFU: summary/mfu when the file has it, else TFLOP/s over the H200 matmul ceiling of the
         precision for runs on H200 GPUs, else None;
       - step time: timing/step_time (device), the slowest rank of each step, spread() in ms;
-      - exposed comm: median over the timed steps of the slowest rank's timing/exposed_comm (ms);
+      - exposed comm: median over the timed steps of the slowest rank's timing/exposed_comm (ms;
+        None without DDP);
       - algbw/busbw: BucketBandwidth.median_algbw/median_busbw (None without per-bucket times);
       - peak memory: where the file records it.
     ResultsError when the file has no summary (the run ended before its timed window)."""
@@ -128,7 +129,10 @@ def run_metrics(run):
     for k in ("min", "median", "p90", "max"):
         m["step_time_%s_ms" % k] = st[k]
     m["step_time_cv"] = st["cv"]
-    m["exposed_comm_median_ms"] = float(np.median(run.step_series("timing/exposed_comm")[:, timed].max(axis=0))) * 1e3
+    # A run without DDP has no communication to expose (its timing/exposed_comm is event-timing noise,
+    # ~1e-7 s): n/a, so that compare gives no ratio against it.
+    m["exposed_comm_median_ms"] = float(np.median(
+        run.step_series("timing/exposed_comm")[:, timed].max(axis=0))) * 1e3 if run.ddp else None
     m["algbw_gbps"] = m["busbw_gbps"] = None
     if run.ddp and run.has("buckets/allreduce_time"):
         bw = BucketBandwidth(run)

@@ -257,3 +257,13 @@ def test_other_vitddp_files_are_named_for_what_they_are(make_run, capsys, tmp_pa
             f.attrs["format" if kind != "vitddp-probe" else "program"] = kind
         rc, out, err = run_main(report.main, ["summary", str(p)], capsys)
         assert rc == 2 and err.count("\n") == 1 and "a %s file, not the results file" % kind in err, err
+
+
+def test_a_run_without_ddp_has_no_exposed_comm_to_compare(make_run, capsys):
+    one = make_run("one.h5", world_size=1, attrs={"ddp": 0}, exposed=np.full((1, 4), 1e-7))
+    a, _ = two_runs(make_run)
+    rc, out, _ = run_main(report.main, ["summary", one, "--json"], capsys)
+    assert rc == 0 and json.loads(out)["runs"][0]["exposed_comm_median_ms"] is None
+    rc, out, _ = run_main(report.main, ["compare", one, a], capsys)
+    row = next(line for line in out.splitlines() if line.startswith("| exposed comm median"))
+    assert "n/a" in row and "x)" not in row, row
