@@ -10,14 +10,10 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 try:
     from vitddp_tools.power import main  # noqa: E402
-    from vitddp_tools.reader import ResultsError  # noqa: E402
+    from vitddp_tools.reader import run_command  # noqa: E402
 except ImportError as e:  # numpy, h5py or matplotlib missing on this machine
     sys.stderr.write("power_table.py: error: %s (install python3-h5py, python3-numpy, python3-matplotlib, or pip install ./results)" % e + "\n")
     sys.exit(2)
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(prog="power_table.py"))
-    except ResultsError as e:
-        sys.stderr.write("power_table.py: error: %s\n" % e)
-        sys.exit(2)
+    sys.exit(run_command("power_table.py", lambda: main(prog="power_table.py")))

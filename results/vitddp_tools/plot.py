@@ -27,7 +27,7 @@ from .bandwidth import BucketBandwidth, link_probe, read_probe
 from .plot_style import (COLORS, HATCH, PHASE_LABELS, PlotError, comm_name, legend_outside, output_paths,  # noqa: F401
                          plt, save)
 from .plot_timeline import cmd_timeline, parse_steps  # noqa: F401 (parse_steps: part of this module's API)
-from .reader import ResultsError, Run, check_outputs, input_error_line, open_runs, text as _text, write_text
+from .reader import Run, check_outputs, open_runs, run_command, text as _text, write_text
 
 
 # ----------------------------------------------------------------------------------------- summary
@@ -550,22 +550,12 @@ def main(argv=None, prog="vitddp-plot"):
     (2 on errors, with one line)."""
     args = build_parser(prog).parse_args(argv)
     name = prog[:-3] if prog.endswith(".py") else prog
-    try:
+
+    def body():
         if hasattr(args, "output"):
             check_outputs(args, {"output": "-o"})
         return args.func(args)
-    except ResultsError as e:
-        sys.stderr.write("%s: error: %s\n" % (name, e))
-        return 2
-    except KeyError as e:  # a dataset or attribute we did not guard explicitly
-        sys.stderr.write("%s: error: missing %s\n" % (name, e))
-        return 2
-    except Exception as e:  # noqa: BLE001 - one line for what a malformed input raises (input_error_line)
-        line = input_error_line(e)
-        if line is None:
-            raise
-        sys.stderr.write("%s: error: %s\n" % (name, line))
-        return 2
+    return run_command(name, body)
 
 
 if __name__ == "__main__":

@@ -405,9 +405,9 @@ def check_outputs(args, outputs):
 def input_error_line(e):
     """The one error line for exception `e` raised while reading a command's inputs (a missing or
     unreadable file, a truncated archive, a file of another schema: OSError, EOFError, tar errors,
-    ValueError, IndexError, ZeroDivisionError, KeyError), or None when the command should let it
-    propagate: another kind of exception, or VITDDP_TRACEBACK set in the environment."""
-    kinds = (OSError, EOFError, tarfile.TarError, ValueError, IndexError, ZeroDivisionError, KeyError)
+    ValueError, IndexError, ZeroDivisionError), or None when the command should let it propagate:
+    another kind of exception, or VITDDP_TRACEBACK set in the environment."""
+    kinds = (OSError, EOFError, tarfile.TarError, ValueError, IndexError, ZeroDivisionError)
     if os.environ.get("VITDDP_TRACEBACK") or not isinstance(e, kinds):
         return None
     what = getattr(e, "filename", None)
@@ -417,11 +417,28 @@ def input_error_line(e):
         "%s: " % what if what else "", type(e).__name__, msg)
 
 
+def run_command(prog, body):
+    """The exit status of a command-line entry point that runs `body()` (its status): an error about
+    the arguments or the inputs prints one line "<prog>: error: ..." on stderr and gives 2:
+    ResultsError, a KeyError (a dataset or attribute no code checked first: "missing <key>"), and
+    what input_error_line names. Any other exception propagates."""
+    try:
+        return body()
+    except ResultsError as e:
+        line = str(e)
+    except KeyError as e:
+        line = "missing %s" % e
+    except Exception as e:  # noqa: BLE001 - input_error_line decides which ones are the inputs' fault
+        line = input_error_line(e)
+        if line is None:
+            raise
+    sys.stderr.write("%s: error: %s\n" % (prog, line))
+    return 2
+
+
 def write_text(path, text, opt="-o"):
-    """Writes `text` to `path`; ResultsError naming `opt` when the file cannot be written."""
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d):
-        raise ResultsError("%s %s: directory '%s' does not exist" % (opt, path, d))
+    """Writes `text` to `path` (check_outputs has vetted it); ResultsError naming `opt` when the file
+    cannot be written."""
     try:
         with open(path, "w") as f:
             f.write(text)

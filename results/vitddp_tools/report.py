@@ -19,7 +19,7 @@ import sys
 
 from . import article, buckets, kernels, losses, overlap, power, predict, speed
 from .bandwidth import read_probe
-from .reader import ResultsError, check_outputs, input_error_line, write_output
+from .reader import ResultsError, check_outputs, run_command, write_output
 from .runs_report import compare_text, collect, summary_text
 
 TABLES = {  # subcommand -> (module main, one-line help)
@@ -84,21 +84,14 @@ def main(argv=None):
         return 0 if argv else 2
     sub, rest = argv[0], argv[1:]
     prog = "vitddp-report " + sub
-    try:
+
+    def body():
         if sub in subs:
             return subs[sub][0](rest, prog)
         if sub in TABLES:
             return TABLES[sub][0](rest, prog=prog)
         raise ResultsError("unknown subcommand '%s' (one of %s)" % (sub, ", ".join(list(subs) + list(TABLES))))
-    except ResultsError as e:
-        sys.stderr.write("vitddp-report: error: %s\n" % e)
-        return 2
-    except Exception as e:  # noqa: BLE001 - one line for what a malformed input raises (input_error_line)
-        line = input_error_line(e)
-        if line is None:
-            raise
-        sys.stderr.write("vitddp-report: error: %s\n" % line)
-        return 2
+    return run_command("vitddp-report", body)
 
 
 if __name__ == "__main__":
