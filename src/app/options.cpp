@@ -609,6 +609,14 @@ void check_combinations(const Options& o) {
                          "counter), so --checkpoint-every and --resume are not supported with it");
   if (!o.resume.empty() && !o.init_from.empty())
     bad("--init-from", "cannot be combined with --resume (the checkpoint holds the parameters)");
+  // PyTorch's PowerSGDState raises the same: the first two steps of DDP build the buckets, and the
+  // error-feedback and warm-start state are sized by them (powerSGD_hook.py, PowerSGDState.__init__).
+  if (o.compression == Compression::PowerSgd && o.powersgd_start_step <= 1 &&
+      (o.powersgd_error_feedback || o.powersgd_warm_start))
+    bad("--powersgd-start-step", std::to_string(o.powersgd_start_step) +
+                                     ": must be at least 2 with error feedback or warm start, as PyTorch's "
+                                     "start_powerSGD_iter (add --powersgd-no-error-feedback --powersgd-no-warm-start "
+                                     "to compress from step 0)");
   if (o.allreduce == AllReduceImpl::CopyEngine && o.compression == Compression::PowerSgd)
     bad("--allreduce", "copy-engine: not with --compression powersgd (its all-reduces of P and Q use NCCL)");
   check_shard_optimizer(o);

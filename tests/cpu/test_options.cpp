@@ -396,7 +396,8 @@ TEST_CASE("no-effect rule: one row per option, explicit defaults count as given"
   for (const std::vector<std::string>& fine :
        {std::vector<std::string>{"--eval-every", "5", "--data", "idx:/x", "--eval-split", "train"},
         {"--data-workers", "2"},
-        {"--compression", "powersgd", "--powersgd-rank", "2", "--powersgd-start-step", "0", "--powersgd-no-warm-start"},
+        {"--compression", "powersgd", "--powersgd-rank", "2", "--powersgd-start-step", "0", "--powersgd-no-warm-start",
+         "--powersgd-no-error-feedback"},
         {"--allreduce", "copy-engine", "--comm-streams", "2"},
         {"--optimizer", "adamw", "--adam-beta1", "0.8", "--adam-eps", "1e-6"},
         {"--momentum", "0.9"},
@@ -416,6 +417,18 @@ TEST_CASE("combination rules: each names the option and the reason", "[options]"
   CHECK(option_error({"--first-bucket-mb", "1e-300"}).rfind("--first-bucket-mb: below one byte", 0) == 0);
   CHECK(option_error({"--compression", "powersgd", "--checkpoint-every", "2"}).rfind("--compression: powersgd: checkpoints do not hold PowerSGD's state", 0) == 0);
   CHECK(option_error({"--compression", "powersgd", "--resume", "c.h5"}).rfind("--compression: powersgd:", 0) == 0);
+  for (const char* start : {"0", "1"}) {  // PyTorch's PowerSGDState: start_powerSGD_iter > 1 with either
+    CHECK(option_error({"--compression", "powersgd", "--powersgd-start-step", start}) ==
+          std::string("--powersgd-start-step: ") + start +
+              ": must be at least 2 with error feedback or warm start, as PyTorch's start_powerSGD_iter (add "
+              "--powersgd-no-error-feedback --powersgd-no-warm-start to compress from step 0)");
+    CHECK_FALSE(option_error({"--compression", "powersgd", "--powersgd-start-step", start, "--powersgd-no-warm-start"})
+                    .empty());
+    CHECK_FALSE(
+        option_error({"--compression", "powersgd", "--powersgd-start-step", start, "--powersgd-no-error-feedback"})
+            .empty());
+  }
+  CHECK(option_error({"--compression", "powersgd", "--powersgd-start-step", "2"}).empty());
   CHECK(option_error({"--resume", "c.h5", "--init-from", "w.h5"}) == "--init-from: cannot be combined with --resume (the checkpoint holds the parameters)");
   CHECK(option_error({"--eval-every", "3"}).rfind("--eval-every: --data synthetic has no --eval-split test to evaluate", 0) == 0);
   CHECK(option_error({"--lr-schedule", "cosine", "--lr", "0.1", "--min-lr", "0.2"}) == "--min-lr: must not exceed --lr (0.2 > 0.1)");
