@@ -180,6 +180,7 @@ def test_cli_json_and_errors(tmp_path, capsys):
                        (["--leave-one-out"], "--leave-one-out: only with --validate"),
                        (["--powersgd-rate", "nan"], "--powersgd-rate nan: must be a finite number > 0"),
                        (["--bucket-cap-mb", "inf"], "--bucket-cap-mb inf: must be a finite number > 0"),
+                       (["--fit-link", ref_path], "--fit-link: not with --link-table"),
                        (["-o", ref_path], "is also an input of this command"),
                        (["--write-link-table", str(tab)], "is also an input of this command")):
         assert report.main(["predict", ref_path, "--link-table", str(tab)] + argv) == 2, argv
