@@ -267,6 +267,14 @@ def _scaling_lines(runs):
     return lines
 
 
+def _scaling_points(rs):
+    """A line's points: (world sizes ascending, mean steps/s per rank at each, the most runs averaged
+    into one point)."""
+    ws = sorted({r.world_size for r in rs})
+    at = [[r.summary("steps_per_second") for r in rs if r.world_size == w] for w in ws]
+    return ws, [float(np.mean(s)) for s in at], max(len(s) for s in at)
+
+
 def _scaling_label(c, vary, rs, ref_w):
     """A line's legend entry: the configuration values that vary between the runs, and what its
     efficiency is relative to."""
@@ -313,10 +321,11 @@ def cmd_scaling(a):
     markers = "osD^vP*X"
     all_ws = sorted({r.world_size for r in runs})
     for i, (k, rs) in enumerate(sorted(lines.items())):
-        ws = sorted({r.world_size for r in rs})
-        sps = [np.mean([r.summary("steps_per_second") for r in rs if r.world_size == w]) for w in ws]
+        ws, sps, repeats = _scaling_points(rs)
         eff = [100.0 * s / sps[0] for s in sps]
         label = _scaling_label(dict(zip(SCALING_KEYS, k)), vary, rs, ws[0])
+        if repeats > 1:
+            label += "\n(points: mean of up to %d runs)" % repeats
         m = markers[i % len(markers)]
         ax1.plot(ws, sps, marker=m, linewidth=1.8, markersize=7, label=label)
         ax2.plot(ws, eff, marker=m, linewidth=1.8, markersize=7, label=label)
@@ -512,7 +521,7 @@ def build_parser(prog="vitddp-plot"):
                        description="Throughput per rank (summary/steps_per_second) and scaling efficiency "
                        "(per-rank throughput / the 1-rank figure of the same configuration, in %) against "
                        "world_size, one line per configuration (model, backend, precision, batch, bucket cap, "
-                       "compression, overlap). A 1-rank run without DDP serves as the 1-rank figure of every "
+                       "compression, overlap); runs of one configuration and world size are averaged (the legend says so). A 1-rank run without DDP serves as the 1-rank figure of every "
                        "line of its model/backend/precision/batch that has none of its own; a line without any "
                        "1-rank run is relative to its smallest world size (said in the legend).")
     s.add_argument("files", nargs="+", metavar="FILE", help="vitddp results files")

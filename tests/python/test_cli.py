@@ -12,6 +12,7 @@ import pytest
 
 from vitddp_tools import plot, report
 from vitddp_tools.overlap import union_length
+from vitddp_tools.reader import open_runs
 
 
 def run_main(main, argv, capsys):
@@ -182,6 +183,13 @@ def test_console_scripts_installed(make_run, tmp_path):
     r = subprocess.run([os.path.join(bindir, "vitddp-report"), "summary", str(tmp_path / "missing.h5")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.strip() == "vitddp-report: error: %s: no such file" % (tmp_path / "missing.h5")
+
+
+def test_scaling_averages_repeated_runs_and_says_so(make_run):
+    runs = open_runs([make_run("a.h5", sps=10.0), make_run("b.h5", sps=12.0), make_run("c.h5", world_size=1, sps=15.0,
+                                                                                   attrs={"ddp": 0})])
+    (rs,) = plot._scaling_lines(runs).values()
+    assert plot._scaling_points(rs) == ([1, 2], [15.0, 11.0], 2)
 
 
 def test_timeline_steps_are_vitddp_step_numbers():
