@@ -118,22 +118,31 @@ __global__ void gelu_backward_bf16_kernel(const __nv_bfloat16* dy, const __nv_bf
 }
 
 // gelu_backward_bias: thread (x, y) of a (kGbThreads, kGbGroups) block owns 8 contiguous columns
-// (one 16-byte bf16 or two fp32 accesses) of gb_batch rows, all loaded before any store (du may
-// alias dy, element for element), so each thread makes one round trip to memory; the kGbGroups
-// row groups' column sums are then added in shared memory in a fixed order. A block covers
-// kGbThreads x 8 columns and kGbGroups x gb_batch rows. (A first version, 128 x 1 threads walking
-// 16 rows in 4 batches, took 31 us under ncu for 1600 x 4096 bf16, against 17 us for gelu_backward.)
+// (one 16-byte bf16 or two fp32 accesses) of gb_batch rows a pass, all loaded before any store (du
+// may alias dy, element for element), so each thread makes one round trip to memory a pass; after
+// gb_passes passes the kGbGroups row groups' column sums are added in shared memory in a fixed
+// order. A block covers kGbThreads x 8 columns and kGbGroups x gb_batch x gb_passes rows. (A first
+// version, 128 x 1 threads walking 16 rows in 4 batches, took 31 us under ncu for 1600 x 4096 bf16,
+// against 17 us for gelu_backward.)
 // Rows a thread: 2 for bf16 storage (64 registers with gelu_grad_bf16: 4 blocks an SM; against 4
 // rows, steps/s 1.005x on vit_b_16 and 1.008x on vit_l_32, H100, results/h100/gelu-backward-bf16),
-// 4 for fp32 storage.
+// 4 for fp32 storage. With bf16 storage a block makes 4 passes over its kGbGroups x 2 rows, its
+// threads' sums carried in registers from pass to pass, so it writes one row of partial sums per
+// 32 rows instead of per 8, a quarter of the partials (9.7 MB a launch on vit_b_16 before) for
+// column_sum_partials to read: steps/s 1.011x on vit_b_16, 1.009x on vit_l_16 and 1.011x on
+// vit_l_32 (H100, results/h100/gelu-backward-bias-passes).
 constexpr int kGbThreads = 64, kGbVec = 8, kGbGroups = 4;
 template <typename T>
 constexpr int gb_batch() {  // rows a thread
   return sizeof(T) == 2 ? 2 : 4;
 }
 template <typename T>
+constexpr int gb_passes() {  // passes a block makes over kGbGroups x gb_batch rows
+  return sizeof(T) == 2 ? 4 : 1;
+}
+template <typename T>
 constexpr int gb_rows() {  // rows a block
-  return kGbGroups * gb_batch<T>();
+  return kGbGroups * gb_batch<T>() * gb_passes<T>();
 }
 
 __device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
@@ -170,36 +179,39 @@ __global__ void gelu_backward_bias_kernel(const T* dy, const T* u, T* du, T* y, 
   __shared__ float sums[kGbGroups][kGbThreads * kGbVec];
   const int c0 = (blockIdx.x * kGbThreads + threadIdx.x) * kGbVec;
   constexpr int kBatch = gb_batch<T>();
-  const int r0 = blockIdx.y * gb_rows<T>() + threadIdx.y * kBatch, r1 = min(rows, r0 + kBatch);
   const bool in_c = c0 < cols;
   float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-  float g[kBatch][8], v[kBatch][8];
+#pragma unroll 1
+  for (int pass = 0; pass < gb_passes<T>(); ++pass) {
+    const int r0 = blockIdx.y * gb_rows<T>() + (pass * kGbGroups + threadIdx.y) * kBatch, r1 = min(rows, r0 + kBatch);
+    float g[kBatch][8], v[kBatch][8];
 #pragma unroll
-  for (int b = 0; b < kBatch; ++b)
-    if (in_c && r0 + b < r1) {
-      load8(dy + (size_t)(r0 + b) * cols + c0, g[b]);
-      load8(u + (size_t)(r0 + b) * cols + c0, v[b]);
-    }
-#pragma unroll
-  for (int b = 0; b < kBatch; ++b)
-    if (in_c && r0 + b < r1) {
-      if (y != nullptr) {  // the forward's GELU(u), recomputed (same function, same bits)
-        float f[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) f[j] = gelu(v[b][j]);
-        store8(y + (size_t)(r0 + b) * cols + c0, f);
+    for (int b = 0; b < kBatch; ++b)
+      if (in_c && r0 + b < r1) {
+        load8(dy + (size_t)(r0 + b) * cols + c0, g[b]);
+        load8(u + (size_t)(r0 + b) * cols + c0, v[b]);
       }
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        if constexpr (std::is_same_v<T, __nv_bfloat16>)
-          g[b][j] *= gelu_grad_bf16(v[b][j]);
-        else
-          g[b][j] *= gelu_grad(v[b][j]);
-      }
-      store8(du + (size_t)(r0 + b) * cols + c0, g[b]);
+    for (int b = 0; b < kBatch; ++b)
+      if (in_c && r0 + b < r1) {
+        if (y != nullptr) {  // the forward's GELU(u), recomputed (same function, same bits)
+          float f[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) acc[j] += g[b][j];
-    }
+          for (int j = 0; j < 8; ++j) f[j] = gelu(v[b][j]);
+          store8(y + (size_t)(r0 + b) * cols + c0, f);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if constexpr (std::is_same_v<T, __nv_bfloat16>)
+            g[b][j] *= gelu_grad_bf16(v[b][j]);
+          else
+            g[b][j] *= gelu_grad(v[b][j]);
+        }
+        store8(du + (size_t)(r0 + b) * cols + c0, g[b]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] += g[b][j];
+      }
+  }
 #pragma unroll
   for (int j = 0; j < 8; ++j) sums[threadIdx.y][threadIdx.x * kGbVec + j] = acc[j];
   __syncthreads();
