@@ -550,6 +550,144 @@ __global__ void __launch_bounds__(kThreads)
   if (csum) column_sums<Op>(dk, m0, g, t, T, csum + D);
 }
 
+// ---- FlashAttention-2 forward (bf16, head_dim 64, any T; meant for T > 64) ----
+// One block per (64-query tile, head, batch): warp w keeps its 16 query rows' Q fragments in
+// registers and walks the key tiles, K and V double-buffered in shared memory through cp.async;
+// each tile's scores update the running row max m and sum l (the online softmax of Dao 2023,
+// "FlashAttention-2", Algorithm 1), P = exp(S - m) is rounded to bf16 once and O += P V. The end:
+// O / l, and lse = m + log(l), the natural log-sum-exp of the scaled scores (cuDNN's Stats, so
+// cuDNN's backward can take this forward's outputs).
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Rows [0, 64) x 64 bf16 columns at src (row stride ld) into tile dst; rows >= rows zero-filled.
+__device__ __forceinline__ void load_rows_async(bf16* dst, const bf16* src, size_t ld, int rows) {
+  for (int i = threadIdx.x; i < kT * 8; i += kThreads) {
+    const int r = i >> 3, c = (i & 7) * 8;
+    const bool valid = r < rows;
+    cp_async16(dst + r * kLd + c, valid ? src + r * ld + c : src, valid);
+  }
+}
+
+// Calls f(j, b) as for_each_b<Bf16Op, kPlainB> does, for the column groups j with 8j < n only
+// (whole pairs: n rounded up to 16), the later fragments neither loaded nor used.
+template <bool kPlainB, class F>
+__device__ __forceinline__ void for_each_b_below(const bf16* Bt, int k0, int g, int t, int n, F&& f) {
+#pragma unroll
+  for (int j = 0; j < 8; j += 2) {
+    if (8 * j >= n) break;
+    uint32_t b[2][2];
+    Bf16Op::template load_b2<kPlainB>(b, Bt, 8 * j, k0, g, t);
+    f(j, b[0]);
+    f(j + 1, b[1]);
+  }
+}
+
+// One key tile of the warp's 16 query rows: s = Q K^T in log2 units (keys >= cols at -inf), the
+// running max and sum (mx, l: this lane's columns) and O rescaled, O += bf16(P) V. Keys from cols
+// on are skipped (their P is 0), whole 16-key steps at a time.
+__device__ __forceinline__ void flash_tile(const uint32_t (&qa)[kDh / 16][4], const bf16* Ks, const bf16* Vs, int cols,
+                                           int g, int t, float (&o)[8][4], float (&mx)[2], float (&l)[2]) {
+  using Op = Bf16Op;
+  constexpr float kLog2Scale = kScale * 1.4426950408889634f;  // exp(x / 8) = exp2(x * kLog2Scale)
+  float s[8][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < kDh / 16; ++kk)
+    for_each_b_below<false>(Ks, 16 * kk, g, t, cols, [&](int j, const uint32_t(&bb)[2]) { Op::mma(s[j], qa[kk], bb); });
+  float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[j][e] = frag_col(j, t, e) < cols ? s[j][e] * kLog2Scale : -INFINITY;
+      tmax[e >> 1] = fmaxf(tmax[e >> 1], s[j][e]);
+    }
+  float corr[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float m_new = fmaxf(mx[half], row_max(tmax[half]));  // finite: column 0 of every tile is < T
+    corr[half] = exp2f(mx[half] - m_new);                      // 0 on the first tile (mx = -inf)
+    mx[half] = m_new;
+    l[half] *= corr[half];
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      o[j][e] *= corr[e >> 1];
+      s[j][e] = exp2f(s[j][e] - mx[e >> 1]);
+      l[e >> 1] += s[j][e];  // this lane's columns; the row's 4 lanes are added at the end
+    }
+#pragma unroll
+  for (int kk = 0; kk < kT / 16; ++kk) {  // O += P V over keys 16kk .. 16kk + 15 of the tile
+    if (16 * kk >= cols) break;
+    const uint32_t pa[4] = {Op::pack(s[2 * kk][0], s[2 * kk][1]), Op::pack(s[2 * kk][2], s[2 * kk][3]),
+                            Op::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), Op::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+    for_each_b<Op, true>(Vs, 16 * kk, g, t, [&](int j, const uint32_t(&bb)[2]) { Op::mma(o[j], pa, bb); });
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    attn_fwd_flash_kernel(const bf16* __restrict__ qkv, float* __restrict__ lse, bf16* __restrict__ out, int T, int H) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem_raw);
+  bf16* KV = Qs + kTile;  // buffer i: K at KV + 2i kTile, V at KV + (2i + 1) kTile
+  const int q0 = blockIdx.x * kT, h = blockIdx.y, b = blockIdx.z, D = H * kDh, tiles = (T + kT - 1) / kT;
+  const size_t ld = 3 * (size_t)D;
+  const bf16* base = qkv + (size_t)b * T * ld + h * kDh;
+  load_rows_async(Qs, base + (size_t)q0 * ld, ld, T - q0);
+  load_rows_async(KV, base + D, ld, T);
+  load_rows_async(KV + kTile, base + 2 * D, ld, T);
+  cp_async_commit();
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, m0 = (threadIdx.x >> 5) * 16;
+  const bool active = q0 + m0 < T;  // a warp whose 16 rows are all padding only loads and waits
+  uint32_t qa[kDh / 16][4];
+  float o[8][4] = {}, mx[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  for (int kt = 0; kt < tiles; ++kt) {
+    if (kt + 1 < tiles) {  // the next tile into the other buffer (free: the barrier ending kt - 1)
+      bf16* nb = KV + 2 * ((kt + 1) & 1) * kTile;
+      const size_t r0 = (size_t)(kt + 1) * kT * ld;
+      load_rows_async(nb, base + D + r0, ld, T - (kt + 1) * kT);
+      load_rows_async(nb + kTile, base + 2 * D + r0, ld, T - (kt + 1) * kT);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (active) {
+      if (kt == 0)
+#pragma unroll
+        for (int kk = 0; kk < kDh / 16; ++kk) Bf16Op::load_a(qa[kk], Qs, m0, 16 * kk, g, t);
+      const bf16* Ks = KV + 2 * (kt & 1) * kTile;
+      flash_tile(qa, Ks, Ks + kTile, min(kT, T - kt * kT), g, t, o, mx, l);
+    }
+    __syncthreads();  // every warp is done with this buffer before it is refilled
+  }
+  if (!active) return;
+  float inv[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    l[half] = row_sum(l[half]);
+    inv[half] = 1.0f / l[half];
+    const int r = q0 + m0 + g + 8 * half;
+    if (t == 0 && r < T) lse[(size_t)(b * H + h) * T + r] = (mx[half] + log2f(l[half])) * 0.6931471805599453f;
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[j][e] *= inv[e >> 1];
+  store_rows<Bf16Op>(out + ((size_t)b * T + q0) * D + h * kDh, D, o, m0, g, t, T - q0);
+}
+
 template <class Op>
 void forward(const typename Op::E* qkv, float* stats, typename Op::E* out, int batch, int T, int heads,
              cudaStream_t stream) {
@@ -586,6 +724,17 @@ void attention_forward_mma(const bf16* qkv, float* stats, bf16* out, int batch, 
 void attention_backward_mma(const bf16* qkv, const float* stats, const bf16* dout, bf16* dqkv, int batch, int T,
                             int heads, cudaStream_t stream, float* dqkv_colsum) {
   backward<Bf16Op>(qkv, stats, dout, dqkv, dqkv_colsum, batch, T, heads, stream);
+}
+
+bool attention_flash_fits(int T, int head_dim, const void* qkv, const void* out) {
+  return T > 0 && head_dim == kDh && aligned16(qkv) && aligned16(out);
+}
+
+void attention_forward_flash(const bf16* qkv, float* lse, bf16* out, int batch, int T, int heads, cudaStream_t stream) {
+  constexpr size_t smem = 5 * kTile * sizeof(bf16);  // Q and two K, V buffers
+  static_assert(smem <= 48 * 1024, "no opt-in attribute needed");
+  attn_fwd_flash_kernel<<<dim3((T + kT - 1) / kT, heads, batch), kThreads, smem, stream>>>(qkv, lse, out, T, heads);
+  CUDA_CHECK_LAUNCH();
 }
 
 void attention_forward_mma_tf32(const float* qkv, float* stats, float* out, int batch, int T, int heads,
