@@ -52,18 +52,6 @@ void attention_backward_mma(const __nv_bfloat16* qkv, const float* stats, const 
                             __nv_bfloat16* dqkv, int batch, int T, int heads, cudaStream_t stream,
                             float* dqkv_colsum = nullptr);
 
-/// True when attention_forward_flash takes this shape: T >= 1, head_dim == 64, qkv and
-/// out 16-byte aligned.
-bool attention_flash_fits(int T, int head_dim, const void* qkv, const void* out);
-
-/// FlashAttention-2 forward (Dao 2023, Algorithm 1: online softmax over 64-key tiles, P rounded to
-/// bf16 once) for the longer sequences of the /16 and /14 ViTs: qkv as attention_forward_mma's,
-/// out [batch*T, heads*64] bf16, written; lse [batch, heads, T] fp32, written: the natural
-/// log-sum-exp of each query row's scaled scores (CudnnAttention's stats, so its backward can
-/// follow this forward). Preconditions: attention_flash_fits, 1 <= batch, heads <= 65535.
-void attention_forward_flash(const __nv_bfloat16* qkv, float* lse, __nv_bfloat16* out, int batch, int T, int heads,
-                             cudaStream_t stream);
-
 /// The same kernels on TF32 tensor cores for fp32 activations (--precision tf32): qkv, out,
 /// dout and dqkv fp32 (the layouts above), Q, K, V and dO rounded to tf32 (cvt.rna, as a TF32
 /// GEMM does), fp32 accumulation, P and dS as tf32 hi + lo pairs (about 21 bits), stats as

@@ -39,7 +39,6 @@
 #include "cuda/kernels/attention_gemm.h"
 #include "cuda/kernels/cast.h"
 #include "cuda/check/check_cuda.h"
-#include "cuda/kernels/attention_mma.h"
 #include "cuda/kernels/cudnn_attention.h"
 #include "cuda/kernels/cudnn_conv.h"
 #include "cuda/model/device_buffer.h"
@@ -276,10 +275,6 @@ struct GpuViT::Impl {
   void attention_core_forward(BlockActs<T>& a, int B) {
     const int T_ = cfg.seq_len(), H = cfg.heads, dh = cfg.head_dim();
     if constexpr (std::is_same_v<T, bf16>) {
-#ifdef VITDDP_FLASH_FWD
-      if (cudnn_attention && attention_flash_fits(T_, dh, a.qkv, a.attn))
-        return attention_forward_flash(a.qkv, a.probs, a.attn, B, T_, H, stream);
-#endif
       if (cudnn_attention) return cudnn_attention->forward(a.qkv, a.probs, a.attn, B, T_, H, dh);
     } else {
       if (gemm_attention)

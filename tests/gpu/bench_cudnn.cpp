@@ -5,8 +5,6 @@
 //    fp32 kernels and cuDNN's deterministic backward as extra rows;
 //  - patch embedding conv_proj (32 x 3 x 224 x 224 -> 32 x 49 x 1024): im2col + cuBLASLt GEMM vs
 //    cuDNN convolution, forward and forward + weight/bias gradient, in fp32, tf32 and bf16.
-// Hidden benchmark [flash_bench]: the FlashAttention-2 forward (attention_mma.h) against cuDNN's at the
-// 197-token ViTs' shapes, alone and followed by cuDNN's backward.
 // CUDA events around 50 calls after 10 warm-up calls; prints a markdown table. A configuration
 // that fails (e.g. a cuDNN graph this GPU / cuDNN does not support) prints its error in the table
 // instead of a time.
@@ -22,7 +20,6 @@
 #include <vector>
 
 #include "cuda/kernels/attention.h"
-#include "cuda/kernels/attention_mma.h"
 #include "cuda/kernels/cudnn_attention.h"
 #include "cuda/kernels/cudnn_conv.h"
 #include "cuda/check/cudnn_version.h"
@@ -305,54 +302,4 @@ TEST_CASE("bench: cuDNN attention execution plans at the 197- and 257-token mode
     }
   }
   std::printf("\n");
-}
-
-TEST_CASE("bench: the flash forward against cuDNN's at the 197-token ViTs' shapes (batch 32)",
-          "[.bench][flash_bench]") {
-  REQUIRE_GPU();
-  Stream st;
-  std::printf("device %s, cuDNN %s, %d reps after %d warm-up calls, CUDA events\n", device_name().c_str(),
-              cudnn_runtime_version().c_str(), kReps, kWarmup);
-  struct Shape {
-    const char* model;
-    int H, layers;
-  };
-  const int B = 32, T = 197, dh = 64;
-  std::vector<Row> rows;
-  std::vector<std::string> errors;
-  for (const Shape sh : {Shape{"vit_b_16", 12, 12}, Shape{"vit_l_16", 16, 24}}) {
-    const int H = sh.H, D = H * dh, N = B * T;
-    DevVec<bf16> qkv(to_bf16(rounded(normal_vec((size_t)N * 3 * D, 61, 0)))),
-        dout(to_bf16(rounded(normal_vec((size_t)N * D, 62, 0)))), out((size_t)N * D), dqkv((size_t)N * 3 * D);
-    DevVec<float> lse(CudnnAttention::stats_floats(B, T, H));
-    CudnnAttention cudnn(st.s);
-    cudnn.prepare(B, T, H, dh);
-    std::string err;
-    auto flash = [&] { attention_forward_flash(qkv.get(), lse.get(), out.get(), B, T, H, st.s); };
-    auto cfwd = [&] { cudnn.forward(qkv.get(), lse.get(), out.get(), B, T, H, dh); };
-    auto cbwd = [&] { cudnn.backward(qkv.get(), out.get(), lse.get(), dout.get(), dqkv.get(), B, T, H, dh); };
-    const double f = bench_ms(st.s, flash, &err), c = bench_ms(st.s, cfwd, &err);
-    const double fb = bench_ms(
-                     st.s,
-                     [&] {
-                       flash();
-                       cbwd();
-                     },
-                     &err),
-                 cb = bench_ms(
-                     st.s,
-                     [&] {
-                       cfwd();
-                       cbwd();
-                     },
-                     &err);
-    if (!err.empty()) errors.push_back(std::string(sh.model) + ": " + err);
-    const std::string m = std::string(sh.model) + " (H=" + std::to_string(H) + ")";
-    rows.push_back({m + " forward", f, c});
-    rows.push_back({m + " forward + cuDNN backward", fb, cb});
-    rows.push_back({m + " forward, per step (x" + std::to_string(sh.layers) + ")", f * sh.layers, c * sh.layers});
-  }
-  print_table("Attention forward, B=32 T=197 dh=64, bf16", "flash", rows);
-  for (const std::string& e : errors) std::printf("error: %s\n", e.c_str());
-  CHECK(errors.empty());
 }
