@@ -521,9 +521,10 @@ def build_parser(prog="vitddp-plot"):
                        description="Throughput per rank (summary/steps_per_second) and scaling efficiency "
                        "(per-rank throughput / the 1-rank figure of the same configuration, in %) against "
                        "world_size, one line per configuration (model, backend, precision, batch, bucket cap, "
-                       "compression, overlap); runs of one configuration and world size are averaged (the legend says so). A 1-rank run without DDP serves as the 1-rank figure of every "
-                       "line of its model/backend/precision/batch that has none of its own; a line without any "
-                       "1-rank run is relative to its smallest world size (said in the legend).")
+                       "compression, overlap); runs of one configuration and world size are averaged (the legend "
+                       "says so). A 1-rank run without DDP serves as the 1-rank figure of every line of its "
+                       "model/backend/precision/batch that has none of its own; a line without any 1-rank run is "
+                       "relative to its smallest world size (said in the legend).")
     s.add_argument("files", nargs="+", metavar="FILE", help="vitddp results files")
     plot_args(s)
     s.set_defaults(func=cmd_scaling)

@@ -276,7 +276,7 @@ const std::vector<Spec>& table() {
        [](const Options& o) { return std::to_string(o.powersgd_rank); }},
       {"powersgd-start-step", "N", Group::Ddp,
        "PowerSGD start_powerSGD_iter: plain fp32 all-reduce before this step (PyTorch's 1000 means no compression in a "
-       "short run)",
+       "short run); at least 2 with error feedback or warm start, as PyTorch requires",
        [](Options& o, const std::string& v) {
          o.powersgd_start_step = parse_int("--powersgd-start-step", v, 0, kMaxSteps);
        },
