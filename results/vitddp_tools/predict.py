@@ -591,9 +591,8 @@ def main(argv=None, prog="vitddp-report predict"):
                 raise ResultsError("%s: only with --validate" % opt)
     if a.fit_link and a.link_table:
         raise ResultsError("--fit-link: not with --link-table (the link table comes from one of them)")
-    if a.powersgd_rate is not None and not (math.isfinite(a.powersgd_rate) and a.powersgd_rate > 0):
-        raise ResultsError("--powersgd-rate %s: must be a finite number > 0" % a.powersgd_rate)
-    for opt, v in (("--bucket-cap-mb", a.bucket_cap_mb), ("--first-bucket-mb", a.first_bucket_mb)):
+    for opt, v in (("--powersgd-rate", a.powersgd_rate), ("--bucket-cap-mb", a.bucket_cap_mb),
+                   ("--first-bucket-mb", a.first_bucket_mb)):
         if v is not None and not (math.isfinite(v) and v > 0):
             raise ResultsError("%s %s: must be a finite number > 0" % (opt, v))
     if a.validate:
